@@ -1,0 +1,31 @@
+"""ament_python package: colcon builds it on a robot, pip installs it into a venv here."""
+from glob import glob
+
+from setuptools import find_packages, setup
+
+PACKAGE = "sim2real_ros"
+NODES = ["sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder"]
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    packages=find_packages(exclude=["test", "test.*"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml")),
+        (f"share/{PACKAGE}/urdf", glob("urdf/*.urdf")),
+        (f"share/{PACKAGE}/policies", glob("policies/*")),
+    ],
+    install_requires=["setuptools"],
+    zip_safe=True,
+    maintainer="sim2real_ros developers",
+    maintainer_email="sim2real_ros@example.com",
+    description="Run a sim-trained robot policy on a real robot safely, and measure the transfer.",
+    license="Apache-2.0",
+    entry_points={
+        "console_scripts": [f"{n} = {PACKAGE}.nodes.{n}:main" for n in NODES]
+        + [f"sim2real = {PACKAGE}.cli.main:main"],
+    },
+)

@@ -1,0 +1,53 @@
+"""`sim2real launch sim|robot|replay`: start a declared graph without launch_ros."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from ..graph import MODES, GraphArgs, declare_graph
+from .launcher import GraphLauncher
+
+
+def add_graph_arguments(parser: argparse.ArgumentParser) -> None:
+    """The launch arguments of DESIGN.md §2 / launch/*.launch.py, as command-line options."""
+    defaults = GraphArgs()
+    parser.add_argument("--namespace", default=defaults.namespace, help="push the graph into a namespace")
+    parser.add_argument("--robot-description", default=defaults.robot_description, help="URDF path")
+    parser.add_argument("--params-file", default=defaults.params_file, help="ROS parameters YAML")
+    parser.add_argument("--checkpoint", default=defaults.checkpoint, help="policy checkpoint")
+    parser.add_argument("--use-sim-time", choices=("true", "false"), default=None,
+                        help="default: true in sim mode, false otherwise")
+    parser.add_argument("--camera-image-topic", default=defaults.camera_image_topic)
+    parser.add_argument("--camera-info-topic", default=defaults.camera_info_topic)
+    parser.add_argument("--joint-states-topic", default=defaults.joint_states_topic)
+    parser.add_argument("--command-topic", default=defaults.command_topic,
+                        help="the ros2_control forward position controller's command topic")
+
+
+def graph_args_from(args: argparse.Namespace) -> GraphArgs:
+    fields = {f.name for f in dataclasses.fields(GraphArgs)}
+    values = {k: v for k, v in vars(args).items() if k in fields and v is not None}
+    if args.use_sim_time is not None:
+        values["use_sim_time"] = args.use_sim_time == "true"
+    return GraphArgs(**values)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("mode", choices=MODES)
+    add_graph_arguments(parser)
+    parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds [s]")
+    parser.add_argument("--stop-on-exit", action="store_true", help="stop the graph when any node exits")
+
+
+def run(args: argparse.Namespace) -> int:
+    graph_args = graph_args_from(args)
+    decls = declare_graph(args.mode, graph_args)
+    print(f"[launch] {args.mode} graph: " + ", ".join(d.name for d in decls), flush=True)
+    launcher = GraphLauncher(decls, namespace=graph_args.namespace)
+    launcher.start()
+    try:
+        code = launcher.spin(args.duration, stop_on_exit=args.stop_on_exit)
+    finally:
+        codes = launcher.shutdown()
+    print("[launch] stopped: " + ", ".join(f"{k}={v}" for k, v in codes.items()), flush=True)
+    return code

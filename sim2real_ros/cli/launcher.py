@@ -1,0 +1,155 @@
+"""Start a declared graph as separate processes where launch_ros is not installed.
+
+Each node runs as `python -m sim2real_ros.cli.main node EXECUTABLE --ros-args ...`, the same
+arguments `ros2 launch` would pass. Ctrl-C / SIGTERM stop every node (SIGINT first, as ros2 launch
+does, then SIGTERM, then SIGKILL); a node that dies is reported with its exit code.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ..graph import NodeDecl
+
+
+def ros_arguments(decl: NodeDecl, namespace: str, overrides_file: Path) -> list[str]:
+    """The --ros-args a node gets: name, namespace, params files (declared, then overrides), remaps."""
+    out = ["--ros-args", "-r", f"__node:={decl.name}"]
+    if namespace:
+        out += ["-r", f"__ns:=/{namespace.strip('/')}"]
+    for params_file in decl.params_files:
+        out += ["--params-file", params_file]
+    out += ["--params-file", str(overrides_file)]
+    for src, dst in decl.remappings:
+        out += ["-r", f"{src}:={dst}"]
+    return out
+
+
+def write_overrides(decl: NodeDecl, directory: Path) -> Path:
+    """Write the node's parameter overrides as a ROS params file (wildcard node match)."""
+    path = directory / f"{decl.name}.params.yaml"
+    path.write_text(yaml.safe_dump({"/**": {"ros__parameters": decl.parameters}}, sort_keys=True))
+    return path
+
+
+def node_command(decl: NodeDecl, namespace: str, overrides_file: Path) -> list[str]:
+    return [sys.executable, "-m", "sim2real_ros.cli.main", "node", decl.executable] + ros_arguments(
+        decl, namespace, overrides_file
+    )
+
+
+@dataclass
+class RunningNode:
+    decl: NodeDecl
+    process: subprocess.Popen
+    reported: bool = False
+
+
+class GraphLauncher:
+    """Run NodeDecls as child processes, prefix their output with the node name, stop them all."""
+
+    def __init__(self, decls: list[NodeDecl], namespace: str = "", env: dict[str, str] | None = None,
+                 echo: bool = True, log_file: Path | None = None) -> None:
+        self._decls = decls
+        self._namespace = namespace
+        self._env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+        self._echo = echo
+        self._log = open(log_file, "a") if log_file else None  # noqa: SIM115 - closed in shutdown
+        self._tmp = tempfile.TemporaryDirectory(prefix="sim2real_launch_")
+        self.nodes: list[RunningNode] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        for decl in self._decls:
+            overrides = write_overrides(decl, Path(self._tmp.name))
+            proc = subprocess.Popen(
+                node_command(decl, self._namespace, overrides),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=self._env,
+                text=True,
+                start_new_session=True,  # our Ctrl-C is forwarded explicitly, once
+            )
+            self.nodes.append(RunningNode(decl, proc))
+            threading.Thread(target=self._pump, args=(decl.name, proc), daemon=True).start()
+
+    def _pump(self, name: str, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            text = f"[{name}] {line.rstrip()}"
+            with self._lock:
+                if self._echo:
+                    print(text, flush=True)
+                if self._log:
+                    self._log.write(text + "\n")
+                    self._log.flush()
+
+    def check(self) -> list[tuple[str, int]]:
+        """Report (once) nodes that exited; return [(name, exit code)] of all exited nodes."""
+        exited = []
+        for node in self.nodes:
+            code = node.process.poll()
+            if code is not None:
+                exited.append((node.decl.name, code))
+                if not node.reported:
+                    node.reported = True
+                    print(f"[launch] node '{node.decl.name}' exited with code {code}", flush=True)
+        return exited
+
+    def spin(self, duration_s: float | None = None, stop_on_exit: bool = False) -> int:
+        """Wait until `duration_s` passes, Ctrl-C/SIGTERM, or (stop_on_exit) any node exits.
+
+        Returns 0, or the first non-zero exit code of a node that died.
+        """
+        stop = threading.Event()
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        deadline = None if duration_s is None else time.monotonic() + duration_s
+        try:
+            while not stop.is_set():
+                exited = self.check()
+                if exited and (stop_on_exit or len(exited) == len(self.nodes)):
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                stop.wait(0.1)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        return next((code for _, code in self.check() if code not in (0, None)), 0)
+
+    def shutdown(self, timeout_s: float = 5.0) -> dict[str, int]:
+        """Stop every node: SIGINT, then SIGTERM, then SIGKILL. Returns exit codes by node name."""
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+            alive = [n for n in self.nodes if n.process.poll() is None]
+            if not alive:
+                break
+            for node in alive:
+                try:
+                    node.process.send_signal(sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline and any(n.process.poll() is None for n in alive):
+                time.sleep(0.05)
+        codes = {n.decl.name: n.process.wait() for n in self.nodes}
+        if self._log:
+            self._log.close()
+        self._tmp.cleanup()
+        return codes
+
+    def __enter__(self) -> GraphLauncher:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()

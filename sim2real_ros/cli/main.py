@@ -1,0 +1,60 @@
+"""`sim2real`: the user's entry point (DESIGN.md §6).
+
+Each command lives in its own module with `add_arguments(parser)` and `run(args) -> int`; only the
+chosen command's module is imported, so `sim2real node supervisor` never pays for importing torch.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+
+# command -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "node": ("sim2real_ros.cli.node_cmd", "run one node, like `ros2 run sim2real_ros NAME`"),
+    "launch": ("sim2real_ros.cli.launch_cmd", "start a graph: sim | robot | replay (like ros2 launch)"),
+    "topics": ("sim2real_ros.cli.topics_cmd", "list the topics of a running graph with their rates"),
+    "demo": ("sim2real_ros.cli.demo_cmd", "the main job: the full graph against the PyBullet sim"),
+    "policy": ("sim2real_ros.cli.policy_cmd", "policy checkpoints: info, init"),
+    "bag": ("sim2real_ros.cli.bag_cmd", "rosbag2 tools: info, repair"),
+    "record": ("sim2real_ros.cli.record_cmd", "record the graph's topics to an MCAP bag"),
+    "replay": ("sim2real_ros.cli.replay_cmd", "evaluate a checkpoint against a recorded bag"),
+    "train": ("sim2real_ros.cli.train_cmd", "train a policy in the randomized sim"),
+    "eval-sim": ("sim2real_ros.cli.eval_sim_cmd", "success rate of a checkpoint in the sim"),
+    "sysid": ("sim2real_ros.cli.sysid_cmd", "system identification: latency, fit, excite"),
+    "validate": ("sim2real_ros.cli.validate_cmd", "staged validation gate and sim-vs-real report"),
+    "finetune": ("sim2real_ros.cli.finetune_cmd", "fine-tune a checkpoint on real bags"),
+    "bench": ("sim2real_ros.cli.bench_cmd", "run every benchmark of the stack"),
+}
+
+
+def available_commands() -> dict[str, tuple[str, str]]:
+    return {name: spec for name, spec in COMMANDS.items() if importlib.util.find_spec(spec[0]) is not None}
+
+
+def _usage() -> str:
+    lines = ["usage: sim2real COMMAND [options]   (sim2real COMMAND --help for details)", "", "commands:"]
+    for name, (_, text) in available_commands().items():
+        lines.append(f"  {name:<10} {text}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 1
+    name, rest = argv[0], argv[1:]
+    commands = available_commands()
+    if name not in commands:
+        print(f"sim2real: unknown command '{name}'\n\n{_usage()}", file=sys.stderr)
+        return 1
+    module = importlib.import_module(commands[name][0])
+    parser = argparse.ArgumentParser(prog=f"sim2real {name}", description=commands[name][1])
+    module.add_arguments(parser)
+    return int(module.run(parser.parse_args(rest)) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

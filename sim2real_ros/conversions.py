@@ -1,0 +1,234 @@
+"""Message <-> numpy conversion, in one place (DESIGN.md §6).
+
+Imports message types only (no rclpy.init needed), so it is tested without a running node.
+Everything that turns a ROS message into arrays, or arrays into a message, lives here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from builtin_interfaces.msg import Duration, Time
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Float64MultiArray, MultiArrayDimension
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+NS_PER_S = 1_000_000_000
+
+# Channels and dtype of each image encoding the stack accepts (real drivers publish all of these).
+ENCODING_CHANNELS = {
+    "rgb8": 3,
+    "bgr8": 3,
+    "rgba8": 4,
+    "bgra8": 4,
+    "mono8": 1,
+    "yuv422": 2,  # UYVY
+    "uyvy": 2,
+    "yuv422_yuy2": 2,  # YUYV
+    "yuyv": 2,
+}
+
+
+class MessageError(ValueError):
+    """A message is malformed (wrong size, unknown encoding, NaN...). The text says what and why."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Time
+def stamp_to_ns(stamp: Time) -> int:
+    """builtin_interfaces/Time -> integer nanoseconds."""
+    return int(stamp.sec) * NS_PER_S + int(stamp.nanosec)
+
+
+def ns_to_stamp(ns: int) -> Time:
+    """Integer nanoseconds -> builtin_interfaces/Time."""
+    ns = int(ns)
+    return Time(sec=ns // NS_PER_S, nanosec=ns % NS_PER_S)
+
+
+def seconds_to_duration(seconds: float) -> Duration:
+    """Seconds [s] -> builtin_interfaces/Duration (rounded to the nearest ns)."""
+    ns = int(round(seconds * NS_PER_S))
+    return Duration(sec=ns // NS_PER_S, nanosec=ns % NS_PER_S)
+
+
+def duration_to_seconds(duration: Duration) -> float:
+    """builtin_interfaces/Duration -> seconds [s]."""
+    return duration.sec + duration.nanosec * 1e-9
+
+
+# ----------------------------------------------------------------------------------------------
+# Images
+def image_to_array(msg: Image) -> np.ndarray:
+    """sensor_msgs/Image -> uint8 array (H, W, C) in the message's own encoding (a copy-free view
+    where the rows are contiguous). Raises MessageError for unknown encodings and size mismatches."""
+    encoding = msg.encoding.lower()
+    channels = ENCODING_CHANNELS.get(encoding)
+    if channels is None:
+        raise MessageError(f"unknown image encoding '{msg.encoding}' (known: {sorted(ENCODING_CHANNELS)})")
+    row_bytes = msg.width * channels
+    if msg.width == 0 or msg.height == 0:
+        raise MessageError(f"empty image {msg.width}x{msg.height}")
+    if msg.step < row_bytes:
+        raise MessageError(f"step {msg.step} < width*channels {row_bytes} for {msg.width}x{msg.height} {encoding}")
+    if len(msg.data) != msg.step * msg.height:
+        raise MessageError(f"data has {len(msg.data)} bytes, expected step*height = {msg.step * msg.height}")
+    buf = np.frombuffer(msg.data, dtype=np.uint8).reshape(msg.height, msg.step)
+    return buf[:, :row_bytes].reshape(msg.height, msg.width, channels)
+
+
+def array_to_image(array: np.ndarray, encoding: str, stamp_ns: int, frame_id: str = "") -> Image:
+    """uint8 array (H, W, C) -> sensor_msgs/Image with the given encoding and capture stamp [ns]."""
+    if array.dtype != np.uint8:
+        raise MessageError(f"image array must be uint8, got {array.dtype}")
+    if array.ndim == 2:
+        array = array[:, :, None]
+    height, width, channels = array.shape
+    expected = ENCODING_CHANNELS.get(encoding)
+    if expected != channels:
+        raise MessageError(f"encoding {encoding} needs {expected} channels, array has {channels}")
+    msg = Image()
+    msg.header.stamp = ns_to_stamp(stamp_ns)
+    msg.header.frame_id = frame_id
+    msg.height, msg.width = int(height), int(width)
+    msg.encoding = encoding
+    msg.is_bigendian = 0
+    msg.step = int(width * channels)
+    msg.data = np.ascontiguousarray(array).tobytes()
+    return msg
+
+
+# ----------------------------------------------------------------------------------------------
+# Joint states
+@dataclass(frozen=True)
+class JointSample:
+    """A joint state as arrays: names, positions [rad], velocities [rad/s] (or None), stamp [ns]."""
+
+    names: tuple[str, ...]
+    positions: np.ndarray
+    velocities: np.ndarray | None
+    stamp_ns: int
+
+
+def joint_state_to_sample(msg: JointState) -> JointSample:
+    """sensor_msgs/JointState -> JointSample. Raises MessageError on length mismatch or NaN/Inf."""
+    positions = np.asarray(msg.position, dtype=float)
+    if msg.name and len(msg.name) != len(positions):
+        raise MessageError(f"JointState has {len(msg.name)} names but {len(positions)} positions")
+    if not np.all(np.isfinite(positions)):
+        raise MessageError(f"JointState positions contain NaN/Inf: {positions.tolist()}")
+    velocities = None
+    if len(msg.velocity) == len(positions) and len(positions) > 0:
+        velocities = np.asarray(msg.velocity, dtype=float)
+        if not np.all(np.isfinite(velocities)):
+            raise MessageError(f"JointState velocities contain NaN/Inf: {velocities.tolist()}")
+    return JointSample(tuple(msg.name), positions, velocities, stamp_to_ns(msg.header.stamp))
+
+
+def reorder(sample: JointSample, names: list[str] | tuple[str, ...]) -> np.ndarray:
+    """Positions of `sample` in the order of `names` [rad]. Raises MessageError naming missing joints."""
+    if tuple(sample.names) == tuple(names):
+        return sample.positions
+    index = {n: i for i, n in enumerate(sample.names)}
+    missing = [n for n in names if n not in index]
+    if missing:
+        raise MessageError(f"joint state lacks joints {missing} (it has {list(sample.names)})")
+    return sample.positions[[index[n] for n in names]]
+
+
+def make_joint_state(
+    names: list[str] | tuple[str, ...],
+    positions: np.ndarray,
+    stamp_ns: int,
+    velocities: np.ndarray | None = None,
+    efforts: np.ndarray | None = None,
+) -> JointState:
+    """Arrays -> sensor_msgs/JointState (positions [rad], velocities [rad/s], efforts [N*m])."""
+    msg = JointState()
+    msg.header.stamp = ns_to_stamp(stamp_ns)
+    msg.name = list(names)
+    msg.position = [float(v) for v in positions]
+    if velocities is not None:
+        msg.velocity = [float(v) for v in velocities]
+    if efforts is not None:
+        msg.effort = [float(v) for v in efforts]
+    return msg
+
+
+# ----------------------------------------------------------------------------------------------
+# Action chunks
+@dataclass(frozen=True)
+class ActionChunk:
+    """A chunk of future joint targets (DESIGN.md §3).
+
+    positions (K, n) [rad]: point k is the target for time stamp_ns + times_s[k].
+    times_s (K,) [s]: time_from_start of each point, strictly increasing.
+    """
+
+    joint_names: tuple[str, ...]
+    stamp_ns: int
+    times_s: np.ndarray
+    positions: np.ndarray
+
+    @property
+    def end_ns(self) -> int:
+        """Absolute time [ns] of the last point."""
+        return self.stamp_ns + int(round(float(self.times_s[-1]) * NS_PER_S))
+
+
+def chunk_to_trajectory(chunk: ActionChunk) -> JointTrajectory:
+    """ActionChunk -> trajectory_msgs/JointTrajectory (header.stamp = observation stamp)."""
+    msg = JointTrajectory()
+    msg.header.stamp = ns_to_stamp(chunk.stamp_ns)
+    msg.joint_names = list(chunk.joint_names)
+    for t, q in zip(chunk.times_s, chunk.positions):
+        point = JointTrajectoryPoint()
+        point.positions = [float(v) for v in q]
+        point.time_from_start = seconds_to_duration(float(t))
+        msg.points.append(point)
+    return msg
+
+
+def trajectory_to_chunk(msg: JointTrajectory) -> ActionChunk:
+    """JointTrajectory -> ActionChunk. Raises MessageError for empty chunks, ragged or non-finite
+    points, and time_from_start that does not strictly increase."""
+    n = len(msg.joint_names)
+    if n == 0:
+        raise MessageError("action chunk has no joint_names")
+    if not msg.points:
+        raise MessageError("action chunk has no points")
+    positions = np.empty((len(msg.points), n))
+    times = np.empty(len(msg.points))
+    for k, point in enumerate(msg.points):
+        if len(point.positions) != n:
+            raise MessageError(f"point {k} has {len(point.positions)} positions for {n} joints")
+        positions[k] = point.positions
+        times[k] = duration_to_seconds(point.time_from_start)
+    if not np.all(np.isfinite(positions)):
+        raise MessageError("action chunk contains NaN/Inf positions")
+    if np.any(np.diff(times) <= 0):
+        raise MessageError(f"time_from_start must strictly increase, got {times.tolist()}")
+    return ActionChunk(tuple(msg.joint_names), stamp_to_ns(msg.header.stamp), times, positions)
+
+
+# ----------------------------------------------------------------------------------------------
+# Robot commands
+def make_position_command(positions: np.ndarray) -> Float64MultiArray:
+    """Joint positions (n,) [rad] in the configured joint order -> Float64MultiArray, exactly what a
+    ros2_control forward_position_controller accepts."""
+    msg = Float64MultiArray()
+    dim = MultiArrayDimension(label="joints", size=len(positions), stride=len(positions))
+    msg.layout.dim = [dim]
+    msg.data = [float(v) for v in positions]
+    return msg
+
+
+def position_command_to_array(msg: Float64MultiArray, expected_len: int) -> np.ndarray:
+    """Float64MultiArray -> positions (n,) [rad]. Raises MessageError on wrong length or NaN/Inf."""
+    values = np.asarray(msg.data, dtype=float)
+    if len(values) != expected_len:
+        raise MessageError(f"command has {len(values)} values, expected {expected_len}")
+    if not np.all(np.isfinite(values)):
+        raise MessageError(f"command contains NaN/Inf: {values.tolist()}")
+    return values
+

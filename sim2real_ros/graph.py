@@ -1,0 +1,77 @@
+"""The one declaration of the graph (DESIGN.md §2, §6).
+
+Which nodes run in each mode (sim / robot / replay), with which parameters and remaps. The launch
+files under launch/ and `sim2real launch` both build from `declare_graph`, so what runs on a robot
+with `ros2 launch` is exactly what the tests start here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .paths import config_path, default_policy_path, urdf_path
+
+MODES = ("sim", "robot", "replay")
+
+
+@dataclass(frozen=True)
+class GraphArgs:
+    """Arguments of a graph, the same ones the launch files declare.
+
+    Topic arguments name what the bottom of the graph publishes and accepts, so a real camera
+    driver and ros2_control controller plug in by remapping rather than by code changes.
+    """
+
+    namespace: str = ""
+    robot_description: str = field(default_factory=lambda: str(urdf_path()))
+    params_file: str = field(default_factory=lambda: str(config_path("params.yaml")))
+    checkpoint: str = field(default_factory=lambda: str(default_policy_path()))
+    use_sim_time: bool | None = None  # None: true for sim, false otherwise
+    camera_image_topic: str = "camera/image_raw"
+    camera_info_topic: str = "camera/camera_info"
+    joint_states_topic: str = "joint_states"
+    command_topic: str = "forward_position_controller/commands"
+    extra_parameters: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def sim_time(self, mode: str) -> bool:
+        return self.use_sim_time if self.use_sim_time is not None else mode == "sim"
+
+
+@dataclass(frozen=True)
+class NodeDecl:
+    """One node of the graph: console script, node name, parameter overrides and remaps."""
+
+    executable: str
+    name: str
+    parameters: dict[str, Any]
+    remappings: tuple[tuple[str, str], ...] = ()
+    params_files: tuple[str, ...] = ()
+
+
+def _remaps(args: GraphArgs, *, camera: bool = False, joints: bool = False, command: bool = False):
+    pairs = []
+    if camera:
+        pairs += [("camera/image_raw", args.camera_image_topic), ("camera/camera_info", args.camera_info_topic)]
+    if joints:
+        pairs.append(("joint_states", args.joint_states_topic))
+    if command:
+        pairs.append(("forward_position_controller/commands", args.command_topic))
+    return tuple((a, b) for a, b in pairs if a != b)
+
+
+def declare_graph(mode: str, args: GraphArgs | None = None) -> list[NodeDecl]:
+    """The nodes of `mode` ("sim", "robot" or "replay") with their parameters and remaps."""
+    if mode not in MODES:
+        raise ValueError(f"unknown graph mode {mode!r}; choose one of {MODES}")
+    args = args or GraphArgs()
+    common = {"use_sim_time": args.sim_time(mode)}
+    files = (args.params_file,) if args.params_file else ()
+
+    def node(executable: str, params: dict[str, Any], remaps=()) -> NodeDecl:
+        merged = {**common, **params, **args.extra_parameters.get(executable, {})}
+        return NodeDecl(executable, executable, merged, tuple(remaps), files)
+
+    nodes: list[NodeDecl] = []
+    if mode == "sim":
+        nodes.append(node("sim_node", {"robot_description": args.robot_description}))
+    return nodes

@@ -1,0 +1,1 @@
+"""Thin rclpy nodes: parameters, publishers/subscriptions, timers. All logic lives in core/."""

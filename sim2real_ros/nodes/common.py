@@ -1,0 +1,87 @@
+"""What every node shares: QoS profiles (DESIGN.md §2), parameter declaration, a clean main()."""
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import rclpy
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import (
+    DurabilityPolicy,
+    HistoryPolicy,
+    QoSProfile,
+    ReliabilityPolicy,
+)
+
+from ..core.errors import Sim2RealError
+
+# Camera topics: best effort depth 5. A best-effort subscription also matches reliable publishers,
+# so real drivers of either kind connect.
+SENSOR_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=5, reliability=ReliabilityPolicy.BEST_EFFORT
+)
+# policy/image, policy/action_chunk, command/policy, robot commands: reliable, newest only.
+RELIABLE_LATEST_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE
+)
+# joint_states: as ros2_control's joint_state_broadcaster.
+JOINT_STATE_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE
+)
+# estop, supervisor/state, sim/episode: late joiners get the last value.
+LATCHED_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=1,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
+# Event streams that must not lose messages between polls (episode outcomes, interventions).
+EVENTS_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=50,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
+# joy: as the ROS joy node publishes it (reliable, depth 10).
+JOY_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE)
+
+
+def declare(node: Node, name: str, default: Any, description: str, read_only: bool = True) -> Any:
+    """Declare a parameter with a description (shown by `ros2 param describe`) and return its value."""
+    node.declare_parameter(name, default, ParameterDescriptor(description=description, read_only=read_only))
+    return node.get_parameter(name).value
+
+
+def now_ns(node: Node) -> int:
+    """The node's clock (sim time when use_sim_time is set) in integer nanoseconds."""
+    return node.get_clock().now().nanoseconds
+
+
+def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_threads: int = 2) -> int:
+    """Start rclpy, build the node, spin it, and always clean up (Humble has no `with rclpy.init()`).
+
+    A Sim2RealError raised while building the node (bad parameters, bad config file) is printed
+    as one clear line and gives exit code 2. Ctrl-C and SIGTERM end the node with exit code 0.
+    """
+    rclpy.init(args=args)
+    node = None
+    executor = MultiThreadedExecutor(num_threads=num_threads)
+    code = 0
+    try:
+        node = factory()
+        executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except Sim2RealError as err:
+        print(f"[ERROR] {err}", file=sys.stderr, flush=True)
+        code = 2
+    finally:
+        executor.shutdown()
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return code

@@ -1,0 +1,42 @@
+"""Where the package's data (config/, urdf/, launch/, policies/) lives: source tree or install."""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+PACKAGE = "sim2real_ros"
+
+
+@lru_cache(maxsize=1)
+def share_dir() -> Path:
+    """Directory holding config/, urdf/, launch/, policies/.
+
+    In a source checkout or editable pip install that is the repository root; in a colcon
+    install it is share/sim2real_ros found through the ament index.
+    """
+    repo_root = Path(__file__).resolve().parent.parent
+    if (repo_root / "package.xml").is_file() and (repo_root / "config").is_dir():
+        return repo_root
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        return Path(get_package_share_directory(PACKAGE))
+    except Exception as err:  # noqa: BLE001 - any lookup failure means the same thing
+        raise FileNotFoundError(
+            f"cannot find the {PACKAGE} share directory (not a source tree, not in the ament index)"
+        ) from err
+
+
+def config_path(name: str) -> Path:
+    """Path of a file under config/."""
+    return share_dir() / "config" / name
+
+
+def urdf_path(name: str = "arm6.urdf") -> Path:
+    """Path of a URDF under urdf/ (default: the project's 6-joint desktop arm)."""
+    return share_dir() / "urdf" / name
+
+
+def default_policy_path() -> Path:
+    """The policy shipped with the repository (trained by `sim2real train`, see README)."""
+    return share_dir() / "policies" / "reach_default.pt"

@@ -1,0 +1,1 @@
+"""PyBullet world, robot, tasks, domain randomization and scripted experts (no rclpy)."""

@@ -1,0 +1,37 @@
+"""Test-run isolation: every pytest run gets its own DDS domain and stays on localhost.
+
+Parallel runs on one host (CI, several developers) would otherwise hear each other's topics.
+"""
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if "SIM2REAL_TEST_DOMAIN_ID" in os.environ:
+        domain = int(os.environ["SIM2REAL_TEST_DOMAIN_ID"])
+    else:
+        # 1..100: valid for Fast DDS port mapping; random + pid keeps concurrent runs apart.
+        domain = 1 + (os.getpid() * 7919 + random.SystemRandom().randrange(100)) % 100
+    os.environ["ROS_DOMAIN_ID"] = str(domain)
+    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"  # Jazzy and newer
+    os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID')} discovery=localhost"
+
+
+@pytest.fixture
+def ros():
+    """A test-side rclpy node spinning in a background thread (see support.RosProbe)."""
+    from support import RosProbe
+
+    probe = RosProbe()
+    try:
+        yield probe
+    finally:
+        probe.close()

@@ -1,0 +1,29 @@
+"""The `sim2real` entry point and the graph declaration."""
+import subprocess
+import sys
+
+from sim2real_ros.cli.launcher import node_command, write_overrides
+from sim2real_ros.graph import GraphArgs, declare_graph
+
+
+def test_help_lists_commands():
+    out = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "node" in out and "launch" in out
+
+
+def test_unknown_command_fails_with_usage():
+    proc = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "fly"], capture_output=True, text=True)
+    assert proc.returncode == 1 and "unknown command 'fly'" in proc.stderr
+
+
+def test_sim_graph_declaration_and_node_command(tmp_path):
+    args = GraphArgs(namespace="arm1", command_topic="/arm1/fpc/commands")
+    decls = declare_graph("sim", args)
+    sim = next(d for d in decls if d.executable == "sim_node")
+    assert sim.parameters["use_sim_time"] is True
+    assert sim.parameters["robot_description"] == args.robot_description
+    overrides = write_overrides(sim, tmp_path)
+    cmd = node_command(sim, "arm1", overrides)
+    assert cmd[3:6] == ["node", "sim_node", "--ros-args"]
+    assert "__ns:=/arm1" in cmd and str(overrides) in cmd
