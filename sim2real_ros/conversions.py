@@ -9,9 +9,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from builtin_interfaces.msg import Duration, Time
-from sensor_msgs.msg import Image, JointState
+from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from .core.camera_model import CameraModel
 
 NS_PER_S = 1_000_000_000
 
@@ -232,3 +234,36 @@ def position_command_to_array(msg: Float64MultiArray, expected_len: int) -> np.n
         raise MessageError(f"command contains NaN/Inf: {values.tolist()}")
     return values
 
+
+
+# ----------------------------------------------------------------------------------------------
+# Camera info
+def camera_model_to_info(model: CameraModel, stamp_ns: int, frame_id: str = "") -> CameraInfo:
+    """CameraModel -> sensor_msgs/CameraInfo (K, D, R = I, P = [K | 0])."""
+    msg = CameraInfo()
+    msg.header.stamp = ns_to_stamp(stamp_ns)
+    msg.header.frame_id = frame_id
+    msg.width, msg.height = model.width, model.height
+    msg.distortion_model = model.distortion_model if model.distortion_model != "none" else "plumb_bob"
+    msg.d = [float(v) for v in model.distortion] if model.distortion_model != "none" else [0.0] * 5
+    msg.k = [float(v) for v in model.K.ravel()]
+    msg.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+    msg.p = [float(v) for v in np.hstack([model.K, np.zeros((3, 1))]).ravel()]
+    return msg
+
+
+def camera_info_to_model(msg: CameraInfo) -> CameraModel:
+    """sensor_msgs/CameraInfo -> CameraModel. Raises MessageError for an uncalibrated (K = 0) or
+    inconsistent camera_info."""
+    k = np.asarray(msg.k, dtype=float).reshape(3, 3)
+    if k[0, 0] <= 0 or k[1, 1] <= 0:
+        raise MessageError(f"camera_info has no calibration (K = {k.ravel().tolist()})")
+    model = msg.distortion_model or "plumb_bob"
+    try:
+        return CameraModel(
+            width=int(msg.width), height=int(msg.height), fx=float(k[0, 0]), fy=float(k[1, 1]),
+            cx=float(k[0, 2]), cy=float(k[1, 2]), distortion_model=model,
+            distortion=tuple(float(v) for v in msg.d),
+        )
+    except ValueError as err:
+        raise MessageError(f"camera_info is invalid: {err}") from err
