@@ -183,7 +183,7 @@ def chunk_to_trajectory(chunk: ActionChunk) -> JointTrajectory:
     msg = JointTrajectory()
     msg.header.stamp = ns_to_stamp(chunk.stamp_ns)
     msg.joint_names = list(chunk.joint_names)
-    for t, q in zip(chunk.times_s, chunk.positions):
+    for t, q in zip(chunk.times_s, chunk.positions, strict=False):
         point = JointTrajectoryPoint()
         point.positions = [float(v) for v in q]
         point.time_from_start = seconds_to_duration(float(t))

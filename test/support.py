@@ -4,6 +4,7 @@ No sleeps-and-hope: every wait is a deadline loop on a condition.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -47,10 +48,9 @@ class RosProbe:
         self._thread.start()
 
     def _spin(self) -> None:
-        try:
+        # The context is shut down under the executor at close(); that ends spin() with an error.
+        with contextlib.suppress(Exception):
             self.executor.spin()
-        except Exception:  # noqa: BLE001 - context shut down under us at close()
-            pass
 
     def collect(self, msg_type: Any, topic: str, qos: QoSProfile | int = 10) -> list:
         """Subscribe and return the list that received messages are appended to."""

@@ -6,6 +6,7 @@ does, then SIGTERM, then SIGKILL); a node that dies is reported with its exit co
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -134,10 +135,8 @@ class GraphLauncher:
             if not alive:
                 break
             for node in alive:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     node.process.send_signal(sig)
-                except ProcessLookupError:
-                    pass
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline and any(n.process.poll() is None for n in alive):
                 time.sleep(0.05)

@@ -98,7 +98,7 @@ class CameraModel:
 def _matrix(data: dict, key: str, rows: int, cols: int, source: str) -> np.ndarray:
     entry = data.get(key)
     if not isinstance(entry, dict) or "data" not in entry:
-        raise ConfigError(source, key, entry, f"missing or not a {{rows, cols, data}} matrix")
+        raise ConfigError(source, key, entry, "missing or not a {rows, cols, data} matrix")
     values = np.asarray(entry["data"], dtype=float)
     if cols and values.size != rows * cols:
         raise ConfigError(source, f"{key}.data", entry["data"], f"needs {rows * cols} numbers")

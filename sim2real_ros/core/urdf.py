@@ -101,6 +101,13 @@ class RobotModel:
         return cls.from_string(text, source=str(path))
 
     @classmethod
+    def from_description(cls, description: str) -> RobotModel:
+        """A `robot_description` parameter value: URDF XML text (starts with '<') or a file path."""
+        if description.lstrip().startswith("<"):
+            return cls.from_string(description, source="robot_description")
+        return cls.from_file(description)
+
+    @classmethod
     def from_string(cls, text: str, source: str = "<urdf>") -> RobotModel:
         try:
             root = ET.fromstring(text)
@@ -190,7 +197,7 @@ class RobotModel:
         movable joints of the chain, which is what the Jacobian needs.
         """
         names = names or self.joint_names
-        q_by_name = dict(zip(names, np.asarray(q, dtype=float)))
+        q_by_name = dict(zip(names, np.asarray(q, dtype=float), strict=False))
         transform = np.eye(4)
         movable = []
         for joint in self.chain(tip_link):
