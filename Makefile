@@ -1,6 +1,10 @@
 # Two commands on a fresh machine: `make demo` (main job) and `make test` (tests).
 # Both build the virtual environment first when it is missing or older than its inputs.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -ec
 PYTHON ?= python3
+# This machine's pip config names local mirrors that may be absent; keep those warnings out of the log.
+PIP_QUIET := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-stamp
@@ -13,9 +17,9 @@ setup: $(STAMP)
 
 $(STAMP): requirements.txt setup.py setup.cfg package.xml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
-	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip install --quiet --upgrade pip $(PIP_QUIET)
+	$(BIN)/python -m pip install --quiet -r requirements.txt $(PIP_QUIET)
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e . $(PIP_QUIET)
 	touch $(STAMP)
 
 test: $(STAMP)

@@ -1,0 +1,72 @@
+"""Build launch_ros descriptions from the one graph declaration (sim2real_ros.graph).
+
+launch/*.launch.py are three-line files that call `launch_description(mode)`. The mapping from
+launch-argument strings to GraphArgs is pure (tested without launch_ros); only
+`launch_description` imports launch / launch_ros, which exist on a robot's ROS 2 install.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .graph import GraphArgs, NodeDecl, declare_graph
+
+# launch argument name -> (GraphArgs field, description)
+LAUNCH_ARGUMENTS: dict[str, tuple[str, str]] = {
+    "namespace": ("namespace", "namespace to push the whole graph into (one per robot)"),
+    "robot_description": ("robot_description", "URDF file path (joint names and limits come from it)"),
+    "params_file": ("params_file", "ROS parameters YAML passed to every node"),
+    "checkpoint": ("checkpoint", "policy checkpoint file"),
+    "use_sim_time": ("use_sim_time", "true/false; default true in sim mode, false otherwise"),
+    "camera_image_topic": ("camera_image_topic", "the camera driver's image topic (v4l2/usb_cam/RealSense)"),
+    "camera_info_topic": ("camera_info_topic", "the camera driver's camera_info topic"),
+    "joint_states_topic": ("joint_states_topic", "joint_state_broadcaster's topic"),
+    "command_topic": ("command_topic", "the forward position controller's command topic"),
+}
+
+
+def graph_args_from_launch(values: dict[str, str]) -> GraphArgs:
+    """GraphArgs from launch-argument strings; empty strings mean "use the default"."""
+    defaults = GraphArgs()
+    kwargs: dict[str, Any] = {}
+    for arg, (field, _) in LAUNCH_ARGUMENTS.items():
+        text = values.get(arg, "")
+        if text == "":
+            continue
+        if field == "use_sim_time":
+            if text.lower() not in ("true", "false"):
+                raise ValueError(f"launch argument use_sim_time must be true or false, got {text!r}")
+            kwargs[field] = text.lower() == "true"
+        else:
+            kwargs[field] = text
+    return dataclasses.replace(defaults, **kwargs)
+
+
+def launch_description(mode: str):
+    """A launch.LaunchDescription for `mode` (sim / robot / replay), built from declare_graph."""
+    from launch import LaunchDescription
+    from launch.actions import DeclareLaunchArgument, OpaqueFunction
+    from launch.substitutions import LaunchConfiguration
+    from launch_ros.actions import Node
+
+    def nodes_for(context, *_args, **_kwargs):
+        values = {name: LaunchConfiguration(name).perform(context) for name in LAUNCH_ARGUMENTS}
+        graph_args = graph_args_from_launch(values)
+        return [_launch_node(Node, decl, graph_args.namespace) for decl in declare_graph(mode, graph_args)]
+
+    arguments = [DeclareLaunchArgument(name, default_value="", description=text)
+                 for name, (_, text) in LAUNCH_ARGUMENTS.items()]
+    return LaunchDescription([*arguments, OpaqueFunction(function=nodes_for)])
+
+
+def _launch_node(node_cls, decl: NodeDecl, namespace: str):
+    return node_cls(
+        package="sim2real_ros",
+        executable=decl.executable,
+        name=decl.name,
+        namespace=namespace,
+        parameters=[*decl.params_files, decl.parameters],
+        remappings=list(decl.remappings),
+        output="screen",
+        emulate_tty=True,
+    )
