@@ -17,6 +17,7 @@ setup(
         (f"share/{PACKAGE}/config", glob("config/*.yaml")),
         (f"share/{PACKAGE}/urdf", glob("urdf/*.urdf")),
         (f"share/{PACKAGE}/policies", glob("policies/*")),
+        (f"share/{PACKAGE}/benchmarks", glob("benchmarks/*.py")),
     ],
     install_requires=["setuptools"],
     zip_safe=True,

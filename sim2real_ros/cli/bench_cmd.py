@@ -1,0 +1,80 @@
+"""`sim2real bench [--json OUT] [--quick] [--only NAME...]`: every benchmark of the stack in one go.
+
+Each benchmarks/bench_<area>.py exposes run(quick) -> dict. This command runs them one after the
+other (never in parallel: the machine is small and figures would disturb each other), prints a
+summary, and writes one JSON with the headline keys at the top level plus every figure per area.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from ..paths import share_dir
+
+# Headline keys (issue 9) -> (area, key in that area's result).
+HEADLINES: dict[str, tuple[str, str]] = {
+    "e2e_latency_ms": ("e2e", "e2e_latency_ms"),
+    "estop_reaction_ms": ("estop", "estop_reaction_ms"),
+    "control_period_ms": ("actuator", "control_period_ms"),
+    "preprocess_ms": ("preprocess", "preprocess_ms"),
+    "baseline_ratio": ("preprocess", "baseline_ratio"),
+    "inference_ms": ("policy", "inference_ms"),
+    "replay_fps": ("replay", "replay_fps"),
+    "replay_read_ratio": ("replay", "replay_read_ratio"),
+    "sim_realtime_factor": ("sim", "sim_realtime_factor"),
+}
+
+
+def benchmark_files() -> dict[str, Path]:
+    """area -> benchmarks/bench_<area>.py found in the share directory."""
+    folder = share_dir() / "benchmarks"
+    return {p.stem.removeprefix("bench_"): p for p in sorted(folder.glob("bench_*.py"))}
+
+
+def run_benchmark(path: Path, quick: bool) -> dict[str, Any]:
+    spec = importlib.util.spec_from_file_location(f"sim2real_bench_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module.run(quick=quick)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", type=Path, default=None, help="write all figures to this JSON file")
+    parser.add_argument("--quick", action="store_true", help="fewer trials (a smoke run, noisier figures)")
+    parser.add_argument("--only", nargs="*", default=None, help="areas to run (default: all)")
+
+
+def run(args: argparse.Namespace) -> int:
+    files = benchmark_files()
+    areas = args.only or list(files)
+    unknown = [a for a in areas if a not in files]
+    if unknown:
+        print(f"unknown benchmark areas {unknown}; available: {sorted(files)}")
+        return 2
+    results: dict[str, Any] = {}
+    failures = []
+    for area in areas:
+        print(f"[bench] {area} ...", flush=True)
+        start = time.monotonic()
+        try:
+            results[area] = run_benchmark(files[area], args.quick)
+        except Exception as err:  # noqa: BLE001 - one broken benchmark must not hide the others
+            traceback.print_exc()
+            failures.append(area)
+            results[area] = {"error": f"{type(err).__name__}: {err}"}
+        print(f"[bench] {area} done in {time.monotonic() - start:.1f} s", flush=True)
+    summary = {key: results.get(area, {}).get(name) for key, (area, name) in HEADLINES.items()
+               if isinstance(results.get(area), dict) and name in results.get(area, {})}
+    output = {**summary, "areas": results, "quick": args.quick}
+    print(json.dumps(summary, indent=2))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(output, indent=2))
+        print(f"[bench] wrote {args.json}")
+    return 1 if failures else 0
