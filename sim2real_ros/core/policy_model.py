@@ -1,0 +1,325 @@
+"""The vision policy: image + joint positions -> a chunk of K future absolute joint targets.
+
+Pure torch (no rclpy). What a checkpoint needs to rebuild a model is a `PolicySpec` (architecture
+name, hyperparameters, observation and action spec); the weights and the normalization statistics
+live in the model's state_dict, so a checkpoint is self-contained (see core/checkpoint.py).
+
+Action parameterization (why the network predicts deltas): the network outputs, for each chunk
+point k and joint j, a normalized *delta* from the current joint position,
+
+    target[k, j] = q[j] + action_mean[k, j] + action_std[k, j] * network_output[k, j]
+
+so an untrained network (output near 0, action_mean = 0, small action_std) holds the robot where it
+is, which is the safe behaviour, and training regresses a well-scaled, zero-mean quantity. Joint
+positions are normalized as (q - joint_mean) / joint_std before entering the network. Images enter
+as uint8 RGB (B, H, W, 3) and are scaled to [-1, 1] inside the model.
+
+Time convention (DESIGN.md §3): chunk point k is the target for time `stamp + k * dt`, where stamp
+is the observation's capture time; point 0 is therefore the target at the observation time.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .errors import ConfigError
+
+DEFAULT_ARCHITECTURE = "cnn_mlp"
+DEFAULT_CHUNK_LENGTH = 10
+DEFAULT_DT_S = 0.05
+# Smallest standard deviation used to normalize: keeps a joint that never moved in the data (or a
+# constant chunk offset) from dividing by zero. [rad]
+MIN_STD = 1e-4
+# action_std of an untrained model [rad]: its outputs stay within ~a milliradian of the current
+# position, i.e. it holds still.
+UNTRAINED_ACTION_STD = 1e-3
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """Everything needed to rebuild and safely run a policy, besides its weights.
+
+    architecture: registry name (see ARCHITECTURES); hparams: its hyperparameters (JSON values).
+    joint_names: observation and action joint order. image_width, image_height [px]: policy image
+    size. policy_camera: the policy camera model as CameraModel.to_dict() (intrinsics [px]).
+    chunk_length: K points per chunk; dt_s [s]: time between points. preprocess: the
+    PreprocessConfig.to_dict() the policy was trained with, preprocess_hash its content hash.
+    sim_params_version: content hash of the sim parameters YAML trained on ("unknown" if none).
+    provenance: how it was trained (method, parent checkpoint hash, data, date, git commit, ...).
+    """
+
+    architecture: str
+    hparams: dict[str, Any]
+    joint_names: tuple[str, ...]
+    image_width: int
+    image_height: int
+    policy_camera: dict[str, Any]
+    chunk_length: int
+    dt_s: float
+    preprocess: dict[str, Any]
+    preprocess_hash: str
+    sim_params_version: str = "unknown"
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        source = "PolicySpec"
+        object.__setattr__(self, "joint_names", tuple(str(n) for n in self.joint_names))
+        if not self.architecture:
+            raise ConfigError(source, "architecture", self.architecture, "must be a non-empty name")
+        if not self.joint_names:
+            raise ConfigError(source, "joint_names", list(self.joint_names), "needs at least one joint")
+        if len(set(self.joint_names)) != len(self.joint_names):
+            raise ConfigError(source, "joint_names", list(self.joint_names), "contains duplicate names")
+        for name in ("image_width", "image_height", "chunk_length"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(source, name, value, "must be a positive integer")
+        if not (isinstance(self.dt_s, (int, float)) and np.isfinite(self.dt_s) and self.dt_s > 0):
+            raise ConfigError(source, "dt_s", self.dt_s, "must be a positive number of seconds")
+        for name in ("hparams", "policy_camera", "preprocess", "provenance"):
+            if not isinstance(getattr(self, name), dict):
+                raise ConfigError(source, name, getattr(self, name), "must be a mapping")
+
+    @property
+    def joint_count(self) -> int:
+        return len(self.joint_names)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (tuples become lists)."""
+        data = asdict(self)
+        data["joint_names"] = list(self.joint_names)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "PolicySpec") -> PolicySpec:
+        """Inverse of to_dict; ConfigError names the source and the missing or bad field."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(source, "<spec>", data, "must be a mapping")
+        required = ("architecture", "hparams", "joint_names", "image_width", "image_height", "policy_camera",
+                    "chunk_length", "dt_s", "preprocess", "preprocess_hash")
+        for key in required:
+            if key not in data:
+                raise ConfigError(source, key, None, "missing")
+        try:
+            return cls(
+                architecture=str(data["architecture"]),
+                hparams=dict(data["hparams"]),
+                joint_names=tuple(data["joint_names"]),
+                image_width=data["image_width"],
+                image_height=data["image_height"],
+                policy_camera=dict(data["policy_camera"]),
+                chunk_length=data["chunk_length"],
+                dt_s=float(data["dt_s"]),
+                preprocess=dict(data["preprocess"]),
+                preprocess_hash=str(data["preprocess_hash"]),
+                sim_params_version=str(data.get("sim_params_version", "unknown")),
+                provenance=dict(data.get("provenance", {})),
+            )
+        except ConfigError as err:
+            raise ConfigError(source, err.field, err.value, err.problem) from err
+        except (TypeError, ValueError) as err:
+            raise ConfigError(source, "<spec>", dict(data), str(err)) from err
+
+
+# ----------------------------------------------------------------------------------------------
+# Models
+class PolicyModel(nn.Module):
+    """Base class of every architecture: normalization buffers and the (de)normalization maths.
+
+    Subclasses implement `encode(images_float (B, 3, H, W) in [-1, 1], joints_normalized (B, n))
+    -> (B, K * n)` normalized deltas, and list their hyperparameters with defaults in DEFAULT_HPARAMS.
+    """
+
+    DEFAULT_HPARAMS: dict[str, Any] = {}
+
+    def __init__(self, joint_count: int, chunk_length: int, image_height: int, image_width: int) -> None:
+        super().__init__()
+        self.joint_count = int(joint_count)
+        self.chunk_length = int(chunk_length)
+        self.image_height = int(image_height)
+        self.image_width = int(image_width)
+        self.hparams: dict[str, Any] = {}
+        n, k = self.joint_count, self.chunk_length
+        # Buffers, not parameters: saved with the weights, never touched by the optimizer.
+        self.register_buffer("joint_mean", torch.zeros(n))  # [rad]
+        self.register_buffer("joint_std", torch.ones(n))  # [rad]
+        self.register_buffer("action_mean", torch.zeros(k, n))  # delta from current q [rad]
+        self.register_buffer("action_std", torch.full((k, n), UNTRAINED_ACTION_STD))  # [rad]
+
+    # -- to implement ---------------------------------------------------------------------------
+    def encode(self, images: torch.Tensor, joints_normalized: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    # -- normalization --------------------------------------------------------------------------
+    def set_normalization(
+        self,
+        joint_mean: Sequence[float] | np.ndarray | torch.Tensor,
+        joint_std: Sequence[float] | np.ndarray | torch.Tensor,
+        action_mean: Sequence[float] | np.ndarray | torch.Tensor,
+        action_std: Sequence[float] | np.ndarray | torch.Tensor,
+    ) -> None:
+        """Set the statistics from a dataset. joint_mean/std (n,) [rad] of observed joint positions;
+        action_mean/std (K, n) or (n,) [rad] of the *deltas* target[k] - q (see module docstring).
+        Standard deviations are floored at MIN_STD."""
+        n, k = self.joint_count, self.chunk_length
+
+        def as_tensor(value: Any, shape: tuple[int, ...], name: str) -> torch.Tensor:
+            tensor = torch.as_tensor(np.asarray(value, dtype=np.float32))
+            if tensor.shape == (n,) and shape == (k, n):
+                tensor = tensor.expand(k, n)
+            if tuple(tensor.shape) != shape:
+                raise ValueError(f"{name} must have shape {shape}, got {tuple(tensor.shape)}")
+            if not torch.all(torch.isfinite(tensor)):
+                raise ValueError(f"{name} contains NaN/Inf")
+            return tensor.clone()
+
+        self.joint_mean.copy_(as_tensor(joint_mean, (n,), "joint_mean"))
+        self.joint_std.copy_(as_tensor(joint_std, (n,), "joint_std").clamp_min(MIN_STD))
+        self.action_mean.copy_(as_tensor(action_mean, (k, n), "action_mean"))
+        self.action_std.copy_(as_tensor(action_std, (k, n), "action_std").clamp_min(MIN_STD))
+
+    def set_normalization_from_data(self, joint_positions: np.ndarray, target_chunks: np.ndarray) -> None:
+        """Compute and set the statistics from a dataset: joint_positions (N, n) [rad] observed,
+        target_chunks (N, K, n) absolute targets [rad] for the same samples."""
+        q = np.asarray(joint_positions, dtype=np.float64)
+        targets = np.asarray(target_chunks, dtype=np.float64)
+        expected = (q.shape[0], self.chunk_length, self.joint_count)
+        if q.ndim != 2 or q.shape[1] != self.joint_count or targets.shape != expected:
+            raise ValueError(f"need joint_positions (N, {self.joint_count}) and target_chunks {expected}, "
+                             f"got {q.shape} and {targets.shape}")
+        deltas = targets - q[:, None, :]
+        self.set_normalization(q.mean(0), q.std(0), deltas.mean(0), deltas.std(0))
+
+    def normalize_targets(self, target_chunks: torch.Tensor, joint_positions: torch.Tensor) -> torch.Tensor:
+        """Absolute targets (B, K, n) [rad] -> the normalized deltas the network regresses (B, K, n).
+        Training computes its loss between this and `forward_normalized`."""
+        deltas = target_chunks - joint_positions.unsqueeze(1)
+        return (deltas - self.action_mean) / self.action_std
+
+    # -- inference ------------------------------------------------------------------------------
+    def _check_inputs(self, images: torch.Tensor, joint_positions: torch.Tensor) -> None:
+        expected = (self.image_height, self.image_width, 3)
+        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
+            raise ValueError(f"images must be (B, {expected[0]}, {expected[1]}, 3), got {tuple(images.shape)}")
+        if images.dtype != torch.uint8:
+            raise ValueError(f"images must be uint8 RGB, got {images.dtype}")
+        if joint_positions.dim() != 2 or joint_positions.shape != (images.shape[0], self.joint_count):
+            raise ValueError(
+                f"joint_positions must be (B={images.shape[0]}, {self.joint_count}), got {tuple(joint_positions.shape)}"
+            )
+
+    def forward_normalized(self, images: torch.Tensor, joint_positions: torch.Tensor) -> torch.Tensor:
+        """images uint8 (B, H, W, 3) RGB, joint_positions (B, n) [rad] -> normalized deltas (B, K, n)."""
+        self._check_inputs(images, joint_positions)
+        x = images.permute(0, 3, 1, 2).to(self.joint_mean.dtype) * (2.0 / 255.0) - 1.0
+        q = joint_positions.to(self.joint_mean.dtype)
+        q_normalized = (q - self.joint_mean) / self.joint_std
+        out = self.encode(x, q_normalized)
+        return out.reshape(-1, self.chunk_length, self.joint_count)
+
+    def predict_deltas(self, images: torch.Tensor, joint_positions: torch.Tensor) -> torch.Tensor:
+        """Targets minus current positions (B, K, n) [rad]."""
+        return self.forward_normalized(images, joint_positions) * self.action_std + self.action_mean
+
+    def forward(self, images: torch.Tensor, joint_positions: torch.Tensor) -> torch.Tensor:
+        """images uint8 (B, H, W, 3) RGB, joint_positions (B, n) [rad] -> absolute targets (B, K, n)
+        [rad]; point k is the target for time stamp + k * dt."""
+        q = joint_positions.to(self.joint_mean.dtype)
+        return q.unsqueeze(1) + self.predict_deltas(images, q)
+
+
+ARCHITECTURES: dict[str, type[PolicyModel]] = {}
+
+
+def register_architecture(name: str) -> Callable[[type[PolicyModel]], type[PolicyModel]]:
+    """Class decorator: make an architecture buildable by name from a checkpoint."""
+
+    def decorate(cls: type[PolicyModel]) -> type[PolicyModel]:
+        if name in ARCHITECTURES and ARCHITECTURES[name] is not cls:
+            raise ValueError(f"architecture {name!r} is already registered to {ARCHITECTURES[name].__name__}")
+        ARCHITECTURES[name] = cls
+        return cls
+
+    return decorate
+
+
+def _conv_output_size(size: int, kernel: int, stride: int, padding: int) -> int:
+    return (size + 2 * padding - kernel) // stride + 1
+
+
+@register_architecture("cnn_mlp")
+class CnnMlpPolicy(PolicyModel):
+    """Small CNN image encoder (strided convs + spatial pooling) concatenated with the normalized
+    joint positions, then an MLP to K * n normalized deltas. A few ms per image on one CPU core.
+
+    hparams: channels (conv widths, each conv halves the resolution), pool_size (pooled grid side),
+    image_features (image embedding size), hidden (MLP widths).
+    """
+
+    DEFAULT_HPARAMS: dict[str, Any] = {
+        "channels": [16, 32, 32, 32],
+        "pool_size": 3,
+        "image_features": 128,
+        "hidden": [256, 256],
+    }
+
+    def __init__(self, joint_count: int, chunk_length: int, image_height: int, image_width: int,
+                 channels: Sequence[int] = (16, 32, 32, 32), pool_size: int = 3, image_features: int = 128,
+                 hidden: Sequence[int] = (256, 256)) -> None:
+        super().__init__(joint_count, chunk_length, image_height, image_width)
+        channels = [int(c) for c in channels]
+        hidden = [int(h) for h in hidden]
+        if not channels or min(channels) <= 0 or not hidden or min(hidden) <= 0:
+            raise ValueError(f"channels and hidden must be non-empty positive widths, got {channels}, {hidden}")
+        if int(pool_size) <= 0 or int(image_features) <= 0:
+            raise ValueError(f"pool_size and image_features must be positive, got {pool_size}, {image_features}")
+        self.hparams = {"channels": channels, "pool_size": int(pool_size), "image_features": int(image_features),
+                        "hidden": hidden}
+        layers: list[nn.Module] = []
+        in_channels, h, w = 3, image_height, image_width
+        for i, out_channels in enumerate(channels):
+            kernel = 5 if i == 0 else 3
+            layers += [nn.Conv2d(in_channels, out_channels, kernel, stride=2, padding=kernel // 2), nn.ReLU()]
+            in_channels = out_channels
+            h, w = _conv_output_size(h, kernel, 2, kernel // 2), _conv_output_size(w, kernel, 2, kernel // 2)
+            if h <= 0 or w <= 0:
+                raise ValueError(f"image {image_width}x{image_height} is too small for {len(channels)} convs")
+        layers += [nn.AdaptiveAvgPool2d(int(pool_size)), nn.Flatten(),
+                   nn.Linear(in_channels * int(pool_size) ** 2, int(image_features)), nn.ReLU()]
+        self.image_encoder = nn.Sequential(*layers)
+        mlp: list[nn.Module] = []
+        width = int(image_features) + joint_count
+        for size in hidden:
+            mlp += [nn.Linear(width, size), nn.ReLU()]
+            width = size
+        mlp.append(nn.Linear(width, chunk_length * joint_count))
+        self.head = nn.Sequential(*mlp)
+
+    def encode(self, images: torch.Tensor, joints_normalized: torch.Tensor) -> torch.Tensor:
+        features = self.image_encoder(images)
+        return self.head(torch.cat([features, joints_normalized], dim=1))
+
+
+def build_model(architecture: str, spec: PolicySpec, **hparams: Any) -> PolicyModel:
+    """Build an (untrained) model for `spec`'s joints, image size and chunk length.
+
+    hparams override the architecture's DEFAULT_HPARAMS; the resolved values are in model.hparams
+    (save_checkpoint records them). Raises ConfigError for an unknown architecture or bad hparams.
+    """
+    cls = ARCHITECTURES.get(architecture)
+    if cls is None:
+        raise ConfigError("policy", "architecture", architecture, f"unknown; registered: {sorted(ARCHITECTURES)}")
+    unknown = sorted(set(hparams) - set(cls.DEFAULT_HPARAMS))
+    if unknown:
+        raise ConfigError("policy", "hparams", hparams,
+                          f"unknown for {architecture}: {unknown}; known: {sorted(cls.DEFAULT_HPARAMS)}")
+    merged = {**cls.DEFAULT_HPARAMS, **hparams}
+    try:
+        return cls(spec.joint_count, spec.chunk_length, spec.image_height, spec.image_width, **merged)
+    except (TypeError, ValueError) as err:
+        raise ConfigError("policy", "hparams", merged, str(err)) from err
