@@ -362,7 +362,8 @@ def load_checkpoint(path: str | Path, device: str = "cpu", num_threads: int | No
         model.load_state_dict(state, strict=True)
     except RuntimeError as err:
         raise CheckpointError(f"{path}: weights do not fit architecture {spec.architecture!r}: {err}") from err
-    bad = [name for name, tensor in state.items() if tensor.is_floating_point() and not torch.all(torch.isfinite(tensor))]
+    bad = [name for name, tensor in state.items()
+           if tensor.is_floating_point() and not bool(torch.all(torch.isfinite(tensor)))]
     if bad:
         raise CheckpointError(f"{path}: tensors {bad} contain NaN/Inf; refusing to run them")
     model.eval().to(torch_device)

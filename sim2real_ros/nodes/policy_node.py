@@ -1,0 +1,317 @@
+"""policy_node: policy/image + joint_states -> policy/action_chunk (DESIGN.md §2, §3).
+
+Each image is paired with the joint state nearest its capture stamp, the checkpoint's policy runs
+on the pair, and the chunk is published with header.stamp = the image stamp and point k at
+time_from_start = k * dt. Inference runs in its own mutually exclusive callback group, so receiving
+never waits for it; when inference falls behind it takes the newest observation and counts the
+skipped ones ("superseded"), it never queues. Drops (stale, unpaired, superseded, malformed input)
+are counted by reason and reported with inference time and observation-to-chunk latency on
+~/diagnostics (policy_node/diagnostics) about once a second.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.node import Node
+from sensor_msgs.msg import Image, JointState
+from trajectory_msgs.msg import JointTrajectory
+
+from .. import paths
+from ..conversions import (
+    ActionChunk,
+    MessageError,
+    chunk_to_trajectory,
+    image_to_array,
+    joint_state_to_sample,
+    ns_to_stamp,
+    reorder,
+    stamp_to_ns,
+)
+from ..core.checkpoint import LoadedPolicy, load_checkpoint
+from ..core.errors import ConfigError
+from ..core.observation_pairing import (
+    NS_PER_S,
+    DropCounter,
+    DropReason,
+    ObservationPairer,
+    PairingConfig,
+    RollingStats,
+)
+from ..core.preprocess_config import PreprocessConfig
+from ..core.urdf import RobotModel
+from .common import JOINT_STATE_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS, declare, now_ns, run_node
+
+NODE_NAME = "policy_node"
+POLICY_ENCODING = "rgb8"
+# A malformed-input warning per drop reason at most this often [s]: a broken publisher at 30 Hz
+# must not flood the log, but must stay visible.
+LOG_THROTTLE_S = 5.0
+
+
+@dataclass(frozen=True)
+class PolicyNodeConfig:
+    """Validated parameters of policy_node.
+
+    checkpoint: checkpoint file path. preprocess_config: preprocessing YAML the graph runs (the
+    checkpoint must have been trained with the same). robot_description: URDF XML or path, source
+    of the graph's joint names unless `joints` is given. device: "cpu" or "cuda[:i]".
+    num_threads: torch threads (0: torch default). pairing_tolerance_s [s]: largest image/joint
+    stamp difference paired. max_observation_age_s [s]: older observations are dropped.
+    diagnostics_period_s [s]: diagnostics publishing period.
+    """
+
+    checkpoint: str
+    preprocess_config: str
+    robot_description: str
+    joints: tuple[str, ...]
+    device: str
+    num_threads: int
+    pairing_tolerance_s: float
+    max_observation_age_s: float
+    diagnostics_period_s: float
+
+    def __post_init__(self) -> None:
+        source = f"{NODE_NAME} parameter"
+        if not self.checkpoint:
+            raise ConfigError(source, "checkpoint", self.checkpoint, "must name a checkpoint file")
+        if not self.preprocess_config:
+            raise ConfigError(source, "preprocess_config", self.preprocess_config, "must name a preprocess YAML")
+        if not self.joints and not self.robot_description:
+            raise ConfigError(source, "robot_description", self.robot_description,
+                              "needed (URDF XML or path) unless 'joints' is set")
+        if len(set(self.joints)) != len(self.joints):
+            raise ConfigError(source, "joints", list(self.joints), "contains duplicate names")
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ConfigError(source, "device", self.device, "must be 'cpu' or 'cuda[:index]'")
+        if self.num_threads < 0:
+            raise ConfigError(source, "num_threads", self.num_threads, "must be >= 0 (0: torch default)")
+        if not (math.isfinite(self.pairing_tolerance_s) and self.pairing_tolerance_s >= 0):
+            raise ConfigError(source, "pairing_tolerance_s", self.pairing_tolerance_s, "must be >= 0 [s]")
+        if not (math.isfinite(self.max_observation_age_s) and self.max_observation_age_s > 0):
+            raise ConfigError(source, "max_observation_age_s", self.max_observation_age_s, "must be > 0 [s]")
+        if not (math.isfinite(self.diagnostics_period_s) and self.diagnostics_period_s > 0):
+            raise ConfigError(source, "diagnostics_period_s", self.diagnostics_period_s, "must be > 0 [s]")
+
+
+def _joint_list(value: object) -> tuple[str, ...]:
+    """The `joints` parameter: a string array, or one comma-separated string ("" = from URDF)."""
+    if isinstance(value, str):
+        return tuple(name.strip() for name in value.split(",") if name.strip())
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ConfigError(f"{NODE_NAME} parameter", "joints", value, "must be a list of joint names")
+
+
+@dataclass
+class _PendingObservation:
+    stamp_ns: int
+    image: np.ndarray
+
+
+class PolicyNode(Node):
+    """Thin shell around core.checkpoint.LoadedPolicy and core.observation_pairing."""
+
+    def __init__(self) -> None:
+        super().__init__(NODE_NAME)
+        self.config = self._read_parameters()
+        cfg = self.config
+        graph_joints = list(cfg.joints) or RobotModel.from_description(cfg.robot_description).joint_names
+        preprocess = PreprocessConfig.from_yaml(cfg.preprocess_config)
+        self.policy: LoadedPolicy = load_checkpoint(
+            cfg.checkpoint, device=cfg.device, num_threads=cfg.num_threads or None, warmup=True
+        )
+        self.policy.check_compatible(graph_joints, preprocess)
+        spec = self.policy.spec
+        self._joint_names = spec.joint_names
+        self._times_s = np.arange(spec.chunk_length, dtype=float) * spec.dt_s
+
+        self._lock = threading.Lock()
+        self._pairer = ObservationPairer(PairingConfig(
+            tolerance_ns=int(round(cfg.pairing_tolerance_s * NS_PER_S)),
+            max_age_ns=int(round(cfg.max_observation_age_s * NS_PER_S)),
+        ))
+        self._pending: _PendingObservation | None = None
+        self.drops = DropCounter()
+        self._inference_ms = RollingStats()
+        self._latency_ms = RollingStats()
+        self._images_received = 0
+        self._joint_states_received = 0
+        self._chunks_published = 0
+        self._chunks_at_last_report = 0
+        self._images_at_last_report = 0
+        self._last_log_s: dict[DropReason, float] = {}
+
+        # Receiving and inference in separate mutually exclusive groups: with the multi-threaded
+        # executor of run_node, a slow inference never delays taking in the next image.
+        receive_group = MutuallyExclusiveCallbackGroup()
+        inference_group = MutuallyExclusiveCallbackGroup()
+        self._chunk_pub = self.create_publisher(JointTrajectory, "policy/action_chunk", RELIABLE_LATEST_QOS)
+        self._diag_pub = self.create_publisher(DiagnosticArray, "~/diagnostics", LATCHED_QOS)
+        self.create_subscription(Image, "policy/image", self._on_image, RELIABLE_LATEST_QOS,
+                                 callback_group=receive_group)
+        self.create_subscription(JointState, "joint_states", self._on_joint_state, JOINT_STATE_QOS,
+                                 callback_group=receive_group)
+        self._inference_trigger = self.create_guard_condition(self._on_inference, callback_group=inference_group)
+        self.create_timer(cfg.diagnostics_period_s, self._on_diagnostics_timer, callback_group=receive_group)
+        self.get_logger().info(
+            f"policy {cfg.checkpoint} (hash {self.policy.checkpoint_hash}, {spec.architecture}) on {cfg.device}: "
+            f"{spec.image_width}x{spec.image_height} image + {len(self._joint_names)} joints -> "
+            f"{spec.chunk_length} points every {spec.dt_s} s"
+        )
+
+    # -- parameters -------------------------------------------------------------------------------
+    def _read_parameters(self) -> PolicyNodeConfig:
+        self.declare_parameter("joints", "", ParameterDescriptor(
+            description="graph joint names (string array or comma-separated); empty: movable joints of the URDF",
+            read_only=True, dynamic_typing=True))
+        return PolicyNodeConfig(
+            checkpoint=str(declare(self, "checkpoint", str(paths.default_policy_path()),
+                                   "policy checkpoint file (create one with `sim2real policy init`)")),
+            preprocess_config=str(declare(self, "preprocess_config", str(paths.config_path("preprocess.yaml")),
+                                          "preprocessing YAML the graph runs; the checkpoint must match its hash")),
+            robot_description=str(declare(self, "robot_description", str(paths.urdf_path()),
+                                          "URDF XML or file path; the graph's joint names come from it")),
+            joints=_joint_list(self.get_parameter("joints").value),
+            device=str(declare(self, "device", "cpu", "torch device: cpu or cuda[:index]")),
+            num_threads=int(declare(self, "num_threads", 1,
+                                    "torch intra-op threads (0: torch default); 1 leaves a core to the executor")),
+            pairing_tolerance_s=float(declare(self, "pairing_tolerance_s", 0.05,
+                                              "largest |image stamp - joint state stamp| paired [s]")),
+            max_observation_age_s=float(declare(self, "max_observation_age_s", 0.25,
+                                                "observations older than this on the node clock are dropped [s]")),
+            diagnostics_period_s=float(declare(self, "diagnostics_period_s", 1.0, "diagnostics period [s]")),
+        )
+
+    # -- receiving ----------------------------------------------------------------------------------
+    def _drop(self, reason: DropReason, detail: str = "") -> None:
+        """Count a drop and log it, at most once per LOG_THROTTLE_S per reason."""
+        with self._lock:
+            self.drops.add(reason)
+        now = time.monotonic()
+        if now - self._last_log_s.get(reason, -math.inf) >= LOG_THROTTLE_S:
+            self._last_log_s[reason] = now
+            self.get_logger().warning(f"dropped ({reason.value}, {self.drops[reason]} so far): {detail}")
+
+    def _on_image(self, msg: Image) -> None:
+        self._images_received += 1
+        spec = self.policy.spec
+        try:
+            if msg.encoding != POLICY_ENCODING:
+                raise MessageError(f"encoding '{msg.encoding}', policy/image must be {POLICY_ENCODING}")
+            image = image_to_array(msg)
+            if image.shape != (spec.image_height, spec.image_width, 3):
+                raise MessageError(f"image is {msg.width}x{msg.height}, the policy needs "
+                                   f"{spec.image_width}x{spec.image_height}")
+        except MessageError as err:
+            self._drop(DropReason.BAD_IMAGE, str(err))
+            return
+        with self._lock:
+            if self._pending is not None:
+                self.drops.add(DropReason.SUPERSEDED)
+            self._pending = _PendingObservation(stamp_to_ns(msg.header.stamp), image)
+        self._inference_trigger.trigger()
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        self._joint_states_received += 1
+        try:
+            sample = joint_state_to_sample(msg)
+            positions = np.array(reorder(sample, self._joint_names), dtype=float)
+        except MessageError as err:
+            self._drop(DropReason.BAD_JOINT_STATE, str(err))
+            return
+        with self._lock:
+            self._pairer.add_joint_state(sample.stamp_ns, positions)
+            waiting = self._pending is not None
+        if waiting:
+            self._inference_trigger.trigger()
+
+    # -- inference ----------------------------------------------------------------------------------
+    def _on_inference(self) -> None:
+        with self._lock:
+            observation = self._pending
+            if observation is None:
+                return
+            self._pending = None
+            pairing = self._pairer.pair(observation.stamp_ns, now_ns(self))
+            if pairing.wait:
+                self._pending = observation  # the matching joint state may still arrive
+                return
+        if pairing.drop is not None or pairing.positions is None:
+            reason = pairing.drop or DropReason.UNPAIRED
+            self._drop(reason, f"image stamped {observation.stamp_ns * 1e-9:.3f} s")
+            return
+        start = time.perf_counter()
+        try:
+            targets = self.policy.select_action(observation.image, pairing.positions)
+        except (ValueError, RuntimeError) as err:
+            self._drop(DropReason.INFERENCE_ERROR, str(err))
+            return
+        inference_ms = (time.perf_counter() - start) * 1e3
+        chunk = ActionChunk(self._joint_names, observation.stamp_ns, self._times_s, targets)
+        self._chunk_pub.publish(chunk_to_trajectory(chunk))
+        latency_ms = (now_ns(self) - observation.stamp_ns) / 1e6
+        with self._lock:  # the diagnostics timer reads these from the other thread
+            self._chunks_published += 1
+            self._inference_ms.add(inference_ms)
+            self._latency_ms.add(latency_ms)
+
+    # -- diagnostics --------------------------------------------------------------------------------
+    def _on_diagnostics_timer(self) -> None:
+        with self._lock:
+            pending = self._pending is not None
+            diagnostics = self.diagnostics()
+        if pending:
+            # Re-examine a waiting image: it may have gone stale while no joint state came.
+            self._inference_trigger.trigger()
+        self._diag_pub.publish(diagnostics)
+
+    def diagnostics(self) -> DiagnosticArray:
+        """The node's DiagnosticArray: chunks, inference time, latency, drops by reason (call with
+        the lock held; it also starts the next reporting period)."""
+        chunks = self._chunks_published - self._chunks_at_last_report
+        images = self._images_received - self._images_at_last_report
+        self._chunks_at_last_report = self._chunks_published
+        self._images_at_last_report = self._images_received
+        status = DiagnosticStatus()
+        status.name = f"{self.get_name()}: inference"
+        status.hardware_id = self.policy.checkpoint_hash
+        if images > 0 and chunks == 0:
+            status.level = DiagnosticStatus.WARN
+            status.message = f"{images} images but no chunk in the last period (see drops)"
+        else:
+            status.level = DiagnosticStatus.OK
+            status.message = f"{chunks} chunks in the last period"
+        values = {
+            "checkpoint": self.config.checkpoint,
+            "checkpoint_hash": self.policy.checkpoint_hash,
+            "device": self.config.device,
+            "images_received": self._images_received,
+            "joint_states_received": self._joint_states_received,
+            "chunks_published": self._chunks_published,
+        }
+        for prefix, stats in (("inference_ms", self._inference_ms), ("obs_to_chunk_ms", self._latency_ms)):
+            for key, value in stats.summary().items():
+                values[f"{prefix}_{key}"] = f"{value:.3f}"
+        for reason, count in self.drops.as_dict().items():
+            values[f"drops_{reason}"] = count
+        status.values = [KeyValue(key=key, value=str(value)) for key, value in values.items()]
+        array = DiagnosticArray()
+        array.header.stamp = ns_to_stamp(now_ns(self))
+        array.status = [status]
+        return array
+
+
+def main(args: list[str] | None = None) -> None:
+    sys.exit(run_node(lambda: PolicyNode(), args))
+
+
+if __name__ == "__main__":
+    main()
