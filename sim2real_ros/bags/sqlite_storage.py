@@ -1,0 +1,140 @@
+"""rosbag2 sqlite3 storage (`*.db3`), read directly with the standard library.
+
+Reading the tables ourselves (rather than through a bag library) is what makes every bag readable:
+the `topics` and `messages` tables have been the same since ROS 2 Dashing, whatever metadata.yaml
+says, and the counts come from the file itself.
+"""
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..core.errors import BagError
+from .storage import Connection, FileSummary, RawMessage, TopicStats
+
+# How the sqlite3 tables of rosbag2 look from Dashing (schema 1) to Kilted (schema 4).
+_REQUIRED_TABLES = ("topics", "messages")
+
+
+class SqliteFile:
+    """One rosbag2 `.db3` file opened read-only."""
+
+    storage = "sqlite3"
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._db = self._connect()
+        try:
+            tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.DatabaseError as err:
+            self._db.close()
+            raise BagError(f"{self.path}: not a readable rosbag2 sqlite3 file ({err})") from err
+        missing = [t for t in _REQUIRED_TABLES if t not in tables]
+        if missing:
+            self._db.close()
+            raise BagError(f"{self.path}: sqlite3 file without the rosbag2 table(s) {missing}; not a rosbag2 bag")
+        self._tables = tables
+        self._topic_by_id: dict[int, Connection] = {}
+        for topic_id, conn in self._read_topics():
+            self._topic_by_id[topic_id] = conn
+
+    def _connect(self) -> sqlite3.Connection:
+        uri = self.path.resolve().as_uri()
+        try:
+            db = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False)
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return db
+        except sqlite3.OperationalError:
+            # A hot journal left by a killed writer in a read-only folder: read the committed pages as they are.
+            db = sqlite3.connect(f"{uri}?immutable=1", uri=True, check_same_thread=False)
+        except sqlite3.DatabaseError as err:
+            raise BagError(f"{self.path}: not a readable rosbag2 sqlite3 file ({err})") from err
+        return db
+
+    def _read_topics(self) -> list[tuple[int, Connection]]:
+        columns = [row[1] for row in self._db.execute("PRAGMA table_info(topics)")]
+        wanted = ["id", "name", "type", "serialization_format", "offered_qos_profiles", "type_description_hash"]
+        present = [c for c in wanted if c in columns]
+        for needed in ("id", "name", "type"):
+            if needed not in present:
+                raise BagError(f"{self.path}: table 'topics' has no column '{needed}' (columns: {columns})")
+        definitions = self._read_definitions()
+        out = []
+        for row in self._db.execute(f"SELECT {', '.join(present)} FROM topics ORDER BY id"):  # noqa: S608 - fixed names
+            values = dict(zip(present, row, strict=True))
+            msgtype = str(values["type"])
+            msgdef, encoding = definitions.get(msgtype, ("", ""))
+            out.append((int(values["id"]), Connection(
+                topic=str(values["name"]),
+                msgtype=msgtype,
+                serialization_format=str(values.get("serialization_format") or "cdr"),
+                offered_qos_profiles=str(values.get("offered_qos_profiles") or ""),
+                msgdef=msgdef,
+                msgdef_encoding=encoding,
+                type_hash=str(values.get("type_description_hash") or ""),
+            )))
+        return out
+
+    def _read_definitions(self) -> dict[str, tuple[str, str]]:
+        """Stored message definitions (rosbag2 Iron and newer): type -> (text, encoding)."""
+        if "message_definitions" not in self._tables:
+            return {}
+        out = {}
+        for topic_type, encoding, text in self._db.execute(
+            "SELECT topic_type, encoding, encoded_message_definition FROM message_definitions"
+        ):
+            if text and encoding in ("ros2msg", "ros2idl"):
+                out[str(topic_type)] = (str(text), str(encoding))
+        return out
+
+    def ros_distro(self) -> str:
+        if "schema" not in self._tables:
+            return ""
+        try:
+            row = self._db.execute("SELECT ros_distro FROM schema ORDER BY schema_version DESC LIMIT 1").fetchone()
+        except sqlite3.DatabaseError:
+            return ""
+        return str(row[0]) if row and row[0] else ""
+
+    def summary(self) -> FileSummary:
+        result = FileSummary(path=self.path, storage=self.storage, ros_distro=self.ros_distro())
+        for conn in self._topic_by_id.values():
+            result.connections.setdefault(conn.topic, conn)
+            result.stats.setdefault(conn.topic, TopicStats())
+        try:
+            rows = self._db.execute(
+                "SELECT topic_id, COUNT(*), MIN(timestamp), MAX(timestamp) FROM messages GROUP BY topic_id"
+            ).fetchall()
+        except sqlite3.DatabaseError as err:
+            raise BagError(f"{self.path}: cannot count messages ({err})") from err
+        for topic_id, count, start, end in rows:
+            conn = self._topic_by_id.get(int(topic_id))
+            if conn is None:
+                result.problems.append(f"{self.path.name}: {count} messages of unknown topic id {topic_id} (skipped)")
+                continue
+            result.stats[conn.topic].add(int(count), int(start), int(end))
+        return result
+
+    def messages(self, topics: set[str] | None) -> Iterator[RawMessage]:
+        ids = {tid: conn.topic for tid, conn in self._topic_by_id.items() if topics is None or conn.topic in topics}
+        if not ids:
+            return
+        query = "SELECT topic_id, timestamp, data FROM messages"
+        params: tuple[int, ...] = ()
+        if topics is not None:
+            params = tuple(ids)
+            query += f" WHERE topic_id IN ({','.join('?' * len(params))})"
+        query += " ORDER BY timestamp, id"
+        try:
+            cursor = self._db.execute(query, params)
+            while rows := cursor.fetchmany(256):
+                for topic_id, timestamp, data in rows:
+                    topic = ids.get(topic_id)
+                    if topic is not None:
+                        yield int(timestamp), topic, data
+        except sqlite3.DatabaseError as err:
+            raise BagError(f"{self.path}: damaged messages table ({err})") from err
+
+    def close(self) -> None:
+        self._db.close()
