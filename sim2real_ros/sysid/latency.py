@@ -1,0 +1,467 @@
+"""Model-free actuation latency from commanded vs measured joint positions (pure numpy, no rclpy).
+
+Method, per joint:
+1. Both streams onto one uniform grid: the command held (zero-order hold: it acts from the moment
+   it is sent until replaced), the measurement linearly interpolated. Wrapped measurements
+   (encoders folding positions modulo pi or pi/2) are unwrapped when that improves the fit.
+2. Cross-correlate the derivatives (velocities) of both, each smoothed with the same Gaussian as
+   wide as the slower stream really refreshes, over lags [min_lag, max_lag]. The peak of |rho|
+   gives the sign of the joint's scale (a joint may count the other way).
+3. A sharp lobe (no wider than 1.5x the command's own autocorrelation lobe: the joint follows like a
+   pure delay) gives the latency at its peak, refined by a parabola to below one grid step. A
+   spread lobe (the joint lags or slews, so its velocity response lasts longer than the command
+   change) gives the latency at the lobe's rising half-height edge: the dead time before the
+   response starts.
+4. Fit measured ~ scale * command(t - delay) + offset by least squares (different zero and units,
+   e.g. a gear ratio) at that latency and at the pure delay that best explains the positions
+   (position_delay_s, which includes the joint's lag and slewing); the better fit is kept.
+5. Confidence = peak normalized correlation * prominence (how far the peak stands above the
+   correlation anywhere else in the lag range); 0 without excitation.
+The overall latency is the confidence-weighted mean over joints.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.ndimage import gaussian_filter1d
+
+from ..core.errors import Sim2RealError
+from .signals import (
+    JointStream,
+    choose_time_source,
+    linear,
+    median_period_s,
+    stamps_sane,
+    times_s,
+    unwrap,
+    update_period_s,
+    wrap_period,
+    zero_order_hold,
+)
+
+# A lobe wider than this many times the command's autocorrelation lobe is a spread response.
+SPREAD_LOBE_RATIO = 1.5
+# Below this R^2 the scale/offset fit is flagged as unreliable.
+POOR_FIT_R2 = 0.5
+# The grid is never finer than this [s], and never has more points than MAX_GRID_POINTS.
+MIN_GRID_STEP_S = 1e-4
+MAX_GRID_POINTS = 2_000_000
+
+
+class SysidError(Sim2RealError, ValueError):
+    """The recording cannot answer the question (too short, no overlap, joints that do not match)."""
+
+
+@dataclass(frozen=True)
+class LatencyOptions:
+    """How to estimate.
+
+    min_lag_s, max_lag_s [s]: the lag range searched (a negative lag means the measurement moves
+    before the command: clocks disagree). window_s: (start, end) [s] relative to the first sample
+    of either topic, None = open. time_source: 'auto' | 'header' | 'log'. unwrap: 'auto' | 'none' |
+    a period [rad] as text. min_excitation: the command's peak-to-peak range [rad] below which a
+    joint counts as not excited.
+    """
+
+    min_lag_s: float = -0.5
+    max_lag_s: float = 2.0
+    window_s: tuple[float | None, float | None] = (None, None)
+    time_source: str = "auto"
+    unwrap: str = "auto"
+    min_excitation: float = 1e-4
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.min_lag_s) and math.isfinite(self.max_lag_s)) or self.min_lag_s >= self.max_lag_s:
+            raise SysidError(f"lag range must satisfy min_lag_s < max_lag_s, got [{self.min_lag_s}, {self.max_lag_s}]")
+        if self.time_source not in ("auto", "header", "log"):
+            raise SysidError(f"time_source must be auto, header or log, got {self.time_source!r}")
+        if self.unwrap not in ("auto", "none"):
+            try:
+                period = float(self.unwrap)
+            except ValueError as err:
+                raise SysidError(f"unwrap must be auto, none or a period [rad], got {self.unwrap!r}") from err
+            if not period > 0:
+                raise SysidError(f"unwrap period must be > 0, got {self.unwrap!r}")
+        start, end = self.window_s
+        if start is not None and end is not None and end <= start:
+            raise SysidError(f"window end must be after its start, got {self.window_s}")
+        if not self.min_excitation >= 0:
+            raise SysidError(f"min_excitation must be >= 0, got {self.min_excitation}")
+
+
+@dataclass(frozen=True)
+class JointLatency:
+    """The estimate for one joint. latency_s/scale/uncertainty_s are None when not excited."""
+
+    name: str
+    latency_s: float | None
+    confidence: float
+    uncertainty_s: float | None
+    offset: float | None
+    scale: float | None
+    fit_r2: float | None
+    fit_delay_s: float | None
+    correlation: float
+    response: str  # 'sharp' | 'spread' | 'none'
+    response_spread_s: float | None
+    position_delay_s: float | None
+    unwrap_period: float | None
+    update_period_s: float
+    command_range: float
+    measured_range: float
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LatencyReport:
+    """The estimate for all joints plus how it was obtained (what the CLI prints as JSON)."""
+
+    latency_s: float | None
+    confidence: float
+    uncertainty_s: float | None
+    joints: tuple[JointLatency, ...]
+    time_source: str
+    time_source_reason: str
+    matched_by_index: bool
+    command_topic: str
+    state_topic: str
+    command_rate_hz: float
+    state_rate_hz: float
+    grid_step_s: float
+    window_s: tuple[float, float]
+    origin_ns: int
+    lag_range_s: tuple[float, float]
+    dropped_messages: dict[str, int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["joints"] = [asdict(j) for j in self.joints]
+        return _finite_or_none(data)
+
+
+def _finite_or_none(value: Any) -> Any:
+    """JSON has no NaN/Inf: map them to None, recursively; tuples become lists."""
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+# ----------------------------------------------------------------------------------------------
+# Correlation helpers
+def _cross_correlation(a: np.ndarray, b: np.ndarray, k_min: int, k_max: int) -> np.ndarray:
+    """r[k] = sum_t a[t] b[t+k] / (|a| |b|) for k = k_min..k_max (FFT, zero padded)."""
+    n = len(a)
+    size = 1 << int(math.ceil(math.log2(2 * n + abs(k_min) + abs(k_max) + 1)))
+    spectrum = np.conj(np.fft.rfft(a, size)) * np.fft.rfft(b, size)
+    full = np.fft.irfft(spectrum, size)
+    lags = np.arange(k_min, k_max + 1)
+    norm = math.sqrt(float(np.dot(a, a)) * float(np.dot(b, b)))
+    if norm == 0.0:
+        return np.zeros(len(lags))
+    return full[lags % size] / norm
+
+
+def _crossing(values: np.ndarray, start: int, level: float, step: int) -> tuple[float, bool]:
+    """Walk from index `start` in direction `step` until values drop below `level`; the crossing
+    position (fractional index, linear interpolation) and whether it was found inside the array."""
+    i = start
+    while 0 <= i + step < len(values):
+        j = i + step
+        if values[j] < level:
+            frac = (values[i] - level) / (values[i] - values[j])
+            return i + step * frac, True
+        i = j
+    return float(i), False
+
+
+def _descent_end(values: np.ndarray, start: int, step: int) -> int:
+    """Index where values stop decreasing, walking from `start` in direction `step`: the foot of
+    the lobe whose top is at `start`."""
+    i = start
+    while 0 <= i + step < len(values) and values[i + step] < values[i]:
+        i += step
+    return i
+
+
+def _parabolic_peak(values: np.ndarray, k: int) -> float:
+    """Sub-sample position of the maximum at index k (parabola through k-1, k, k+1)."""
+    if k <= 0 or k >= len(values) - 1:
+        return float(k)
+    left, mid, right = values[k - 1], values[k], values[k + 1]
+    denom = left - 2 * mid + right
+    if denom >= 0:
+        return float(k)
+    return k + 0.5 * (left - right) / denom
+
+
+def _fit_scale_offset(command: np.ndarray, measured: np.ndarray) -> tuple[float, float, float]:
+    """Least squares measured ~ scale * command + offset; returns (scale, offset, R^2)."""
+    design = np.column_stack([command, np.ones_like(command)])
+    (scale, offset), *_ = np.linalg.lstsq(design, measured, rcond=None)
+    residual = measured - (scale * command + offset)
+    total = float(np.sum((measured - measured.mean()) ** 2))
+    r2 = 1.0 - float(np.sum(residual**2)) / total if total > 0 else 0.0
+    return float(scale), float(offset), r2
+
+
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Grid:
+    t: np.ndarray  # (N,) [s] relative to origin
+    step_s: float
+    k_min: int
+    k_max: int
+
+    def lag_s(self, k: float) -> float:
+        return (self.k_min + k) * self.step_s
+
+
+def _position_delay(grid: _Grid, c: np.ndarray, m: np.ndarray) -> float:
+    """The pure delay [s] at which the positions correlate best (|rho|, parabola refined)."""
+    r = np.abs(_cross_correlation(c - c.mean(), m - m.mean(), grid.k_min, grid.k_max))
+    return grid.lag_s(_parabolic_peak(r, int(np.argmax(r))))
+
+
+def _fit_at(grid: _Grid, tc: np.ndarray, xc: np.ndarray, m: np.ndarray, delay_s: float) -> tuple[float, float, float]:
+    """scale, offset, R^2 of measured ~ scale * command(t - delay) + offset, over grid points where
+    the delayed command is known."""
+    query = grid.t - delay_s
+    valid = query >= tc[0]
+    if valid.sum() < 3:
+        return math.nan, math.nan, math.nan
+    return _fit_scale_offset(zero_order_hold(tc, xc, query[valid]), m[valid])
+
+
+def _estimate_joint(
+    name: str, grid: _Grid, tc: np.ndarray, xc: np.ndarray, tm: np.ndarray, xm: np.ndarray, command_period_s: float,
+    options: LatencyOptions,
+) -> JointLatency:
+    notes: list[str] = []
+    c = zero_order_hold(tc, xc, grid.t)
+    command_range = float(np.ptp(c))
+    update_s = update_period_s(tm, xm)
+
+    unwrap_period: float | None = None
+    if options.unwrap == "auto":
+        unwrap_period = wrap_period(xm)
+    elif options.unwrap != "none":
+        unwrap_period = float(options.unwrap)
+    if unwrap_period is not None:
+        xm = unwrap(xm, unwrap_period)
+        notes.append(f"measured position wraps every {unwrap_period:.4f} rad; unwrapped")
+    m = linear(tm, xm, grid.t)
+    measured_range = float(np.ptp(m))
+
+    def unexcited(why: str) -> JointLatency:
+        notes.append(why)
+        offset = float(np.mean(m)) if command_range == 0 else None
+        return JointLatency(
+            name, None, 0.0, None, offset, None, None, None, 0.0, "none", None, None, unwrap_period, update_s,
+            command_range, measured_range, tuple(notes),
+        )
+
+    if command_range < options.min_excitation:
+        return unexcited(f"no excitation: command range {command_range:.3g} < {options.min_excitation:g}")
+    if measured_range == 0.0:
+        return unexcited("the measurement never changes: the joint did not respond")
+
+    # Velocities, smoothed as wide as the slower stream really refreshes (sample-and-hold servos
+    # refresh each joint far slower than the topic rate; anything finer is aliasing).
+    sigma_s = max(command_period_s, update_s, grid.step_s)
+    sigma = sigma_s / grid.step_s
+    dc = gaussian_filter1d(np.gradient(c, grid.step_s), sigma, mode="nearest")
+    dm = gaussian_filter1d(np.gradient(m, grid.step_s), sigma, mode="nearest")
+    dc -= dc.mean()
+    dm -= dm.mean()
+    r = _cross_correlation(dc, dm, grid.k_min, grid.k_max)
+    k_peak = int(np.argmax(np.abs(r)))
+    sign = 1.0 if r[k_peak] >= 0 else -1.0
+    rs = sign * r
+    peak = float(rs[k_peak])
+    if peak <= 0:
+        return unexcited("command and measurement do not correlate")
+
+    # Lobe of the command's own velocity autocorrelation: the shape a pure delay would give.
+    half_ref_samples = max(1, int(4 * sigma) + 2)
+    auto = _cross_correlation(dc, dc, 0, min(len(dc) - 1, int(10 * half_ref_samples)))
+    ref_half, _ = _crossing(auto, 0, 0.5 * float(auto[0]), +1)
+    # Before the response the correlation sits at a baseline: ~0 when the joint was at rest
+    # before each command change, negative when it was still moving the other way (a slewing joint
+    # that never settles). The response's edge is half way from that baseline to the peak.
+    baseline = min(0.0, float(rs[: k_peak + 1].min()))
+    level = 0.5 * (peak + baseline)
+    left, left_found = _crossing(rs, k_peak, level, -1)
+    right, right_found = _crossing(rs, k_peak, 0.5 * peak, +1)
+    if not left_found:
+        notes.append("the correlation peak reaches the low end of the lag range: widen --min-lag")
+    if not right_found:
+        notes.append("the response lasts past the high end of the lag range")
+    # A lobe cut by the end of the lag range is taken as symmetric about its peak.
+    width = right - left if right_found else 2 * (k_peak - left)
+    spread = width > SPREAD_LOBE_RATIO * 2 * ref_half
+    if spread:
+        k_latency = left
+        notes.append("the joint lags or slews: latency is the dead time before its response starts")
+    else:
+        k_latency = _parabolic_peak(rs, k_peak)
+    latency_s = grid.lag_s(k_latency)
+
+    # Confidence: correlation strength times prominence of the lobe over everything else.
+    lobe = np.zeros(len(rs), bool)
+    lobe[_descent_end(rs, k_peak, -1): _descent_end(rs, k_peak, +1) + 1] = True
+    outside = rs[~lobe]
+    duration_s = grid.t[-1] - grid.t[0]
+    floor_noise = 1.0 / math.sqrt(max(1.0, duration_s / (2 * sigma_s)))
+    noise = max(float(np.std(np.abs(r[~lobe]))) if len(outside) > 3 else 0.0, floor_noise * (1 - min(peak, 1.0)))
+    competitor = max(float(outside.max()) if len(outside) else 0.0, noise)
+    prominence = (peak - competitor) / (peak - baseline)
+    confidence = float(np.clip(peak, 0, 1) * np.clip(prominence, 0, 1))
+
+    # Uncertainty: correlation noise over the lobe's slope, plus the timing lost to the refresh
+    # periods (each sample is known only to within its period).
+    slope = (peak - level) / max((k_peak - left) * grid.step_s, grid.step_s)
+    uncertainty = math.sqrt((noise / slope) ** 2 + (max(command_period_s, update_s) ** 2 + grid.step_s**2) / 12)
+
+    # Units and zero: fit at the latency, and at the position delay (for a lagging or slewing
+    # joint the positions line up there); keep the better fit.
+    position_delay = _position_delay(grid, c, m)
+    fits = [(*_fit_at(grid, tc, xc, m, delay), delay) for delay in (latency_s, position_delay)]
+    scale, offset, r2, fit_delay = max(fits, key=lambda f: f[2] if math.isfinite(f[2]) else -math.inf)
+    if sign < 0:
+        notes.append("measured moves against the command (negative correlation)")
+    if not r2 >= POOR_FIT_R2:
+        notes.append(
+            f"a delayed, scaled command explains the positions poorly (R^2 {r2:.2f}): the joint does not reach its "
+            "targets within a command period, so scale and offset are unreliable"
+        )
+    return JointLatency(
+        name, latency_s, confidence, uncertainty, offset, scale, r2, fit_delay, float(sign * peak),
+        "spread" if spread else "sharp", max(0.0, (width - 2 * ref_half) * grid.step_s), position_delay,
+        unwrap_period, update_s, command_range, measured_range, tuple(notes),
+    )
+
+
+def match_joints(command: JointStream, state: JointStream) -> tuple[list[str], list[int], list[int], bool, list[str]]:
+    """Pair command and state columns: by name when both carry names, else by index.
+
+    Returns (names, command columns, state columns, matched_by_index, notes).
+    """
+    if command.names and state.names:
+        index = {n: i for i, n in enumerate(state.names)}
+        common = [n for n in command.names if n in index]
+        if not common:
+            raise SysidError(
+                f"no joint names in common: {command.topic} has {list(command.names)}, "
+                f"{state.topic} has {list(state.names)}"
+            )
+        notes = []
+        missing = [n for n in command.names if n not in index]
+        if missing:
+            notes.append(f"joints {missing} of {command.topic} are not in {state.topic}; skipped")
+        return common, [command.names.index(n) for n in common], [index[n] for n in common], False, notes
+    n = min(command.n_joints, state.n_joints)
+    names = list(command.names or state.names or tuple(f"joint_{i}" for i in range(n)))[:n]
+    notes = [f"{command.topic if not command.names else state.topic} has no joint names: joints matched by index"]
+    if command.n_joints != state.n_joints:
+        notes.append(f"{command.topic} has {command.n_joints} joints, {state.topic} {state.n_joints}: first {n} used")
+    return names, list(range(n)), list(range(n)), True, notes
+
+
+def estimate_latency(command: JointStream, state: JointStream, options: LatencyOptions | None = None) -> LatencyReport:
+    """Actuation latency per joint and overall from a command stream and a measured state stream."""
+    options = options or LatencyOptions()
+    for stream in (command, state):
+        if len(stream) < 10:
+            raise SysidError(f"{stream.topic}: {len(stream)} usable messages, need at least 10")
+    if options.time_source == "auto":
+        source, reason = choose_time_source(command, state)
+    elif options.time_source == "header":
+        for stream in (command, state):
+            if stream.stamp_ns is None:
+                raise SysidError(f"time_source 'header' asked for, but {stamps_sane(stream)[1]}")
+        source, reason = "header", "asked for"
+    else:
+        source, reason = "log", "asked for"
+    base = [s.stamp_ns if source == "header" else s.log_ns for s in (command, state)]
+    origin_ns = int(min(int(b[0]) for b in base))
+    tc, tm = times_s(command, source, origin_ns), times_s(state, source, origin_ns)
+    start, end = max(tc[0], tm[0]), min(tc[-1], tm[-1])
+    if options.window_s[0] is not None:
+        start = max(start, options.window_s[0])
+    if options.window_s[1] is not None:
+        end = min(end, options.window_s[1])
+    if end - start < 1.0:
+        raise SysidError(
+            f"{command.topic} and {state.topic} overlap for {max(0.0, end - start):.3f} s in the window; need >= 1 s"
+        )
+    command_period, state_period = median_period_s(tc), median_period_s(tm)
+    step = max(min(command_period, state_period) / 2, MIN_GRID_STEP_S, (end - start) / MAX_GRID_POINTS)
+    t = np.arange(start, end, step)
+    grid = _Grid(t, step, int(math.floor(options.min_lag_s / step)), int(math.ceil(options.max_lag_s / step)))
+
+    names, command_cols, state_cols, by_index, notes = match_joints(command, state)
+    in_window = (tm >= start - state_period) & (tm <= end + state_period)
+    joints = []
+    for name, ci, si in zip(names, command_cols, state_cols, strict=True):
+        joints.append(
+            _estimate_joint(
+                name, grid, tc, command.positions[:, ci], tm[in_window], state.positions[in_window, si],
+                command_period, options,
+            )
+        )
+    usable = [j for j in joints if j.latency_s is not None and j.confidence > 0]
+    if usable:
+        weights = np.array([j.confidence for j in usable])
+        latencies = np.array([j.latency_s for j in usable])
+        overall = float(np.dot(weights, latencies) / weights.sum())
+        confidence = float(np.dot(weights, weights) / weights.sum())
+        spread = float(np.sqrt(np.dot(weights, (latencies - overall) ** 2) / weights.sum()))
+        combined = float(np.sqrt(np.dot(weights**2, np.array([j.uncertainty_s for j in usable]) ** 2))) / weights.sum()
+        uncertainty: float | None = math.hypot(combined, spread)
+    else:
+        overall, confidence, uncertainty = None, 0.0, None
+        notes.append("no joint was excited: the commands never changed enough to measure a latency")
+    dropped = {s.topic: s.dropped for s in (command, state) if s.dropped}
+    return LatencyReport(
+        overall, confidence, uncertainty, tuple(joints), source, reason, by_index, command.topic, state.topic,
+        1.0 / command_period, 1.0 / state_period, step, (float(start), float(end)), origin_ns,
+        (grid.lag_s(0), grid.lag_s(grid.k_max - grid.k_min)), dropped, tuple(notes),
+    )
+
+
+def format_report(report: LatencyReport) -> str:
+    """Human-readable table of a LatencyReport."""
+
+    def fmt(value: float | None, spec: str) -> str:
+        return "-" if value is None or not math.isfinite(value) else format(value, spec)
+
+    lines = [
+        f"actuation latency {fmt(report.latency_s, '.3f')} s (+/- {fmt(report.uncertainty_s, '.3f')} s), "
+        f"confidence {report.confidence:.2f}",
+        f"{report.command_topic} ({report.command_rate_hz:.1f} Hz) -> {report.state_topic} "
+        f"({report.state_rate_hz:.1f} Hz); time source: {report.time_source} ({report.time_source_reason}); "
+        f"window {report.window_s[0]:.2f}..{report.window_s[1]:.2f} s",
+        f"{'joint':<12} {'latency[s]':>10} {'+/-[s]':>8} {'conf':>5} {'scale':>8} {'offset':>9} {'R^2':>6} "
+        f"{'pos.delay[s]':>12} {'response':>8}",
+    ]
+    for j in report.joints:
+        lines.append(
+            f"{j.name:<12} {fmt(j.latency_s, '10.3f')} {fmt(j.uncertainty_s, '8.3f')} {j.confidence:5.2f} "
+            f"{fmt(j.scale, '8.4f')} {fmt(j.offset, '9.4f')} {fmt(j.fit_r2, '6.3f')} "
+            f"{fmt(j.position_delay_s, '12.3f')} {j.response:>8}"
+        )
+        lines.extend(f"    - {note}" for note in j.notes)
+    lines.extend(f"note: {note}" for note in report.notes)
+    if report.dropped_messages:
+        lines.append(f"dropped malformed messages: {report.dropped_messages}")
+    return "\n".join(lines)
