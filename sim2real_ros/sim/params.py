@@ -1,0 +1,402 @@
+"""Sim parameters (config/sim_params.yaml): dynamics, actuator model, task, camera, randomization.
+
+The version of a parameter set is `content_hash` of the YAML mapping exactly as `yaml.safe_load`
+returns it: checkpoints record it, and system identification writes a new file (so a new version).
+Every field is validated here; a missing or invalid one raises ConfigError naming the file, the
+field (dotted path) and the value.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from ..core.errors import ConfigError
+from ..core.hashing import content_hash
+from ..paths import config_path
+
+DEFAULT_FILE = "sim_params.yaml"
+
+
+@dataclass(frozen=True)
+class JointValues:
+    """A per-joint quantity: one default plus optional values by joint name.
+
+    Names the loaded robot lacks are ignored, so one YAML serves several URDFs.
+    """
+
+    default: float
+    by_name: tuple[tuple[str, float], ...] = ()
+
+    def resolve(self, names: Sequence[str]) -> np.ndarray:
+        """Values (n,) in the order of `names`."""
+        table = dict(self.by_name)
+        return np.array([table.get(n, self.default) for n in names], dtype=float)
+
+    def to_yaml(self) -> float | dict[str, float]:
+        if not self.by_name:
+            return self.default
+        return {"default": self.default, **dict(self.by_name)}
+
+
+@dataclass(frozen=True)
+class PhysicsParams:
+    """dt_s: physics step [s]; gravity (3,) [m/s^2]; solver_iterations of the constraint solver."""
+
+    dt_s: float
+    gravity: tuple[float, float, float]
+    solver_iterations: int
+
+
+@dataclass(frozen=True)
+class RateParams:
+    """Default publishing rates of the sim node [Hz]."""
+
+    joint_states_hz: float
+    camera_hz: float
+    clock_hz: float
+
+
+@dataclass(frozen=True)
+class RobotParams:
+    """ee_link: tool point link; home_pose: joint name -> position [rad or m] at episode start."""
+
+    ee_link: str
+    home_pose: tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True)
+class ActuatorParams:
+    """The actuator model every command goes through (all in sim time):
+
+    actuation_latency_s [s]: delay from command receipt to the PD loop;
+    kp [N*m/rad], kd [N*m*s/rad]: PD position loop; effort_limit [N*m]: may only tighten the URDF's;
+    gravity_compensation: fraction of the gravity torque fed forward (0 = none, 1 = perfect model);
+    damping [N*m*s/rad]: viscous joint damping; friction [N*m]: Coulomb joint friction.
+    """
+
+    actuation_latency_s: float
+    kp: JointValues
+    kd: JointValues
+    effort_limit: JointValues | None
+    gravity_compensation: float
+    damping: JointValues
+    friction: JointValues
+
+
+@dataclass(frozen=True)
+class TaskParams:
+    """The reach task: success radius [m], timeout [s] (sim time), target sphere and sampling box [m]."""
+
+    name: str
+    success_radius_m: float
+    timeout_s: float
+    target_radius_m: float
+    target_rgba: tuple[float, float, float, float]
+    target_region: tuple[tuple[float, float], tuple[float, float], tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class TableParams:
+    """Box table whose top surface is at z = 0: size (x, y, z) [m], center_xy [m], color."""
+
+    size: tuple[float, float, float]
+    center_xy: tuple[float, float]
+    rgba: tuple[float, float, float, float]
+
+
+@dataclass(frozen=True)
+class CameraParams:
+    """calibration_file: ROS camera_calibration YAML (relative paths are relative to config/);
+    link: URDF camera link (optical frame); fallback_position / fallback_look_at [m]: the camera pose
+    when the URDF has no such link; near_m / far_m [m]: render clipping planes."""
+
+    calibration_file: str
+    link: str
+    fallback_position: tuple[float, float, float]
+    fallback_look_at: tuple[float, float, float]
+    near_m: float
+    far_m: float
+
+    def calibration_path(self) -> Path:
+        path = Path(self.calibration_file)
+        return path if path.is_absolute() else config_path(self.calibration_file)
+
+
+@dataclass(frozen=True)
+class LightingParams:
+    """direction (3,): toward the light (world); intensity: diffuse scale; ambient coefficient."""
+
+    direction: tuple[float, float, float]
+    intensity: float
+    ambient: float
+    shadow: bool
+
+
+@dataclass(frozen=True)
+class RandomizationParams:
+    """Ranges [low, high] sampled uniformly per episode (scales multiply the nominal values), and
+    jitter magnitudes (uniform in [-j, j] per axis)."""
+
+    mass_scale: tuple[float, float]
+    damping_scale: tuple[float, float]
+    friction_scale: tuple[float, float]
+    kp_scale: tuple[float, float]
+    kd_scale: tuple[float, float]
+    actuation_latency_s: tuple[float, float]
+    gravity_z: tuple[float, float]
+    light_direction_jitter_rad: float
+    light_intensity: tuple[float, float]
+    camera_position_jitter_m: float
+    camera_rotation_jitter_rad: float
+    target_rgb_jitter: float
+    noise_std: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class SimParams:
+    """Everything in config/sim_params.yaml, validated. `version` is the content hash of the raw YAML
+    mapping; `source` the file it came from. `artifacts` is the mapping given to
+    core.camera_artifacts.ArtifactConfig.from_dict."""
+
+    physics: PhysicsParams
+    rates: RateParams
+    robot: RobotParams
+    actuator: ActuatorParams
+    task: TaskParams
+    table: TableParams
+    camera: CameraParams
+    lighting: LightingParams
+    artifacts: dict[str, Any]
+    randomization: RandomizationParams
+    version: str
+    source: str
+    raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    # Shortcuts for the names the rest of the stack uses.
+    @property
+    def physics_dt(self) -> float:
+        """Physics step [s]."""
+        return self.physics.dt_s
+
+    @property
+    def actuation_latency_s(self) -> float:
+        return self.actuator.actuation_latency_s
+
+    def home_pose(self, names: Sequence[str]) -> dict[str, float]:
+        """Home positions by joint name for the joints in `names` that the file lists."""
+        table = dict(self.robot.home_pose)
+        return {n: table[n] for n in names if n in table}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The YAML mapping these parameters came from (hashes to `version`)."""
+        return dict(self.raw)
+
+
+# ----------------------------------------------------------------------------------------------
+class _Reader:
+    """Field access with errors that name the file, the dotted field and the value."""
+
+    def __init__(self, data: Any, source: str) -> None:
+        if not isinstance(data, Mapping):
+            raise ConfigError(source, "<file>", data, "expected a YAML mapping")
+        self.data = data
+        self.source = source
+
+    def error(self, path: str, value: Any, problem: str) -> ConfigError:
+        return ConfigError(self.source, path, value, problem)
+
+    def get(self, path: str, default: Any = ...) -> Any:
+        node: Any = self.data
+        walked = []
+        for key in path.split("."):
+            walked.append(key)
+            if not isinstance(node, Mapping) or key not in node:
+                if default is not ...:
+                    return default
+                if not isinstance(node, Mapping):
+                    raise self.error(".".join(walked[:-1]), node, "expected a mapping")
+                raise self.error(path, None, "missing")
+            node = node[key]
+        return node
+
+    def number(self, path: str, low: float | None = None, high: float | None = None, *,
+               strict_low: bool = False, default: Any = ...) -> float:
+        value = self.get(path, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise self.error(path, value, "must be a finite number")
+        if low is not None and (value <= low if strict_low else value < low):
+            raise self.error(path, value, f"must be {'>' if strict_low else '>='} {low}")
+        if high is not None and value > high:
+            raise self.error(path, value, f"must be <= {high}")
+        return float(value)
+
+    def integer(self, path: str, low: int) -> int:
+        value = self.get(path)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise self.error(path, value, f"must be an integer >= {low}")
+        return int(value)
+
+    def text(self, path: str) -> str:
+        value = self.get(path)
+        if not isinstance(value, str) or not value:
+            raise self.error(path, value, "must be a non-empty string")
+        return value
+
+    def boolean(self, path: str, default: Any = ...) -> bool:
+        value = self.get(path, default)
+        if not isinstance(value, bool):
+            raise self.error(path, value, "must be true or false")
+        return value
+
+    def vector(self, path: str, length: int, low: float | None = None, high: float | None = None) -> tuple:
+        value = self.get(path)
+        if (not isinstance(value, Sequence) or isinstance(value, str) or len(value) != length
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                           for v in value)):
+            raise self.error(path, value, f"must be a list of {length} finite numbers")
+        if low is not None and min(value) < low or high is not None and max(value) > high:
+            raise self.error(path, value, f"values must lie in [{low}, {high}]")
+        return tuple(float(v) for v in value)
+
+    def interval(self, path: str, low: float | None = None, high: float | None = None) -> tuple[float, float]:
+        lo, hi = self.vector(path, 2, low, high)
+        if lo > hi:
+            raise self.error(path, [lo, hi], "must be [low, high] with low <= high")
+        return lo, hi
+
+    def per_joint(self, path: str, low: float, *, strict_low: bool = False, default: Any = ...) -> JointValues | None:
+        value = self.get(path, default)
+        if value is None:
+            return None
+
+        def check(where: str, v: Any) -> float:
+            bad = isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+            if bad or (v <= low if strict_low else v < low):
+                raise self.error(where, v, f"must be a finite number {'>' if strict_low else '>='} {low}")
+            return float(v)
+
+        if isinstance(value, Mapping):
+            entries = {str(k): check(f"{path}.{k}", v) for k, v in value.items()}
+            fallback = entries.pop("default", math.inf if path.endswith("effort_limit") else None)
+            if fallback is None:
+                raise self.error(f"{path}.default", None, "missing (needed for joints not listed)")
+            return JointValues(fallback, tuple(sorted(entries.items())))
+        return JointValues(check(path, value))
+
+
+def sim_params_from_dict(data: dict, source: str) -> SimParams:
+    """Validate a sim params mapping (as yaml.safe_load returns it); ConfigError on bad fields."""
+    r = _Reader(data, source)
+    physics = PhysicsParams(
+        dt_s=r.number("physics.dt_s", 1e-5, 0.02),
+        gravity=r.vector("physics.gravity", 3),
+        solver_iterations=r.integer("physics.solver_iterations", 1),
+    )
+    rates = RateParams(
+        joint_states_hz=r.number("rates.joint_states_hz", 0.0, strict_low=True),
+        camera_hz=r.number("rates.camera_hz", 0.0, strict_low=True),
+        clock_hz=r.number("rates.clock_hz", 0.0, strict_low=True),
+    )
+    home = r.get("robot.home_pose")
+    if not isinstance(home, Mapping):
+        raise r.error("robot.home_pose", home, "must be a mapping {joint name: position}")
+    robot = RobotParams(
+        ee_link=r.text("robot.ee_link"),
+        home_pose=tuple(sorted((str(k), r.number(f"robot.home_pose.{k}")) for k in home)),
+    )
+    actuator = ActuatorParams(
+        actuation_latency_s=r.number("actuator.actuation_latency_s", 0.0, 5.0),
+        kp=r.per_joint("actuator.kp", 0.0, strict_low=True),
+        kd=r.per_joint("actuator.kd", 0.0),
+        effort_limit=r.per_joint("actuator.effort_limit", 0.0, strict_low=True, default=None) or None,
+        gravity_compensation=r.number("actuator.gravity_compensation", 0.0, 1.0),
+        damping=r.per_joint("actuator.damping", 0.0),
+        friction=r.per_joint("actuator.friction", 0.0),
+    )
+    if actuator.effort_limit is not None and not actuator.effort_limit.by_name \
+            and math.isinf(actuator.effort_limit.default):
+        actuator = replace(actuator, effort_limit=None)
+    task_name = r.text("task.name")
+    if task_name != "reach":
+        raise r.error("task.name", task_name, "unknown task (known: reach)")
+    task = TaskParams(
+        name=task_name,
+        success_radius_m=r.number("task.success_radius_m", 0.0, strict_low=True),
+        timeout_s=r.number("task.timeout_s", 0.0, strict_low=True),
+        target_radius_m=r.number("task.target_radius_m", 0.0, strict_low=True),
+        target_rgba=r.vector("task.target_rgba", 4, 0.0, 1.0),
+        target_region=(r.interval("task.target_region.x"), r.interval("task.target_region.y"),
+                       r.interval("task.target_region.z")),
+    )
+    table = TableParams(
+        size=r.vector("table.size", 3, 1e-3),
+        center_xy=r.vector("table.center_xy", 2),
+        rgba=r.vector("table.rgba", 4, 0.0, 1.0),
+    )
+    camera = CameraParams(
+        calibration_file=r.text("camera.calibration_file"),
+        link=r.text("camera.link"),
+        fallback_position=r.vector("camera.fallback_position", 3),
+        fallback_look_at=r.vector("camera.fallback_look_at", 3),
+        near_m=r.number("camera.near_m", 0.0, strict_low=True),
+        far_m=r.number("camera.far_m", 0.0, strict_low=True),
+    )
+    if camera.far_m <= camera.near_m:
+        raise r.error("camera.far_m", camera.far_m, f"must be > camera.near_m = {camera.near_m}")
+    if np.allclose(camera.fallback_position, camera.fallback_look_at):
+        raise r.error("camera.fallback_look_at", list(camera.fallback_look_at), "must differ from fallback_position")
+    lighting = LightingParams(
+        direction=r.vector("lighting.direction", 3),
+        intensity=r.number("lighting.intensity", 0.0),
+        ambient=r.number("lighting.ambient", 0.0, 1.0),
+        shadow=r.boolean("lighting.shadow", False),
+    )
+    if np.linalg.norm(lighting.direction) == 0:
+        raise r.error("lighting.direction", list(lighting.direction), "must not be the zero vector")
+    artifacts = r.get("artifacts")
+    if not isinstance(artifacts, Mapping):
+        raise r.error("artifacts", artifacts, "must be a mapping (core.camera_artifacts.ArtifactConfig fields)")
+    rand = RandomizationParams(
+        mass_scale=r.interval("randomization.mass_scale", 1e-3),
+        damping_scale=r.interval("randomization.damping_scale", 0.0),
+        friction_scale=r.interval("randomization.friction_scale", 0.0),
+        kp_scale=r.interval("randomization.kp_scale", 1e-3),
+        kd_scale=r.interval("randomization.kd_scale", 0.0),
+        actuation_latency_s=r.interval("randomization.actuation_latency_s", 0.0, 5.0),
+        gravity_z=r.interval("randomization.gravity_z"),
+        light_direction_jitter_rad=r.number("randomization.light_direction_jitter_rad", 0.0, math.pi),
+        light_intensity=r.interval("randomization.light_intensity", 0.0),
+        camera_position_jitter_m=r.number("randomization.camera_position_jitter_m", 0.0, 1.0),
+        camera_rotation_jitter_rad=r.number("randomization.camera_rotation_jitter_rad", 0.0, 1.0),
+        target_rgb_jitter=r.number("randomization.target_rgb_jitter", 0.0, 1.0),
+        noise_std=r.interval("randomization.noise_std", 0.0, 255.0),
+    )
+    return SimParams(
+        physics=physics, rates=rates, robot=robot, actuator=actuator, task=task, table=table,
+        camera=camera, lighting=lighting, artifacts=dict(artifacts), randomization=rand,
+        version=content_hash(data), source=source, raw=dict(data),
+    )
+
+
+def load_sim_params(path: str | Path | None = None) -> SimParams:
+    """Read and validate a sim params YAML (default config/sim_params.yaml)."""
+    path = Path(path) if path else config_path(DEFAULT_FILE)
+    source = str(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise ConfigError(source, "<file>", None, f"cannot read sim params: {err}") from err
+    except yaml.YAMLError as err:
+        raise ConfigError(source, "<file>", None, f"not valid YAML: {err}") from err
+    return sim_params_from_dict(data, source)
+
+
+def params_summary(params: SimParams) -> dict[str, Any]:
+    """A flat, loggable summary (for start-up logs and diagnostics)."""
+    return {"version": params.version, "source": params.source, "physics": asdict(params.physics)}

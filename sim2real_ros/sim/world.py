@@ -1,0 +1,401 @@
+"""The PyBullet world: robot, table, task, actuator model, camera (no rclpy).
+
+Time is sim time in integer nanoseconds (`time_ns`), advanced only by `step`. Commands enter a
+latency queue at the current sim time; each physics step the PD loop torque is computed here in
+Python and applied with TORQUE_CONTROL (PyBullet's velocity motors are reused, with target velocity
+0 and max force = Coulomb friction, as the joints' dry friction), so every dynamics parameter has a
+physical meaning that system identification can fit.
+"""
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pybullet
+from pybullet_utils import bullet_client
+
+from ..core.camera_artifacts import ArtifactConfig, apply_artifacts
+from ..core.camera_model import CameraModel, load_calibration_yaml
+from ..core.errors import ConfigError, UrdfError
+from ..core.urdf import RobotModel
+from .actuation import LatencyQueue, pd_torque
+from .params import SimParams
+from .randomization import EpisodeRandomization, sample_episode
+from .rendering import gl_list, look_at_rotation, projection_matrix, view_matrix
+from .tasks import Task, make_task
+
+NS_PER_S = 1_000_000_000
+DYNAMICS_KEYS = ("kp", "kd", "damping", "friction", "effort_limit", "actuation_latency_s", "gravity_compensation")
+
+
+def episode_seed(base_seed: int, episode: int) -> int:
+    """The seed of episode `episode` of a run seeded with `base_seed` (reset(seed=...) replays it)."""
+    return int(np.random.SeedSequence([int(base_seed), int(episode)]).generate_state(1)[0])
+
+
+class SimWorld:
+    """One PyBullet physics client with the robot on a table, a task, and a calibrated camera.
+
+    joint_names: the commanded joints (set_command order; default all movable URDF joints).
+    all_joint_names: every movable URDF joint in URDF order (what joint_states reports).
+    lower, upper [rad]: position limits of joint_names from the URDF.
+    """
+
+    def __init__(self, params: SimParams, robot_description: str, seed: int = 0, render: bool = True,
+                 joints: list[str] | None = None, ee_link: str | None = None, camera: CameraModel | None = None,
+                 randomize: bool = False, task: Task | None = None) -> None:
+        self.params = params
+        self.model = RobotModel.from_description(robot_description)
+        self.all_joint_names = self.model.joint_names
+        self.joint_names = list(joints) if joints else list(self.all_joint_names)
+        unknown = [n for n in self.joint_names if n not in self.all_joint_names]
+        if unknown or len(set(self.joint_names)) != len(self.joint_names):
+            raise ConfigError("joints", "joints", self.joint_names,
+                              f"must be distinct movable joints of {self.model.source} ({self.all_joint_names})")
+        limits = self.model.limits_arrays(self.all_joint_names)
+        self._cmd_pos = np.array([self.all_joint_names.index(n) for n in self.joint_names])
+        self.lower, self.upper = limits["lower"][self._cmd_pos], limits["upper"][self._cmd_pos]
+        self.velocity_limits = limits["velocity"][self._cmd_pos]
+        self._urdf_effort = limits["effort"]
+        self.ee_link = ee_link or params.robot.ee_link
+        links = [self._root_link_name()] + self.model.link_names()
+        if self.ee_link not in links:
+            raise ConfigError("ee_link", "ee_link", self.ee_link,
+                              f"no such link in {self.model.source} (links: {links})")
+        self.camera = camera or load_calibration_yaml(params.camera.calibration_path())
+        self.artifacts = ArtifactConfig.from_dict(params.artifacts, f"{params.source} artifacts")
+        self.render_enabled = render
+
+        self.client = bullet_client.BulletClient(connection_mode=pybullet.DIRECT)
+        self._tmp: tempfile.TemporaryDirectory | None = None
+        self.client.setTimeStep(params.physics.dt_s)
+        self.client.setPhysicsEngineParameter(numSolverIterations=params.physics.solver_iterations)
+        self.robot = self.client.loadURDF(self._urdf_file(robot_description), useFixedBase=True,
+                                          flags=pybullet.URDF_USE_INERTIA_FROM_FILE)
+        self._index_bodies()
+        self._build_table()
+        self.task = task or make_task(params.task)
+        self.task.build(self)
+
+        self.dt_ns = int(round(params.physics.dt_s * NS_PER_S))
+        self.time_ns = 0
+        self.base_seed = int(seed)
+        self.episode_index = -1
+        self.episode_start_ns = 0
+        self.episode_seed = 0
+        self._outcome: dict[str, Any] | None = None
+        self._overrides: dict[str, np.ndarray | float] = {}
+        self._home_all = self._home_pose()
+        self._queue = LatencyQueue(self._home_all[self._cmd_pos])
+        self._last_effort = np.zeros(len(self.all_joint_names))
+        self._image_rng = np.random.default_rng(seed)
+        self.randomization: EpisodeRandomization
+        self.reset(randomize=randomize)
+
+    # ------------------------------------------------------------------------------------------
+    # construction helpers
+    def _root_link_name(self) -> str:
+        children = {j.child for j in self.model.joints}
+        parents = [j.parent for j in self.model.joints if j.parent not in children]
+        return parents[0] if parents else ""
+
+    def _urdf_file(self, description: str) -> str:
+        if not description.lstrip().startswith("<"):
+            return description
+        # PyBullet loads files only; mesh paths in inline XML must be absolute or package-free.
+        self._tmp = tempfile.TemporaryDirectory(prefix="sim2real_urdf_")
+        path = Path(self._tmp.name) / "robot.urdf"
+        path.write_text(description)
+        return str(path)
+
+    def _index_bodies(self) -> None:
+        c = self.client
+        joint_index: dict[str, int] = {}
+        self._link_index: dict[str, int] = {self._root_link_name(): -1}
+        for j in range(c.getNumJoints(self.robot)):
+            info = c.getJointInfo(self.robot, j)
+            joint_index[info[1].decode()] = j
+            self._link_index[info[12].decode()] = j
+        missing = [n for n in self.all_joint_names if n not in joint_index]
+        if missing:
+            raise UrdfError(f"{self.model.source}: PyBullet did not load joints {missing}")
+        self._all_idx = [joint_index[n] for n in self.all_joint_names]
+        # calculateInverseDynamics wants every degree of freedom, in PyBullet index order.
+        self._dof_idx = sorted(self._all_idx)
+        self._dof_order = np.array([self._dof_idx.index(i) for i in self._all_idx])
+        self._ee_index = self._link_index[self.ee_link]
+        camera_link = self.params.camera.link
+        self._camera_index = self._link_index.get(camera_link) if camera_link in self._link_index else None
+        self._nominal_mass: dict[int, tuple[float, tuple[float, float, float]]] = {}
+        for link in [-1, *range(c.getNumJoints(self.robot))]:
+            info = c.getDynamicsInfo(self.robot, link)
+            self._nominal_mass[link] = (info[0], tuple(info[2]))
+            # Damping is computed in Python (a fit-able parameter); switch off PyBullet's own.
+            c.changeDynamics(self.robot, link, linearDamping=0.0, angularDamping=0.0, jointDamping=0.0)
+
+    def _build_table(self) -> None:
+        c = self.client
+        t = self.params.table
+        half = [s / 2.0 for s in t.size]
+        col = c.createCollisionShape(c.GEOM_BOX, halfExtents=half)
+        vis = c.createVisualShape(c.GEOM_BOX, halfExtents=half, rgbaColor=list(t.rgba))
+        self.table = c.createMultiBody(0.0, col, vis, [t.center_xy[0], t.center_xy[1], -half[2]])
+
+    def _home_pose(self) -> np.ndarray:
+        """Home positions (all movable joints) [rad]: the sim params' home_pose, else 0, clipped to limits."""
+        limits = self.model.limits_arrays(self.all_joint_names)
+        listed = self.params.home_pose(self.all_joint_names)
+        home = np.array([listed.get(n, 0.0) for n in self.all_joint_names])
+        return np.clip(home, limits["lower"], limits["upper"])
+
+    # ------------------------------------------------------------------------------------------
+    # dynamics
+    def _nominal_dynamics(self) -> dict[str, Any]:
+        a = self.params.actuator
+        names = self.all_joint_names
+        effort = self._urdf_effort.copy()
+        if a.effort_limit is not None:
+            effort = np.minimum(effort, a.effort_limit.resolve(names))
+        values: dict[str, Any] = {
+            "kp": a.kp.resolve(names), "kd": a.kd.resolve(names), "damping": a.damping.resolve(names),
+            "friction": a.friction.resolve(names), "effort_limit": effort,
+            "actuation_latency_s": a.actuation_latency_s, "gravity_compensation": a.gravity_compensation,
+        }
+        for key, value in self._overrides.items():
+            if isinstance(value, np.ndarray):
+                values[key] = values[key].copy()
+                values[key][self._cmd_pos] = value
+            else:
+                values[key] = value
+        values["effort_limit"] = np.minimum(values["effort_limit"], self._urdf_effort)
+        return values
+
+    def _apply_dynamics(self) -> None:
+        """Active dynamics = nominal (with set_dynamics overrides) x this episode's randomization."""
+        nominal = self._nominal_dynamics()
+        rand = self.randomization
+        self._kp = nominal["kp"] * rand.kp_scale
+        self._kd = nominal["kd"] * rand.kd_scale
+        self._damping = nominal["damping"] * rand.damping_scale
+        self._friction = nominal["friction"] * rand.friction_scale
+        self._effort_limit = nominal["effort_limit"]
+        self._gravity_compensation = float(nominal["gravity_compensation"])
+        # Randomized episodes draw the latency itself (a range, not a scale of the nominal value).
+        latency = rand.actuation_latency_s if self.randomized else nominal["actuation_latency_s"]
+        self.actuation_latency_s = float(latency)
+        self._latency_ns = int(round(self.actuation_latency_s * NS_PER_S))
+        # Coulomb friction: a velocity motor holding zero speed with at most `friction` torque is
+        # dry friction solved by the constraint solver (stable at any time step).
+        self.client.setJointMotorControlArray(self.robot, self._all_idx, pybullet.VELOCITY_CONTROL,
+                                              targetVelocities=[0.0] * len(self._all_idx),
+                                              forces=self._friction.tolist())
+
+    def dynamics(self) -> dict[str, Any]:
+        """The active dynamics of the commanded joints (kp, kd, damping, friction, effort_limit arrays;
+        actuation_latency_s [s]; gravity_compensation)."""
+        pos = self._cmd_pos
+        return {"kp": self._kp[pos].copy(), "kd": self._kd[pos].copy(), "damping": self._damping[pos].copy(),
+                "friction": self._friction[pos].copy(), "effort_limit": self._effort_limit[pos].copy(),
+                "actuation_latency_s": self.actuation_latency_s,
+                "gravity_compensation": self._gravity_compensation}
+
+    def set_dynamics(self, **overrides: Any) -> None:
+        """Override nominal dynamics, e.g. for system identification; they persist across resets
+        (randomization multiplies on top). Keys: kp, kd, damping, friction, effort_limit (scalar or
+        (n,) over joint_names), actuation_latency_s [s], gravity_compensation. Effort limits can only
+        tighten the URDF's. Raises ValueError for unknown keys or invalid values."""
+        n = len(self.joint_names)
+        for key, value in overrides.items():
+            if key not in DYNAMICS_KEYS:
+                raise ValueError(f"set_dynamics: unknown key {key!r} (known: {DYNAMICS_KEYS})")
+            if key in ("actuation_latency_s", "gravity_compensation"):
+                number = float(value)
+                if not np.isfinite(number) or number < 0 or (key == "gravity_compensation" and number > 1):
+                    raise ValueError(f"set_dynamics: {key} = {value!r} out of range")
+                self._overrides[key] = number
+                continue
+            array = np.broadcast_to(np.asarray(value, dtype=float), (n,)).copy() if np.ndim(value) == 0 \
+                else np.asarray(value, dtype=float)
+            if array.shape != (n,) or not np.all(np.isfinite(array)) or np.any(array < 0):
+                raise ValueError(f"set_dynamics: {key} must be >= 0, scalar or ({n},) over {self.joint_names}, "
+                                 f"got {value!r}")
+            self._overrides[key] = array
+        self._apply_dynamics()
+
+    # ------------------------------------------------------------------------------------------
+    # episodes
+    def reset(self, randomize: bool = False, seed: int | None = None) -> dict[str, Any]:
+        """Start a new episode: robot at home, queued commands dropped, new target, and (randomize)
+        new physics/appearance draws. Returns {episode, seed, target, randomized, randomization}."""
+        c = self.client
+        self.episode_index += 1
+        self.episode_seed = int(seed) if seed is not None else episode_seed(self.base_seed, self.episode_index)
+        rng = np.random.default_rng(self.episode_seed)
+        n_links = c.getNumJoints(self.robot) + 1
+        self.randomization = sample_episode(self.params, rng, n_links, len(self.all_joint_names), randomize)
+        self.randomized = bool(randomize)
+        for k, link in enumerate([-1, *range(n_links - 1)]):
+            mass, inertia = self._nominal_mass[link]
+            if mass > 0:
+                scale = float(self.randomization.mass_scale[k])
+                c.changeDynamics(self.robot, link, mass=mass * scale,
+                                 localInertiaDiagonal=[v * scale for v in inertia])
+        c.setGravity(*self.randomization.gravity.tolist())
+        self._apply_dynamics()
+        for index, q in zip(self._all_idx, self._home_all, strict=True):
+            c.resetJointState(self.robot, index, float(q), 0.0)
+        self._queue.reset(self._home_all[self._cmd_pos])
+        self._last_effort = np.zeros(len(self.all_joint_names))
+        task_info = self.task.reset(self, rng)
+        if hasattr(self.task, "set_color"):
+            self.task.set_color(self, self.randomization.target_rgba)
+        self._image_rng = np.random.default_rng([self.episode_seed, 1])
+        self.episode_start_ns = self.time_ns
+        self._outcome = None
+        return {"episode": self.episode_index, "seed": self.episode_seed, "randomized": self.randomized,
+                **task_info, "randomization": self.randomization.summary()}
+
+    def episode_elapsed_s(self) -> float:
+        """Sim time since the episode started [s]."""
+        return (self.time_ns - self.episode_start_ns) / NS_PER_S
+
+    def episode_outcome(self) -> dict[str, Any] | None:
+        """None while the episode runs; once over: {episode, seed, success, reason, duration_s,
+        final_distance_m} (stays until the next reset)."""
+        return None if self._outcome is None else dict(self._outcome)
+
+    # ------------------------------------------------------------------------------------------
+    # commands and stepping
+    def set_command(self, q_target: np.ndarray) -> None:
+        """Queue joint targets (n,) [rad] over joint_names; they act after actuation_latency_s of sim
+        time. Raises ValueError (and changes nothing) for a wrong length or NaN/Inf."""
+        q = np.asarray(q_target, dtype=float)
+        if q.shape != (len(self.joint_names),):
+            raise ValueError(f"command has shape {q.shape}, expected ({len(self.joint_names)},)")
+        if not np.all(np.isfinite(q)):
+            raise ValueError(f"command contains NaN/Inf: {q.tolist()}")
+        self._queue.push(self.time_ns, self._latency_ns, q)
+
+    def pending_commands(self) -> int:
+        """Commands received but not yet in effect (still in the latency queue)."""
+        return len(self._queue)
+
+    def step(self, n: int = 1) -> None:
+        """Advance n physics steps (n * physics dt of sim time)."""
+        c = self.client
+        target_all = self._home_all.copy()
+        zeros = [0.0] * len(self._dof_idx)
+        for _ in range(int(n)):
+            target_all[self._cmd_pos] = self._queue.update(self.time_ns)
+            states = c.getJointStates(self.robot, self._all_idx)
+            q = np.array([s[0] for s in states])
+            qd = np.array([s[1] for s in states])
+            feed_forward = None
+            if self._gravity_compensation > 0.0:
+                q_dof = q[np.argsort(self._dof_order)].tolist()
+                gravity = np.asarray(c.calculateInverseDynamics(self.robot, q_dof, zeros, zeros))
+                feed_forward = self._gravity_compensation * gravity[self._dof_order]
+            tau_motor = pd_torque(q, qd, target_all, self._kp, self._kd, self._effort_limit, feed_forward)
+            self._last_effort = tau_motor
+            c.setJointMotorControlArray(self.robot, self._all_idx, pybullet.TORQUE_CONTROL,
+                                        forces=(tau_motor - self._damping * qd).tolist())
+            c.stepSimulation()
+            self.time_ns += self.dt_ns
+            if self._outcome is None:
+                result = self.task.evaluate(self)
+                if result is not None:
+                    self._outcome = {"episode": self.episode_index, "seed": self.episode_seed,
+                                     "duration_s": self.episode_elapsed_s(), **result}
+
+    # ------------------------------------------------------------------------------------------
+    # observations
+    def _states(self) -> list:
+        return self.client.getJointStates(self.robot, self._all_idx)
+
+    def joint_positions(self, all_joints: bool = False) -> np.ndarray:
+        """Positions [rad] of joint_names (or all_joint_names)."""
+        q = np.array([s[0] for s in self._states()])
+        return q if all_joints else q[self._cmd_pos]
+
+    def joint_velocities(self, all_joints: bool = False) -> np.ndarray:
+        """Velocities [rad/s] of joint_names (or all_joint_names)."""
+        qd = np.array([s[1] for s in self._states()])
+        return qd if all_joints else qd[self._cmd_pos]
+
+    def joint_efforts(self, all_joints: bool = False) -> np.ndarray:
+        """Motor torques of the last step [N*m] (what a real drive reports), joint_names order."""
+        return self._last_effort.copy() if all_joints else self._last_effort[self._cmd_pos].copy()
+
+    def link_pose(self, link: str) -> np.ndarray:
+        """World pose (4, 4) of a URDF link frame [m]."""
+        index = self._link_index[link]
+        if index < 0:
+            pos, quat = self.client.getBasePositionAndOrientation(self.robot)
+            # the base's reported pose is its inertial frame; go back to the link frame
+            inertial_pos, inertial_quat = self.client.getDynamicsInfo(self.robot, -1)[3:5]
+            inv_pos, inv_quat = self.client.invertTransform(inertial_pos, inertial_quat)
+            pos, quat = self.client.multiplyTransforms(pos, quat, inv_pos, inv_quat)
+        else:
+            state = self.client.getLinkState(self.robot, index, computeForwardKinematics=True)
+            pos, quat = state[4], state[5]
+        pose = np.eye(4)
+        pose[:3, :3] = np.asarray(self.client.getMatrixFromQuaternion(quat)).reshape(3, 3)
+        pose[:3, 3] = pos
+        return pose
+
+    def ee_position(self) -> np.ndarray:
+        """Tool point (ee_link frame origin) (3,) [m], world frame."""
+        state = self.client.getLinkState(self.robot, self._ee_index, computeForwardKinematics=True) \
+            if self._ee_index >= 0 else None
+        return np.asarray(state[4]) if state is not None else self.link_pose(self.ee_link)[:3, 3]
+
+    def target_position(self) -> np.ndarray:
+        """The task's privileged target (3,) [m], world frame."""
+        return self.task.target_position()
+
+    def camera_pose(self) -> np.ndarray:
+        """World pose (4, 4) of the camera's optical frame (z forward, x right, y down), this
+        episode's jitter included: from the URDF camera link, else the sim params' fallback pose."""
+        if self._camera_index is not None:
+            pose = self.link_pose(self.params.camera.link)
+        else:
+            cam = self.params.camera
+            pose = np.eye(4)
+            pose[:3, :3] = look_at_rotation(np.asarray(cam.fallback_position), np.asarray(cam.fallback_look_at))
+            pose[:3, 3] = cam.fallback_position
+        rand = self.randomization
+        pose[:3, 3] = pose[:3, 3] + rand.camera_offset_m
+        pose[:3, :3] = pose[:3, :3] @ rand.camera_rotation
+        return pose
+
+    def render(self, artifacts: bool = True) -> np.ndarray:
+        """Camera image (H, W, 3) uint8 RGB at the camera model's resolution: a pinhole render with the
+        calibration's K, then (artifacts) lens distortion, noise, blur, JPEG as configured."""
+        cam = self.camera
+        rand = self.randomization
+        light = self.params.lighting
+        _, _, rgba, _, _ = self.client.getCameraImage(
+            cam.width, cam.height,
+            viewMatrix=gl_list(view_matrix(self.camera_pose())),
+            projectionMatrix=gl_list(projection_matrix(cam, self.params.camera.near_m, self.params.camera.far_m)),
+            lightDirection=rand.light_direction.tolist(), lightColor=[1.0, 1.0, 1.0], lightDistance=3.0,
+            lightAmbientCoeff=light.ambient, lightDiffuseCoeff=0.5 * rand.light_intensity,
+            lightSpecularCoeff=0.05, shadow=int(light.shadow), renderer=pybullet.ER_TINY_RENDERER,
+        )
+        image = np.asarray(rgba, dtype=np.uint8).reshape(cam.height, cam.width, 4)[:, :, :3]
+        if not artifacts:
+            return np.ascontiguousarray(image)
+        config = replace(self.artifacts, noise_std=rand.noise_std)
+        return apply_artifacts(np.ascontiguousarray(image), cam, config, self._image_rng)
+
+    def close(self) -> None:
+        """Disconnect the physics client and remove temporary files."""
+        with contextlib.suppress(pybullet.error):
+            self.client.disconnect()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
