@@ -1,0 +1,553 @@
+"""The supervisor's state machine: the only thing that decides what the robot is commanded.
+
+Pure numpy, no rclpy; every input carries the time it was received (`now_ns` [ns]) so every
+transition and watchdog is tested at fixed times (DESIGN.md §4, §6).
+
+Modes and how they are entered
+------------------------------
+- HOLD (start-up state): hold at a fixed target. Left by arming.
+- AUTONOMOUS: the policy's command, clamped. Entered by an arm request (the `arm` joystick button,
+  the `supervisor/arm` service, or automatically with `auto_arm` once joint states and policy
+  commands are fresh and the user has not disarmed). Arming checks fresh joint states, a fresh policy
+  command, no other publisher on the robot command topic, and a gap between the policy's command
+  and the measured position <= handover_max_gap_rad; then it ramps from the measured position to the
+  policy's command over handover_ramp_s. A refused arm stays where it was and says why.
+- SHARED: the policy's command plus the human's correction (an offset integrated from the jog
+  velocity times shared_authority while the deadman is held). `shared` button toggles it with
+  AUTONOMOUS; leaving it is a hand-back (ramped, gap-checked).
+- TELEOP: the human jogs (joint space or Cartesian) while the deadman is held; releasing it holds
+  immediately. Entered with the `takeover` button from HOLD, AUTONOMOUS or SHARED.
+- ESTOP (latched): any e-stop source (`estop` topic true, the joystick e-stop button, a silent
+  e-stop heartbeat when configured) latches it from any mode; every other input is ignored until a
+  reset request arrives while no source is active. A reset goes to HOLD.
+
+A takeover (entering TELEOP or SHARED from a mode without the human) and the hand-back (leaving
+them) are intervention events with start and end times. After a takeover the supervisor stays
+disarmed for auto_arm: only an explicit arm request returns control to the policy.
+
+Holds are stop category 2: the target is the measured position at the moment of the stop (the last
+sent command if the measurement is stale), clamped to the position limits, and is not updated by
+later measurements. A hold is sent exactly: it moves the command back onto the robot rather than
+along the path, so it is the one command not limited by the per-tick step. Every other command goes
+through `clamp_command` (position limits and velocity * control period per tick).
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import ConfigError
+from .joystick import JoyMessageError, JoySample, decode_joy
+from .safety import InvalidInputError, SafetyLimits, clamp_command, clamp_position, order_positions
+from .teleop import Jogger
+
+NS_PER_S = 1_000_000_000
+
+
+class Mode(str, enum.Enum):
+    ESTOP = "ESTOP"
+    HOLD = "HOLD"
+    AUTONOMOUS = "AUTONOMOUS"
+    SHARED = "SHARED"
+    TELEOP = "TELEOP"
+
+
+HUMAN_MODES = frozenset({Mode.SHARED, Mode.TELEOP})
+POLICY_MODES = frozenset({Mode.AUTONOMOUS, Mode.SHARED})
+MOVING_MODES = frozenset({Mode.AUTONOMOUS, Mode.SHARED, Mode.TELEOP})
+
+COUNTER_NAMES = (
+    "commands_sent", "clamped", "rejected_policy", "rejected_joint_states", "rejected_joy",
+    "estops", "watchdog_holds", "arm_refused", "interventions",
+)
+
+
+@dataclass(frozen=True)
+class SupervisorConfig:
+    """Timing and handover settings; times in seconds [s], gaps and offsets in [rad].
+
+    estop_heartbeat_timeout_s = 0 disables the heartbeat watchdog on the e-stop topic.
+    """
+
+    control_period_s: float = 0.01
+    policy_timeout_s: float = 0.1
+    joy_timeout_s: float = 0.5
+    joint_state_timeout_s: float = 0.2
+    estop_heartbeat_timeout_s: float = 0.0
+    auto_arm: bool = False
+    handover_ramp_s: float = 1.0
+    handover_max_gap_rad: float = 0.5
+    shared_authority: float = 0.5
+    shared_max_offset_rad: float = 0.3
+    source: str = "parameters"
+
+    def __post_init__(self) -> None:
+        positive = ("control_period_s", "policy_timeout_s", "joy_timeout_s", "joint_state_timeout_s",
+                    "handover_max_gap_rad")
+        for name in positive:
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and np.isfinite(value) and value > 0):
+                raise ConfigError(self.source, name, value, "must be a finite number > 0")
+        for name in ("estop_heartbeat_timeout_s", "handover_ramp_s", "shared_max_offset_rad"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and np.isfinite(value) and value >= 0):
+                raise ConfigError(self.source, name, value, "must be a finite number >= 0")
+        if not 0.0 <= self.shared_authority <= 1.0:
+            raise ConfigError(self.source, "shared_authority", self.shared_authority, "must be in [0, 1]")
+        if self.control_period_s > self.policy_timeout_s:
+            raise ConfigError(self.source, "policy_timeout_s", self.policy_timeout_s,
+                              f"must be >= the control period {self.control_period_s} s")
+
+
+@dataclass(frozen=True)
+class SentCommand:
+    """A command to publish: positions (n,) [rad] in the configured joint order.
+
+    hold is True when it is a hold at a fixed target (stop category 2).
+    """
+
+    positions: np.ndarray
+    mode: Mode
+    hold: bool
+
+
+@dataclass(frozen=True)
+class InterventionEvent:
+    """A human takeover (end_ns = 0, still running) or hand-back; times [ns].
+
+    mode: for a takeover the human mode entered, for a hand-back the mode control went to.
+    """
+
+    event: str
+    start_ns: int
+    end_ns: int
+    mode: Mode
+    reason: str
+
+
+@dataclass(frozen=True)
+class SupervisorStatus:
+    """What supervisor/state reports."""
+
+    mode: Mode
+    reason: str
+    estop_sources: tuple[str, ...]
+    counters: dict[str, int]
+    intervention_start_ns: int | None
+    jog_mode: str
+    foreign_publishers: int
+    last_rejection: str
+    hold_target: np.ndarray | None = field(default=None)
+
+
+class Supervisor:
+    """Modes, watchdogs, e-stop latch, teleop and handover (see the module docstring).
+
+    Not thread-safe: the node serializes calls with a lock.
+    """
+
+    def __init__(self, config: SupervisorConfig, limits: SafetyLimits, jogger: Jogger, now_ns: int) -> None:
+        self.config = config
+        self.limits = limits
+        self.jogger = jogger
+        self._dt = config.control_period_s
+        self._start_ns = now_ns
+        self._mode = Mode.HOLD
+        self._reason = "starting: holding until armed"
+        self.counters = dict.fromkeys(COUNTER_NAMES, 0)
+        self.last_rejection = ""
+        self._events: list[InterventionEvent] = []
+        self._q_meas: np.ndarray | None = None
+        self._meas_ns: int | None = None
+        self._q_policy: np.ndarray | None = None
+        self._policy_ns: int | None = None
+        self._joy: JoySample | None = None
+        self._joy_ns: int | None = None
+        self._estop_topic_active = False
+        self._estop_msg_ns: int | None = None
+        self._estop_button_active = False
+        self._hold_target: np.ndarray | None = None
+        self._last_sent: np.ndarray | None = None
+        self._ramp_start_q: np.ndarray | None = None
+        self._ramp_start_ns: int | None = None
+        self._shared_offset = np.zeros(limits.n)
+        self._teleop_holding = True
+        self._user_disarmed = False
+        self._foreign_publishers = 0
+        self._intervention_start_ns: int | None = None
+        self._hold_reason = self._reason
+        self._auto_arm_waiting = ""
+
+    # ------------------------------------------------------------------------------------------
+    # Read-outs
+    @property
+    def mode(self) -> Mode:
+        return self._mode
+
+    @property
+    def reason(self) -> str:
+        return self._reason
+
+    @property
+    def last_sent(self) -> np.ndarray | None:
+        return None if self._last_sent is None else self._last_sent.copy()
+
+    def estop_sources(self, now_ns: int) -> tuple[str, ...]:
+        """The e-stop sources active now (a reset is refused while any is)."""
+        sources = []
+        if self._estop_topic_active:
+            sources.append("estop topic is true")
+        if self._estop_button_active:
+            sources.append("joystick e-stop button is pressed")
+        if self._heartbeat_silent_s(now_ns) is not None:
+            sources.append("e-stop heartbeat is silent")
+        return tuple(sources)
+
+    def status(self, now_ns: int) -> SupervisorStatus:
+        return SupervisorStatus(
+            mode=self._mode, reason=self._reason, estop_sources=self.estop_sources(now_ns),
+            counters=dict(self.counters), intervention_start_ns=self._intervention_start_ns,
+            jog_mode=self.jogger.mode_name, foreign_publishers=self._foreign_publishers,
+            last_rejection=self.last_rejection,
+            hold_target=None if self._hold_target is None else self._hold_target.copy(),
+        )
+
+    def pop_events(self) -> list[InterventionEvent]:
+        """Intervention events since the last call, oldest first."""
+        events, self._events = self._events, []
+        return events
+
+    # ------------------------------------------------------------------------------------------
+    # Inputs
+    def on_joint_state(self, names: Sequence[str], positions: Sequence[float], now_ns: int) -> bool:
+        """Measured joint positions [rad] (may include extra joints). False if rejected."""
+        try:
+            self._q_meas = order_positions(names, positions, self.limits.joint_names, allow_extra=True)
+        except InvalidInputError as err:
+            self._reject("rejected_joint_states", f"joint_states: {err}")
+            return False
+        self._meas_ns = now_ns
+        return True
+
+    def on_policy_command(self, names: Sequence[str], positions: Sequence[float], now_ns: int) -> bool:
+        """The policy's command [rad] (exactly the configured joints, any order). False if rejected."""
+        try:
+            self._q_policy = order_positions(names, positions, self.limits.joint_names, allow_extra=False)
+        except InvalidInputError as err:
+            self._reject("rejected_policy", f"command/policy: {err}")
+            return False
+        self._policy_ns = now_ns
+        return True
+
+    def on_estop(self, active: bool, now_ns: int) -> SentCommand | None:
+        """An `estop` message (true = stop). Returns the hold to publish at once when it latches."""
+        self._estop_msg_ns = now_ns
+        self._estop_topic_active = bool(active)
+        if active:
+            return self._latch(now_ns, "estop topic is true")
+        return None
+
+    def on_joy(self, axes: Sequence[float], buttons: Sequence[int], now_ns: int) -> SentCommand | None:
+        """A Joy message. The e-stop button is read first and wins over every other button.
+
+        Returns a hold to publish at once (e-stop button, deadman released, hold button), else None.
+        """
+        try:
+            sample = decode_joy(self.jogger.mapping, axes, buttons)
+        except JoyMessageError as err:
+            self._reject("rejected_joy", f"joy: {err}")
+            return None
+        # A joystick that (re)appears with a button already down must not act on it: edges only
+        # count between two consecutive fresh messages.
+        fresh = self._fresh(self._joy_ns, now_ns, self.config.joy_timeout_s)
+        edges = sample.pressed - self._joy.pressed if (fresh and self._joy is not None) else frozenset()
+        self._joy, self._joy_ns = sample, now_ns
+        self._estop_button_active = sample.is_pressed("estop")
+        if self._estop_button_active:
+            return self._latch(now_ns, "joystick e-stop button pressed")
+        if self._mode == Mode.ESTOP:
+            return None
+        if "next_group" in edges:
+            self.jogger.next_group()
+        if "toggle_cartesian" in edges:
+            self.jogger.toggle_cartesian()
+        if "hold" in edges:
+            self.request_hold(now_ns, "hold button")
+            return self._emit_hold()
+        if "takeover" in edges:
+            self._takeover(now_ns)
+        elif "shared" in edges:
+            self._toggle_shared(now_ns)
+        elif "arm" in edges:
+            self.request_arm(now_ns, "arm button")
+        if self._mode == Mode.TELEOP and not sample.is_pressed("deadman") and not self._teleop_holding:
+            self._teleop_holding = True
+            self._capture_hold(now_ns)
+            self._reason = "TELEOP: deadman released, holding"
+            return self._emit_hold()
+        return None
+
+    def set_foreign_publishers(self, count: int) -> None:
+        """How many publishers other than the supervisor are on the robot command topic."""
+        self._foreign_publishers = int(count)
+
+    # ------------------------------------------------------------------------------------------
+    # Requests (services, buttons)
+    def request_reset(self, now_ns: int) -> tuple[bool, str]:
+        """Clear the e-stop latch, only once every e-stop source is released. Goes to HOLD."""
+        if self._mode != Mode.ESTOP:
+            return True, f"not latched (mode {self._mode.value}); nothing to reset"
+        active = self.estop_sources(now_ns)
+        if active:
+            return False, "reset refused: e-stop still active: " + "; ".join(active)
+        self._set_mode(Mode.HOLD, f"reset after e-stop ({self._reason}); holding until armed", now_ns)
+        return True, "e-stop cleared; HOLD until armed"
+
+    def request_arm(self, now_ns: int, why: str = "arm request") -> tuple[bool, str]:
+        """Give control to the policy (AUTONOMOUS), ramped from the measured position."""
+        if self._mode == Mode.ESTOP:
+            return self._refuse_arm(f"{why} refused: e-stop latched; reset first")
+        if self._mode == Mode.AUTONOMOUS:
+            return True, "already AUTONOMOUS"
+        blockers = self._policy_blockers(now_ns)
+        if blockers:
+            return self._refuse_arm(f"{why} refused: " + "; ".join(blockers))
+        self._user_disarmed = False
+        self._enter_policy_mode(Mode.AUTONOMOUS, now_ns, f"armed by {why}")
+        return True, f"AUTONOMOUS (ramp {self.config.handover_ramp_s} s)"
+
+    def request_hold(self, now_ns: int, why: str = "hold request") -> tuple[bool, str]:
+        """HOLD and stay disarmed (auto_arm waits for an explicit arm). No effect while latched."""
+        if self._mode == Mode.ESTOP:
+            return False, "e-stop latched; already holding"
+        self._user_disarmed = True
+        self._set_mode(Mode.HOLD, f"{why}: holding until armed", now_ns)
+        return True, "HOLD"
+
+    # ------------------------------------------------------------------------------------------
+    # The control tick
+    def tick(self, now_ns: int) -> SentCommand | None:
+        """One control period: watchdogs, then the command to send (None until a joint state)."""
+        silent = self._heartbeat_silent_s(now_ns)
+        if silent is not None:
+            self._latch(now_ns, f"e-stop heartbeat silent for {silent:.3f} s")
+        if self._mode == Mode.ESTOP:
+            return self._emit_hold()
+        if self._mode in MOVING_MODES:
+            problem = self._watchdog_problem(now_ns)
+            if problem:
+                self.counters["watchdog_holds"] += 1
+                self._set_mode(Mode.HOLD, problem, now_ns)
+        if self._mode == Mode.HOLD:
+            if self._hold_target is None and self._q_meas is not None:
+                self._capture_hold(now_ns)
+            if self.config.auto_arm and not self._user_disarmed:
+                self._auto_arm(now_ns)
+        if self._mode == Mode.HOLD:
+            return self._emit_hold()
+        if self._mode == Mode.TELEOP:
+            return self._teleop_tick(now_ns)
+        return self._policy_tick(now_ns)
+
+    # ------------------------------------------------------------------------------------------
+    def _teleop_tick(self, now_ns: int) -> SentCommand | None:
+        sample = self._joy
+        if sample is None or not sample.is_pressed("deadman"):
+            if not self._teleop_holding:
+                self._teleop_holding = True
+                self._capture_hold(now_ns)
+            return self._emit_hold()
+        if self._teleop_holding or self._last_sent is None:
+            self._teleop_holding = False
+            self._reason = "TELEOP: jogging"
+            if self._last_sent is None:
+                self._capture_hold(now_ns)
+                return self._emit_hold()
+        velocity = self.jogger.joint_velocity(sample, self._last_sent)
+        return self._send(self._last_sent + velocity * self._dt)
+
+    def _policy_tick(self, now_ns: int) -> SentCommand | None:
+        assert self._q_policy is not None
+        target = self._q_policy
+        if self._mode == Mode.SHARED:
+            if self._joy is not None and self._joy.is_pressed("deadman") and self._last_sent is not None:
+                velocity = self.jogger.joint_velocity(self._joy, self._last_sent)
+                self._shared_offset = np.clip(
+                    self._shared_offset + self.config.shared_authority * velocity * self._dt,
+                    -self.config.shared_max_offset_rad, self.config.shared_max_offset_rad)
+            target = target + self._shared_offset
+        if self._ramp_start_ns is not None and self._ramp_start_q is not None:
+            ramp_ns = self.config.handover_ramp_s * NS_PER_S
+            s = (now_ns - self._ramp_start_ns) / ramp_ns if ramp_ns > 0 else 1.0
+            if s >= 1.0:
+                self._ramp_start_ns = self._ramp_start_q = None
+            else:
+                target = self._ramp_start_q + max(s, 0.0) * (target - self._ramp_start_q)
+        return self._send(target)
+
+    def _send(self, wish: np.ndarray) -> SentCommand:
+        sent = clamp_command(wish, self._last_sent, self.limits, self._dt)
+        if not np.allclose(sent, wish, rtol=0.0, atol=1e-12):
+            self.counters["clamped"] += 1
+        self._last_sent = sent
+        self.counters["commands_sent"] += 1
+        return SentCommand(sent.copy(), self._mode, hold=False)
+
+    def _emit_hold(self) -> SentCommand | None:
+        if self._hold_target is None:
+            return None
+        self._last_sent = self._hold_target.copy()
+        self.counters["commands_sent"] += 1
+        return SentCommand(self._hold_target.copy(), self._mode, hold=True)
+
+    def _capture_hold(self, now_ns: int) -> None:
+        """Stop category 2 target: measured position now (last sent if the measurement is stale)."""
+        if self._q_meas is not None and self._fresh(self._meas_ns, now_ns, self.config.joint_state_timeout_s):
+            self._hold_target = clamp_position(self._q_meas, self.limits)
+        elif self._last_sent is not None:
+            self._hold_target = self._last_sent.copy()
+        elif self._q_meas is not None:
+            self._hold_target = clamp_position(self._q_meas, self.limits)
+
+    # ------------------------------------------------------------------------------------------
+    def _latch(self, now_ns: int, why: str) -> SentCommand | None:
+        if self._mode == Mode.ESTOP:
+            return None
+        self.counters["estops"] += 1
+        self._set_mode(Mode.ESTOP, f"e-stop: {why}", now_ns)
+        return self._emit_hold()
+
+    def _set_mode(self, mode: Mode, reason: str, now_ns: int) -> None:
+        """Every mode change goes through here: hold capture, ramp reset, intervention events."""
+        previous = self._mode
+        if mode in (Mode.HOLD, Mode.ESTOP) and (previous in MOVING_MODES or self._hold_target is None):
+            self._capture_hold(now_ns)
+        if mode == Mode.TELEOP and previous != Mode.TELEOP:
+            self._teleop_holding = True
+            self._capture_hold(now_ns)
+        if mode != Mode.SHARED:
+            self._shared_offset = np.zeros(self.limits.n)
+        if mode not in POLICY_MODES:
+            self._ramp_start_ns = self._ramp_start_q = None
+        if previous in HUMAN_MODES and mode not in HUMAN_MODES and self._intervention_start_ns is not None:
+            self._events.append(InterventionEvent("handback", self._intervention_start_ns, now_ns, mode, reason))
+            self._intervention_start_ns = None
+        if previous not in HUMAN_MODES and mode in HUMAN_MODES:
+            self._intervention_start_ns = now_ns
+            self.counters["interventions"] += 1
+            self._events.append(InterventionEvent("takeover", now_ns, 0, mode, reason))
+        self._mode = mode
+        self._reason = reason
+        if mode == Mode.HOLD:
+            self._hold_reason = reason
+            self._auto_arm_waiting = ""
+
+    def _enter_policy_mode(self, mode: Mode, now_ns: int, reason: str) -> None:
+        # SHARED -> AUTONOMOUS drops the human's offset, so it ramps like any hand-back.
+        ramp = self._mode not in POLICY_MODES or (mode == Mode.AUTONOMOUS and self._mode == Mode.SHARED)
+        self._set_mode(mode, reason, now_ns)
+        if ramp and self.config.handover_ramp_s > 0:
+            assert self._q_meas is not None
+            self._ramp_start_q = self._q_meas.copy()
+            self._ramp_start_ns = now_ns
+
+    def _takeover(self, now_ns: int) -> None:
+        if self._mode == Mode.TELEOP:
+            return
+        blockers = []
+        if not self._fresh(self._meas_ns, now_ns, self.config.joint_state_timeout_s):
+            blockers.append("no fresh joint_states")
+        if self._foreign_publishers > 0:
+            blockers.append(f"{self._foreign_publishers} other publisher(s) on the robot command topic")
+        if blockers:
+            self._refuse_arm("takeover refused: " + "; ".join(blockers))
+            return
+        self._user_disarmed = True
+        self._set_mode(Mode.TELEOP, "TELEOP: human took over (hold the deadman to jog)", now_ns)
+
+    def _toggle_shared(self, now_ns: int) -> None:
+        if self._mode == Mode.SHARED:
+            self.request_arm(now_ns, "shared button (hand back)")
+            return
+        if self._mode == Mode.AUTONOMOUS:
+            self._user_disarmed = True
+            self._set_mode(Mode.SHARED, "SHARED: policy with human corrections", now_ns)
+            return
+        blockers = self._policy_blockers(now_ns)
+        if blockers:
+            self._refuse_arm("shared refused: " + "; ".join(blockers))
+            return
+        self._user_disarmed = True
+        self._enter_policy_mode(Mode.SHARED, now_ns, "SHARED: policy with human corrections")
+
+    def _auto_arm(self, now_ns: int) -> None:
+        blockers = self._policy_blockers(now_ns)
+        if not blockers:
+            self._enter_policy_mode(Mode.AUTONOMOUS, now_ns, "armed automatically (auto_arm)")
+            return
+        waiting = "auto_arm waiting: " + "; ".join(blockers)
+        if waiting != self._auto_arm_waiting:
+            # Counted once per distinct reason, not once per tick.
+            self.counters["arm_refused"] += 1
+            self._auto_arm_waiting = waiting
+        self._reason = f"{self._hold_reason} | {waiting}"
+
+    def _policy_blockers(self, now_ns: int) -> list[str]:
+        """Why control cannot go to the policy now (empty: it can)."""
+        blockers = []
+        if not self._fresh(self._meas_ns, now_ns, self.config.joint_state_timeout_s):
+            blockers.append("no fresh joint_states")
+        if not self._fresh(self._policy_ns, now_ns, self.config.policy_timeout_s):
+            blockers.append("no fresh command/policy")
+        if self._foreign_publishers > 0:
+            blockers.append(f"{self._foreign_publishers} other publisher(s) on the robot command topic")
+        if not blockers and self._q_policy is not None and self._q_meas is not None:
+            gap = np.abs(self._q_policy - self._q_meas)
+            worst = int(np.argmax(gap))
+            if gap[worst] > self.config.handover_max_gap_rad:
+                blockers.append(
+                    f"handover gap {gap[worst]:.3f} rad at joint '{self.limits.joint_names[worst]}' "
+                    f"> handover_max_gap_rad {self.config.handover_max_gap_rad}")
+        return blockers
+
+    def _refuse_arm(self, message: str) -> tuple[bool, str]:
+        self.counters["arm_refused"] += 1
+        self._reason = message if self._mode != Mode.ESTOP else self._reason
+        return False, message
+
+    def _watchdog_problem(self, now_ns: int) -> str:
+        cfg = self.config
+        age = self._age_s
+        if not self._fresh(self._meas_ns, now_ns, cfg.joint_state_timeout_s):
+            return f"joint_states silent for {age(self._meas_ns, now_ns)} (timeout {cfg.joint_state_timeout_s} s)"
+        if self._mode in POLICY_MODES and not self._fresh(self._policy_ns, now_ns, cfg.policy_timeout_s):
+            return f"command/policy silent for {age(self._policy_ns, now_ns)} (timeout {cfg.policy_timeout_s} s)"
+        if self._mode in HUMAN_MODES and not self._fresh(self._joy_ns, now_ns, cfg.joy_timeout_s):
+            return f"joy silent for {age(self._joy_ns, now_ns)} (timeout {cfg.joy_timeout_s} s)"
+        if self._foreign_publishers > 0:
+            return f"{self._foreign_publishers} other publisher(s) on the robot command topic"
+        return ""
+
+    def _heartbeat_silent_s(self, now_ns: int) -> float | None:
+        """Seconds of e-stop silence when the heartbeat is configured and exceeded, else None."""
+        timeout = self.config.estop_heartbeat_timeout_s
+        if timeout <= 0:
+            return None
+        last = self._estop_msg_ns if self._estop_msg_ns is not None else self._start_ns
+        silent = (now_ns - last) / NS_PER_S
+        return silent if silent > timeout else None
+
+    def _reject(self, counter: str, message: str) -> None:
+        self.counters[counter] += 1
+        self.last_rejection = message
+
+    @staticmethod
+    def _fresh(stamp_ns: int | None, now_ns: int, timeout_s: float) -> bool:
+        return stamp_ns is not None and (now_ns - stamp_ns) <= timeout_s * NS_PER_S
+
+    @staticmethod
+    def _age_s(stamp_ns: int | None, now_ns: int) -> str:
+        return "ever (nothing received)" if stamp_ns is None else f"{(now_ns - stamp_ns) / NS_PER_S:.3f} s"
