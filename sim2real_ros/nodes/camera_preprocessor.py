@@ -1,0 +1,239 @@
+"""camera_preprocessor: any camera (sim or real) -> the policy camera's image (DESIGN.md §1 stage 2).
+
+Subscribes  camera/image_raw (sensor_msgs/Image, any encoding of conversions.ENCODING_CHANNELS),
+            camera/camera_info (sensor_msgs/CameraInfo): sensor-data QoS (best effort, which also
+            matches reliable publishers, so every driver connects).
+Publishes   policy/image (sensor_msgs/Image rgb8 at the policy resolution) and policy/camera_info
+            (the policy camera's model), both with the source image's stamp and frame_id,
+            reliable depth 1.
+            ~/diagnostics (diagnostic_msgs/DiagnosticArray, every `diagnostics_period_s`): counters
+            of received / published / dropped images by reason, coverage of the policy view.
+
+The work is core.preprocess.ImagePipeline (one cached remap per camera_info), the same code bag
+replay and training use. Bad input (no camera_info yet, unknown encoding, wrong step or data size,
+an image that does not match its camera_info, an uncalibrated camera_info) is counted, logged
+(throttled) and dropped; the node keeps running.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter, deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.node import Node
+from sensor_msgs.msg import CameraInfo, Image
+
+from .. import conversions as cv
+from ..core.camera_model import CameraModel
+from ..core.errors import ConfigError
+from ..core.preprocess import CoverageReport, ImageError, ImagePipeline
+from ..core.preprocess_config import PreprocessConfig
+from ..paths import config_path
+from .common import RELIABLE_LATEST_QOS, SENSOR_QOS, declare, now_ns, run_node
+
+NODE_NAME = "camera_preprocessor"
+# Why an image was dropped; every reason is always reported (zero included) so dashboards can plot it.
+DROP_REASONS = (
+    "no_camera_info",  # no valid camera_info received yet: the image's geometry is unknown
+    "unknown_encoding",
+    "bad_step",  # step smaller than width * channels
+    "bad_data_size",  # data length != step * height
+    "empty_image",
+    "size_mismatch",  # image size differs from its camera_info's
+    "bad_image",  # anything else the pipeline refuses (odd width for packed YUV...)
+)
+TIMING_HISTORY = 300  # processing times kept for the diagnostics' percentiles
+
+
+@dataclass(frozen=True)
+class CameraPreprocessorConfig:
+    """Validated parameters of the camera preprocessor.
+
+    preprocess_config: path of the preprocessing YAML (core.preprocess_config.PreprocessConfig).
+    diagnostics_period_s: period of the diagnostics report [s].
+    log_throttle_s: at most one log line per drop reason per this period [s].
+    """
+
+    preprocess_config: str
+    diagnostics_period_s: float = 1.0
+    log_throttle_s: float = 5.0
+    source: str = NODE_NAME
+
+    def __post_init__(self) -> None:
+        if not self.preprocess_config:
+            raise ConfigError(self.source, "preprocess_config", self.preprocess_config, "must be a file path")
+        if not Path(self.preprocess_config).is_file():
+            raise ConfigError(self.source, "preprocess_config", self.preprocess_config, "file does not exist")
+        if not (np.isfinite(self.diagnostics_period_s) and 0.01 <= self.diagnostics_period_s <= 3600.0):
+            raise ConfigError(self.source, "diagnostics_period_s", self.diagnostics_period_s,
+                              "must be in [0.01, 3600] s")
+        if not (np.isfinite(self.log_throttle_s) and self.log_throttle_s >= 0.0):
+            raise ConfigError(self.source, "log_throttle_s", self.log_throttle_s, "must be >= 0 s")
+
+
+def classify_image_error(text: str) -> str:
+    """The DROP_REASONS entry for a conversions.MessageError raised by image_to_array."""
+    if text.startswith("unknown image encoding"):
+        return "unknown_encoding"
+    if text.startswith("step"):
+        return "bad_step"
+    if text.startswith("data has"):
+        return "bad_data_size"
+    if text.startswith("empty image"):
+        return "empty_image"
+    return "bad_image"
+
+
+class CameraPreprocessor(Node):
+    def __init__(self) -> None:
+        super().__init__(NODE_NAME)
+        self.config = self._read_parameters()
+        self.preprocess = PreprocessConfig.from_yaml(self.config.preprocess_config)
+        self.pipeline = ImagePipeline(self.preprocess, on_warning=self._coverage_warning)
+        self._camera: CameraModel | None = None
+        self._last_info: tuple | None = None  # the raw fields _camera was built from
+        self._coverage: CoverageReport | None = None
+        self._counts: Counter[str] = Counter()
+        self._drops: Counter[str] = Counter({reason: 0 for reason in DROP_REASONS})
+        self._drops_reported: Counter[str] = Counter()
+        self._bad_infos_reported = 0
+        self._last_log_s: dict[str, float] = {}
+        self._process_ms: deque[float] = deque(maxlen=TIMING_HISTORY)
+        self._policy_info = cv.camera_model_to_info(self.preprocess.policy_camera, 0)
+
+        self._image_pub = self.create_publisher(Image, "policy/image", RELIABLE_LATEST_QOS)
+        self._info_pub = self.create_publisher(CameraInfo, "policy/camera_info", RELIABLE_LATEST_QOS)
+        self._diag_pub = self.create_publisher(DiagnosticArray, "~/diagnostics", RELIABLE_LATEST_QOS)
+        self.create_subscription(CameraInfo, "camera/camera_info", self._on_camera_info, SENSOR_QOS)
+        self.create_subscription(Image, "camera/image_raw", self._on_image, SENSOR_QOS)
+        self.create_timer(self.config.diagnostics_period_s, self._publish_diagnostics)
+        policy = self.preprocess.policy_camera
+        self.get_logger().info(
+            f"policy camera {policy.width}x{policy.height} fx={policy.fx} fy={policy.fy} cx={policy.cx} "
+            f"cy={policy.cy}, config {self.config.preprocess_config} (hash {self.preprocess.content_hash[:12]})"
+        )
+
+    def _read_parameters(self) -> CameraPreprocessorConfig:
+        path = declare(self, "preprocess_config", str(config_path("preprocess.yaml")),
+                       "Preprocessing YAML: policy camera intrinsics and size, center_crop, fill_rgb, "
+                       "interpolation. Its content hash must match the checkpoint's.")
+        period = declare(self, "diagnostics_period_s", 1.0, "Period of the ~/diagnostics report [s].")
+        throttle = declare(self, "log_throttle_s", 5.0,
+                           "At most one warning per drop reason per this period [s] (counters are exact).")
+        return CameraPreprocessorConfig(preprocess_config=str(path), diagnostics_period_s=float(period),
+                                        log_throttle_s=float(throttle), source=f"{self.get_name()} parameter")
+
+    # ------------------------------------------------------------------------------------------
+    def _on_camera_info(self, msg: CameraInfo) -> None:
+        key = (msg.width, msg.height, msg.distortion_model, tuple(msg.k), tuple(msg.d))
+        if key == self._last_info:  # drivers repeat it with every frame: parse once
+            return
+        try:
+            camera = cv.camera_info_to_model(msg)
+        except cv.MessageError as err:
+            self._counts["bad_camera_info"] += 1
+            self._warn_throttled("bad_camera_info", f"camera_info dropped: {err}")
+            return
+        self._camera, self._last_info = camera, key
+        self._coverage = self.pipeline.coverage(camera)  # builds the remap tables now, not on the first image
+        self.get_logger().info(
+            f"source camera {camera.width}x{camera.height} {camera.distortion_model} "
+            f"({self._coverage.source_fov_deg[0]:.1f} x {self._coverage.source_fov_deg[1]:.1f} deg)"
+        )
+
+    def _on_image(self, msg: Image) -> None:
+        start = time.perf_counter()
+        self._counts["received"] += 1
+        camera = self._camera
+        if camera is None:
+            self._drop("no_camera_info", "image dropped: no valid camera_info received yet on camera/camera_info")
+            return
+        try:
+            array = cv.image_to_array(msg)
+        except cv.MessageError as err:
+            self._drop(classify_image_error(str(err)), f"image dropped: {err}")
+            return
+        if (msg.width, msg.height) != (camera.width, camera.height):
+            self._drop("size_mismatch", f"image dropped: it is {msg.width}x{msg.height} but camera_info says "
+                                        f"{camera.width}x{camera.height}")
+            return
+        try:
+            rgb = self.pipeline.process(array, msg.encoding, camera)
+        except ImageError as err:
+            self._drop("bad_image", f"image dropped: {err}")
+            return
+        out = cv.array_to_image(rgb, "rgb8", 0, msg.header.frame_id)
+        out.header.stamp = msg.header.stamp  # the capture time travels with the observation
+        self._policy_info.header = out.header
+        self._image_pub.publish(out)
+        self._info_pub.publish(self._policy_info)
+        self._counts["published"] += 1
+        self._process_ms.append((time.perf_counter() - start) * 1e3)
+
+    # ------------------------------------------------------------------------------------------
+    def _coverage_warning(self, text: str) -> None:
+        self.get_logger().warning(f"POLICY VIEW NOT COVERED: {text}")
+
+    def _drop(self, reason: str, text: str) -> None:
+        self._drops[reason] += 1
+        self._warn_throttled(reason, f"{text} ({self._drops[reason]} dropped for {reason} so far)")
+
+    def _warn_throttled(self, reason: str, text: str) -> None:
+        now = time.monotonic()
+        last = self._last_log_s.get(reason)
+        if last is None or now - last >= self.config.log_throttle_s:
+            self._last_log_s[reason] = now
+            self.get_logger().warning(text)
+
+    def _publish_diagnostics(self) -> None:
+        new_drops = sum(self._drops.values()) - sum(self._drops_reported.values())
+        new_bad_infos = self._counts["bad_camera_info"] - self._bad_infos_reported
+        self._drops_reported = Counter(self._drops)
+        self._bad_infos_reported = self._counts["bad_camera_info"]
+        coverage = self._coverage
+        status = DiagnosticStatus(name=f"{self.get_name()}: preprocessing", hardware_id="camera")
+        problems = []
+        if new_drops:
+            problems.append(f"{new_drops} images dropped since last report")
+        if new_bad_infos:
+            problems.append(f"{new_bad_infos} camera_info messages rejected since last report")
+        if coverage is not None and not coverage.covers_policy:
+            problems.append(f"source covers only {100 * (1 - coverage.uncovered_fraction):.1f}% of the policy view")
+        if self._camera is None:
+            problems.append("no camera_info yet")
+        status.level = DiagnosticStatus.WARN if problems else DiagnosticStatus.OK
+        status.message = "; ".join(problems) if problems else "ok"
+        values = {
+            "received": self._counts["received"],
+            "published": self._counts["published"],
+            "dropped": sum(self._drops.values()),
+            **{f"dropped_{reason}": count for reason, count in self._drops.items()},
+            "bad_camera_info": self._counts["bad_camera_info"],
+            "preprocess_config_hash": self.preprocess.content_hash,
+        }
+        if self._process_ms:
+            times = np.asarray(self._process_ms)
+            values["process_ms_p50"] = f"{np.percentile(times, 50):.3f}"
+            values["process_ms_p99"] = f"{np.percentile(times, 99):.3f}"
+        if self._camera is not None and coverage is not None:
+            values["source_camera"] = f"{self._camera.width}x{self._camera.height} {self._camera.distortion_model}"
+            values["source_fov_deg"] = f"{coverage.source_fov_deg[0]:.2f} x {coverage.source_fov_deg[1]:.2f}"
+            values["policy_fov_deg"] = f"{coverage.policy_fov_deg[0]:.2f} x {coverage.policy_fov_deg[1]:.2f}"
+            values["uncovered_fraction"] = f"{coverage.uncovered_fraction:.4f}"
+        status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
+        array = DiagnosticArray()
+        array.header.stamp = cv.ns_to_stamp(now_ns(self))
+        array.status = [status]
+        self._diag_pub.publish(array)
+
+
+def main(args: list[str] | None = None) -> None:
+    sys.exit(run_node(lambda: CameraPreprocessor(), args))
+
+
+if __name__ == "__main__":
+    main()
