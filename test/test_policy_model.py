@@ -1,0 +1,146 @@
+"""The policy model (pure torch): shapes, normalization maths, registry, trainability, PolicySpec."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from sim2real_ros.core.checkpoint import make_policy_spec
+from sim2real_ros.core.errors import ConfigError
+from sim2real_ros.core.policy_model import (
+    ARCHITECTURES,
+    UNTRAINED_ACTION_STD,
+    CnnMlpPolicy,
+    PolicySpec,
+    build_model,
+)
+from sim2real_ros.core.preprocess_config import PreprocessConfig
+from sim2real_ros.paths import config_path
+
+JOINTS = ("j1", "j2", "j3")
+SMALL = {"channels": [4, 8], "pool_size": 2, "image_features": 16, "hidden": [32]}
+
+
+@pytest.fixture
+def spec() -> PolicySpec:
+    preprocess = PreprocessConfig.from_yaml(config_path("preprocess.yaml"))
+    return make_policy_spec(JOINTS, preprocess, chunk_length=4, dt_s=0.1)
+
+
+def random_batch(spec: PolicySpec, batch: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    images = torch.randint(0, 256, (batch, spec.image_height, spec.image_width, 3), dtype=torch.uint8, generator=gen)
+    joints = torch.rand((batch, spec.joint_count), generator=gen) * 2 - 1
+    return images, joints
+
+
+def test_default_model_is_registered_and_resolves_hparams(spec):
+    model = build_model("cnn_mlp", spec)
+    assert isinstance(model, CnnMlpPolicy) and ARCHITECTURES["cnn_mlp"] is CnnMlpPolicy
+    assert model.hparams == CnnMlpPolicy.DEFAULT_HPARAMS
+    small = build_model("cnn_mlp", spec, **SMALL)
+    assert small.hparams == SMALL
+    assert sum(p.numel() for p in small.parameters()) < sum(p.numel() for p in model.parameters())
+
+
+def test_batched_forward_shapes_and_untrained_model_holds_still(spec):
+    model = build_model("cnn_mlp", spec).eval()
+    images, joints = random_batch(spec, batch=5)
+    with torch.no_grad():
+        targets = model(images, joints)
+    assert targets.shape == (5, spec.chunk_length, spec.joint_count)
+    # Untrained: deltas are network outputs of order 1 times UNTRAINED_ACTION_STD.
+    deltas = targets - joints.unsqueeze(1)
+    assert deltas.abs().max() < 20 * UNTRAINED_ACTION_STD
+    assert deltas.abs().max() > 0  # ...but the image does flow through the network
+
+
+def test_normalization_from_data_makes_targets_zero_mean_unit_std(spec):
+    model = build_model("cnn_mlp", spec, **SMALL)
+    rng = np.random.default_rng(1)
+    q = rng.normal([0.5, -1.0, 2.0], [0.1, 0.3, 0.05], size=(400, 3))
+    steps = np.linspace(0.0, 0.3, spec.chunk_length)[None, :, None] * np.array([1.0, -2.0, 0.5])
+    targets = q[:, None, :] + steps + rng.normal(0, 0.01, size=(400, spec.chunk_length, 3))
+    model.set_normalization_from_data(q, targets)
+    assert np.allclose(model.joint_mean.numpy(), q.mean(0), atol=1e-6)
+    normalized = model.normalize_targets(torch.tensor(targets, dtype=torch.float32),
+                                         torch.tensor(q, dtype=torch.float32)).numpy()
+    assert np.allclose(normalized.mean(0), 0.0, atol=1e-3)
+    assert np.allclose(normalized.std(0), 1.0, atol=1e-2)
+    # forward() is exactly the inverse of normalize_targets applied to the network output.
+    images, joints = random_batch(spec, batch=3)
+    with torch.no_grad():
+        absolute = model(images, joints)
+        assert torch.allclose(model.normalize_targets(absolute, joints), model.forward_normalized(images, joints),
+                              atol=1e-4)
+
+
+def test_set_normalization_validates_shapes_and_floors_std(spec):
+    model = build_model("cnn_mlp", spec, **SMALL)
+    model.set_normalization([0, 0, 0], [1, 0, 1], [0.1, 0.2, 0.3], [0, 0, 0])  # (n,) actions broadcast over K
+    assert model.joint_std[1] > 0 and torch.all(model.action_std > 0)
+    assert torch.allclose(model.action_mean[-1], torch.tensor([0.1, 0.2, 0.3]))
+    with pytest.raises(ValueError, match="joint_mean must have shape"):
+        model.set_normalization([0, 0], [1, 1, 1], [0, 0, 0], [1, 1, 1])
+    with pytest.raises(ValueError, match="NaN"):
+        model.set_normalization([0, float("nan"), 0], [1, 1, 1], [0, 0, 0], [1, 1, 1])
+
+
+def test_forward_rejects_wrong_inputs(spec):
+    model = build_model("cnn_mlp", spec, **SMALL)
+    images, joints = random_batch(spec, batch=2)
+    with pytest.raises(ValueError, match="uint8"):
+        model(images.float(), joints)
+    with pytest.raises(ValueError, match="images must be"):
+        model(images[:, :50], joints)
+    with pytest.raises(ValueError, match="joint_positions must be"):
+        model(images, joints[:, :2])
+
+
+def test_a_few_training_steps_reduce_the_loss(spec):
+    torch.manual_seed(0)
+    model = build_model("cnn_mlp", spec, **SMALL)
+    _, joints = random_batch(spec, batch=16)
+    # Targets depend on the image brightness, so the encoder has to learn something.
+    brightness = torch.linspace(0.0, 1.0, 16)
+    images = (brightness[:, None, None, None] * 255).expand(16, spec.image_height, spec.image_width, 3)
+    images = images.to(torch.uint8).contiguous()
+    targets = joints.unsqueeze(1) + brightness[:, None, None] * torch.linspace(0, 0.2, spec.chunk_length)[None, :, None]
+    model.set_normalization_from_data(joints.numpy(), targets.numpy())
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(40):
+        loss = torch.nn.functional.mse_loss(model.forward_normalized(images, joints),
+                                            model.normalize_targets(targets, joints))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+    # Normalization buffers are not trained.
+    assert {name for name, _ in model.named_parameters()}.isdisjoint({"joint_mean", "joint_std", "action_mean"})
+
+
+def test_build_model_refuses_unknown_architecture_and_hparams(spec):
+    with pytest.raises(ConfigError, match="architecture.*'transformer9'.*cnn_mlp"):
+        build_model("transformer9", spec)
+    with pytest.raises(ConfigError, match="unknown for cnn_mlp.*depth"):
+        build_model("cnn_mlp", spec, depth=3)
+    with pytest.raises(ConfigError, match="hparams"):
+        build_model("cnn_mlp", spec, channels=[])
+
+
+def test_policy_spec_validates_fields_and_round_trips(spec):
+    assert PolicySpec.from_dict(spec.to_dict()) == spec
+    with pytest.raises(ConfigError, match="'chunk_length' = 0"):
+        dataclasses.replace(spec, chunk_length=0)
+    with pytest.raises(ConfigError, match="'dt_s' = -0.1"):
+        dataclasses.replace(spec, dt_s=-0.1)
+    with pytest.raises(ConfigError, match="joint_names.*duplicate"):
+        dataclasses.replace(spec, joint_names=("a", "a"))
+    data = spec.to_dict()
+    del data["preprocess_hash"]
+    with pytest.raises(ConfigError, match="my.ckpt: field 'preprocess_hash'.*missing"):
+        PolicySpec.from_dict(data, source="my.ckpt")
