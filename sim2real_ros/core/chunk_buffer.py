@@ -67,6 +67,7 @@ class ChunkRejectedError(ValueError):
 
     def __init__(self, reason: str, text: str) -> None:
         self.reason = reason
+        self.detail = text
         super().__init__(f"{reason}: {text}")
 
 

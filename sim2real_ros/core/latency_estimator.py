@@ -89,6 +89,13 @@ class LatencyEstimator:
         while history and history[0][0] < horizon:
             history.popleft()
 
+    def copy(self) -> LatencyEstimator:
+        """A copy of the histories, so a caller can estimate outside its lock (arrays are never mutated)."""
+        other = LatencyEstimator(self.config)
+        other._commands = deque(self._commands)
+        other._measured = deque(self._measured)
+        return other
+
     def clear(self) -> None:
         self._commands.clear()
         self._measured.clear()
@@ -131,6 +138,7 @@ def estimate_delay(
     if n_grid < 2 * max_lag + 8:
         return LatencyEstimate(None, 0.0, 0.0, f"common window {span_s:.2f} s shorter than 2 * max_lag")
     grid = np.arange(n_grid) * dt
+    n_joints = cmd_positions.shape[1]
     cmd_vel = np.gradient(_resample(cmd_times_s, cmd_positions, grid), dt, axis=0)
     meas_vel = np.gradient(_resample(meas_times_s, meas_positions, grid), dt, axis=0)
     excitation = float(np.sqrt(np.mean(cmd_vel**2)))
@@ -141,15 +149,18 @@ def estimate_delay(
     length = n_grid - max_lag
     cmd_seg = cmd_vel[:length] - cmd_vel[:length].mean(axis=0)
     cmd_energy = np.sum(cmd_seg**2, axis=0)  # (n,)
-    correlation = np.empty(max_lag + 1)
-    for lag in range(max_lag + 1):
-        meas_seg = meas_vel[lag:lag + length]
-        meas_seg = meas_seg - meas_seg.mean(axis=0)
-        meas_energy = np.sum(meas_seg**2, axis=0)
-        cross = np.sum(cmd_seg * meas_seg, axis=0)
-        # Energy-weighted sum of per-joint normalized correlations: sum(cross) / sum(sqrt(Ec Em)).
-        denominator = float(np.sum(np.sqrt(cmd_energy * meas_energy)))
-        correlation[lag] = float(np.sum(cross)) / denominator if denominator > 0 else 0.0
+    # cross[lag, j] = sum_t cmd_seg[t, j] * meas[t + lag, j]; the measurement's own mean drops out
+    # because cmd_seg has zero mean, so only its energy needs the per-lag mean removed (cumsums).
+    cross = np.stack([np.correlate(meas_vel[:, j], cmd_seg[:, j], mode="valid") for j in range(n_joints)], axis=1)
+    csum = np.vstack([np.zeros((1, n_joints)), np.cumsum(meas_vel, axis=0)])
+    csum2 = np.vstack([np.zeros((1, n_joints)), np.cumsum(meas_vel**2, axis=0)])
+    lags = np.arange(max_lag + 1)
+    seg_sum = csum[lags + length] - csum[lags]
+    seg_sum2 = csum2[lags + length] - csum2[lags]
+    meas_energy = np.maximum(seg_sum2 - seg_sum**2 / length, 0.0)  # (lags, n)
+    # Energy-weighted sum of per-joint normalized correlations: sum_j cross / sum_j sqrt(Ec Em).
+    denominator = np.sum(np.sqrt(cmd_energy[None, :] * meas_energy), axis=1)
+    correlation = np.where(denominator > 0, cross.sum(axis=1) / np.where(denominator > 0, denominator, 1.0), 0.0)
     peak = int(np.argmax(correlation))
     peak_value = float(correlation[peak])
     offset = 0.0
@@ -158,7 +169,7 @@ def estimate_delay(
         curvature = left - 2 * peak_value + right
         if curvature < 0:
             offset = 0.5 * (left - right) / curvature
-    latency = (peak + offset) * dt
+    latency = float((peak + offset) * dt)
     confidence = float(np.clip(peak_value, 0.0, 1.0))
     if peak == max_lag:
         return LatencyEstimate(latency, 0.0, excitation, f"peak at the search limit {config.max_lag_s} s")

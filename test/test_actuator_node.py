@@ -1,0 +1,168 @@
+"""actuator_node as a process over real DDS: chunks in, fixed-rate tick-stamped commands out."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from support import node_decl, running_nodes, wait_until
+from trajectory_msgs.msg import JointTrajectory
+
+from sim2real_ros import conversions as cv
+from sim2real_ros.core.errors import ConfigError
+from sim2real_ros.nodes.actuator_node import ActuatorConfig
+from sim2real_ros.nodes.common import RELIABLE_LATEST_QOS
+
+JOINTS = ["j_a", "j_b", "j_c"]
+TWO_JOINT_URDF = """<robot name="two">
+  <link name="base"/><link name="l1"/><link name="l2"/>
+  <joint name="shoulder" type="revolute"><parent link="base"/><child link="l1"/>
+    <axis xyz="0 0 1"/><limit lower="-2" upper="2" velocity="1" effort="5"/></joint>
+  <joint name="elbow" type="revolute"><parent link="l1"/><child link="l2"/>
+    <axis xyz="0 1 0"/><limit lower="-2" upper="2" velocity="1" effort="5"/></joint>
+</robot>"""
+# Keep every message the node sends, not just the newest (the publisher's depth 1 is its own).
+KEEP_ALL = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+
+
+def ramp_chunk(names, stamp_ns: int, duration_s: float, dt: float = 0.05, slope=None) -> JointTrajectory:
+    """Targets q_j(t) = 0.1 j + slope_j (t - stamp) [rad]: linear, so any interpolation is exact."""
+    slope = np.asarray(slope if slope is not None else [0.5 * (j + 1) for j in range(len(names))])
+    times = np.arange(0.0, duration_s + 1e-9, dt)
+    positions = 0.1 * np.arange(len(names))[None, :] + times[:, None] * slope[None, :]
+    return cv.chunk_to_trajectory(cv.ActionChunk(tuple(names), stamp_ns, times, positions))
+
+
+def diagnostics_values(received: list) -> dict[str, str]:
+    return {kv.key: kv.value for kv in received[-1].status[0].values} if received else {}
+
+
+def wait_for_diagnostics(received: list, predicate, timeout_s: float = 20.0) -> dict[str, str]:
+    assert wait_until(lambda: bool(received) and predicate(diagnostics_values(received)), timeout_s), (
+        f"diagnostics never satisfied the condition; last: {diagnostics_values(received)}"
+    )
+    return diagnostics_values(received)
+
+
+def test_chunks_in_commands_out_at_rate_with_tick_stamps(ros, tmp_path):
+    latency_s = 0.05
+    params = {"joints": JOINTS, "control_rate": 100.0, "actuation_latency": latency_s, "interpolation": "cubic"}
+    with running_nodes([node_decl("actuator_node", params)], tmp_path):
+        commands = ros.collect(JointState, "command/policy", KEEP_ALL)
+        diagnostics = ros.collect(DiagnosticArray, "actuator_node/diagnostics", 10)
+        chunk_pub = ros.publisher(JointTrajectory, "policy/action_chunk", RELIABLE_LATEST_QOS)
+        ros.wait_for_subscribers(chunk_pub, timeout_s=30.0)
+        wait_for_diagnostics(diagnostics, lambda v: v.get("ticks", "0") != "0")
+        assert commands == []  # nothing to command yet: nothing is published
+
+        # The observation was taken 30 ms ago (inference delay); the chunk covers 1.5 s from then.
+        stamp_ns = time.time_ns() - 30_000_000
+        chunk_pub.publish(ramp_chunk(JOINTS, stamp_ns, 1.5))
+        ros.wait_for_messages(commands, 60, timeout_s=20.0)
+
+        # Stale after the chunk's end: the node stops publishing and counts stale ticks.
+        end_ns = stamp_ns + 1_500_000_000
+        before = wait_for_diagnostics(diagnostics, lambda v: int(v["stale_ticks"]) > 0 and int(v["published"]) > 0
+                                      and time.time_ns() > end_ns)
+        count = len(commands)
+        wait_for_diagnostics(diagnostics, lambda v: int(v["stale_ticks"]) >= int(before["stale_ticks"]) + 50)
+        assert len(commands) == count
+
+    stamps = np.array([cv.stamp_to_ns(m.header.stamp) for m in commands])
+    periods_ms = np.diff(stamps) / 1e6
+    assert np.all(periods_ms > 0)
+    assert 8.0 < np.median(periods_ms) < 12.0  # the configured 100 Hz, stamped with the tick time
+    for msg, stamp in zip(commands, stamps, strict=True):
+        assert list(msg.name) == JOINTS
+        tau = (stamp - stamp_ns) / 1e9 + latency_s  # latency compensation: the target for tick + latency
+        expected = 0.1 * np.arange(3) + tau * np.array([0.5, 1.0, 1.5])
+        assert np.allclose(msg.position, expected, atol=1e-6)
+        assert np.allclose(msg.velocity, [0.5, 1.0, 1.5], atol=1e-6)
+    # The last command's target time lies inside the chunk: it never extrapolated.
+    assert stamps[-1] + int(latency_s * 1e9) <= end_ns
+    assert stamps[-1] + int(latency_s * 1e9) > end_ns - 100_000_000  # and it did not stop early
+    values = diagnostics_values(diagnostics)
+    assert values["chunks_accepted"] == "1" and values["chunks_rejected"] == "0"
+    assert 25.0 < float(values["chunk_age_at_use_ms_p50"]) < 5000.0
+    assert 8.0 < float(values["timer_period_ms_p50"]) < 12.0
+
+
+def test_bad_chunks_are_rejected_counted_and_the_node_keeps_going(ros, tmp_path):
+    params = {"robot_description": TWO_JOINT_URDF, "control_rate": 50.0, "interpolation": "linear",
+              "blending": "temporal_ensemble", "crossfade_s": 0.0}
+    names = ["shoulder", "elbow"]  # from the URDF: no `joints` parameter given
+    with running_nodes([node_decl("actuator_node", params)], tmp_path):
+        commands = ros.collect(JointState, "command/policy", KEEP_ALL)
+        diagnostics = ros.collect(DiagnosticArray, "actuator_node/diagnostics", 10)
+        chunk_pub = ros.publisher(JointTrajectory, "policy/action_chunk", 10)
+        ros.wait_for_subscribers(chunk_pub, timeout_s=30.0)
+
+        now = time.time_ns()
+        nan = ramp_chunk(names, now, 2.0)
+        nan.points[3].positions = [float("nan"), 0.0]
+        backwards = ramp_chunk(names, now, 2.0)
+        backwards.points[2].time_from_start = backwards.points[1].time_from_start
+        empty = ramp_chunk(names, now, 2.0)
+        empty.points = []
+        ragged = ramp_chunk(names, now, 2.0)
+        ragged.points[0].positions = [0.0]
+        bad = [
+            (ramp_chunk(["shoulder", "wrist"], now, 2.0), "rejected_joint_names"),
+            (ramp_chunk(names + ["elbow2"], now, 2.0, slope=[1.0, 1.0, 1.0]), "rejected_joint_names"),
+            (nan, "rejected_non_finite"),
+            (backwards, "rejected_time_order"),
+            (empty, "rejected_empty"),
+            (ragged, "rejected_ragged"),
+            (ramp_chunk(names, now - 5_000_000_000, 1.0), "rejected_stale_on_arrival"),
+        ]
+        for i, (msg, _) in enumerate(bad):
+            # The subscription keeps only the newest chunk (depth 1): one at a time, as a policy sends them.
+            chunk_pub.publish(msg)
+            wait_for_diagnostics(diagnostics, lambda v, i=i: v.get("chunks_received") == str(i + 1))
+        expected = {key: sum(1 for _, k in bad if k == key) for _, key in bad}
+        values = wait_for_diagnostics(diagnostics, lambda v: v.get("chunks_rejected") == str(len(bad)))
+        for key, count in expected.items():
+            assert values[key] == str(count), key
+        assert values["chunks_accepted"] == "0" and values["published"] == "0"
+
+        # Still alive and commanding once a good chunk comes.
+        chunk_pub.publish(ramp_chunk(names, time.time_ns(), 2.0, slope=[0.2, -0.2]))
+        ros.wait_for_messages(commands, 10, timeout_s=20.0)
+        assert list(commands[0].name) == names
+        assert all(np.all(np.isfinite(m.position)) for m in commands)
+        values = wait_for_diagnostics(diagnostics, lambda v: v["chunks_accepted"] == "1")
+        assert values["chunks_rejected"] == str(len(bad))
+
+
+def test_bad_parameter_fails_at_start_naming_field_and_value(tmp_path):
+    decl = node_decl("actuator_node", {"joints": JOINTS, "interpolation": "quintic"})
+    with running_nodes([decl], tmp_path) as launcher:
+        assert wait_until(lambda: launcher.check() != [], 30.0), "the node did not exit on a bad parameter"
+        assert launcher.check()[0][1] == 2
+    log = (tmp_path / "graph.log").read_text()
+    assert "interpolation" in log and "'quintic'" in log
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(control_rate=0.0), "control_rate"),
+        (dict(control_rate=float("inf")), "control_rate"),
+        (dict(actuation_latency=-0.02), "actuation_latency"),
+        (dict(blending="median"), "blending"),
+        (dict(crossfade_s=-1.0), "crossfade_s"),
+        (dict(estimate_latency=False, use_estimated_latency=True), "use_estimated_latency"),
+        (dict(latency_min_confidence=1.5), "latency_min_confidence"),
+        (dict(latency_window_s=0.2), "latency_max_s"),
+        (dict(joints=("a", "a")), "joints"),
+    ],
+)
+def test_config_validation_names_field_and_value(kwargs, field):
+    arguments = {"joints": ("a", "b"), **kwargs}
+    with pytest.raises(ConfigError) as info:
+        ActuatorConfig(**arguments)
+    assert info.value.field == field
+    assert info.value.source == "actuator_node"
