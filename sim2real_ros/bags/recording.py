@@ -1,0 +1,64 @@
+"""Recorder decisions that need no ROS: which discovered topics to record, with which QoS.
+
+The node (nodes/recorder.py) feeds in what graph discovery returns, as plain values.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+# rmw enum values (rmw/types.h), as rosbag2 stores them in offered_qos_profiles.
+RELIABILITY_RELIABLE, RELIABILITY_BEST_EFFORT = 1, 2
+DURABILITY_TRANSIENT_LOCAL, DURABILITY_VOLATILE = 1, 2
+# Subscription depth: enough to ride out a slow disk write at camera rates.
+RECORD_DEPTH = 100
+
+
+@dataclass(frozen=True)
+class SubscriptionQos:
+    """QoS the recorder subscribes with (rmw enum values)."""
+
+    reliability: int
+    durability: int
+    depth: int = RECORD_DEPTH
+
+
+def is_hidden(topic: str) -> bool:
+    """ROS hides names with a component starting with '_' (e.g. action internals)."""
+    return any(part.startswith("_") for part in topic.split("/") if part)
+
+
+def select_topics(discovered: Iterable[tuple[str, list[str]]], requested: set[str] | None,
+                  already: set[str]) -> list[tuple[str, str]]:
+    """(topic, type) pairs to start recording now.
+
+    discovered: (fully qualified topic, types) from graph discovery. requested: fully qualified
+    names to record, or None for every visible topic. already: topics being recorded (or given up on).
+    A topic with several types is recorded with its first type.
+    """
+    out = []
+    for topic, types in discovered:
+        if topic in already or not types:
+            continue
+        if requested is None:
+            if is_hidden(topic):
+                continue
+        elif topic not in requested:
+            continue
+        out.append((topic, types[0]))
+    return out
+
+
+def adapt_qos(offers: list[tuple[int, int]]) -> SubscriptionQos:
+    """Subscription QoS that matches every publisher's (reliability, durability) offer.
+
+    Reliable only if every publisher is reliable (a reliable subscription does not match a
+    best-effort publisher); transient local only if every publisher is (so latched topics such as
+    supervisor/state and estop deliver their last value to the recorder).
+    """
+    if not offers:
+        return SubscriptionQos(RELIABILITY_RELIABLE, DURABILITY_VOLATILE)
+    reliable = all(r == RELIABILITY_RELIABLE for r, _ in offers)
+    latched = all(d == DURABILITY_TRANSIENT_LOCAL for _, d in offers)
+    return SubscriptionQos(RELIABILITY_RELIABLE if reliable else RELIABILITY_BEST_EFFORT,
+                           DURABILITY_TRANSIENT_LOCAL if latched else DURABILITY_VOLATILE)

@@ -1,0 +1,234 @@
+"""recorder: record topics of the graph to a crash-safe rosbag2 MCAP bag.
+
+Parameters: output (bag folder; default rosbag2_<date>), topics (empty = every topic, discovered
+continuously), storage (mcap | sqlite3), flush_period_s, discovery_period_s, max_file_size_mb,
+max_file_duration_s.
+
+Subscriptions are raw (serialized CDR) so recording costs no deserialization, use the QoS the
+publishers offer (latched topics with transient local), and each message's receive time is its
+log time. The writer closes an MCAP chunk about every flush_period_s, so SIGKILL loses at most
+about that much; metadata.yaml is written on a clean shutdown (SIGINT/SIGTERM), and
+`sim2real bag repair` rebuilds it otherwise.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.expand_topic_name import expand_topic_name
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+from ..bags.recording import adapt_qos, select_topics
+from ..bags.writer import BagWriter, qos_profiles_yaml
+from ..core.errors import BagError, ConfigError
+from .common import declare, now_ns, run_node
+
+NS_PER_S = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class RecorderConfig:
+    """Validated recorder parameters."""
+
+    output: str
+    topics: tuple[str, ...] = ()
+    storage: str = "mcap"
+    flush_period_s: float = 1.0
+    discovery_period_s: float = 0.5
+    max_file_size_mb: float = 0.0
+    max_file_duration_s: float = 0.0
+    source: str = "recorder parameters"
+
+    def __post_init__(self) -> None:
+        if self.storage not in ("mcap", "sqlite3"):
+            raise ConfigError(self.source, "storage", self.storage, "must be 'mcap' or 'sqlite3'")
+        if not self.output:
+            raise ConfigError(self.source, "output", self.output, "must name the bag folder to create")
+        if Path(self.output).exists():
+            raise ConfigError(self.source, "output", self.output, "exists already; a bag is never overwritten")
+        for name, value in (("flush_period_s", self.flush_period_s), ("discovery_period_s", self.discovery_period_s)):
+            if not 0.0 < value <= 60.0:
+                raise ConfigError(self.source, name, value, "must be in (0, 60] seconds")
+        for name, value in (("max_file_size_mb", self.max_file_size_mb),
+                            ("max_file_duration_s", self.max_file_duration_s)):
+            if value < 0.0:
+                raise ConfigError(self.source, name, value, "must be >= 0 (0 = never split)")
+        if any(not t or not isinstance(t, str) for t in self.topics):
+            raise ConfigError(self.source, "topics", list(self.topics), "every entry must be a non-empty topic name")
+
+
+def default_output() -> str:
+    """rosbag2's default folder name: rosbag2_YYYY_MM_DD-HH_MM_SS."""
+    return f"rosbag2_{dt.datetime.now():%Y_%m_%d-%H_%M_%S}"
+
+
+def message_class(msgtype: str) -> Any:
+    """'sensor_msgs/msg/JointState' -> the installed Python message class (ImportError if absent)."""
+    package, kind, name = msgtype.split("/")
+    return getattr(importlib.import_module(f"{package}.{kind}"), name)
+
+
+def _duration(d: Any) -> dict[str, int]:
+    ns = int(d.nanoseconds)
+    return {"sec": ns // NS_PER_S, "nsec": ns % NS_PER_S}
+
+
+def _qos_dict(qos: QoSProfile) -> dict[str, Any]:
+    return {
+        "history": int(qos.history), "depth": int(qos.depth), "reliability": int(qos.reliability),
+        "durability": int(qos.durability), "deadline": _duration(qos.deadline), "lifespan": _duration(qos.lifespan),
+        "liveliness": int(qos.liveliness), "liveliness_lease_duration": _duration(qos.liveliness_lease_duration),
+        "avoid_ros_namespace_conventions": bool(qos.avoid_ros_namespace_conventions),
+    }
+
+
+class RecorderNode(Node):
+    def __init__(self, **node_kwargs: Any) -> None:
+        super().__init__("recorder", **node_kwargs)
+        output = declare(self, "output", "", "bag folder to create (empty: rosbag2_<date> in the working directory)")
+        topics = declare(self, "topics", [""], "topics to record; empty = every topic, discovered continuously")
+        storage = declare(self, "storage", "mcap", "storage plugin: mcap (default) or sqlite3")
+        flush = declare(self, "flush_period_s", 1.0, "close an MCAP chunk this often [s]: the most a crash loses")
+        discovery = declare(self, "discovery_period_s", 0.5, "how often to look for new topics [s]")
+        max_mb = declare(self, "max_file_size_mb", 0.0, "split into a new file past this size [MB]; 0 = never")
+        max_s = declare(self, "max_file_duration_s", 0.0, "split into a new file past this duration [s]; 0 = never")
+        self.config = RecorderConfig(
+            output=output or default_output(), topics=tuple(t for t in (topics or []) if t), storage=storage,
+            flush_period_s=float(flush), discovery_period_s=float(discovery), max_file_size_mb=float(max_mb),
+            max_file_duration_s=float(max_s), source=f"node '{self.get_name()}' parameters")
+        try:
+            self.writer = BagWriter(
+                Path(self.config.output), storage=self.config.storage,
+                flush_period_ns=int(self.config.flush_period_s * NS_PER_S),
+                max_file_bytes=int(self.config.max_file_size_mb * 1e6),
+                max_file_duration_ns=int(self.config.max_file_duration_s * NS_PER_S))
+        except (BagError, OSError) as err:
+            raise ConfigError(self.config.source, "output", self.config.output, str(err)) from err
+        self._lock = threading.Lock()
+        self._group = MutuallyExclusiveCallbackGroup()
+        self._subscriptions: dict[str, Any] = {}
+        self._given_up: set[str] = set()
+        self._requested = (
+            {expand_topic_name(t, self.get_name(), self.get_namespace()) for t in self.config.topics}
+            if self.config.topics else None)
+        self.received = 0
+        self._closed = False
+        self.create_timer(self.config.discovery_period_s, self._discover, callback_group=self._group)
+        self.create_timer(self.config.flush_period_s / 2, self._flush_tick, callback_group=self._group)
+        self.create_timer(10.0, self._report, callback_group=self._group)
+        self.get_logger().info(
+            f"recording {'every topic' if self._requested is None else sorted(self._requested)} "
+            f"to {self.config.output} ({self.config.storage}, flush every {self.config.flush_period_s} s)")
+        self._discover()
+
+    # ------------------------------------------------------------------ discovery
+    def _discover(self) -> None:
+        discovered = self.get_topic_names_and_types()
+        for topic, msgtype in select_topics(discovered, self._requested, set(self._subscriptions) | self._given_up):
+            self._subscribe(topic, msgtype)
+
+    def _subscribe(self, topic: str, msgtype: str) -> None:
+        publishers = self.get_publishers_info_by_topic(topic)
+        if not publishers:
+            return  # only subscribers so far: wait for a publisher to learn its QoS
+        try:
+            cls = message_class(msgtype)
+        except (ImportError, AttributeError, ValueError) as err:
+            self._given_up.add(topic)
+            self.get_logger().warning(f"not recording {topic}: type {msgtype} is not installed here ({err})")
+            return
+        offers = [(int(p.qos_profile.reliability), int(p.qos_profile.durability)) for p in publishers]
+        chosen = adapt_qos(offers)
+        qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=chosen.depth,
+                         reliability=ReliabilityPolicy(chosen.reliability),
+                         durability=DurabilityPolicy(chosen.durability))
+        offered = qos_profiles_yaml([_qos_dict(p.qos_profile) for p in publishers])
+        with self._lock:
+            if self._closed:
+                return
+            self.writer.add_topic(topic, msgtype, offered_qos_profiles=offered)
+        self._subscriptions[topic] = self.create_subscription(
+            cls, topic, lambda data, t=topic: self._on_message(t, data), qos, raw=True, callback_group=self._group)
+        self.get_logger().info(f"recording {topic} ({msgtype}, {qos.reliability.name.lower()}, "
+                               f"{qos.durability.name.lower()})")
+
+    # ------------------------------------------------------------------ writing
+    def _on_message(self, topic: str, data: bytes) -> None:
+        received_ns = now_ns(self)  # receive time = log time (sim time under use_sim_time)
+        with self._lock:
+            if self._closed:
+                return
+            self.writer.write(topic, received_ns, data, now_ns=time.monotonic_ns())
+            self.received += 1
+
+    def _flush_tick(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self.writer.maybe_flush(time.monotonic_ns())
+
+    def _report(self) -> None:
+        self.get_logger().info(f"{self.received} messages on {len(self._subscriptions)} topics so far")
+
+    def close(self) -> None:
+        """Finish the bag (MCAP summary, metadata.yaml). Safe to call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            path = self.writer.close()
+        self.get_logger().info(f"bag closed: {path} ({self.writer.message_count} messages)")
+
+    def destroy_node(self) -> None:
+        self.close()
+        super().destroy_node()
+
+
+def record(output: str, topics: list[str] | None = None, duration_s: float | None = None,
+           storage: str = "mcap", flush_period_s: float = 1.0, args: list[str] | None = None) -> int:
+    """Run the recorder in this process until `duration_s` passes or Ctrl-C/SIGTERM; returns an exit code."""
+    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+    from rclpy.parameter import Parameter
+
+    from ..core.errors import Sim2RealError
+
+    rclpy.init(args=args)
+    node = None
+    executor = SingleThreadedExecutor()
+    try:
+        overrides = [Parameter("output", value=output), Parameter("storage", value=storage),
+                     Parameter("flush_period_s", value=float(flush_period_s))]
+        if topics:
+            overrides.append(Parameter("topics", value=list(topics)))
+        node = RecorderNode(parameter_overrides=overrides)
+        executor.add_node(node)
+        deadline = None if duration_s is None else time.monotonic() + duration_s
+        while rclpy.ok() and (deadline is None or time.monotonic() < deadline):
+            executor.spin_once(timeout_sec=0.1)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except Sim2RealError as err:
+        print(f"[ERROR] {err}", file=sys.stderr, flush=True)
+        return 2
+    finally:
+        executor.shutdown()
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+def main(args: list[str] | None = None) -> None:
+    sys.exit(run_node(lambda: RecorderNode(), args))
+
+
+if __name__ == "__main__":
+    main()
