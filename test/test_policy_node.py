@@ -1,0 +1,232 @@
+"""Observation pairing (pure, at fixed times) and policy_node over real DDS, as a process."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pybullet_data
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray
+from sensor_msgs.msg import Image, JointState
+from support import REPO_ROOT, node_decl, running_nodes, wait_until
+from trajectory_msgs.msg import JointTrajectory
+
+from sim2real_ros.conversions import (
+    array_to_image,
+    duration_to_seconds,
+    make_joint_state,
+    stamp_to_ns,
+)
+from sim2real_ros.core.checkpoint import init_checkpoint, load_checkpoint
+from sim2real_ros.core.errors import ConfigError
+from sim2real_ros.core.observation_pairing import (
+    DropCounter,
+    DropReason,
+    ObservationPairer,
+    PairingConfig,
+    RollingStats,
+)
+from sim2real_ros.core.preprocess_config import PreprocessConfig
+from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.nodes.common import JOINT_STATE_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS
+from sim2real_ros.paths import config_path
+
+PANDA_URDF = Path(pybullet_data.getDataPath()) / "franka_panda" / "panda.urdf"
+MS = 1_000_000  # [ns]
+S = 1_000_000_000  # [ns]
+
+
+# ----------------------------------------------------------------------------------------------
+# Pairing core
+def pairer(tolerance_ms: float = 10, max_age_ms: float = 200) -> ObservationPairer:
+    return ObservationPairer(PairingConfig(int(tolerance_ms * MS), int(max_age_ms * MS)))
+
+
+def test_pairs_the_joint_state_nearest_the_image_stamp():
+    p = pairer(tolerance_ms=10)
+    for k in range(5):
+        p.add_joint_state(10 * S + k * 8 * MS, np.array([float(k)]))  # every 8 ms
+    result = p.pair(10 * S + 13 * MS, now_ns=10 * S + 50 * MS)
+    assert result.drop is None and not result.wait
+    assert result.positions.tolist() == [2.0] and result.joint_stamp_ns == 10 * S + 16 * MS
+    assert p.pair(10 * S + 11 * MS, now_ns=10 * S + 50 * MS).positions.tolist() == [1.0]
+
+
+def test_waits_while_a_matching_joint_state_may_still_come_then_pairs():
+    p = pairer(tolerance_ms=5)
+    assert p.pair(10 * S, now_ns=10 * S).wait  # no joint state yet
+    p.add_joint_state(10 * S - 20 * MS, np.array([1.0]))
+    assert p.pair(10 * S, now_ns=10 * S + 1 * MS).wait  # joint states lag the image
+    p.add_joint_state(10 * S + 2 * MS, np.array([2.0]))
+    assert p.pair(10 * S, now_ns=10 * S + 3 * MS).positions.tolist() == [2.0]
+
+
+def test_unpaired_when_joint_states_passed_the_image_without_a_match():
+    p = pairer(tolerance_ms=5)
+    p.add_joint_state(10 * S - 20 * MS, np.array([1.0]))
+    p.add_joint_state(10 * S + 20 * MS, np.array([2.0]))
+    assert p.pair(10 * S, now_ns=10 * S + 25 * MS).drop == DropReason.UNPAIRED
+
+
+def test_stale_images_are_dropped_against_the_given_clock():
+    p = pairer(tolerance_ms=5, max_age_ms=200)
+    p.add_joint_state(10 * S, np.array([1.0]))
+    assert p.pair(10 * S, now_ns=10 * S + 200 * MS).positions is not None  # exactly at the limit
+    assert p.pair(10 * S, now_ns=10 * S + 201 * MS).drop == DropReason.STALE
+
+
+def test_clock_reset_discards_history_and_small_reorders_are_ignored():
+    p = pairer(tolerance_ms=5)
+    p.add_joint_state(100 * S, np.array([1.0]))
+    assert not p.add_joint_state(100 * S - 3 * MS, np.array([9.0]))  # late, out of order: ignored
+    assert p.add_joint_state(100 * S, np.array([1.5]))  # same stamp: replaces
+    assert p.pair(100 * S, now_ns=100 * S).positions.tolist() == [1.5]
+    assert p.add_joint_state(1 * S, np.array([2.0]))  # sim reset: clock went back 99 s
+    assert len(p) == 1 and p.pair(1 * S, now_ns=1 * S).positions.tolist() == [2.0]
+
+
+def test_pairing_config_and_counters():
+    with pytest.raises(ConfigError, match="'max_age_ns' = 0"):
+        PairingConfig(tolerance_ns=0, max_age_ns=0)
+    drops = DropCounter()
+    drops.add(DropReason.STALE)
+    drops.add(DropReason.STALE)
+    assert drops.as_dict()["stale"] == 2 and drops.as_dict()["unpaired"] == 0 and drops.total == 2
+    stats = RollingStats(window=100)
+    assert np.isnan(stats.summary()["p50"])
+    for v in range(1, 101):
+        stats.add(v)
+    summary = stats.summary()
+    assert summary["p50"] == pytest.approx(50.5) and summary["max"] == 100 and summary["p99"] > 98
+
+
+# ----------------------------------------------------------------------------------------------
+# The node over DDS
+@pytest.fixture(scope="module")
+def panda_checkpoint(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("policy") / "panda_init.pt"
+    joints = RobotModel.from_file(PANDA_URDF).joint_names
+    init_checkpoint(path, joints, PreprocessConfig.from_yaml(config_path("preprocess.yaml")), seed=4)
+    return path
+
+
+def diagnostics_values(msg: DiagnosticArray) -> dict[str, str]:
+    return {kv.key: kv.value for kv in msg.status[0].values}
+
+
+def test_node_publishes_chunks_and_counts_every_drop(ros, tmp_path, panda_checkpoint):
+    joints = RobotModel.from_file(PANDA_URDF).joint_names
+    params = {"checkpoint": str(panda_checkpoint), "robot_description": str(PANDA_URDF),
+              "pairing_tolerance_s": 0.005, "max_observation_age_s": 0.5, "diagnostics_period_s": 0.5}
+    reference = load_checkpoint(panda_checkpoint, warmup=False)
+    chunks = ros.collect(JointTrajectory, "policy/action_chunk", RELIABLE_LATEST_QOS)
+    diagnostics = ros.collect(DiagnosticArray, "policy_node/diagnostics", LATCHED_QOS)
+    image_pub = ros.publisher(Image, "policy/image", RELIABLE_LATEST_QOS)
+    joint_pub = ros.publisher(JointState, "joint_states", JOINT_STATE_QOS)
+    rng = np.random.default_rng(0)
+    clock = ros.node.get_clock()
+
+    with running_nodes([node_decl("policy_node", params)], tmp_path):
+        ros.wait_for_subscribers(image_pub, timeout_s=60.0)
+        ros.wait_for_subscribers(joint_pub, timeout_s=60.0)
+        assert wait_until(lambda: ros.node.count_publishers("policy/action_chunk") > 0, 30.0)
+
+        def latest_diagnostics() -> dict[str, str]:
+            return diagnostics_values(diagnostics[-1]) if diagnostics else {}
+
+        def wait_for_diag(key: str, at_least: int) -> None:
+            assert wait_until(lambda: int(latest_diagnostics().get(key, "0")) >= at_least, 20.0), (
+                f"diagnostics never showed {key} >= {at_least}: {latest_diagnostics()}")
+
+        # 1. Good observations: joint states around the image stamp; only the exact stamp lies
+        #    within the 5 ms tolerance, so the chunk must come from those positions.
+        sent = []
+        for i in range(3):
+            stamp = clock.now().nanoseconds
+            positions = {}
+            for offset_ms in (-20, 0, 20):
+                q = rng.uniform(-0.5, 0.5, len(joints))
+                positions[offset_ms] = q
+                joint_pub.publish(make_joint_state(joints, q, stamp + offset_ms * MS))
+            image = rng.integers(0, 256, (96, 96, 3), dtype=np.uint8)
+            image_pub.publish(array_to_image(image, "rgb8", stamp))
+            sent.append((stamp, image, positions[0]))
+            ros.wait_for_messages(chunks, i + 1, timeout_s=20.0)
+        for (stamp, image, q), chunk in zip(sent, chunks, strict=True):
+            assert stamp_to_ns(chunk.header.stamp) == stamp
+            assert list(chunk.joint_names) == joints
+            assert len(chunk.points) == 10
+            times = [duration_to_seconds(p.time_from_start) for p in chunk.points]
+            assert times == pytest.approx([k * 0.05 for k in range(10)], abs=1e-9)
+            positions = np.array([p.positions for p in chunk.points])
+            assert np.allclose(positions, reference.select_action(image, q), atol=1e-5)
+        good_chunks = len(chunks)
+
+        # 2. Stale: captured a second ago (max age 0.5 s).
+        stamp = clock.now().nanoseconds - 1 * S
+        joint_pub.publish(make_joint_state(joints, np.zeros(len(joints)), stamp))
+        image_pub.publish(array_to_image(np.zeros((96, 96, 3), np.uint8), "rgb8", stamp))
+        wait_for_diag("drops_stale", 1)
+
+        # 3. Malformed inputs: wrong size, wrong encoding, NaN and missing joints.
+        now = clock.now().nanoseconds
+        image_pub.publish(array_to_image(np.zeros((64, 64, 3), np.uint8), "rgb8", now))
+        wait_for_diag("drops_bad_image", 1)
+        image_pub.publish(array_to_image(np.zeros((96, 96, 3), np.uint8), "bgr8", now))
+        wait_for_diag("drops_bad_image", 2)
+        bad_q = np.zeros(len(joints))
+        bad_q[3] = np.nan
+        joint_pub.publish(make_joint_state(joints, bad_q, now))
+        joint_pub.publish(make_joint_state(joints[:4], np.zeros(4), now))
+        wait_for_diag("drops_bad_joint_state", 2)
+
+        # 4. Unpaired: the only joint state near the image is 50 ms after it (tolerance 5 ms).
+        stamp = clock.now().nanoseconds
+        joint_pub.publish(make_joint_state(joints, np.zeros(len(joints)), stamp + 50 * MS))
+        image_pub.publish(array_to_image(np.zeros((96, 96, 3), np.uint8), "rgb8", stamp))
+        wait_for_diag("drops_unpaired", 1)
+
+        # No dropped observation produced a chunk, and the report shows the good ones.
+        wait_for_diag("chunks_published", good_chunks)
+        final = latest_diagnostics()
+        assert len(chunks) == good_chunks and final["chunks_published"] == str(good_chunks)
+        assert final["drops_stale"] == "1" and final["drops_unpaired"] == "1"
+        assert final["drops_bad_image"] == "2" and final["drops_bad_joint_state"] == "2"
+        assert final["checkpoint_hash"] == reference.checkpoint_hash
+        assert float(final["inference_ms_p50"]) > 0 and float(final["obs_to_chunk_ms_p99"]) > 0
+        assert diagnostics[-1].status[0].name == "policy_node: inference"
+
+
+def run_policy_node(params: dict[str, str], timeout_s: float = 120.0) -> subprocess.CompletedProcess:
+    args = [sys.executable, "-m", "sim2real_ros.cli.main", "node", "policy_node", "--ros-args"]
+    for key, value in params.items():
+        args += ["-p", f"{key}:={value}"]
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, cwd=REPO_ROOT)
+
+
+def test_node_refuses_a_missing_checkpoint_naming_it(tmp_path):
+    missing = tmp_path / "no_such_policy.pt"
+    proc = run_policy_node({"checkpoint": str(missing), "robot_description": str(PANDA_URDF)})
+    assert proc.returncode == 2, proc.stderr
+    assert str(missing) in proc.stderr and "sim2real policy init" in proc.stderr
+
+
+def test_node_refuses_a_checkpoint_trained_with_other_preprocessing(tmp_path, panda_checkpoint):
+    other = tmp_path / "preprocess_other.yaml"
+    other.write_text(config_path("preprocess.yaml").read_text().replace("interpolation: linear",
+                                                                        "interpolation: area"))
+    proc = run_policy_node({"checkpoint": str(panda_checkpoint), "robot_description": str(PANDA_URDF),
+                            "preprocess_config": str(other), "pairing_tolerance_s": "0.01"})
+    assert proc.returncode == 2, proc.stderr
+    graph_hash = PreprocessConfig.from_yaml(other).content_hash
+    trained_hash = PreprocessConfig.from_yaml(config_path("preprocess.yaml")).content_hash
+    assert f"preprocess hash {trained_hash}" in proc.stderr and f"graph has {graph_hash}" in proc.stderr
+
+
+def test_node_refuses_bad_parameters_naming_them(panda_checkpoint):
+    proc = run_policy_node({"checkpoint": str(panda_checkpoint), "robot_description": str(PANDA_URDF),
+                            "max_observation_age_s": "-1.0"})
+    assert proc.returncode == 2, proc.stderr
+    assert "policy_node parameter: field 'max_observation_age_s' = -1.0" in proc.stderr
