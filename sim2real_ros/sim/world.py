@@ -386,11 +386,16 @@ class SimWorld:
             lightAmbientCoeff=light.ambient, lightDiffuseCoeff=0.5 * rand.light_intensity,
             lightSpecularCoeff=0.05, shadow=int(light.shadow), renderer=pybullet.ER_TINY_RENDERER,
         )
-        image = np.asarray(rgba, dtype=np.uint8).reshape(cam.height, cam.width, 4)[:, :, :3]
-        if not artifacts:
-            return np.ascontiguousarray(image)
-        config = replace(self.artifacts, noise_std=rand.noise_std)
-        return apply_artifacts(np.ascontiguousarray(image), cam, config, self._image_rng)
+        image = np.ascontiguousarray(np.asarray(rgba, dtype=np.uint8).reshape(cam.height, cam.width, 4)[:, :, :3])
+        return self.finish_image(image) if artifacts else image
+
+    def finish_image(self, image_rgb: np.ndarray) -> np.ndarray:
+        """Apply this episode's camera artifacts (distortion, noise, blur, JPEG) to a pinhole render.
+
+        Split from render() so a node can do this outside the physics thread (OpenCV releases the GIL).
+        """
+        config = replace(self.artifacts, noise_std=self.randomization.noise_std)
+        return apply_artifacts(image_rgb, self.camera, config, self._image_rng)
 
     def close(self) -> None:
         """Disconnect the physics client and remove temporary files."""

@@ -1,0 +1,406 @@
+"""sim_node: the PyBullet sim as the robot at the bottom of the graph (DESIGN.md §2, §3).
+
+Publishes   clock (rosgraph_msgs/Clock, `clock_rate_hz`), joint_states (sensor_msgs/JointState, all
+            movable URDF joints: positions, velocities, efforts), camera/image_raw (rgb8, stamp =
+            capture time) and camera/camera_info (the calibration YAML's intrinsics), sim/target
+            (geometry_msgs/PointStamped, latched), sim/episode (diagnostic_msgs/DiagnosticArray, one
+            status "episode" per outcome), sim/status (real-time factor, command counters, ~1 Hz).
+Subscribes  forward_position_controller/commands (std_msgs/Float64MultiArray over `joints`), exactly
+            what a ros2_control forward position controller accepts. Wrong-length or NaN/Inf commands
+            are rejected, counted and reported; they never move the robot.
+Services    sim/reset (std_srvs/Trigger): new episode (robot home, new target, new randomization).
+
+Physics runs in its own thread, paced to wall-clock time by default (`pacing`: realtime, lockstep:
+each camera frame waits for a command, fast: as fast as the CPU allows). Lens distortion and noise
+are applied in a camera thread so rendering artifacts do not stall physics.
+"""
+from __future__ import annotations
+
+import math
+import queue
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import PointStamped
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.exceptions import ParameterUninitializedException
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import CameraInfo, Image, JointState
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import Trigger
+
+from .. import conversions as cv
+from ..core.camera_model import load_calibration_yaml
+from ..core.errors import ConfigError
+from ..paths import config_path, urdf_path
+from ..sim.params import load_sim_params
+from ..sim.world import SimWorld
+from .common import EVENTS_QOS, JOINT_STATE_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS, SENSOR_QOS, declare, run_node
+
+NODE_NAME = "sim_node"
+PACINGS = ("realtime", "lockstep", "fast")
+CLOCK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
+MAX_LAG_S = 0.25  # [s] behind wall time by more than this: stop catching up (the RTF shows it)
+STATUS_PERIOD_S = 1.0  # [s] wall time between sim/status messages
+RTF_LOG_PERIOD_S = 10.0  # [s] wall time between real-time factor log lines
+
+
+@dataclass(frozen=True)
+class SimNodeConfig:
+    """Validated parameters of the sim node (see SimNode._declare for their meaning)."""
+
+    robot_description: str
+    sim_params_file: str
+    camera_calibration: str
+    ee_link: str
+    joints: tuple[str, ...]
+    seed: int
+    randomize: bool
+    auto_reset: bool
+    pacing: str
+    real_time_factor: float
+    joint_state_rate_hz: float
+    camera_rate_hz: float
+    clock_rate_hz: float
+    camera_enabled: bool
+    lockstep_timeout_s: float
+    world_frame_id: str
+    camera_frame_id: str
+    source: str = NODE_NAME
+
+    def __post_init__(self) -> None:
+        def bad(field: str, problem: str) -> ConfigError:
+            return ConfigError(f"{self.source} parameter", field, getattr(self, field), problem)
+
+        if not self.robot_description.strip():
+            raise bad("robot_description", "must be URDF XML or a URDF file path")
+        if self.pacing not in PACINGS:
+            raise bad("pacing", f"must be one of {PACINGS}")
+        for name in ("real_time_factor", "lockstep_timeout_s"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise bad(name, "must be a finite number > 0")
+        for name in ("joint_state_rate_hz", "camera_rate_hz", "clock_rate_hz"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise bad(name, "must be >= 0 (0 = the sim params' rate)")
+        if len(set(self.joints)) != len(self.joints) or any(not j for j in self.joints):
+            raise bad("joints", "must be distinct, non-empty joint names (empty list = all movable joints)")
+        if self.seed < 0:
+            raise bad("seed", "must be >= 0")
+
+
+class SimNode(Node):
+    """Thin ROS shell around sim.world.SimWorld."""
+
+    def __init__(self) -> None:
+        super().__init__(NODE_NAME)
+        self.config = self._declare()
+        cfg = self.config
+        params = load_sim_params(cfg.sim_params_file or None)
+        camera_file = cfg.camera_calibration or str(params.camera.calibration_path())
+        camera = load_calibration_yaml(camera_file)
+        self.world = SimWorld(params, cfg.robot_description, seed=cfg.seed, render=cfg.camera_enabled,
+                              joints=list(cfg.joints) or None, ee_link=cfg.ee_link or None, camera=camera,
+                              randomize=cfg.randomize)
+        self.params = params
+        rates = params.rates
+        self._js_period_ns = _period_ns(cfg.joint_state_rate_hz or rates.joint_states_hz)
+        self._cam_period_ns = _period_ns(cfg.camera_rate_hz or rates.camera_hz)
+        self._clock_period_ns = _period_ns(cfg.clock_rate_hz or rates.clock_hz)
+        self._lock = threading.Lock()  # guards the world: physics thread vs command/reset callbacks
+        self._stop = threading.Event()
+        self._command_after_frame = threading.Event()
+        self._counters = {"commands_accepted": 0, "commands_rejected": 0, "frames_published": 0,
+                          "frames_dropped": 0, "wall_lag_resets": 0, "episodes_finished": 0}
+        self._last_rejection = ""
+        self._last_command_ns = -1
+        self._published_outcome_episode = -1
+        self._rtf = 0.0
+
+        self._clock_pub = self.create_publisher(Clock, "clock", CLOCK_QOS)
+        self._js_pub = self.create_publisher(JointState, "joint_states", JOINT_STATE_QOS)
+        self._image_pub = self.create_publisher(Image, "camera/image_raw", SENSOR_QOS)
+        self._info_pub = self.create_publisher(CameraInfo, "camera/camera_info", SENSOR_QOS)
+        self._target_pub = self.create_publisher(PointStamped, "sim/target", LATCHED_QOS)
+        self._episode_pub = self.create_publisher(DiagnosticArray, "sim/episode", EVENTS_QOS)
+        self._status_pub = self.create_publisher(DiagnosticArray, "sim/status", LATCHED_QOS)
+        self.create_subscription(Float64MultiArray, "forward_position_controller/commands", self._on_command,
+                                 RELIABLE_LATEST_QOS)
+        self.create_service(Trigger, "sim/reset", self._on_reset)
+
+        log = self.get_logger()
+        log.info(f"sim params {params.source} version {params.version}; robot {self.world.model.source} "
+                 f"joints {self.world.joint_names} ee_link {self.world.ee_link}; camera {camera_file} "
+                 f"{camera.width}x{camera.height}; pacing {cfg.pacing}; randomize {cfg.randomize}; seed {cfg.seed}")
+        self._publish_target()
+        self._frames: queue.Queue = queue.Queue(maxsize=2)
+        self._threads = [threading.Thread(target=self._physics_loop, name="sim_physics", daemon=True)]
+        if cfg.camera_enabled:
+            self._threads.append(threading.Thread(target=self._camera_loop, name="sim_camera", daemon=True))
+        for thread in self._threads:
+            thread.start()
+
+    # ------------------------------------------------------------------------------------------
+    def _declare(self) -> SimNodeConfig:
+        return SimNodeConfig(
+            robot_description=declare(self, "robot_description", str(urdf_path()),
+                                      "URDF XML or URDF file path of the simulated robot"),
+            sim_params_file=declare(self, "sim_params_file", str(config_path("sim_params.yaml")),
+                                    "sim parameters YAML (dynamics, latency, task, randomization)"),
+            camera_calibration=declare(self, "camera_calibration", "",
+                                       "camera calibration YAML (ROS format); empty = the sim params' file"),
+            ee_link=declare(self, "ee_link", "", "end-effector (tool point) link; empty = the sim params' ee_link"),
+            joints=tuple(self._string_list("joints")),
+            seed=int(declare(self, "seed", 0, "random seed of targets and randomization (reproducible episodes)")),
+            randomize=bool(declare(self, "randomize", False, "domain randomization per episode (false = nominal)")),
+            auto_reset=bool(declare(self, "auto_reset", True, "start a new episode after each outcome")),
+            pacing=str(declare(self, "pacing", "realtime", "realtime | lockstep | fast")),
+            real_time_factor=float(declare(self, "real_time_factor", 1.0,
+                                           "target sim speed / wall speed for realtime pacing")),
+            joint_state_rate_hz=float(declare(self, "joint_state_rate_hz", 0.0,
+                                              "joint_states rate [Hz]; 0 = sim params rates.joint_states_hz")),
+            camera_rate_hz=float(declare(self, "camera_rate_hz", 0.0,
+                                         "camera rate [Hz] (sim time); 0 = sim params rates.camera_hz")),
+            clock_rate_hz=float(declare(self, "clock_rate_hz", 0.0,
+                                        "clock rate [Hz] (sim time); 0 = sim params rates.clock_hz")),
+            camera_enabled=bool(declare(self, "camera_enabled", True, "render and publish the camera")),
+            lockstep_timeout_s=float(declare(self, "lockstep_timeout_s", 1.0,
+                                             "lockstep: longest wall wait for a command after a frame [s]")),
+            world_frame_id=str(declare(self, "world_frame_id", "world", "frame of sim/target (robot base)")),
+            camera_frame_id=str(declare(self, "camera_frame_id", "camera_link", "frame_id of the camera topics")),
+        )
+
+    def _string_list(self, name: str) -> list[str]:
+        # A string array parameter whose default is empty needs its type stated explicitly.
+        self.declare_parameter(name, Parameter.Type.STRING_ARRAY, ParameterDescriptor(
+            description="command joint order (Float64MultiArray layout); empty = all movable URDF joints",
+            read_only=True))
+        try:
+            value = self.get_parameter(name).value
+        except ParameterUninitializedException:
+            return []
+        return [] if value is None else [str(v) for v in value]
+
+    # ------------------------------------------------------------------------------------------
+    # callbacks (executor threads)
+    def _on_command(self, msg: Float64MultiArray) -> None:
+        try:
+            q = cv.position_command_to_array(msg, len(self.world.joint_names))
+        except cv.MessageError as err:
+            self._reject(str(err))
+            return
+        with self._lock:
+            self.world.set_command(q)
+            self._last_command_ns = self.world.time_ns
+            self._counters["commands_accepted"] += 1
+        self._command_after_frame.set()
+
+    def _reject(self, reason: str) -> None:
+        self._counters["commands_rejected"] += 1
+        self._last_rejection = reason
+        self.get_logger().warning(f"rejected command ({self._counters['commands_rejected']} so far): {reason}",
+                                  throttle_duration_sec=2.0)
+
+    def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        del request
+        with self._lock:
+            info = self.world.reset(randomize=self.config.randomize)
+        self._publish_target()
+        response.success = True
+        target = np.round(info["target"], 4).tolist()
+        response.message = f"episode {info['episode']} seed {info['seed']} target {target}"
+        self.get_logger().info(f"reset: {response.message}")
+        return response
+
+    # ------------------------------------------------------------------------------------------
+    # physics thread
+    def _physics_loop(self) -> None:
+        try:
+            self._run_physics()
+        except Exception as err:  # noqa: BLE001 - the context shutting down under us ends the loop
+            if not self._stop.is_set() and self.context.ok():
+                self.get_logger().error(f"physics loop stopped: {err!r}")
+                raise
+
+    def _run_physics(self) -> None:
+        world, cfg = self.world, self.config
+        dt_ns = world.dt_ns
+        next_clock = next_js = next_cam = world.time_ns
+        wall0, sim0 = time.monotonic(), world.time_ns
+        status_wall, status_sim = wall0, world.time_ns
+        rtf_log_wall = wall0
+        while not self._stop.is_set():
+            now = world.time_ns
+            if now >= next_clock:
+                self._clock_pub.publish(Clock(clock=cv.ns_to_stamp(now)))
+                next_clock = _next_tick(next_clock, self._clock_period_ns, now)
+            if now >= next_js:
+                self._publish_joint_states()
+                next_js = _next_tick(next_js, self._js_period_ns, now)
+            self._handle_episode()
+            if cfg.camera_enabled and now >= next_cam:
+                self._capture_frame()
+                next_cam = _next_tick(next_cam, self._cam_period_ns, now)
+                if cfg.pacing == "lockstep":
+                    self._command_after_frame.wait(cfg.lockstep_timeout_s)
+                    wall0, sim0 = time.monotonic(), world.time_ns
+            wall = time.monotonic()
+            if wall - status_wall >= STATUS_PERIOD_S:
+                self._rtf = (world.time_ns - status_sim) / 1e9 / (wall - status_wall)
+                self._publish_status()
+                status_wall, status_sim = wall, world.time_ns
+                if wall - rtf_log_wall >= RTF_LOG_PERIOD_S:
+                    self.get_logger().info(f"real-time factor {self._rtf:.2f}, sim time {world.time_ns / 1e9:.1f} s")
+                    rtf_log_wall = wall
+            next_event = min(next_clock, next_js, next_cam if cfg.camera_enabled else next_js)
+            steps = max(1, -(-(next_event - world.time_ns) // dt_ns))
+            with self._lock:
+                world.step(steps)
+            if cfg.pacing == "realtime":
+                due = wall0 + (world.time_ns - sim0) / 1e9 / cfg.real_time_factor
+                delay = due - time.monotonic()
+                if delay > 0:
+                    self._stop.wait(delay)
+                elif -delay > MAX_LAG_S:
+                    # Too slow to keep up: run on from here rather than racing to catch up.
+                    wall0, sim0 = time.monotonic(), world.time_ns
+                    self._counters["wall_lag_resets"] += 1
+
+    def _publish_joint_states(self) -> None:
+        world = self.world
+        with self._lock:
+            stamp = world.time_ns
+            q = world.joint_positions(all_joints=True)
+            qd = world.joint_velocities(all_joints=True)
+            effort = world.joint_efforts(all_joints=True)
+        self._js_pub.publish(cv.make_joint_state(world.all_joint_names, q, stamp, qd, effort))
+
+    def _capture_frame(self) -> None:
+        with self._lock:
+            stamp = self.world.time_ns
+            image = self.world.render(artifacts=False)
+        self._command_after_frame.clear()
+        try:
+            self._frames.put_nowait((stamp, image))
+        except queue.Full:
+            self._counters["frames_dropped"] += 1
+
+    def _handle_episode(self) -> None:
+        world = self.world
+        with self._lock:
+            outcome = world.episode_outcome()
+            if outcome is None or outcome["episode"] == self._published_outcome_episode:
+                return
+            stamp = world.time_ns
+        self._published_outcome_episode = outcome["episode"]
+        self._counters["episodes_finished"] += 1
+        self._episode_pub.publish(_episode_message(outcome, stamp))
+        self.get_logger().info(
+            f"episode {outcome['episode']}: {outcome['reason']} after {outcome['duration_s']:.2f} s "
+            f"(final distance {outcome['final_distance_m']:.3f} m, seed {outcome['seed']})")
+        if self.config.auto_reset:
+            with self._lock:
+                world.reset(randomize=self.config.randomize)
+            self._publish_target()
+
+    def _publish_target(self) -> None:
+        with self._lock:
+            target = self.world.target_position()
+            stamp = self.world.time_ns
+        msg = PointStamped()
+        msg.header.stamp = cv.ns_to_stamp(stamp)
+        msg.header.frame_id = self.config.world_frame_id
+        msg.point.x, msg.point.y, msg.point.z = (float(v) for v in target)
+        self._target_pub.publish(msg)
+
+    def _publish_status(self) -> None:
+        world = self.world
+        values = {
+            "real_time_factor": f"{self._rtf:.3f}", "sim_time_s": f"{world.time_ns / 1e9:.3f}",
+            "pacing": self.config.pacing, "episode": str(world.episode_index),
+            "sim_params_version": self.params.version, "actuation_latency_s": f"{world.actuation_latency_s:.4f}",
+            "last_command_sim_ns": str(self._last_command_ns), "last_rejection": self._last_rejection,
+            **{k: str(v) for k, v in self._counters.items()},
+        }
+        level = DiagnosticStatus.WARN if self._counters["commands_rejected"] else DiagnosticStatus.OK
+        status = DiagnosticStatus(level=level, name="sim", hardware_id=NODE_NAME,
+                                  message=f"rtf {self._rtf:.2f}",
+                                  values=[KeyValue(key=k, value=v) for k, v in values.items()])
+        msg = DiagnosticArray(status=[status])
+        msg.header.stamp = cv.ns_to_stamp(world.time_ns)
+        self._status_pub.publish(msg)
+
+    # ------------------------------------------------------------------------------------------
+    # camera thread
+    def _camera_loop(self) -> None:
+        model = self.world.camera
+        frame_id = self.config.camera_frame_id
+        while not self._stop.is_set():
+            try:
+                stamp, raw = self._frames.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            try:
+                image = self.world.finish_image(raw)
+                self._image_pub.publish(cv.array_to_image(image, "rgb8", stamp, frame_id))
+                self._info_pub.publish(cv.camera_model_to_info(model, stamp, frame_id))
+                self._counters["frames_published"] += 1
+            except Exception as err:  # noqa: BLE001
+                if self._stop.is_set() or not self.context.ok():
+                    return
+                self.get_logger().error(f"camera thread: {err!r}", throttle_duration_sec=5.0)
+
+    # ------------------------------------------------------------------------------------------
+    def destroy_node(self) -> None:
+        if hasattr(self, "_stop"):
+            self._stop.set()
+            self._command_after_frame.set()
+        for thread in getattr(self, "_threads", []):
+            thread.join(timeout=5.0)
+        if hasattr(self, "world"):
+            self.world.close()
+        super().destroy_node()
+
+
+def _period_ns(rate_hz: float) -> int:
+    return max(1, int(round(1e9 / rate_hz)))
+
+
+def _next_tick(tick_ns: int, period_ns: int, now_ns: int) -> int:
+    """The first tick of the grid tick_ns + k * period_ns that lies after now_ns."""
+    if now_ns < tick_ns:
+        return tick_ns
+    return tick_ns + ((now_ns - tick_ns) // period_ns + 1) * period_ns
+
+
+def _episode_message(outcome: dict[str, Any], stamp_ns: int) -> DiagnosticArray:
+    """sim/episode: one DiagnosticStatus "episode", message = reason, values as DESIGN/issue list them."""
+    values = {
+        "episode": str(outcome["episode"]), "success": "true" if outcome["success"] else "false",
+        "duration_s": f"{outcome['duration_s']:.4f}", "reason": outcome["reason"],
+        "final_distance_m": f"{outcome['final_distance_m']:.4f}", "seed": str(outcome["seed"]),
+    }
+    status = DiagnosticStatus(level=DiagnosticStatus.OK if outcome["success"] else DiagnosticStatus.WARN,
+                              name="episode", message=outcome["reason"], hardware_id=NODE_NAME,
+                              values=[KeyValue(key=k, value=v) for k, v in values.items()])
+    msg = DiagnosticArray(status=[status])
+    msg.header.stamp = cv.ns_to_stamp(stamp_ns)
+    return msg
+
+
+def main(args: Sequence[str] | None = None) -> None:
+    sys.exit(run_node(lambda: SimNode(), list(args) if args is not None else None))
+
+
+if __name__ == "__main__":
+    main()
