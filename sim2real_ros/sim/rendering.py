@@ -15,16 +15,18 @@ OPTICAL_TO_GL = np.diag([1.0, -1.0, -1.0])
 
 
 def projection_matrix(camera: CameraModel, near_m: float, far_m: float) -> np.ndarray:
-    """OpenGL projection (4, 4) that maps camera points to the pixels K says.
+    """OpenGL projection (4, 4) that makes PyBullet's TinyRenderer put points at the pixels K says.
 
-    ROS intrinsics put pixel centers at integer coordinates; OpenGL pixel i spans [i, i+1], so the
-    principal point moves by half a pixel.
+    ROS intrinsics put pixel centers at integer coordinates, row 0 at the top. TinyRenderer samples
+    pixel column i at window x = i and image row j at window y = H - 1 - j (no half-pixel offset,
+    rows flipped), so the principal point in window coordinates is (cx, H - 1 - cy); test_sim_world
+    checks this to a fraction of a pixel.
     """
     w, h = camera.width, camera.height
-    cx_gl, cy_gl = camera.cx + 0.5, camera.cy + 0.5
+    cx_window, cy_window = camera.cx, h - 1.0 - camera.cy
     return np.array([
-        [2.0 * camera.fx / w, 0.0, 1.0 - 2.0 * cx_gl / w, 0.0],
-        [0.0, 2.0 * camera.fy / h, 2.0 * cy_gl / h - 1.0, 0.0],
+        [2.0 * camera.fx / w, 0.0, 1.0 - 2.0 * cx_window / w, 0.0],
+        [0.0, 2.0 * camera.fy / h, 1.0 - 2.0 * cy_window / h, 0.0],
         [0.0, 0.0, -(far_m + near_m) / (far_m - near_m), -2.0 * far_m * near_m / (far_m - near_m)],
         [0.0, 0.0, -1.0, 0.0],
     ])

@@ -56,9 +56,13 @@ class ReachTask:
 
     def reset(self, world: SimWorld, rng: np.random.Generator) -> dict[str, Any]:
         region = np.asarray(self.params.target_region, dtype=float)
-        self._target = rng.uniform(region[:, 0], region[:, 1])
-        world.client.resetBasePositionAndOrientation(self._body, self._target.tolist(), [0.0, 0.0, 0.0, 1.0])
+        self.set_target(world, rng.uniform(region[:, 0], region[:, 1]))
         return {"target": self._target.tolist()}
+
+    def set_target(self, world: SimWorld, position: np.ndarray) -> None:
+        """Move the target to `position` (3,) [m] (world frame), e.g. to replay a recorded episode."""
+        self._target = np.asarray(position, dtype=float).reshape(3).copy()
+        world.client.resetBasePositionAndOrientation(self._body, self._target.tolist(), [0.0, 0.0, 0.0, 1.0])
 
     def set_color(self, world: SimWorld, rgba: tuple[float, float, float, float]) -> None:
         self.rgba = tuple(float(c) for c in rgba)
