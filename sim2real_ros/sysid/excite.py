@@ -81,14 +81,17 @@ def joint_excitation(limits: JointLimits, options: ExciteOptions) -> tuple[float
         parts.append(_ramp_hold(position, target, speed, options.hold_s, dt))
         position = target
     if options.chirp_s > 0:
-        chirp_amplitude = 0.5 * amplitude
-        # Peak speed of a*sin(2*pi*f*t) is 2*pi*f*a: the top frequency keeps it under the limit.
-        end_hz = max(options.chirp_start_hz, speed / (2 * math.pi * chirp_amplitude))
+        fade_s = min(1.0, 0.25 * options.chirp_s)
+        # Speed of a*e(t)*sin(phase) is at most a*(2*pi*f + 1/fade): amplitude and top frequency
+        # keep it under the limit (with 5 % to spare).
+        chirp_amplitude = min(0.5 * amplitude, 0.5 * speed / (2 * math.pi * options.chirp_start_hz + 1 / fade_s))
+        top_hz = (0.95 * speed - chirp_amplitude / fade_s) / (2 * math.pi * chirp_amplitude)
+        end_hz = max(options.chirp_start_hz, top_hz)
         t = np.arange(int(round(options.chirp_s / dt))) * dt
         rate = (end_hz - options.chirp_start_hz) / options.chirp_s
         phase = 2 * math.pi * (options.chirp_start_hz * t + 0.5 * rate * t**2)
-        # The envelope fades in and out over one second so the chirp starts and ends at rest.
-        envelope = np.clip(np.minimum(t, options.chirp_s - t) / 1.0, 0.0, 1.0)
+        # The envelope fades in and out so the chirp starts and ends at rest.
+        envelope = np.clip(np.minimum(t, options.chirp_s - t) / fade_s, 0.0, 1.0)
         parts.append(chirp_amplitude * envelope * np.sin(phase))
         parts.append(np.zeros(int(round(options.hold_s / dt))))
     return home, np.concatenate(parts)

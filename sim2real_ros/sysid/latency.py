@@ -159,16 +159,24 @@ def _finite_or_none(value: Any) -> Any:
 # ----------------------------------------------------------------------------------------------
 # Correlation helpers
 def _cross_correlation(a: np.ndarray, b: np.ndarray, k_min: int, k_max: int) -> np.ndarray:
-    """r[k] = sum_t a[t] b[t+k] / (|a| |b|) for k = k_min..k_max (FFT, zero padded)."""
+    """r[k] = sum_t a[t] b[t+k] / sqrt(sum a^2 * sum b^2), both sums over the samples that overlap
+    at lag k, for k = k_min..k_max (FFT, zero padded). Normalizing over the overlap keeps a broad
+    lobe from being pulled toward lag 0 by the shrinking overlap."""
     n = len(a)
     size = 1 << int(math.ceil(math.log2(2 * n + abs(k_min) + abs(k_max) + 1)))
     spectrum = np.conj(np.fft.rfft(a, size)) * np.fft.rfft(b, size)
     full = np.fft.irfft(spectrum, size)
     lags = np.arange(k_min, k_max + 1)
-    norm = math.sqrt(float(np.dot(a, a)) * float(np.dot(b, b)))
-    if norm == 0.0:
-        return np.zeros(len(lags))
-    return full[lags % size] / norm
+    # Energy of a[0:j] and b[0:j] for every j, to get each lag's overlap energy.
+    energy_a = np.concatenate([[0.0], np.cumsum(a * a)])
+    energy_b = np.concatenate([[0.0], np.cumsum(b * b)])
+    shift = np.clip(np.abs(lags), 0, n)
+    positive = lags >= 0
+    overlap_a = np.where(positive, energy_a[n - shift], energy_a[n] - energy_a[shift])
+    overlap_b = np.where(positive, energy_b[n] - energy_b[shift], energy_b[n - shift])
+    norm = np.sqrt(overlap_a * overlap_b)
+    values = full[lags % size]
+    return np.divide(values, norm, out=np.zeros(len(lags)), where=norm > 0)
 
 
 def _crossing(values: np.ndarray, start: int, level: float, step: int) -> tuple[float, bool]:
@@ -302,9 +310,14 @@ def _estimate_joint(
     level = 0.5 * (peak + baseline)
     left, left_found = _crossing(rs, k_peak, level, -1)
     right, right_found = _crossing(rs, k_peak, 0.5 * peak, +1)
-    if not left_found:
+    if not left_found and not right_found:
+        notes.append(
+            "the command is too slow to resolve the latency (its correlation lobe is wider than the lag range): "
+            "excite faster (sysid excite)"
+        )
+    elif not left_found:
         notes.append("the correlation peak reaches the low end of the lag range: widen --min-lag")
-    if not right_found:
+    elif not right_found:
         notes.append("the response lasts past the high end of the lag range")
     # A lobe cut by the end of the lag range is taken as symmetric about its peak.
     width = right - left if right_found else 2 * (k_peak - left)
@@ -326,6 +339,8 @@ def _estimate_joint(
     competitor = max(float(outside.max()) if len(outside) else 0.0, noise)
     prominence = (peak - competitor) / (peak - baseline)
     confidence = float(np.clip(peak, 0, 1) * np.clip(prominence, 0, 1))
+    if not left_found and not right_found:
+        confidence *= 0.5
 
     # Uncertainty: correlation noise over the lobe's slope, plus the timing lost to the refresh
     # periods (each sample is known only to within its period).

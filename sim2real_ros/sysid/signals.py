@@ -166,7 +166,7 @@ def wrap_period(x: np.ndarray) -> float | None:
 
     A wrap (an encoder folding positions modulo pi, pi/2...) is a jump almost as large as the
     whole range of values, against the direction the joint is moving both just before and just
-    after it (two changes of value each side, each well above noise): the motion goes on, only the
+    after it (two changes of value each side, each above 3x the noise): the motion goes on, only the
     reading folds. A fast joint following a step command
     also jumps far, but from rest to rest, so it is not taken for a wrap. The period is the range of
     values, snapped to 2*pi, pi or pi/2 when within 5 %.
@@ -182,14 +182,23 @@ def wrap_period(x: np.ndarray) -> float | None:
     big = np.flatnonzero(np.abs(steps) > 0.7 * span)
     if len(big) == 0:
         return None
+    # Noise level from second differences, which smooth motion leaves near zero (MAD, robust to
+    # the wraps themselves).
+    noise = 1.4826 * float(np.median(np.abs(np.diff(steps)))) / math.sqrt(6) if len(steps) > 1 else 0.0
+    threshold = max(3 * noise, 1e-9)
+    wraps = rests = 0
     for i in big:
         if i < 2 or i > len(steps) - 3:
             continue  # too little motion seen on one side to tell
         around = np.concatenate([steps[i - 2: i], steps[i + 1: i + 3]])
-        moving = np.all(np.abs(around) > 0.01 * span) and np.all(np.abs(around) < 0.3 * span)
-        if not (moving and np.all(np.sign(around) == -np.sign(steps[i]))):
-            return None
-    if all(i < 2 or i > len(steps) - 3 for i in big):
+        if np.all(np.abs(around) > threshold) and np.all(np.abs(around) < 0.3 * span) and np.all(
+            np.sign(around) == -np.sign(steps[i])
+        ):
+            wraps += 1
+        elif np.mean(np.abs(around)) <= threshold:
+            rests += 1  # a jump from rest to rest: a fast joint following a step, not a wrap
+    # Wraps near a turning point look ambiguous; rest-to-rest jumps rule a wrap out.
+    if wraps == 0 or rests > 0 or 2 * wraps < len(big):
         return None
     for nice in _NICE_PERIODS:
         if abs(span - nice) < 0.05 * nice:
