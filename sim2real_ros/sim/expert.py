@@ -84,7 +84,8 @@ class ReachExpert:
         return best_q
 
     def chunk(self, q_now: np.ndarray, target_xyz: np.ndarray, chunk_length: int, dt_s: float) -> np.ndarray:
-        """Labels (K, n) [rad]: the targets for times t + k*dt, k = 0..K-1, from measured q_now.
+        """Labels (K, n) [rad]: the targets for times t + k*dt, k = 0..K-1, from measured q_now
+        (point 0 is q_now itself: the target for the observation time, DESIGN.md §3).
 
         A straight joint-space line to the IK goal at `speed_rad_s` (largest joint), time-scaled
         so short moves still take `min_duration_s`.
@@ -93,6 +94,6 @@ class ReachExpert:
         goal = self.solve_ik(target_xyz)
         distance = float(np.max(np.abs(goal - q_now)))
         duration = max(self.config.min_duration_s, distance / self.config.speed_rad_s)
-        times = (np.arange(chunk_length) + 1) * dt_s
+        times = np.arange(chunk_length) * dt_s
         fraction = np.clip(times / duration, 0.0, 1.0)[:, None]
         return q_now[None, :] + fraction * (goal - q_now)[None, :]

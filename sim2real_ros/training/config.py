@@ -1,0 +1,98 @@
+"""Training config (config/train_reach.yaml), validated at start-up."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..core.errors import ConfigError
+from ..paths import config_path, urdf_path
+from .rollout import RolloutConfig
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """seed; robot_description (URDF path); sim_params / preprocess (YAML paths); randomize (domain
+    randomization on/off); architecture + hparams; chunk_length (K); dt_s [s]; rollout settings;
+    bc_episodes (teacher-driven); dagger_rounds x dagger_episodes (student-driven, teacher-labelled);
+    epochs_bc / epochs_per_round; batch_size; lr; weight_decay; eval_episodes (student success
+    measured after training); num_threads (torch)."""
+
+    source: str
+    seed: int = 0
+    robot_description: str = field(default_factory=lambda: str(urdf_path()))
+    sim_params: str = field(default_factory=lambda: str(config_path("sim_params.yaml")))
+    preprocess: str = field(default_factory=lambda: str(config_path("preprocess.yaml")))
+    randomize: bool = True
+    architecture: str = "cnn_mlp"
+    hparams: dict[str, Any] = field(default_factory=dict)
+    chunk_length: int = 10
+    dt_s: float = 0.05
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    bc_episodes: int = 120
+    dagger_rounds: int = 3
+    dagger_episodes: int = 40
+    epochs_bc: int = 30
+    epochs_per_round: int = 12
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 1e-5
+    eval_episodes: int = 30
+    num_threads: int = 2
+
+    def __post_init__(self) -> None:
+        positive = ("chunk_length", "batch_size", "epochs_bc", "num_threads")
+        for name in positive:
+            if int(getattr(self, name)) <= 0:
+                raise ConfigError(self.source, name, getattr(self, name), "must be > 0")
+        for name in ("bc_episodes", "dagger_rounds", "dagger_episodes", "epochs_per_round", "eval_episodes"):
+            if int(getattr(self, name)) < 0:
+                raise ConfigError(self.source, name, getattr(self, name), "must be >= 0")
+        if not self.dt_s > 0:
+            raise ConfigError(self.source, "dt_s", self.dt_s, "must be > 0 [s]")
+        if not 0 < self.lr < 1:
+            raise ConfigError(self.source, "lr", self.lr, "must be in (0, 1)")
+        for name in ("robot_description", "sim_params", "preprocess"):
+            if not Path(getattr(self, name)).is_file():
+                raise ConfigError(self.source, name, getattr(self, name), "file not found")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {k: v for k, v in self.__dict__.items() if k != "rollout"}
+        data["rollout"] = dict(self.rollout.__dict__)
+        return data
+
+
+def _resolve(value: str, base: Path) -> str:
+    """Paths in the YAML are relative to config/ (the file's folder), like the sim params'."""
+    path = Path(value)
+    return str(path if path.is_absolute() else (base / path).resolve())
+
+
+def load_train_config(path: str | Path, **overrides: Any) -> TrainConfig:
+    """Read and validate a training YAML; `overrides` (e.g. from the command line) win."""
+    path = Path(path)
+    source = str(path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(source, "<file>", None, f"cannot read training config: {err}") from err
+    if not isinstance(data, dict):
+        raise ConfigError(source, "<file>", data, "expected a mapping")
+    known = set(TrainConfig.__dataclass_fields__) - {"source"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(source, unknown[0], data[unknown[0]], f"unknown field (known: {sorted(known)})")
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    for key in ("robot_description", "sim_params", "preprocess"):
+        if key in data and data[key]:
+            data[key] = _resolve(str(data[key]), path.parent)
+        elif key in data:
+            del data[key]
+    rollout = data.pop("rollout", {}) or {}
+    try:
+        data["rollout"] = RolloutConfig.from_dict(rollout)
+    except TypeError as err:
+        raise ConfigError(source, "rollout", rollout, str(err)) from err
+    return TrainConfig(source=source, **data)

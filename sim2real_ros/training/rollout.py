@@ -1,0 +1,130 @@
+"""Run episodes in the sim through the same core the nodes run (no rclpy).
+
+Each observation goes through the robot's preprocessing (core/preprocess.ImagePipeline); each
+chunk goes through the actuator's ChunkBuffer, sampled at tick + actuation latency (DESIGN.md §3),
+with the chunk arriving an inference delay after its observation. So what the student learns and
+how it is evaluated is what the graph will do, minus DDS.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..conversions import NS_PER_S, ActionChunk
+from ..core.chunk_buffer import ChunkBuffer, ChunkBufferConfig
+from ..core.preprocess import ImagePipeline
+from ..sim.expert import ReachExpert
+from ..sim.world import SimWorld
+
+# (policy image (H, W, 3) uint8, joint positions (n,) [rad]) -> chunk (K, n) absolute targets [rad]
+Controller = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """obs_period_s: time between observations (policy rate) [s].
+    control_rate_hz: actuator tick rate [Hz]. actuation_latency_s: latency the actuator compensates [s].
+    inference_delay_s: observation -> chunk available [s] (the compute latency of the real graph).
+    max_episode_s: cut episodes short for data collection [s] (None: the task's own timeout).
+    interpolation / blending: the actuator's ChunkBuffer settings.
+    """
+
+    obs_period_s: float = 0.1
+    control_rate_hz: float = 100.0
+    actuation_latency_s: float = 0.02
+    inference_delay_s: float = 0.02
+    max_episode_s: float | None = None
+    interpolation: str = "cubic"
+    blending: str = "crossfade"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RolloutConfig:
+        return cls(**data)
+
+
+@dataclass
+class EpisodeRecord:
+    """What one episode produced: frames (policy images, joint positions, teacher labels), the
+    commands sent, and the outcome dict of the sim (success, reason, duration_s, ...)."""
+
+    images: list[np.ndarray] = field(default_factory=list)
+    joints: list[np.ndarray] = field(default_factory=list)
+    labels: list[np.ndarray] = field(default_factory=list)
+    actions: list[np.ndarray] = field(default_factory=list)
+    outcome: dict[str, Any] = field(default_factory=dict)
+
+
+def target_in_base(world: SimWorld) -> np.ndarray:
+    """The privileged target (3,) [m] in the robot base frame (what the IK teacher works in)."""
+    base = world.link_pose(world._root_link_name())  # noqa: SLF001 - the world's own root frame
+    return np.linalg.solve(base, np.append(world.target_position(), 1.0))[:3]
+
+
+def classify_failure(world: SimWorld, outcome: dict[str, Any]) -> str:
+    """Failure category of a finished episode: success | timeout_near | timeout_far | joint_limit
+    | table_contact."""
+    if outcome.get("success"):
+        return "success"
+    q = world.joint_positions()
+    span = world.upper - world.lower
+    if np.any((q - world.lower < 0.01 * span) | (world.upper - q < 0.01 * span)):
+        return "joint_limit"
+    if world.ee_position()[2] < 0.005:
+        return "table_contact"
+    distance = float(outcome.get("final_distance_m", np.inf))
+    return "timeout_near" if distance < 0.10 else "timeout_far"
+
+
+def run_episode(world: SimWorld, pipeline: ImagePipeline, expert: ReachExpert | None, controller: Controller | None,
+                chunk_length: int, dt_s: float, config: RolloutConfig, randomize: bool,
+                seed: int | None = None, record_images: bool = True) -> EpisodeRecord:
+    """One episode. `controller` drives (None: the expert drives); the expert, when given, labels
+    every observation (DAgger: labels for the states the driver reaches)."""
+    if controller is None and expert is None:
+        raise ValueError("run_episode needs a controller or an expert")
+    world.reset(randomize=randomize, seed=seed)
+    target = target_in_base(world) if expert is not None else None
+    buffer = ChunkBuffer(world.joint_names, ChunkBufferConfig(interpolation=config.interpolation,
+                                                              blending=config.blending))
+    times = np.arange(chunk_length) * dt_s
+    physics_per_tick = max(1, int(round(1.0 / (config.control_rate_hz * world.params.physics.dt_s))))
+    tick_ns = physics_per_tick * world.dt_ns
+    obs_ns = int(round(config.obs_period_s * NS_PER_S))
+    delay_ns = int(round(config.inference_delay_s * NS_PER_S))
+    limit_ns = None if config.max_episode_s is None else world.time_ns + int(config.max_episode_s * NS_PER_S)
+    next_obs_ns = world.time_ns
+    pending: list[tuple[int, ActionChunk]] = []
+    record = EpisodeRecord()
+    while world.episode_outcome() is None and (limit_ns is None or world.time_ns < limit_ns):
+        now = world.time_ns
+        if now >= next_obs_ns:
+            image = pipeline.process(world.render(), "rgb8", world.camera)
+            q = world.joint_positions()
+            label = expert.chunk(q, target, chunk_length, dt_s) if expert is not None else None
+            action = label if controller is None else controller(image, q)
+            if record_images:
+                record.images.append(image)
+            record.joints.append(q)
+            if label is not None:
+                record.labels.append(label)
+            record.actions.append(action)
+            pending.append((now + delay_ns, ActionChunk(tuple(world.joint_names), now, times, action)))
+            next_obs_ns += obs_ns
+        while pending and pending[0][0] <= now:
+            buffer.add(pending.pop(0)[1], received_ns=now)
+        sample = buffer.sample(now, config.actuation_latency_s)
+        if sample is not None:
+            world.set_command(sample.positions)
+        world.step(physics_per_tick)
+        assert tick_ns > 0
+    outcome = world.episode_outcome()
+    if outcome is None:  # cut short for data collection
+        distance = float(np.linalg.norm(world.ee_position() - world.target_position()))
+        outcome = {"success": False, "reason": "cut", "duration_s": world.episode_elapsed_s(),
+                   "final_distance_m": distance}
+    outcome["failure"] = classify_failure(world, outcome)
+    record.outcome = outcome
+    return record

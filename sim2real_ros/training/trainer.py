@@ -1,0 +1,226 @@
+"""Behavior cloning from the privileged IK teacher, then DAgger rounds (the student drives, the
+teacher labels the states it reaches). Headless, seeded, resumable (state in a work directory)."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..core.checkpoint import git_commit, make_policy_spec, save_checkpoint, sim_params_version
+from ..core.hashing import content_hash
+from ..core.policy_model import PolicyModel, build_model
+from ..core.preprocess import ImagePipeline
+from ..core.preprocess_config import PreprocessConfig
+from ..sim.expert import ReachExpert
+from ..sim.params import load_sim_params
+from ..sim.world import SimWorld, episode_seed
+from .config import TrainConfig
+from .progress import progress
+from .rollout import EpisodeRecord, run_episode
+from .stats import wilson_interval
+
+
+@dataclass
+class Dataset:
+    """Aggregated frames: images (N, H, W, 3) uint8, joints (N, n) [rad], labels (N, K, n) [rad]."""
+
+    images: list[np.ndarray] = field(default_factory=list)
+    joints: list[np.ndarray] = field(default_factory=list)
+    labels: list[np.ndarray] = field(default_factory=list)
+
+    def add(self, record: EpisodeRecord) -> None:
+        self.images += record.images
+        self.joints += record.joints
+        self.labels += record.labels
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return np.stack(self.images), np.stack(self.joints), np.stack(self.labels)
+
+    def save(self, path: Path) -> None:
+        images, joints, labels = self.arrays()
+        np.savez(path, images=images, joints=joints, labels=labels)
+
+    @classmethod
+    def load(cls, path: Path) -> Dataset:
+        data = np.load(path)
+        return cls(list(data["images"]), list(data["joints"]), list(data["labels"]))
+
+
+def fit(model: PolicyModel, data: Dataset, epochs: int, batch_size: int, lr: float, weight_decay: float,
+        seed: int, log: Callable[[str], None], label: str) -> list[float]:
+    """Regress normalized chunk deltas (MSE). Returns the mean loss of each epoch."""
+    images, joints, labels = data.arrays()
+    images_t = torch.from_numpy(images)
+    joints_t = torch.from_numpy(joints.astype(np.float32))
+    labels_t = torch.from_numpy(labels.astype(np.float32))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, epochs))
+    generator = torch.Generator().manual_seed(seed)
+    losses = []
+    model.train()
+    for epoch in progress(range(epochs), epochs, f"[{label}] epochs"):
+        order = torch.randperm(len(images_t), generator=generator)
+        total, count = 0.0, 0
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            prediction = model.forward_normalized(images_t[idx], joints_t[idx])
+            target = model.normalize_targets(labels_t[idx], joints_t[idx])
+            loss = torch.nn.functional.mse_loss(prediction, target)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * len(idx)
+            count += len(idx)
+        schedule.step()
+        losses.append(total / max(count, 1))
+        if epoch == epochs - 1 or epoch % max(1, epochs // 4) == 0:
+            log(f"[{label}] epoch {epoch + 1}/{epochs} loss {losses[-1]:.4f}")
+    model.eval()
+    return losses
+
+
+def student_controller(model: PolicyModel) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """The student as a rollout controller: the same forward pass select_action runs."""
+
+    def act(image: np.ndarray, q: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            out = model(torch.from_numpy(image)[None], torch.from_numpy(q.astype(np.float32))[None])
+        return out[0].double().numpy()
+
+    return act
+
+
+class Trainer:
+    """Runs the whole recipe; state lives in `work_dir` so an interrupted run resumes."""
+
+    def __init__(self, config: TrainConfig, out: Path, work_dir: Path, log: Callable[[str], None] = print) -> None:
+        self.config = config
+        self.out = Path(out)
+        self.work_dir = Path(work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.log = log
+        torch.set_num_threads(config.num_threads)
+        self.params = load_sim_params(config.sim_params)
+        self.preprocess = PreprocessConfig.from_yaml(config.preprocess)
+        self.pipeline = ImagePipeline(self.preprocess, on_warning=lambda text: log(f"[warning] {text}"))
+        self.world = SimWorld(self.params, config.robot_description, seed=config.seed, render=True)
+        self.expert = make_expert(self.world)
+        self.spec = make_policy_spec(
+            self.world.joint_names, self.preprocess, architecture=config.architecture, hparams=config.hparams,
+            chunk_length=config.chunk_length, dt_s=config.dt_s, sim_params_version=self.params.version,
+        )
+        self.history: list[dict[str, Any]] = []
+
+    # -- episodes -------------------------------------------------------------------------------
+    def collect(self, episodes: int, student: PolicyModel | None, randomize: bool, seed_offset: int,
+                label: str) -> tuple[list[EpisodeRecord], float]:
+        records = []
+        controller = student_controller(student) if student is not None else None
+        for i in progress(range(episodes), episodes, f"[{label}] episodes"):
+            seed = episode_seed(self.config.seed, seed_offset + i)
+            records.append(run_episode(self.world, self.pipeline, self.expert, controller, self.config.chunk_length,
+                                       self.config.dt_s, self.config.rollout, randomize=randomize, seed=seed))
+        successes = sum(bool(r.outcome.get("success")) for r in records)
+        return records, successes / max(1, episodes)
+
+    # -- state ----------------------------------------------------------------------------------
+    def _state_path(self) -> Path:
+        return self.work_dir / "state.json"
+
+    def _save_state(self, stage: int, model: PolicyModel, data: Dataset) -> None:
+        data.save(self.work_dir / "dataset.npz")
+        torch.save(model.state_dict(), self.work_dir / "student.pt")
+        state = {"stage": stage, "history": self.history, "config_hash": content_hash(self.config.to_dict())}
+        self._state_path().write_text(json.dumps(state, indent=2))
+
+    def _load_state(self, model: PolicyModel) -> tuple[int, Dataset]:
+        path = self._state_path()
+        if not path.exists():
+            return -1, Dataset()
+        state = json.loads(path.read_text())
+        if state.get("config_hash") != content_hash(self.config.to_dict()):
+            self.log(f"[train] {self.work_dir} holds a run of another config; starting fresh")
+            return -1, Dataset()
+        model.load_state_dict(torch.load(self.work_dir / "student.pt", weights_only=True))
+        self.history = state["history"]
+        self.log(f"[train] resuming after stage {state['stage']} from {self.work_dir}")
+        return int(state["stage"]), Dataset.load(self.work_dir / "dataset.npz")
+
+    # -- recipe ---------------------------------------------------------------------------------
+    def run(self, resume: bool = True) -> dict[str, Any]:
+        c = self.config
+        torch.manual_seed(c.seed)
+        start = time.monotonic()
+        model = build_model(c.architecture, self.spec, **c.hparams)
+        stage, data = self._load_state(model) if resume else (-1, Dataset())
+        if stage < 0:
+            records, teacher_rate = self.collect(c.bc_episodes, None, c.randomize, 0, "bc teacher")
+            for r in records:
+                data.add(r)
+            images, joints, labels = data.arrays()
+            model.set_normalization_from_data(joints, labels)
+            losses = fit(model, data, c.epochs_bc, c.batch_size, c.lr, c.weight_decay, c.seed, self.log, "bc")
+            self.history.append({"stage": 0, "kind": "bc", "episodes": c.bc_episodes, "frames": len(data),
+                                 "teacher_success": teacher_rate, "final_loss": losses[-1]})
+            self.log(f"[train] bc: {len(data)} frames, teacher success {teacher_rate:.0%}, loss {losses[-1]:.4f}")
+            stage = 0
+            self._save_state(stage, model, data)
+        for round_index in range(stage + 1, c.dagger_rounds + 1):
+            offset = 100_000 * round_index
+            records, student_rate = self.collect(c.dagger_episodes, model, c.randomize, offset,
+                                                 f"dagger {round_index}/{c.dagger_rounds}")
+            for r in records:
+                data.add(r)
+            losses = fit(model, data, c.epochs_per_round, c.batch_size, c.lr * 0.5, c.weight_decay,
+                         c.seed + round_index, self.log, f"dagger {round_index}")
+            self.history.append({"stage": round_index, "kind": "dagger", "episodes": c.dagger_episodes,
+                                 "frames": len(data), "student_success_while_collecting": student_rate,
+                                 "final_loss": losses[-1]})
+            self.log(f"[train] dagger round {round_index}: student success {student_rate:.0%} while collecting, "
+                     f"{len(data)} frames, loss {losses[-1]:.4f}")
+            self._save_state(round_index, model, data)
+        evaluation = {}
+        if c.eval_episodes:
+            records, rate = self.collect(c.eval_episodes, model, False, 900_000, "eval nominal")
+            wins = sum(bool(r.outcome.get("success")) for r in records)
+            evaluation = {"episodes": c.eval_episodes, "success_rate": rate,
+                          "ci95": list(wilson_interval(wins, c.eval_episodes))}
+            self.log(f"[train] nominal-sim success {rate:.0%} (95% CI {evaluation['ci95'][0]:.2f}-"
+                     f"{evaluation['ci95'][1]:.2f}) over {c.eval_episodes} episodes")
+        provenance = {
+            "method": "behavior cloning from a privileged IK teacher + DAgger",
+            "config": c.to_dict(), "config_hash": content_hash(c.to_dict()), "seed": c.seed,
+            "randomize": c.randomize, "frames": len(data), "rounds": self.history, "evaluation": evaluation,
+            "parent": None, "data": "sim (rendered through config preprocess)",
+            "sim_params_file": c.sim_params, "sim_params_version": sim_params_version(c.sim_params),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git_commit": git_commit(),
+            "train_time_s": round(time.monotonic() - start, 1),
+        }
+        spec = make_policy_spec(
+            self.world.joint_names, self.preprocess, architecture=c.architecture, hparams=model.hparams,
+            chunk_length=c.chunk_length, dt_s=c.dt_s, sim_params_version=self.params.version, provenance=provenance,
+        )
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        digest = save_checkpoint(self.out, model, spec)
+        self.log(f"[train] wrote {self.out} (hash {digest}) in {time.monotonic() - start:.0f} s")
+        return {"checkpoint": str(self.out), "hash": digest, "history": self.history, "evaluation": evaluation}
+
+    def close(self) -> None:
+        self.world.close()
+
+
+def make_expert(world: SimWorld) -> ReachExpert:
+    """The IK teacher for a world's robot: its commanded joints, tool link and home pose."""
+    home = world.params.home_pose(world.joint_names)
+    home_q = np.clip([home.get(n, 0.0) for n in world.joint_names], world.lower, world.upper)
+    return ReachExpert(world.model, world.joint_names, world.ee_link, np.asarray(home_q))
