@@ -7,6 +7,7 @@ never stops the other topics from being read.
 """
 from __future__ import annotations
 
+import struct
 from functools import cache
 
 from rosbags.interfaces import Nodetype
@@ -153,6 +154,29 @@ def _names_in_desc(desc: tuple) -> list[str]:
     return []
 
 
+# Bytes a correct definition may leave unread at the end of a CDR message: rosbags allows only
+# alignment padding (3), but Fast CDR pads after trailing empty sequences of 8-byte elements (a
+# Kilted JointState with empty velocity/effort carries 8 extra bytes). A wrong definition (the stub
+# definitions rosbag2 stores in its test bags) leaves far more and is rejected.
+MAX_TRAILING_BYTES = 15
+
+
+def deserialize_cdr(store: Typestore, data: bytes | memoryview, msgtype: str) -> object:
+    """CDR bytes -> rosbags message; tolerates up to MAX_TRAILING_BYTES of trailing padding."""
+    if len(data) < 4 or bytes(data[:2]) not in (b"\x00\x00", b"\x00\x01"):
+        raise ValueError(f"invalid or unsupported CDR encapsulation {bytes(data[:4])!r}")
+    msgdef = store.get_msgdef(msgtype)
+    func = msgdef.deserialize_cdr_le if data[1] else msgdef.deserialize_cdr_be
+    try:
+        message, end = func(memoryview(data)[4:], 0, msgdef.cls, store)
+    except (struct.error, UnicodeDecodeError, ValueError, IndexError) as err:
+        raise ValueError(f"could not deserialize {msgtype}: {err}") from err
+    left = len(data) - 4 - end
+    if left > MAX_TRAILING_BYTES:
+        raise ValueError(f"{msgtype}: {left} bytes left over after the message; the definition does not match")
+    return message
+
+
 def _signature(store: Typestore, msgtype: str) -> str:
     try:
         return store.generate_msgdef(msgtype, ros_version=2)[0]
@@ -178,13 +202,13 @@ class TopicDecoder:
         if not self.candidates:
             raise KeyError(f"no definition of {self.msgtype}")
         try:
-            return self.candidates[self.active][1].deserialize_cdr(data, self.msgtype)
+            return deserialize_cdr(self.candidates[self.active][1], data, self.msgtype)
         except Exception as first_error:
             for i, (label, store) in enumerate(self.candidates):
                 if i == self.active:
                     continue
                 try:
-                    msg = store.deserialize_cdr(data, self.msgtype)
+                    msg = deserialize_cdr(store, data, self.msgtype)
                 except Exception:  # noqa: BLE001, S112 - try the next definition
                     continue
                 self.active, self.switched_to = i, label
