@@ -46,7 +46,8 @@ def _write_bag(path, storage: str, max_file_bytes: int = 20_000):
         events = [(T0 + i * 10 * MS, "/joint_states", serialize_message(_joint_state(i))) for i in range(100)]
         events += [(T0 + i * 33 * MS + 1, "/camera/image_raw", serialize_message(_image(i))) for i in range(30)]
         state = DiagnosticArray()
-        state.status = [DiagnosticStatus(name="supervisor", message="HOLD", values=[KeyValue(key="mode", value="HOLD")])]
+        hold = KeyValue(key="mode", value="HOLD")
+        state.status = [DiagnosticStatus(name="supervisor", message="HOLD", values=[hold])]
         events.append((T0 + 5, "/supervisor/state", serialize_message(state)))
         events.append((T0 + 500 * MS, "/forward_position_controller/commands",
                        serialize_message(Float64MultiArray(data=[0.1, 0.2, 0.3]))))
