@@ -38,7 +38,7 @@ HOME = (LIMITS.lower + LIMITS.upper) / 2 + 0.1 * (LIMITS.upper - LIMITS.lower) *
 
 def make(**overrides) -> Supervisor:
     config = SupervisorConfig(**overrides)
-    return Supervisor(config, LIMITS, Jogger(MAPPING, LIMITS, MODEL), now_ns=T0)
+    return Supervisor(config, LIMITS, Jogger(MAPPING, LIMITS, MODEL))
 
 
 def joy(*pressed: str, axes: dict[int, float] | None = None) -> tuple[list[float], list[int]]:
@@ -203,16 +203,20 @@ def test_joystick_estop_button_wins_over_takeover_in_the_same_message():
 
 def test_estop_heartbeat_silence_latches_when_configured():
     sup = armed(estop_heartbeat_timeout_s=0.2)
-    sup.on_estop(False, T0 + 100 * MS)
-    feed(sup, T0 + 300 * MS)
-    assert sup.tick(T0 + 300 * MS).hold is False
-    feed(sup, T0 + 301 * MS)
-    cmd = sup.tick(T0 + 301 * MS)
+    assert sup.tick(T0).hold is False  # the heartbeat counts from the first tick
+    feed(sup, T0 + 200 * MS)
+    assert sup.tick(T0 + 200 * MS).hold is False
+    assert sup.estop_sources(T0 + 201 * MS) == ("e-stop heartbeat is silent",)
+    sup.on_estop(False, T0 + 201 * MS)
+    feed(sup, T0 + 401 * MS)
+    assert sup.tick(T0 + 401 * MS).hold is False
+    feed(sup, T0 + 402 * MS)
+    cmd = sup.tick(T0 + 402 * MS)
     assert sup.mode == Mode.ESTOP and cmd.hold and "heartbeat silent" in sup.reason
-    ok, message = sup.request_reset(T0 + 310 * MS)
+    ok, message = sup.request_reset(T0 + 410 * MS)
     assert not ok and "heartbeat" in message
-    sup.on_estop(False, T0 + 320 * MS)
-    assert sup.request_reset(T0 + 330 * MS)[0] and sup.mode == Mode.HOLD
+    sup.on_estop(False, T0 + 420 * MS)
+    assert sup.request_reset(T0 + 430 * MS)[0] and sup.mode == Mode.HOLD
 
 
 def test_estop_heartbeat_is_off_by_default():

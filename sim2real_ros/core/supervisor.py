@@ -149,12 +149,13 @@ class Supervisor:
     Not thread-safe: the node serializes calls with a lock.
     """
 
-    def __init__(self, config: SupervisorConfig, limits: SafetyLimits, jogger: Jogger, now_ns: int) -> None:
+    def __init__(self, config: SupervisorConfig, limits: SafetyLimits, jogger: Jogger) -> None:
         self.config = config
         self.limits = limits
         self.jogger = jogger
         self._dt = config.control_period_s
-        self._start_ns = now_ns
+        # The e-stop heartbeat counts from the first tick (with sim time the clock may start at 0).
+        self._first_tick_ns: int | None = None
         self._mode = Mode.HOLD
         self._reason = "starting: holding until armed"
         self.counters = dict.fromkeys(COUNTER_NAMES, 0)
@@ -331,6 +332,8 @@ class Supervisor:
     # The control tick
     def tick(self, now_ns: int) -> SentCommand | None:
         """One control period: watchdogs, then the command to send (None until a joint state)."""
+        if self._first_tick_ns is None:
+            self._first_tick_ns = now_ns
         silent = self._heartbeat_silent_s(now_ns)
         if silent is not None:
             self._latch(now_ns, f"e-stop heartbeat silent for {silent:.3f} s")
@@ -536,9 +539,15 @@ class Supervisor:
         timeout = self.config.estop_heartbeat_timeout_s
         if timeout <= 0:
             return None
-        last = self._estop_msg_ns if self._estop_msg_ns is not None else self._start_ns
+        last = self._estop_msg_ns if self._estop_msg_ns is not None else self._first_tick_ns
+        if last is None:
+            return None
         silent = (now_ns - last) / NS_PER_S
         return silent if silent > timeout else None
+
+    def record_rejection(self, counter: str, message: str) -> None:
+        """Count a malformed input rejected before it reached the core (e.g. by the conversions)."""
+        self._reject(counter, message)
 
     def _reject(self, counter: str, message: str) -> None:
         self.counters[counter] += 1

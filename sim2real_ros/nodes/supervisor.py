@@ -1,0 +1,306 @@
+"""Supervisor node: the only writer of the robot command topic (DESIGN.md §4).
+
+A thin shell around core.supervisor.Supervisor: declares and validates parameters, wires topics
+and services, and serializes every call into the core with one lock. The e-stop subscriptions
+have their own callback group, so the MultiThreadedExecutor serves them while a tick or a service
+runs; an e-stop publishes the hold from its own callback instead of waiting for the next tick.
+
+Topics (relative names): subscribes command/policy (JointState), joint_states, joy, estop (Bool,
+true = stop); publishes forward_position_controller/commands (Float64MultiArray, `joints` order),
+supervisor/state (DiagnosticArray, latched), supervisor/interventions (DiagnosticArray, events).
+Services: supervisor/reset, supervisor/arm, supervisor/hold (std_srvs/Trigger).
+"""
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.exceptions import ParameterUninitializedException
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState, Joy
+from std_msgs.msg import Bool, Float64MultiArray
+from std_srvs.srv import Trigger
+
+from .. import conversions as cv
+from ..core.errors import ConfigError
+from ..core.joystick import load_joystick_mapping
+from ..core.safety import limits_from_urdf
+from ..core.supervisor import (
+    InterventionEvent,
+    Mode,
+    SentCommand,
+    Supervisor,
+    SupervisorConfig,
+    SupervisorStatus,
+)
+from ..core.teleop import Jogger
+from ..core.urdf import RobotModel
+from ..paths import config_path, urdf_path
+from .common import (
+    EVENTS_QOS,
+    JOINT_STATE_QOS,
+    JOY_QOS,
+    LATCHED_QOS,
+    RELIABLE_LATEST_QOS,
+    declare,
+    now_ns,
+    run_node,
+)
+
+SOURCE = "supervisor parameters"
+COMMAND_TOPIC = "forward_position_controller/commands"
+# A volatile e-stop publisher does not match a transient-local subscription; this second one
+# makes sure no e-stop source is silently ignored for its QoS (duplicates are harmless).
+ESTOP_VOLATILE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
+                                reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
+LEVELS = {Mode.ESTOP: DiagnosticStatus.ERROR, Mode.HOLD: DiagnosticStatus.WARN}
+
+
+@dataclass(frozen=True)
+class SupervisorNodeParams:
+    """Node-level parameters (the core's timing lives in SupervisorConfig)."""
+
+    robot_description: str
+    joints: tuple[str, ...]
+    ee_link: str
+    joystick_config: str
+    control_rate_hz: float
+    state_rate_hz: float
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.control_rate_hz, (int, float)) and 1.0 <= self.control_rate_hz <= 2000.0):
+            raise ConfigError(SOURCE, "control_rate_hz", self.control_rate_hz, "must be in [1, 2000] Hz")
+        if not (isinstance(self.state_rate_hz, (int, float)) and 0.1 <= self.state_rate_hz <= 100.0):
+            raise ConfigError(SOURCE, "state_rate_hz", self.state_rate_hz, "must be in [0.1, 100] Hz")
+        if not self.robot_description.strip():
+            raise ConfigError(SOURCE, "robot_description", self.robot_description, "is empty")
+
+
+def _declare_array(node: Node, name: str, kind: Parameter.Type, description: str) -> list:
+    """An array parameter without a default (an empty list has no type in Humble's rclpy)."""
+    node.declare_parameter(name, kind, ParameterDescriptor(description=description, read_only=True))
+    try:
+        return list(node.get_parameter(name).value or [])
+    except ParameterUninitializedException:
+        return []
+
+
+def declare_parameters(node: Node) -> tuple[SupervisorNodeParams, dict]:
+    """Declare every parameter (with descriptions); return node params and the core's config fields."""
+    params = SupervisorNodeParams(
+        robot_description=str(declare(node, "robot_description", str(urdf_path()),
+                                      "URDF XML or URDF file path: joints, limits, Jacobian")),
+        joints=tuple(_declare_array(node, "joints", Parameter.Type.STRING_ARRAY,
+                                    "command joint order (default: the URDF's movable joints)")),
+        ee_link=str(declare(node, "ee_link", "", "end-effector link for Cartesian jogging ('' = the arm's tip)")),
+        joystick_config=str(declare(node, "joystick_config", str(config_path("joystick.yaml")),
+                                    "joystick mapping YAML (buttons, axes, scales, deadzone)")),
+        control_rate_hz=float(declare(node, "control_rate_hz", 100.0, "robot command rate [Hz]")),
+        state_rate_hz=float(declare(node, "state_rate_hz", 5.0, "supervisor/state rate when nothing changes [Hz]")),
+    )
+    core = dict(
+        policy_timeout_s=declare(node, "policy_timeout_s", 0.1, "command/policy silence -> HOLD [s]"),
+        joy_timeout_s=declare(node, "joy_timeout_s", 0.5, "joy silence while the human is in control -> HOLD [s]"),
+        joint_state_timeout_s=declare(node, "joint_state_timeout_s", 0.2, "joint_states silence -> HOLD [s]"),
+        estop_heartbeat_timeout_s=declare(node, "estop_heartbeat_timeout_s", 0.0,
+                                          "estop silence -> ESTOP [s]; 0 = no heartbeat required"),
+        auto_arm=bool(declare(node, "auto_arm", False,
+                              "arm automatically once joint states and policy commands are fresh")),
+        handover_ramp_s=declare(node, "handover_ramp_s", 1.0,
+                                "ramp from the measured position to the policy's command [s]"),
+        handover_max_gap_rad=declare(node, "handover_max_gap_rad", 0.5,
+                                     "largest policy-vs-measured gap a handover accepts [rad]"),
+        shared_authority=declare(node, "shared_authority", 0.5,
+                                 "SHARED: fraction of the human's jog velocity added to the policy [0..1]"),
+        shared_max_offset_rad=declare(node, "shared_max_offset_rad", 0.3,
+                                      "SHARED: largest human correction per joint [rad]"),
+        lower=_declare_array(node, "position_lower_limits", Parameter.Type.DOUBLE_ARRAY,
+                             "tighter lower position limits per joint [rad] (empty: URDF)"),
+        upper=_declare_array(node, "position_upper_limits", Parameter.Type.DOUBLE_ARRAY,
+                             "tighter upper position limits per joint [rad] (empty: URDF)"),
+        velocity=_declare_array(node, "velocity_limits", Parameter.Type.DOUBLE_ARRAY,
+                                "tighter velocity limits per joint [rad/s] (empty: URDF)"),
+        velocity_scale=declare(node, "velocity_scale", 1.0, "scale of the velocity limits, in (0, 1]"),
+    )
+    return params, core
+
+
+def status_message(status: SupervisorStatus, stamp_ns: int) -> DiagnosticArray:
+    """supervisor/state: one DiagnosticStatus with mode, reason, e-stop sources and counters."""
+    values = {
+        "mode": status.mode.value,
+        "reason": status.reason,
+        "estop_sources": "; ".join(status.estop_sources),
+        "intervention_active": str(status.intervention_start_ns is not None).lower(),
+        "intervention_start_ns": str(status.intervention_start_ns or 0),
+        "jog_mode": status.jog_mode,
+        "foreign_publishers": str(status.foreign_publishers),
+        "last_rejection": status.last_rejection,
+        **{name: str(count) for name, count in status.counters.items()},
+    }
+    diag = DiagnosticStatus(level=LEVELS.get(status.mode, DiagnosticStatus.OK), name="supervisor",
+                            message=f"{status.mode.value}: {status.reason}", hardware_id="")
+    diag.values = [KeyValue(key=k, value=v) for k, v in values.items()]
+    msg = DiagnosticArray()
+    msg.header.stamp = cv.ns_to_stamp(stamp_ns)
+    msg.status = [diag]
+    return msg
+
+
+def event_message(event: InterventionEvent, stamp_ns: int) -> DiagnosticArray:
+    """supervisor/interventions: one status per event (event, start_ns, end_ns, mode, reason)."""
+    diag = DiagnosticStatus(level=DiagnosticStatus.OK, name="supervisor/intervention",
+                            message=f"{event.event}: {event.reason}", hardware_id="")
+    diag.values = [KeyValue(key="event", value=event.event), KeyValue(key="start_ns", value=str(event.start_ns)),
+                   KeyValue(key="end_ns", value=str(event.end_ns)), KeyValue(key="mode", value=event.mode.value),
+                   KeyValue(key="reason", value=event.reason)]
+    msg = DiagnosticArray()
+    msg.header.stamp = cv.ns_to_stamp(stamp_ns)
+    msg.status = [diag]
+    return msg
+
+
+class SupervisorNode(Node):
+    """See the module docstring; all decisions are the core's."""
+
+    def __init__(self) -> None:
+        super().__init__("supervisor")
+        params, core_fields = declare_parameters(self)
+        model = RobotModel.from_description(params.robot_description)
+        joints = list(params.joints) or model.joint_names
+        limits = limits_from_urdf(
+            model, joints, lower=core_fields.pop("lower"), upper=core_fields.pop("upper"),
+            velocity=core_fields.pop("velocity"), velocity_scale=core_fields.pop("velocity_scale"), source=SOURCE)
+        mapping = load_joystick_mapping(params.joystick_config)
+        config = SupervisorConfig(control_period_s=1.0 / params.control_rate_hz, source=SOURCE, **core_fields)
+        self._core = Supervisor(config, limits, Jogger(mapping, limits, model, params.ee_link))
+        self._params = params
+        self._lock = threading.Lock()
+        self._last_state_key: tuple = ()
+        self._last_rejections = 0
+
+        estop_group = MutuallyExclusiveCallbackGroup()
+        control_group = MutuallyExclusiveCallbackGroup()
+        service_group = MutuallyExclusiveCallbackGroup()
+        self._command_pub = self.create_publisher(Float64MultiArray, COMMAND_TOPIC, RELIABLE_LATEST_QOS)
+        self._state_pub = self.create_publisher(DiagnosticArray, "supervisor/state", LATCHED_QOS)
+        self._events_pub = self.create_publisher(DiagnosticArray, "supervisor/interventions", EVENTS_QOS)
+        for qos in (LATCHED_QOS, ESTOP_VOLATILE_QOS):
+            self.create_subscription(Bool, "estop", self._on_estop, qos, callback_group=estop_group)
+        self.create_subscription(JointState, "joint_states", self._on_joint_state, JOINT_STATE_QOS,
+                                 callback_group=control_group)
+        self.create_subscription(JointState, "command/policy", self._on_policy, RELIABLE_LATEST_QOS,
+                                 callback_group=control_group)
+        self.create_subscription(Joy, "joy", self._on_joy, JOY_QOS, callback_group=control_group)
+        self.create_service(Trigger, "supervisor/reset", self._on_reset, callback_group=service_group)
+        self.create_service(Trigger, "supervisor/arm", self._on_arm, callback_group=service_group)
+        self.create_service(Trigger, "supervisor/hold", self._on_hold, callback_group=service_group)
+        self.create_timer(config.control_period_s, self._on_tick, callback_group=control_group)
+        self.create_timer(1.0 / params.state_rate_hz, self._publish_state, callback_group=service_group)
+        self.get_logger().info(
+            f"supervising {len(joints)} joints {joints} at {params.control_rate_hz} Hz; "
+            f"auto_arm={config.auto_arm}; joystick {params.joystick_config}; publishing {self._command_pub.topic_name}")
+        self._publish_state()
+
+    # ------------------------------------------------------------------------------------------
+    def _send(self, command: SentCommand | None) -> None:
+        """Publish a command; called with the lock held so commands leave in decision order."""
+        if command is not None:
+            self._command_pub.publish(cv.make_position_command(command.positions))
+
+    def _on_estop(self, msg: Bool) -> None:
+        with self._lock:
+            self._send(self._core.on_estop(bool(msg.data), now_ns(self)))
+        self._after_input()
+
+    def _on_joy(self, msg: Joy) -> None:
+        with self._lock:
+            self._send(self._core.on_joy(msg.axes, msg.buttons, now_ns(self)))
+        self._after_input()
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        try:
+            sample = cv.joint_state_to_sample(msg)
+        except cv.MessageError as err:
+            with self._lock:
+                self._core.record_rejection("rejected_joint_states", f"joint_states: {err}")
+        else:
+            with self._lock:
+                self._core.on_joint_state(sample.names, sample.positions, now_ns(self))
+        self._after_input()
+
+    def _on_policy(self, msg: JointState) -> None:
+        try:
+            sample = cv.joint_state_to_sample(msg)
+        except cv.MessageError as err:
+            with self._lock:
+                self._core.record_rejection("rejected_policy", f"command/policy: {err}")
+        else:
+            with self._lock:
+                self._core.on_policy_command(sample.names, sample.positions, now_ns(self))
+        self._after_input()
+
+    def _on_tick(self) -> None:
+        # Every publisher but ours counts: the supervisor must be the robot's only writer.
+        foreign = max(0, self.count_publishers(self._command_pub.topic_name) - 1)
+        with self._lock:
+            self._core.set_foreign_publishers(foreign)
+            self._send(self._core.tick(now_ns(self)))
+        self._after_input()
+
+    def _trigger(self, action, response: Trigger.Response) -> Trigger.Response:
+        with self._lock:
+            ok, message = action(now_ns(self))
+        response.success, response.message = bool(ok), message
+        self.get_logger().info(f"{'accepted' if ok else 'refused'}: {message}")
+        self._after_input()
+        return response
+
+    def _on_reset(self, _request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        return self._trigger(self._core.request_reset, response)
+
+    def _on_arm(self, _request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        return self._trigger(lambda t: self._core.request_arm(t, "supervisor/arm service"), response)
+
+    def _on_hold(self, _request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        return self._trigger(lambda t: self._core.request_hold(t, "supervisor/hold service"), response)
+
+    # ------------------------------------------------------------------------------------------
+    def _after_input(self) -> None:
+        """Publish intervention events and, when the mode or reason changed, the state."""
+        with self._lock:
+            events = self._core.pop_events()
+            status = self._core.status(now_ns(self))
+        stamp = now_ns(self)
+        for event in events:
+            self._events_pub.publish(event_message(event, stamp))
+            self.get_logger().info(f"intervention {event.event}: {event.reason}")
+        rejections = sum(v for k, v in status.counters.items() if k.startswith("rejected"))
+        if rejections != self._last_rejections:
+            self._last_rejections = rejections
+            self.get_logger().warning(f"rejected input ({rejections} so far): {status.last_rejection}",
+                                      throttle_duration_sec=2.0)
+        key = (status.mode, status.reason, status.estop_sources)
+        if key != self._last_state_key:
+            self._last_state_key = key
+            self.get_logger().info(f"{status.mode.value}: {status.reason}")
+            self._state_pub.publish(status_message(status, stamp))
+
+    def _publish_state(self) -> None:
+        with self._lock:
+            status = self._core.status(now_ns(self))
+        self._state_pub.publish(status_message(status, now_ns(self)))
+
+
+def main(args: list[str] | None = None) -> None:
+    sys.exit(run_node(lambda: SupervisorNode(), args, num_threads=3))
+
+
+if __name__ == "__main__":
+    main()
