@@ -1,0 +1,43 @@
+"""`sim2real eval-sim [--checkpoint CKPT] --episodes N [--perturb] [--sim-config YAML] [--graph] --json OUT`."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..paths import default_policy_path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", type=Path, default=default_policy_path(), help="default: the shipped policy")
+    parser.add_argument("--episodes", type=int, default=50)
+    parser.add_argument("--perturb", action="store_true", help="apply the sim params' randomization ranges")
+    parser.add_argument("--sim-config", type=Path, default=None, help="sim params YAML (schema of config/)")
+    parser.add_argument("--robot-description", default=None, help="URDF path (default urdf/arm6.urdf)")
+    parser.add_argument("--graph", action="store_true", help="run the full ROS graph instead of the core path")
+    parser.add_argument("--seed", type=int, default=1000)
+    parser.add_argument("--json", type=Path, default=None, help="write the result here")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.episodes <= 0:
+        print(f"--episodes must be > 0, got {args.episodes}")
+        return 2
+    if args.graph:
+        from ..evaluation.graph_eval import evaluate_in_graph
+
+        result = evaluate_in_graph(args.checkpoint, args.episodes, perturb=args.perturb, sim_config=args.sim_config,
+                                   robot_description=args.robot_description, seed=args.seed)
+    else:
+        from ..training.evaluation import evaluate_in_sim
+
+        result = evaluate_in_sim(args.checkpoint, args.episodes, perturb=args.perturb, sim_config=args.sim_config,
+                                 robot_description=args.robot_description, seed=args.seed)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text)
+    lo, hi = result["ci95"]
+    print(f"success {result['success_rate']:.0%} (95% CI {lo:.2f}-{hi:.2f}) over {result['episodes']} episodes")
+    return 0

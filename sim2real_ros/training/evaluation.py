@@ -1,0 +1,64 @@
+"""Success rate of a checkpoint in the sim, through the same core code as the nodes."""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..core.checkpoint import LoadedPolicy, load_checkpoint
+from ..core.preprocess import ImagePipeline
+from ..core.preprocess_config import PreprocessConfig
+from ..paths import urdf_path
+from ..sim.params import load_sim_params
+from ..sim.world import SimWorld, episode_seed
+from .progress import progress
+from .rollout import EpisodeRecord, RolloutConfig, run_episode
+from .stats import summary, wilson_interval
+
+
+def rollout_config_from(policy: LoadedPolicy, actuation_latency_s: float) -> RolloutConfig:
+    """Evaluation rollouts: the training provenance's settings when present, the task's own timeout."""
+    trained = policy.spec.provenance.get("config", {}).get("rollout", {})
+    return RolloutConfig(**{**trained, "max_episode_s": None, "actuation_latency_s": actuation_latency_s})
+
+
+def episode_metrics(records: list[EpisodeRecord]) -> dict[str, Any]:
+    """success_rate + Wilson ci95, episode length, action magnitude statistics, failure categories."""
+    n = len(records)
+    wins = sum(bool(r.outcome.get("success")) for r in records)
+    lengths = [float(r.outcome.get("duration_s", np.nan)) for r in records]
+    # Action magnitude: how far each chunk asks to move from where the arm is [rad] (max over joints).
+    magnitudes = [float(np.max(np.abs(a - q))) for r in records for a, q in zip(r.actions, r.joints, strict=True)]
+    failures = Counter(r.outcome.get("failure", "unknown") for r in records)
+    return {
+        "episodes": n, "successes": wins, "success_rate": wins / max(n, 1), "ci95": list(wilson_interval(wins, n)),
+        "episode_length_s": summary(lengths), "action_magnitude_rad": summary(magnitudes),
+        "failures": dict(sorted(failures.items())),
+    }
+
+
+def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False,
+                    sim_config: str | Path | None = None, robot_description: str | None = None,
+                    seed: int = 1000, actuation_latency_s: float | None = None,
+                    num_threads: int = 2, label: str = "eval") -> dict[str, Any]:
+    """Run `episodes` sim episodes with the policy driving (core path: preprocessing pipeline,
+    policy, chunk buffer). perturb: sample the sim params' randomization ranges each episode."""
+    policy = load_checkpoint(checkpoint, num_threads=num_threads)
+    params = load_sim_params(sim_config)
+    preprocess = PreprocessConfig.from_dict(policy.spec.preprocess, source=f"{checkpoint} preprocess")
+    world = SimWorld(params, robot_description or str(urdf_path()), seed=seed, joints=list(policy.spec.joint_names))
+    try:
+        pipeline = ImagePipeline(preprocess)
+        latency = params.actuator.actuation_latency_s if actuation_latency_s is None else actuation_latency_s
+        config = rollout_config_from(policy, latency)
+        records = [
+            run_episode(world, pipeline, None, policy.select_action, policy.spec.chunk_length, policy.spec.dt_s,
+                        config, randomize=perturb, seed=episode_seed(seed, i), record_images=False)
+            for i in progress(range(episodes), episodes, f"[{label}] episodes")
+        ]
+    finally:
+        world.close()
+    return {"checkpoint": str(checkpoint), "checkpoint_hash": policy.checkpoint_hash, "perturb": perturb,
+            "sim_params_version": params.version, "mode": "core", **episode_metrics(records)}
