@@ -1,0 +1,194 @@
+"""The supervisor node as a process over real DDS: e-stop, reset, deadman, foreign publisher,
+bad commands and limits, seen from the robot command topic."""
+from __future__ import annotations
+
+import numpy as np
+import pybullet_data
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray
+from sensor_msgs.msg import JointState, Joy
+from std_msgs.msg import Bool, Float64MultiArray
+from std_srvs.srv import Trigger
+from support import node_decl, running_nodes, wait_until
+
+from sim2real_ros import conversions as cv
+from sim2real_ros.core.joystick import load_joystick_mapping
+from sim2real_ros.core.safety import limits_from_urdf
+from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.nodes.common import EVENTS_QOS, JOINT_STATE_QOS, JOY_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS
+from sim2real_ros.paths import config_path, urdf_path
+
+URDF = str(urdf_path()) if urdf_path().is_file() else f"{pybullet_data.getDataPath()}/franka_panda/panda.urdf"
+MODEL = RobotModel.from_file(URDF)
+NAMES = MODEL.joint_names
+LIMITS = limits_from_urdf(MODEL, NAMES)
+HOME = (LIMITS.lower + LIMITS.upper) / 2 + 0.05
+MAPPING = load_joystick_mapping(config_path("joystick.yaml"))
+COMMANDS = "forward_position_controller/commands"
+# Generous timeouts: the test machine is shared; the watchdogs themselves are tested at fixed times.
+PARAMS = {"robot_description": URDF, "policy_timeout_s": 0.5, "joint_state_timeout_s": 0.5, "joy_timeout_s": 1.0,
+          "handover_ramp_s": 0.2}
+TIMEOUT = 20.0
+
+
+class Rig:
+    """The test's side of the graph: a robot reporting HOME, a policy, a joystick, an e-stop."""
+
+    def __init__(self, ros) -> None:
+        self.ros = ros
+        node = ros.node
+        self.commands = ros.collect(Float64MultiArray, COMMANDS, _deep(RELIABLE_LATEST_QOS))
+        self.states = ros.collect(DiagnosticArray, "supervisor/state", LATCHED_QOS)
+        self.events = ros.collect(DiagnosticArray, "supervisor/interventions", EVENTS_QOS)
+        self.measured = HOME.copy()
+        self.policy_messages: list[tuple[list[str], list[float]]] = [(NAMES, list(HOME))]
+        self.joy_buttons: list[str] = []
+        self.joy_axes: dict[int, float] = {}
+        self.joy_on = False
+        self._joint_pub = node.create_publisher(JointState, "joint_states", JOINT_STATE_QOS)
+        self._policy_pub = node.create_publisher(JointState, "command/policy", RELIABLE_LATEST_QOS)
+        self._joy_pub = node.create_publisher(Joy, "joy", JOY_QOS)
+        self.estop_pub = node.create_publisher(Bool, "estop", LATCHED_QOS)
+        self._k = 0
+        node.create_timer(0.02, self._feed)
+
+    def _feed(self) -> None:
+        stamp = self.ros.node.get_clock().now().nanoseconds
+        self._joint_pub.publish(cv.make_joint_state(NAMES, self.measured, stamp))
+        names, values = self.policy_messages[self._k % len(self.policy_messages)]
+        self._k += 1
+        msg = JointState(name=list(names), position=[float(v) for v in values])
+        self._policy_pub.publish(msg)
+        if self.joy_on:
+            buttons = [0] * 15
+            for role in self.joy_buttons:
+                buttons[MAPPING.button(role)] = 1
+            axes = [0.0] * 6
+            for index, value in self.joy_axes.items():
+                axes[index] = value
+            self._joy_pub.publish(Joy(axes=axes, buttons=buttons))
+
+    def state(self) -> dict[str, str]:
+        if not self.states:
+            return {}
+        status = self.states[-1].status[0]
+        return {kv.key: kv.value for kv in status.values}
+
+    def wait_mode(self, mode: str, timeout_s: float = TIMEOUT) -> None:
+        assert wait_until(lambda: self.state().get("mode") == mode, timeout_s), f"mode {mode} not reached: " \
+            f"{self.state()}"
+
+    def command_array(self, msg: Float64MultiArray) -> np.ndarray:
+        return np.asarray(msg.data, dtype=float)
+
+    def wait_more_commands(self, count: int) -> list[np.ndarray]:
+        start = len(self.commands)
+        self.ros.wait_for_messages(self.commands, start + count, TIMEOUT)
+        return [self.command_array(m) for m in self.commands[start:]]
+
+    def estop(self, active: bool) -> None:
+        self.estop_pub.publish(Bool(data=active))
+
+    def call(self, name: str) -> Trigger.Response:
+        return self.ros.call(Trigger, name, timeout_s=TIMEOUT)
+
+
+def _deep(qos):
+    """The same QoS with a deep history, so the test sees every command the supervisor sends."""
+    from rclpy.qos import QoSProfile
+
+    return QoSProfile(history=qos.history, depth=1000, reliability=qos.reliability, durability=qos.durability)
+
+
+@pytest.fixture
+def rig(ros):
+    return Rig(ros)
+
+
+def test_estop_beats_a_takeover_request_and_reset_waits_for_release(rig, tmp_path):
+    with running_nodes([node_decl("supervisor", {**PARAMS, "auto_arm": True})], tmp_path):
+        rig.wait_mode("AUTONOMOUS")
+        rig.joy_on = True
+        rig.ros.wait_for_subscribers(rig.estop_pub)
+        rig.wait_more_commands(3)
+        # The joystick asks for a takeover and jogs while the e-stop is pressed.
+        rig.joy_buttons = ["takeover", "deadman"]
+        rig.joy_axes = {MAPPING.joint_axes[0]: 1.0}
+        rig.estop(True)
+        rig.wait_mode("ESTOP")
+        assert "estop topic" in rig.state()["reason"]
+        for q in rig.wait_more_commands(30):
+            assert np.allclose(q, HOME, atol=1e-12), q
+        response = rig.call("supervisor/reset")
+        assert not response.success and "estop topic is true" in response.message
+        assert rig.state()["mode"] == "ESTOP"
+        rig.estop(False)
+        assert wait_until(lambda: rig.state().get("estop_sources") == "", TIMEOUT)
+        assert rig.state()["mode"] == "ESTOP"  # releasing does not reset
+        rig.joy_buttons, rig.joy_axes = [], {}
+        response = rig.call("supervisor/reset")
+        assert response.success, response.message
+        assert wait_until(lambda: rig.state().get("mode") in ("HOLD", "AUTONOMOUS"), TIMEOUT)
+
+
+def test_deadman_release_holds_at_the_measured_position(rig, tmp_path):
+    with running_nodes([node_decl("supervisor", PARAMS)], tmp_path):
+        rig.wait_mode("HOLD")
+        rig.joy_on = True
+        rig.wait_more_commands(5)
+        rig.joy_buttons = ["takeover"]
+        rig.wait_mode("TELEOP")
+        rig.joy_buttons = ["deadman"]
+        rig.joy_axes = {MAPPING.joint_axes[0]: 1.0}
+        joint = MAPPING.groups_for(len(NAMES))[0][0]
+        assert wait_until(lambda: rig.commands and rig.command_array(rig.commands[-1])[joint] > HOME[joint] + 0.02,
+                          TIMEOUT), "jogging did not move the joint"
+        rig.joy_buttons = []  # deadman released, stick still pushed
+        assert wait_until(lambda: np.allclose(rig.command_array(rig.commands[-1]), HOME, atol=1e-12), TIMEOUT)
+        for q in rig.wait_more_commands(20):
+            assert np.allclose(q, HOME, atol=1e-12), q
+        assert "deadman released" in rig.state()["reason"]
+        rig.ros.wait_for_messages(rig.events, 1, TIMEOUT)
+        takeover = {kv.key: kv.value for kv in rig.events[0].status[0].values}
+        assert takeover["event"] == "takeover" and takeover["mode"] == "TELEOP" and int(takeover["start_ns"]) > 0
+
+
+def test_a_foreign_publisher_on_the_command_topic_blocks_arming(rig, tmp_path):
+    with running_nodes([node_decl("supervisor", PARAMS)], tmp_path):
+        rig.wait_mode("HOLD")
+        intruder = rig.ros.node.create_publisher(Float64MultiArray, COMMANDS, RELIABLE_LATEST_QOS)
+        assert wait_until(lambda: rig.state().get("foreign_publishers") == "1", TIMEOUT)
+        response = rig.call("supervisor/arm")
+        assert not response.success and "other publisher(s) on the robot command topic" in response.message
+        assert rig.state()["mode"] == "HOLD"
+        rig.ros.node.destroy_publisher(intruder)
+        assert wait_until(lambda: rig.state().get("foreign_publishers") == "0", TIMEOUT)
+        response = rig.call("supervisor/arm")
+        assert response.success, response.message
+        rig.wait_mode("AUTONOMOUS")
+
+
+def test_bad_commands_never_reach_the_robot_and_limits_hold(rig, tmp_path):
+    with running_nodes([node_decl("supervisor", {**PARAMS, "auto_arm": True})], tmp_path):
+        rig.wait_mode("AUTONOMOUS")
+        decoy = HOME + 0.3
+        rig.policy_messages = [
+            (NAMES, list(HOME)),
+            (NAMES, [float("nan")] * len(NAMES)),
+            ([*NAMES[:-1], "someone_elses_joint"], list(decoy)),
+            (NAMES[:-1], list(decoy[:-1])),
+        ]
+        assert wait_until(lambda: int(rig.state().get("rejected_policy", "0")) >= 10, TIMEOUT), rig.state()
+        for q in rig.wait_more_commands(30):
+            assert np.all(np.isfinite(q)) and np.allclose(q, HOME, atol=1e-9), q
+        assert rig.state()["mode"] == "AUTONOMOUS"
+        # A policy asking for the impossible: 100 rad on every joint.
+        rig.policy_messages = [(NAMES, list(HOME + 100.0))]
+        start = len(rig.commands)
+        assert wait_until(lambda: np.allclose(rig.command_array(rig.commands[-1]), LIMITS.upper), TIMEOUT)
+        sent = [rig.command_array(m) for m in rig.commands[start - 1:]]
+        max_step = LIMITS.velocity / 100.0  # control_rate_hz 100
+        for previous, q in zip(sent, sent[1:], strict=False):
+            assert np.all(q <= LIMITS.upper) and np.all(q >= LIMITS.lower)
+            assert np.all(np.abs(q - previous) <= max_step + 1e-9), (q - previous, max_step)
+        assert int(rig.state()["clamped"]) > 0
