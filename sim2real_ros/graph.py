@@ -26,7 +26,7 @@ class GraphArgs:
     robot_description: str = field(default_factory=lambda: str(urdf_path()))
     params_file: str = field(default_factory=lambda: str(config_path("params.yaml")))
     checkpoint: str = field(default_factory=lambda: str(default_policy_path()))
-    use_sim_time: bool | None = None  # None: true for sim, false otherwise
+    use_sim_time: bool | None = None  # None: true for sim and replay, false on the robot
     camera_image_topic: str = "camera/image_raw"
     camera_info_topic: str = "camera/camera_info"
     joint_states_topic: str = "joint_states"
@@ -34,7 +34,8 @@ class GraphArgs:
     extra_parameters: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def sim_time(self, mode: str) -> bool:
-        return self.use_sim_time if self.use_sim_time is not None else mode == "sim"
+        """use_sim_time of every node: default true where a sim or a bag player publishes `clock`."""
+        return self.use_sim_time if self.use_sim_time is not None else mode in ("sim", "replay")
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,20 @@ def declare_graph(mode: str, args: GraphArgs | None = None) -> list[NodeDecl]:
         merged = {**common, **params, **args.extra_parameters.get(executable, {})}
         return NodeDecl(executable, executable, merged, tuple(remaps), files)
 
-    nodes: list[NodeDecl] = []
+    description = {"robot_description": args.robot_description}
+    perception = [
+        node("camera_preprocessor", {}, _remaps(args, camera=True)),
+        node("policy_node", {**description, "checkpoint": args.checkpoint}, _remaps(args, joints=True)),
+        node("actuator_node", description, _remaps(args, joints=True)),
+    ]
     if mode == "sim":
-        nodes.append(node("sim_node", {"robot_description": args.robot_description}))
-    return nodes
+        sim = node("sim_node", description, _remaps(args, camera=True, joints=True, command=True))
+        supervisor = node("supervisor", {**description, "auto_arm": True}, _remaps(args, joints=True, command=True))
+        return [sim, *perception, supervisor]
+    if mode == "robot":
+        # The camera driver and ros2_control (joint_state_broadcaster + forward position controller)
+        # are the robot's own; the supervisor never arms by itself on hardware.
+        supervisor = node("supervisor", {**description, "auto_arm": False}, _remaps(args, joints=True, command=True))
+        return [*perception, supervisor]
+    # replay: a bag player provides camera, joint_states and clock; nothing commands a robot.
+    return perception

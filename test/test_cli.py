@@ -21,8 +21,6 @@ def test_sim_graph_declaration_and_node_command(tmp_path):
     args = GraphArgs(namespace="arm1", command_topic="/arm1/fpc/commands")
     decls = declare_graph("sim", args)
     sim = next(d for d in decls if d.executable == "sim_node")
-    assert sim.parameters["use_sim_time"] is True
-    assert sim.parameters["robot_description"] == args.robot_description
     overrides = write_overrides(sim, tmp_path)
     cmd = node_command(sim, "arm1", overrides)
     assert cmd[3:6] == ["node", "sim_node", "--ros-args"]

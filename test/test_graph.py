@@ -1,0 +1,47 @@
+"""The one graph declaration: node set, parameters and remaps of each mode (DESIGN.md §2, §6)."""
+import pytest
+
+from sim2real_ros.graph import MODES, GraphArgs, declare_graph
+
+
+def by_name(mode, args=None):
+    return {d.name: d for d in declare_graph(mode, args)}
+
+
+def test_node_sets_per_mode():
+    assert list(by_name("sim")) == ["sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor"]
+    assert list(by_name("robot")) == ["camera_preprocessor", "policy_node", "actuator_node", "supervisor"]
+    assert list(by_name("replay")) == ["camera_preprocessor", "policy_node", "actuator_node"]
+    with pytest.raises(ValueError, match="unknown graph mode"):
+        declare_graph("orbit")
+
+
+def test_sim_time_and_arming_defaults():
+    for mode in MODES:
+        for decl in declare_graph(mode):
+            assert decl.parameters["use_sim_time"] is (mode != "robot")
+    assert by_name("sim")["supervisor"].parameters["auto_arm"] is True
+    assert by_name("robot")["supervisor"].parameters["auto_arm"] is False  # a human arms a real robot
+
+
+def test_robot_topics_plug_in_by_remapping():
+    args = GraphArgs(camera_image_topic="/camera/color/image_raw", camera_info_topic="/camera/color/camera_info",
+                     joint_states_topic="/arm/joint_states", command_topic="/arm/fpc/commands", checkpoint="/p.pt",
+                     robot_description="/arm.urdf", params_file="/params.yaml")
+    nodes = by_name("robot", args)
+    assert dict(nodes["camera_preprocessor"].remappings) == {
+        "camera/image_raw": "/camera/color/image_raw", "camera/camera_info": "/camera/color/camera_info"}
+    assert dict(nodes["supervisor"].remappings) == {"joint_states": "/arm/joint_states",
+                                                    "forward_position_controller/commands": "/arm/fpc/commands"}
+    assert nodes["policy_node"].parameters["checkpoint"] == "/p.pt"
+    for decl in nodes.values():
+        assert decl.params_files == ("/params.yaml",)
+        if decl.name != "camera_preprocessor":
+            assert decl.parameters["robot_description"] == "/arm.urdf"
+    # Default names need no remap at all.
+    assert all(not d.remappings for d in declare_graph("sim"))
+
+
+def test_extra_parameters_override_per_executable():
+    args = GraphArgs(extra_parameters={"sim_node": {"randomize": True}})
+    assert by_name("sim", args)["sim_node"].parameters["randomize"] is True
