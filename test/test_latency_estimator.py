@@ -23,13 +23,20 @@ def signal(t_s: np.ndarray) -> np.ndarray:
 
 
 def feed(estimator: LatencyEstimator, delay_s: float, constant: bool = False, noise: float = 0.0,
-         duration_s: float = 4.0, start_s: float = 100.0, seed: int = 0) -> None:
+         duration_s: float = 4.0, start_s: float = 100.0, seed: int = 0, held: bool = True) -> None:
+    """100 Hz commands; 250 Hz measurements of the commands `delay_s` later. held: the joints follow
+    each command until the next (a forward position controller), else the smooth signal itself."""
     rng = np.random.default_rng(seed)
     cmd_t = start_s + np.arange(0, duration_s, 0.01)  # 100 Hz commands
     # 250 Hz measurements with stamp jitter, as a real joint_state_broadcaster gives them.
     meas_t = np.sort(start_s + np.arange(0, duration_s, 0.004) + rng.uniform(-0.0005, 0.0005, int(duration_s / 0.004)))
     cmd = signal(cmd_t) * (0.0 if constant else 1.0) + (0.4 if constant else 0.0)
-    meas = signal(meas_t - delay_s) * (0.0 if constant else 1.0) + (0.4 if constant else 0.0) + 0.02
+    if held:
+        index = np.clip(np.searchsorted(cmd_t, meas_t - delay_s, side="right") - 1, 0, len(cmd_t) - 1)
+        source_t = cmd_t[index]
+    else:
+        source_t = meas_t - delay_s
+    meas = signal(source_t) * (0.0 if constant else 1.0) + (0.4 if constant else 0.0) + 0.02
     meas = meas + rng.normal(scale=noise, size=meas.shape)
     events = [(t, 0, q) for t, q in zip(cmd_t, cmd, strict=True)]
     events += [(t, 1, q) for t, q in zip(meas_t, meas, strict=True)]
@@ -45,6 +52,15 @@ def test_recovers_a_known_delay_with_high_confidence(delay_s):
     assert estimate.latency_s == pytest.approx(delay_s, abs=0.002)  # sub-sample: well inside a 10 ms tick
     assert estimate.confidence > 0.9 and estimate.reason == "ok"
     assert estimate.excitation > 0.5
+    assert estimate.hold_s == pytest.approx(0.005)
+
+
+def test_without_hold_correction_the_lag_of_a_smooth_follower_is_recovered():
+    estimator = LatencyEstimator(LatencyEstimatorConfig(hold_correction=False))
+    feed(estimator, 0.031, held=False, noise=1e-4)
+    estimate = estimator.estimate()
+    assert estimate.latency_s == pytest.approx(0.031, abs=0.001) and estimate.confidence > 0.95
+    assert estimate.hold_s == 0.0
 
 
 def test_constant_signal_has_no_excitation_and_no_confidence():

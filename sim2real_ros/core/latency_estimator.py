@@ -7,6 +7,12 @@ lags in [0, max_lag_s] (measurement lagging command). The correlation is normali
 the overlapping samples and summed over joints weighted by their energy, so it lies in [-1, 1].
 The peak is refined to sub-sample precision with a parabola through it and its two neighbours.
 
+Commands are held until the next one arrives (a ros2_control forward controller, the sim's command
+queue): the joints see a staircase whose mean delay behind the smooth line through the command
+samples is half a command period. That half period is a property of the control rate, not of the
+actuator, so with `hold_correction` (default) it is subtracted: the estimate is then the delay a
+system-identification step response would show (the `actuation_latency_s` of the sim params).
+
 Confidence is the normalized correlation at the peak (1 = the measurement is a delayed copy of
 the command), forced to 0 when the commands do not move enough (no excitation: any lag fits a
 constant) or when the window holds too few samples. What the estimate measures is the delay from
@@ -27,12 +33,14 @@ from .errors import ConfigError
 @dataclass(frozen=True)
 class LatencyEstimatorConfig:
     """window_s [s]: history used; grid_dt_s [s]: resampling step; max_lag_s [s]: largest latency
-    searched; min_velocity_rms [rad/s]: command velocity RMS below which there is no excitation."""
+    searched; min_velocity_rms [rad/s]: command velocity RMS below which there is no excitation;
+    hold_correction: subtract half the median command period (commands are held until the next)."""
 
     window_s: float = 4.0
     grid_dt_s: float = 0.002
     max_lag_s: float = 0.25
     min_velocity_rms: float = 0.01
+    hold_correction: bool = True
     source: str = "LatencyEstimatorConfig"
 
     def __post_init__(self) -> None:
@@ -50,12 +58,14 @@ class LatencyEstimatorConfig:
 @dataclass(frozen=True)
 class LatencyEstimate:
     """latency_s [s] (None when it cannot be estimated), confidence in [0, 1], excitation: command
-    velocity RMS [rad/s] over the window, reason: why the confidence is what it is."""
+    velocity RMS [rad/s] over the window, reason: why the confidence is what it is, hold_s [s]: the
+    half command period subtracted (0 without hold_correction)."""
 
     latency_s: float | None
     confidence: float
     excitation: float
     reason: str
+    hold_s: float = 0.0
 
 
 class LatencyEstimator:
@@ -123,6 +133,12 @@ def _resample(times_s: np.ndarray, values: np.ndarray, grid_s: np.ndarray) -> np
     return np.stack([np.interp(grid_s, times_s, values[:, j]) for j in range(values.shape[1])], axis=1)
 
 
+def _moving_average(values: np.ndarray, width: int) -> np.ndarray:
+    """Means over `width` consecutive rows ('valid' part only: len - width + 1 rows)."""
+    cumulative = np.vstack([np.zeros((1, values.shape[1])), np.cumsum(values, axis=0)])
+    return (cumulative[width:] - cumulative[:-width]) / width
+
+
 def estimate_delay(
     cmd_times_s: np.ndarray, cmd_positions: np.ndarray,
     meas_times_s: np.ndarray, meas_positions: np.ndarray,
@@ -141,6 +157,13 @@ def estimate_delay(
     n_joints = cmd_positions.shape[1]
     cmd_vel = np.gradient(_resample(cmd_times_s, cmd_positions, grid), dt, axis=0)
     meas_vel = np.gradient(_resample(meas_times_s, meas_positions, grid), dt, axis=0)
+    # The same moving average (one command period) on both: it turns the velocity spikes of a held
+    # (staircase) measurement into the smooth slope again and shifts both signals alike.
+    command_period_s = float(np.median(np.diff(cmd_times_s)))
+    width = max(1, int(round(command_period_s / dt)))
+    if width > 1 and n_grid > 4 * width + 2 * max_lag:
+        cmd_vel, meas_vel = _moving_average(cmd_vel, width), _moving_average(meas_vel, width)
+        n_grid = len(cmd_vel)
     excitation = float(np.sqrt(np.mean(cmd_vel**2)))
     if excitation < config.min_velocity_rms:
         return LatencyEstimate(None, 0.0, excitation, f"no excitation (command velocity RMS {excitation:.4f} rad/s)")
@@ -169,8 +192,9 @@ def estimate_delay(
         curvature = left - 2 * peak_value + right
         if curvature < 0:
             offset = 0.5 * (left - right) / curvature
-    latency = float((peak + offset) * dt)
+    hold_s = 0.5 * command_period_s if config.hold_correction else 0.0
+    latency = float((peak + offset) * dt) - hold_s
     confidence = float(np.clip(peak_value, 0.0, 1.0))
     if peak == max_lag:
-        return LatencyEstimate(latency, 0.0, excitation, f"peak at the search limit {config.max_lag_s} s")
-    return LatencyEstimate(latency, confidence, excitation, "ok")
+        return LatencyEstimate(latency, 0.0, excitation, f"peak at the search limit {config.max_lag_s} s", hold_s)
+    return LatencyEstimate(latency, confidence, excitation, "ok", hold_s)
