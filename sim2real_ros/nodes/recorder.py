@@ -115,7 +115,7 @@ class RecorderNode(Node):
             raise ConfigError(self.config.source, "output", self.config.output, str(err)) from err
         self._lock = threading.Lock()
         self._group = MutuallyExclusiveCallbackGroup()
-        self._subscriptions: dict[str, Any] = {}
+        self._recorded_subs: dict[str, Any] = {}
         self._given_up: set[str] = set()
         self._requested = (
             {expand_topic_name(t, self.get_name(), self.get_namespace()) for t in self.config.topics}
@@ -133,7 +133,7 @@ class RecorderNode(Node):
     # ------------------------------------------------------------------ discovery
     def _discover(self) -> None:
         discovered = self.get_topic_names_and_types()
-        for topic, msgtype in select_topics(discovered, self._requested, set(self._subscriptions) | self._given_up):
+        for topic, msgtype in select_topics(discovered, self._requested, set(self._recorded_subs) | self._given_up):
             self._subscribe(topic, msgtype)
 
     def _subscribe(self, topic: str, msgtype: str) -> None:
@@ -156,7 +156,7 @@ class RecorderNode(Node):
             if self._closed:
                 return
             self.writer.add_topic(topic, msgtype, offered_qos_profiles=offered)
-        self._subscriptions[topic] = self.create_subscription(
+        self._recorded_subs[topic] = self.create_subscription(
             cls, topic, lambda data, t=topic: self._on_message(t, data), qos, raw=True, callback_group=self._group)
         self.get_logger().info(f"recording {topic} ({msgtype}, {qos.reliability.name.lower()}, "
                                f"{qos.durability.name.lower()})")
@@ -176,7 +176,7 @@ class RecorderNode(Node):
                 self.writer.maybe_flush(time.monotonic_ns())
 
     def _report(self) -> None:
-        self.get_logger().info(f"{self.received} messages on {len(self._subscriptions)} topics so far")
+        self.get_logger().info(f"{self.received} messages on {len(self._recorded_subs)} topics so far")
 
     def close(self) -> None:
         """Finish the bag (MCAP summary, metadata.yaml). Safe to call twice."""
