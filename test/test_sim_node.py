@@ -1,0 +1,227 @@
+"""sim_node as a real process over DDS: topics, camera, commands, latency, episodes, bad input."""
+import subprocess
+import sys
+
+import numpy as np
+import pybullet_data
+import pytest
+import yaml
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import PointStamped
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import CameraInfo, Image, JointState
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import Trigger
+from support import REPO_ROOT, node_decl, running_nodes, wait_until
+
+from sim2real_ros import conversions as cv
+from sim2real_ros.core.camera_model import load_calibration_yaml
+from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.nodes.common import (
+    EVENTS_QOS,
+    JOINT_STATE_QOS,
+    LATCHED_QOS,
+    RELIABLE_LATEST_QOS,
+    SENSOR_QOS,
+)
+from sim2real_ros.paths import config_path, urdf_path
+from sim2real_ros.sim.expert import ReachExpert
+
+PANDA = f"{pybullet_data.getDataPath()}/franka_panda/panda.urdf"
+LATENCY_S = 0.05
+JOINTS = RobotModel.from_file(urdf_path()).joint_names
+
+
+def status_values(msg: DiagnosticArray) -> dict[str, str]:
+    return {kv.key: kv.value for kv in msg.status[0].values}
+
+
+@pytest.fixture(scope="module")
+def arm6_node(tmp_path_factory):
+    """One arm6 sim node for the module: 50 ms actuation latency, long episodes."""
+    tmp = tmp_path_factory.mktemp("sim_node")
+    raw = yaml.safe_load(config_path("sim_params.yaml").read_text())
+    raw["actuator"]["actuation_latency_s"] = LATENCY_S
+    raw["task"]["timeout_s"] = 600.0
+    raw["camera"]["calibration_file"] = str(config_path("camera_sim.yaml"))
+    params_file = tmp / "sim_params.yaml"
+    params_file.write_text(yaml.safe_dump(raw))
+    decl = node_decl("sim_node", {"sim_params_file": str(params_file), "seed": 4})
+    with running_nodes([decl], tmp) as launcher:
+        yield launcher
+
+
+def latest_status(ros, received: list, predicate, timeout_s: float = 20.0) -> dict[str, str]:
+    assert wait_until(lambda: any(predicate(status_values(m)) for m in list(received)), timeout_s), (
+        f"no sim/status matching the condition; last: {status_values(received[-1]) if received else None}")
+    return next(status_values(m) for m in reversed(list(received)) if predicate(status_values(m)))
+
+
+def test_topics_follow_the_contract(arm6_node, ros):
+    states = ros.collect(JointState, "joint_states", JOINT_STATE_QOS)
+    images = ros.collect(Image, "camera/image_raw", SENSOR_QOS)
+    infos = ros.collect(CameraInfo, "camera/camera_info", SENSOR_QOS)
+    clocks = ros.collect(Clock, "clock", 10)
+    ros.wait_for_messages(states, 30, timeout_s=30)
+    ros.wait_for_messages(images, 6, timeout_s=30)
+    ros.wait_for_messages(clocks, 20, timeout_s=30)
+    ros.wait_for_messages(infos, 6, timeout_s=30)
+
+    msg = states[-1]
+    assert list(msg.name) == JOINTS
+    assert len(msg.position) == len(msg.velocity) == len(msg.effort) == 6
+    stamps = np.array([cv.stamp_to_ns(m.header.stamp) for m in list(states)])
+    assert np.all(np.diff(stamps) > 0) and np.all(np.diff(stamps) % 10_000_000 == 0)
+
+    calibration = load_calibration_yaml(config_path("camera_sim.yaml"))
+    image_stamps = []
+    for image in list(images):
+        assert (image.width, image.height, image.encoding, image.step) == (320, 240, "rgb8", 960)
+        assert cv.image_to_array(image).shape == (240, 320, 3)
+        image_stamps.append(cv.stamp_to_ns(image.header.stamp))
+    assert np.all(np.diff(image_stamps) > 0)
+    periods_ms = np.diff(image_stamps) / 1e6
+    # 30 Hz of sim time on the 1 ms physics grid (a frame dropped under load doubles one period)
+    assert periods_ms.min() >= 33.0 and np.median(periods_ms) == pytest.approx(1000.0 / 30.0, abs=1.0)
+    model = cv.camera_info_to_model(infos[-1])
+    assert model == calibration
+    info_stamps = {cv.stamp_to_ns(i.header.stamp) for i in list(infos)}
+    assert set(image_stamps) & info_stamps  # info goes out with the image it describes
+    clock_stamps = [cv.stamp_to_ns(c.clock) for c in list(clocks)]
+    assert np.all(np.diff(clock_stamps) > 0)
+
+
+def test_bad_commands_are_rejected_counted_and_never_move_the_robot(arm6_node, ros):
+    states = ros.collect(JointState, "joint_states", JOINT_STATE_QOS)
+    status = ros.collect(DiagnosticArray, "sim/status", LATCHED_QOS)
+    pub = ros.publisher(Float64MultiArray, "forward_position_controller/commands", RELIABLE_LATEST_QOS)
+    ros.wait_for_subscribers(pub)
+    ros.wait_for_messages(states, 5, timeout_s=20)
+    before = latest_status(ros, status, lambda v: True)
+    q0 = np.array(states[-1].position)
+    bad = [np.zeros(5), np.array([0.5, 0, 0, np.nan, 0, 0]), np.array([np.inf, 0, 0, 0, 0, 0]), np.zeros(7)]
+    rejected0 = int(before["commands_rejected"])
+    for k, values in enumerate(bad, start=1):
+        msg = Float64MultiArray()
+        msg.data = [float(v) for v in values]
+        pub.publish(msg)  # one at a time: the command topic keeps only the newest message (depth 1)
+        after = latest_status(ros, status, lambda v, k=k: int(v["commands_rejected"]) >= rejected0 + k)
+    assert after["commands_accepted"] == before["commands_accepted"]
+    assert "expected 6" in after["last_rejection"]
+    count = len(states)
+    ros.wait_for_messages(states, count + 30, timeout_s=20)
+    positions = np.array([m.position for m in list(states)[-40:]])
+    assert np.max(np.abs(positions - q0)) < 1e-4
+
+
+def test_step_command_shows_the_latency_then_reaches_the_target(arm6_node, ros):
+    states = ros.collect(JointState, "joint_states", JOINT_STATE_QOS)
+    status = ros.collect(DiagnosticArray, "sim/status", LATCHED_QOS)
+    pub = ros.publisher(Float64MultiArray, "forward_position_controller/commands", RELIABLE_LATEST_QOS)
+    ros.wait_for_subscribers(pub)
+    ros.wait_for_messages(states, 5, timeout_s=20)
+    accepted0 = int(latest_status(ros, status, lambda v: True)["commands_accepted"])
+    q0 = np.array(states[-1].position)
+    goal = q0.copy()
+    goal[0] += 0.2
+    pub.publish(cv.make_position_command(goal))
+    received = latest_status(ros, status, lambda v: int(v["commands_accepted"]) > accepted0)
+    received_ns = int(received["last_command_sim_ns"])
+    assert abs(float(received["actuation_latency_s"]) - LATENCY_S) < 1e-9
+
+    def first_motion():
+        samples = [m for m in list(states) if cv.stamp_to_ns(m.header.stamp) >= received_ns]
+        for prev, cur in zip(samples, samples[1:], strict=False):
+            if abs(cur.position[0] - q0[0]) > 1e-5:
+                return prev, cur
+        return None
+
+    assert wait_until(lambda: first_motion() is not None, 20), "joint1 never moved"
+    prev, cur = first_motion()
+    prev_ns, cur_ns = cv.stamp_to_ns(prev.header.stamp), cv.stamp_to_ns(cur.header.stamp)
+    assert cur_ns - prev_ns == 10_000_000  # no sample lost: the motion starts within (prev, cur]
+    delay_s = (cur_ns - received_ns) / 1e9
+    # acts at received + latency; visible one physics step later; sampled every 10 ms
+    assert LATENCY_S + 0.001 - 1e-9 <= delay_s <= LATENCY_S + 0.001 + 0.010 + 1e-9
+    assert abs(prev.position[0] - q0[0]) <= 1e-5
+    assert wait_until(lambda: abs(states[-1].position[0] - goal[0]) < 0.01, 20)
+
+
+def test_reaching_the_target_ends_the_episode_and_reset_draws_a_new_target(arm6_node, ros):
+    targets = ros.collect(PointStamped, "sim/target", LATCHED_QOS)
+    episodes = ros.collect(DiagnosticArray, "sim/episode", EVENTS_QOS)
+    states = ros.collect(JointState, "joint_states", JOINT_STATE_QOS)
+    pub = ros.publisher(Float64MultiArray, "forward_position_controller/commands", RELIABLE_LATEST_QOS)
+    ros.wait_for_subscribers(pub)
+    ros.wait_for_messages(targets, 1, timeout_s=20)
+    ros.wait_for_messages(states, 1, timeout_s=20)
+    assert targets[-1].header.frame_id == "world"
+    target = np.array([targets[-1].point.x, targets[-1].point.y, targets[-1].point.z])
+    model = RobotModel.from_file(urdf_path())
+    expert = ReachExpert(model, JOINTS, "ee_link", np.array(states[-1].position))
+    pub.publish(cv.make_position_command(expert.solve_ik(target)))
+    assert wait_until(lambda: any(status_values(m)["success"] == "true" for m in list(episodes)), 30), (
+        [status_values(m) for m in list(episodes)])
+    outcome = next(m for m in list(episodes) if status_values(m)["success"] == "true")
+    status = outcome.status[0]
+    values = status_values(outcome)
+    assert status.name == "episode" and status.message == "success" == values["reason"]
+    assert set(values) == {"episode", "success", "duration_s", "reason", "final_distance_m", "seed"}
+    assert float(values["final_distance_m"]) <= 0.03 and float(values["duration_s"]) > 0
+    # auto_reset: a new episode with a new target
+    assert wait_until(lambda: len(targets) >= 2, 20)
+    second = np.array([targets[-1].point.x, targets[-1].point.y, targets[-1].point.z])
+    assert not np.allclose(second, target)
+
+    response = ros.call(Trigger, "sim/reset", timeout_s=20)
+    assert response.success and "episode" in response.message
+    assert wait_until(lambda: len(targets) >= 3, 20)
+    third = np.array([targets[-1].point.x, targets[-1].point.y, targets[-1].point.z])
+    assert not np.allclose(third, second)
+
+
+def test_panda_runs_with_the_same_node(ros, tmp_path):
+    decl = node_decl("sim_node", {"robot_description": PANDA, "ee_link": "panda_grasptarget",
+                                  "joints": [f"panda_joint{i}" for i in range(1, 8)]})
+    # In its own namespace: the module's arm6 node is still running (and the graph is namespaceable).
+    with running_nodes([decl], tmp_path, namespace="panda"):
+        states = ros.collect(JointState, "/panda/joint_states", JOINT_STATE_QOS)
+        images = ros.collect(Image, "/panda/camera/image_raw", SENSOR_QOS)
+        pub = ros.publisher(Float64MultiArray, "/panda/forward_position_controller/commands", RELIABLE_LATEST_QOS)
+        ros.wait_for_subscribers(pub, timeout_s=30)
+        ros.wait_for_messages(states, 5, timeout_s=30)
+        ros.wait_for_messages(images, 1, timeout_s=30)
+        assert list(states[-1].name) == RobotModel.from_file(PANDA).joint_names  # fingers included
+        assert (images[-1].width, images[-1].height) == (320, 240)
+        q0 = np.array(states[-1].position[:7])
+        goal = q0 + np.array([0.3, 0, 0, 0, 0, 0, 0])
+        pub.publish(cv.make_position_command(goal))
+        assert wait_until(lambda: abs(states[-1].position[0] - goal[0]) < 0.02, 30)
+
+
+def run_node_process(*ros_args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "node", "sim_node", "--ros-args",
+                           *ros_args], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+
+
+def test_bad_sim_params_fail_at_start_naming_file_field_value(tmp_path):
+    raw = yaml.safe_load(config_path("sim_params.yaml").read_text())
+    raw["actuator"]["actuation_latency_s"] = -0.01
+    bad = tmp_path / "bad_params.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    result = run_node_process("-p", f"sim_params_file:={bad}")
+    assert result.returncode == 2, result.stderr
+    assert f"{bad}: field 'actuator.actuation_latency_s' = -0.01: must be >= 0.0" in result.stderr
+
+
+def test_bad_camera_yaml_and_bad_parameter_fail_at_start(tmp_path):
+    camera = tmp_path / "bad_camera.yaml"
+    data = yaml.safe_load(config_path("camera_sim.yaml").read_text())
+    del data["image_height"]
+    camera.write_text(yaml.safe_dump(data))
+    result = run_node_process("-p", f"camera_calibration:={camera}")
+    assert result.returncode == 2, result.stderr
+    assert f"{camera}: field 'image_height' = None: missing" in result.stderr
+    result = run_node_process("-p", "pacing:=warp")
+    assert result.returncode == 2, result.stderr
+    assert "sim_node parameter: field 'pacing' = 'warp'" in result.stderr
