@@ -31,6 +31,7 @@ from sim2real_ros.core.observation_pairing import (
 from sim2real_ros.core.preprocess_config import PreprocessConfig
 from sim2real_ros.core.urdf import RobotModel
 from sim2real_ros.nodes.common import JOINT_STATE_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS
+from sim2real_ros.nodes.policy_node import PolicyNodeConfig
 from sim2real_ros.paths import config_path
 
 PANDA_URDF = Path(pybullet_data.getDataPath()) / "franka_panda" / "panda.urdf"
@@ -253,8 +254,15 @@ def test_node_refuses_a_checkpoint_trained_with_other_preprocessing(tmp_path, pa
     assert f"preprocess hash {trained_hash}" in proc.stderr and f"graph has {graph_hash}" in proc.stderr
 
 
-def test_node_refuses_bad_parameters_naming_them(panda_checkpoint):
-    proc = run_policy_node({"checkpoint": str(panda_checkpoint), "robot_description": str(PANDA_URDF),
-                            "max_observation_age_s": "-1.0"})
-    assert proc.returncode == 2, proc.stderr
-    assert "policy_node parameter: field 'max_observation_age_s' = -1.0" in proc.stderr
+def test_bad_parameters_are_refused_naming_them():
+    good = {"checkpoint": "p.pt", "preprocess_config": "pre.yaml", "robot_description": "arm.urdf", "joints": (),
+            "device": "cpu", "num_threads": 1, "pairing_tolerance_s": 0.05, "max_observation_age_s": 0.25,
+            "diagnostics_period_s": 1.0}
+    PolicyNodeConfig(**good)
+    cases = {"max_observation_age_s": -1.0, "pairing_tolerance_s": float("nan"), "device": "tpu",
+             "num_threads": -2, "joints": ("a", "a"), "checkpoint": ""}
+    for field, value in cases.items():
+        with pytest.raises(ConfigError, match=f"policy_node parameter: field '{field}' = "):
+            PolicyNodeConfig(**{**good, field: value})
+    with pytest.raises(ConfigError, match="robot_description"):
+        PolicyNodeConfig(**{**good, "robot_description": ""})
