@@ -219,6 +219,16 @@ def test_estop_heartbeat_silence_latches_when_configured():
     assert sup.request_reset(T0 + 430 * MS)[0] and sup.mode == Mode.HOLD
 
 
+def test_an_estop_publisher_that_cannot_be_heard_counts_as_pressed():
+    sup = armed()
+    assert sup.set_unheard_estop_publishers(0, T0 + MS) is None and sup.mode == Mode.AUTONOMOUS
+    hold = sup.set_unheard_estop_publishers(1, T0 + 2 * MS)
+    assert hold.hold and sup.mode == Mode.ESTOP and "cannot be heard" in sup.reason
+    assert not sup.request_reset(T0 + 3 * MS)[0]
+    sup.set_unheard_estop_publishers(0, T0 + 4 * MS)
+    assert sup.request_reset(T0 + 5 * MS)[0]
+
+
 def test_estop_heartbeat_is_off_by_default():
     sup = armed()
     feed(sup, T0 + 10_000 * MS)

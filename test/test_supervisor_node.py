@@ -153,7 +153,7 @@ def test_deadman_release_holds_at_the_measured_position(rig, tmp_path):
         assert takeover["event"] == "takeover" and takeover["mode"] == "TELEOP" and int(takeover["start_ns"]) > 0
 
 
-def test_a_foreign_publisher_on_the_command_topic_blocks_arming(rig, tmp_path):
+def test_foreign_command_publisher_blocks_arming_and_an_unheard_estop_latches(rig, tmp_path):
     with running_nodes([node_decl("supervisor", PARAMS)], tmp_path):
         rig.wait_mode("HOLD")
         intruder = rig.ros.node.create_publisher(Float64MultiArray, COMMANDS, RELIABLE_LATEST_QOS)
@@ -166,6 +166,14 @@ def test_a_foreign_publisher_on_the_command_topic_blocks_arming(rig, tmp_path):
         response = rig.call("supervisor/arm")
         assert response.success, response.message
         rig.wait_mode("AUTONOMOUS")
+        # An e-stop button publishing with a QoS the supervisor cannot hear counts as pressed.
+        unheard = rig.ros.node.create_publisher(Bool, "estop", 10)  # volatile
+        rig.wait_mode("ESTOP")
+        assert "cannot be heard" in rig.state()["reason"]
+        response = rig.call("supervisor/reset")
+        assert not response.success and "cannot be heard" in response.message
+        rig.ros.node.destroy_publisher(unheard)
+        assert wait_until(lambda: rig.call("supervisor/reset").success, TIMEOUT)
 
 
 def test_bad_commands_never_reach_the_robot_and_limits_hold(rig, tmp_path):

@@ -18,8 +18,9 @@ Modes and how they are entered
 - TELEOP: the human jogs (joint space or Cartesian) while the deadman is held; releasing it holds
   immediately. Entered with the `takeover` button from HOLD, AUTONOMOUS or SHARED.
 - ESTOP (latched): any e-stop source (`estop` topic true, the joystick e-stop button, a silent
-  e-stop heartbeat when configured) latches it from any mode; every other input is ignored until a
-  reset request arrives while no source is active. A reset goes to HOLD.
+  e-stop heartbeat when configured, an `estop` publisher whose QoS cannot be heard) latches it
+  from any mode; every other input is ignored until a reset request arrives while no source is
+  active. A reset goes to HOLD.
 
 A takeover (entering TELEOP or SHARED from a mode without the human) and the hand-back (leaving
 them) are intervention events with start and end times. After a takeover the supervisor stays
@@ -170,6 +171,7 @@ class Supervisor:
         self._estop_topic_active = False
         self._estop_msg_ns: int | None = None
         self._estop_button_active = False
+        self._unheard_estop_publishers = 0
         self._hold_target: np.ndarray | None = None
         self._last_sent: np.ndarray | None = None
         self._ramp_start_q: np.ndarray | None = None
@@ -205,6 +207,9 @@ class Supervisor:
             sources.append("joystick e-stop button is pressed")
         if self._heartbeat_silent_s(now_ns) is not None:
             sources.append("e-stop heartbeat is silent")
+        if self._unheard_estop_publishers > 0:
+            sources.append(f"{self._unheard_estop_publishers} estop publisher(s) cannot be heard (QoS must be "
+                           "reliable + transient local)")
         return tuple(sources)
 
     def status(self, now_ns: int) -> SupervisorStatus:
@@ -215,6 +220,14 @@ class Supervisor:
             last_rejection=self.last_rejection,
             hold_target=None if self._hold_target is None else self._hold_target.copy(),
         )
+
+    def change_key(self) -> tuple:
+        """Cheap fingerprint of what supervisor/state reports on change (mode, reason, e-stop
+        inputs, pending events, rejections); the node builds a full status only when it changes."""
+        rejected = self.counters["rejected_policy"] + self.counters["rejected_joint_states"] + \
+            self.counters["rejected_joy"]
+        return (self._mode, self._reason, self._estop_topic_active, self._estop_button_active,
+                self._unheard_estop_publishers, len(self._events), rejected)
 
     def pop_events(self) -> list[InterventionEvent]:
         """Intervention events since the last call, oldest first."""
@@ -289,6 +302,16 @@ class Supervisor:
             self._capture_hold(now_ns)
             self._reason = "TELEOP: deadman released, holding"
             return self._emit_hold()
+        return None
+
+    def set_unheard_estop_publishers(self, count: int, now_ns: int) -> SentCommand | None:
+        """How many publishers on `estop` this subscription cannot hear (incompatible QoS).
+
+        A stop button that cannot be heard counts as pressed: it latches and blocks the reset.
+        """
+        self._unheard_estop_publishers = int(count)
+        if count > 0:
+            return self._latch(now_ns, f"{count} estop publisher(s) with incompatible QoS cannot be heard")
         return None
 
     def set_foreign_publishers(self, count: int) -> None:

@@ -1,9 +1,11 @@
 """Supervisor node: the only writer of the robot command topic (DESIGN.md §4).
 
 A thin shell around core.supervisor.Supervisor: declares and validates parameters, wires topics
-and services, and serializes every call into the core with one lock. The e-stop subscriptions
-have their own callback group, so the MultiThreadedExecutor serves them while a tick or a service
-runs; an e-stop publishes the hold from its own callback instead of waiting for the next tick.
+and services, and serializes every call into the core with one lock. The e-stop subscription has
+its own callback group, so the MultiThreadedExecutor serves it while a tick or a service runs; an
+e-stop publishes the hold from its own callback instead of waiting for the next tick. `estop` is
+reliable + transient local (DESIGN.md §2); a publisher with a QoS this subscription cannot hear
+(volatile or best effort) is itself treated as a pressed e-stop, so no stop request is lost silently.
 
 Topics (relative names): subscribes command/policy (JointState), joint_states, joy, estop (Bool,
 true = stop); publishes forward_position_controller/commands (Float64MultiArray, `joints` order),
@@ -22,7 +24,7 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
 from sensor_msgs.msg import JointState, Joy
 from std_msgs.msg import Bool, Float64MultiArray
 from std_srvs.srv import Trigger
@@ -55,10 +57,6 @@ from .common import (
 
 SOURCE = "supervisor parameters"
 COMMAND_TOPIC = "forward_position_controller/commands"
-# A volatile e-stop publisher does not match a transient-local subscription; this second one
-# makes sure no e-stop source is silently ignored for its QoS (duplicates are harmless).
-ESTOP_VOLATILE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10,
-                                reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
 LEVELS = {Mode.ESTOP: DiagnosticStatus.ERROR, Mode.HOLD: DiagnosticStatus.WARN}
 
 
@@ -183,6 +181,7 @@ class SupervisorNode(Node):
         self._params = params
         self._lock = threading.Lock()
         self._last_state_key: tuple = ()
+        self._last_change_key: tuple = ()
         self._last_rejections = 0
 
         estop_group = MutuallyExclusiveCallbackGroup()
@@ -191,8 +190,8 @@ class SupervisorNode(Node):
         self._command_pub = self.create_publisher(Float64MultiArray, COMMAND_TOPIC, RELIABLE_LATEST_QOS)
         self._state_pub = self.create_publisher(DiagnosticArray, "supervisor/state", LATCHED_QOS)
         self._events_pub = self.create_publisher(DiagnosticArray, "supervisor/interventions", EVENTS_QOS)
-        for qos in (LATCHED_QOS, ESTOP_VOLATILE_QOS):
-            self.create_subscription(Bool, "estop", self._on_estop, qos, callback_group=estop_group)
+        self._estop_sub = self.create_subscription(Bool, "estop", self._on_estop, LATCHED_QOS,
+                                                   callback_group=estop_group)
         self.create_subscription(JointState, "joint_states", self._on_joint_state, JOINT_STATE_QOS,
                                  callback_group=control_group)
         self.create_subscription(JointState, "command/policy", self._on_policy, RELIABLE_LATEST_QOS,
@@ -275,6 +274,10 @@ class SupervisorNode(Node):
     def _after_input(self) -> None:
         """Publish intervention events and, when the mode or reason changed, the state."""
         with self._lock:
+            key = self._core.change_key()
+            if key == self._last_change_key:
+                return  # the common case, kept cheap: it runs after every message and tick
+            self._last_change_key = key
             events = self._core.pop_events()
             status = self._core.status(now_ns(self))
         stamp = now_ns(self)
@@ -286,16 +289,29 @@ class SupervisorNode(Node):
             self._last_rejections = rejections
             self.get_logger().warning(f"rejected input ({rejections} so far): {status.last_rejection}",
                                       throttle_duration_sec=2.0)
-        key = (status.mode, status.reason, status.estop_sources)
-        if key != self._last_state_key:
-            self._last_state_key = key
+        state_key = (status.mode, status.reason)
+        if state_key != self._last_state_key:
+            self._last_state_key = state_key
             self.get_logger().info(f"{status.mode.value}: {status.reason}")
-            self._state_pub.publish(status_message(status, stamp))
+        self._state_pub.publish(status_message(status, stamp))
 
     def _publish_state(self) -> None:
+        unheard = self._count_unheard_estop_publishers()
         with self._lock:
+            self._send(self._core.set_unheard_estop_publishers(unheard, now_ns(self)))
             status = self._core.status(now_ns(self))
         self._state_pub.publish(status_message(status, now_ns(self)))
+        self._after_input()
+
+    def _count_unheard_estop_publishers(self) -> int:
+        """Publishers on `estop` whose QoS our reliable + transient-local subscription cannot match
+        (volatile or best effort): their stop requests would be lost without a word."""
+        infos = self.get_publishers_info_by_topic(self._estop_sub.topic_name)
+        return sum(
+            1 for info in infos
+            if info.qos_profile.durability == DurabilityPolicy.VOLATILE
+            or info.qos_profile.reliability == ReliabilityPolicy.BEST_EFFORT
+        )
 
 
 def main(args: list[str] | None = None) -> None:
