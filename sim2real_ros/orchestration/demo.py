@@ -1,0 +1,239 @@
+"""The main job: the full graph against the PyBullet sim with the shipped policy.
+
+Autonomous episodes; a scripted joystick takes over mid-episode and hands back; the e-stop is
+pressed and reset; everything is recorded to an MCAP bag; then the replay evaluator compares the
+policy with what the "human" did on that bag. Writes demo_out/ (bag, report.md, report.json, plots).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..core.joystick import load_joystick_mapping
+from ..core.urdf import RobotModel
+from ..graph import GraphArgs
+from ..paths import config_path, default_policy_path
+from ..sim.params import load_sim_params
+from ..training.stats import summary, wilson_interval
+from .graph_session import SimGraphSession, diagnostic_values
+from .scripted_joystick import ScriptedJoystick
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """episodes: autonomous episode outcomes to collect. takeover_episode / estop_episode: 1-based
+    episode during which the joystick takes over / the e-stop is pressed. max_wall_s: give up after
+    this long [s]. joy_rate_hz: scripted joystick rate [Hz]."""
+
+    out_dir: Path = Path("demo_out")
+    checkpoint: Path = field(default_factory=default_policy_path)
+    episodes: int = 6
+    takeover_episode: int = 2
+    estop_episode: int = 4
+    takeover_s: float = 2.5
+    estop_hold_s: float = 1.0
+    max_wall_s: float = 480.0
+    joy_rate_hz: float = 20.0
+    seed: int = 0
+
+
+class Demo:
+    def __init__(self, config: DemoConfig, log: Callable[[str], None] = print) -> None:
+        self.config = config
+        self.log = log
+        self.args = GraphArgs(checkpoint=str(config.checkpoint),
+                              extra_parameters={"sim_node": {"seed": config.seed}})
+        params = load_sim_params()
+        self.model = RobotModel.from_description(self.args.robot_description)
+        self.ee_link = params.robot.ee_link
+        self.joint_names = self.model.joint_names
+        self.joystick = ScriptedJoystick(load_joystick_mapping(config_path("joystick.yaml")))
+        self.events: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------------------------------
+    def _event(self, kind: str, **data: Any) -> None:
+        self.events.append({"t_s": round(time.monotonic() - self._start, 3), "event": kind, **data})
+        details = ", ".join(f"{k}={v}" for k, v in data.items())
+        self.log(f"[demo] {kind}" + (f": {details}" if details else ""))
+
+    def _ee_position(self, session: SimGraphSession) -> np.ndarray | None:
+        q = session.latest_joint_positions(self.joint_names)
+        return None if q is None else self.model.forward_kinematics(q, self.ee_link, self.joint_names)[0][:3, 3]
+
+    def _wait_for_episode_start(self, session: SimGraphSession, index: int, settle_s: float = 0.8) -> None:
+        """Block until `index - 1` outcomes have arrived (episode `index` is running), then settle."""
+        if not session.wait_for_outcomes(index - 1, self._remaining()):
+            raise TimeoutError(f"episode {index} never started")
+        time.sleep(settle_s)
+
+    def _remaining(self) -> float:
+        return max(1.0, self.config.max_wall_s - (time.monotonic() - self._start))
+
+    # ------------------------------------------------------------------------------------------
+    def takeover(self, session: SimGraphSession) -> dict[str, Any]:
+        """Deadman + takeover, Cartesian jogging toward the target, then hand back (arm)."""
+        j = self.joystick
+        period = 1.0 / self.config.joy_rate_hz
+        stamp = lambda: time.time_ns()  # noqa: E731 - Joy stamps are informational
+        session.publish_joy(j.message(stamp()))  # buttons up first: presses act on edges
+        time.sleep(period)
+        session.publish_joy(j.message(stamp(), ("deadman", "takeover")))
+        took = session.wait_for_mode("TELEOP", 3.0)
+        self._event("takeover", accepted=took, mode=session.mode(), reason=session.mode_reason())
+        session.publish_joy(j.message(stamp(), ("deadman",)))
+        time.sleep(period)
+        session.publish_joy(j.message(stamp(), ("deadman", "toggle_cartesian")))
+        end = time.monotonic() + self.config.takeover_s
+        closest = np.inf
+        while time.monotonic() < end:
+            ee, target = self._ee_position(session), session.target_position()
+            if ee is not None and target is not None:
+                closest = min(closest, float(np.linalg.norm(ee - target)))
+                session.publish_joy(j.jog_toward(stamp(), ee, target + np.array([0.0, 0.0, 0.02])))
+            time.sleep(period)
+        session.publish_joy(j.message(stamp(), ("deadman",)))
+        time.sleep(period)
+        session.publish_joy(j.message(stamp(), ("deadman", "arm")))  # hand back to the policy (ramped)
+        back = session.wait_for_mode("AUTONOMOUS", 5.0)
+        session.publish_joy(j.message(stamp()))
+        self._event("handback", accepted=back, mode=session.mode(), reason=session.mode_reason())
+        return {"accepted": took, "handed_back": back, "closest_approach_m": closest}
+
+    def estop(self, session: SimGraphSession) -> dict[str, Any]:
+        """Press the e-stop, measure the reaction on the robot topic, release, reset, re-arm."""
+        before = len(session.commands)
+        pressed_at = session.press_estop(True)
+        latched = session.wait_for_mode("ESTOP", 3.0)
+        time.sleep(self.config.estop_hold_s)
+        during = [(t, np.asarray(m.data)) for t, m in list(session.commands)[before:] if t >= pressed_at]
+        reaction_ms, held = float("nan"), False
+        if during:
+            hold = during[-1][1]
+            # The hold is the first command from which on every command equals the final hold.
+            first = next(i for i in range(len(during)) if all(np.array_equal(c, hold) for _, c in during[i:]))
+            reaction_ms = (during[first][0] - pressed_at) * 1e3
+            held = len(during) - first >= 2
+        refused, refused_msg = session.call("supervisor/reset")  # e-stop still pressed: must refuse
+        session.press_estop(False)
+        time.sleep(0.2)
+        reset_ok, reset_msg = session.call("supervisor/reset")
+        rearmed = session.wait_for_mode("AUTONOMOUS", 2.0)
+        if not rearmed:
+            session.call("supervisor/arm")
+            rearmed = session.wait_for_mode("AUTONOMOUS", 5.0)
+        result = {"latched": latched, "reaction_ms": round(reaction_ms, 2), "held_position": held,
+                  "reset_refused_while_pressed": not refused, "refusal": refused_msg, "reset": reset_ok,
+                  "reset_message": reset_msg, "rearmed": rearmed}
+        self._event("estop", **result)
+        return result
+
+    # ------------------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        c = self.config
+        if not Path(c.checkpoint).is_file():
+            raise FileNotFoundError(f"checkpoint {c.checkpoint} not found: train one (`sim2real train`) "
+                                    "or make an untrained one (`sim2real policy init`)")
+        if c.out_dir.exists():
+            shutil.rmtree(c.out_dir)
+        c.out_dir.mkdir(parents=True)
+        bag = c.out_dir / "bag"
+        self._start = time.monotonic()
+        self.log(f"[demo] starting the sim graph with {c.checkpoint}; node output in {c.out_dir / 'graph.log'}")
+        with SimGraphSession(self.args, c.out_dir / "graph.log", record_to=bag) as session:
+            if not session.wait_for_mode("AUTONOMOUS", 180.0):
+                session.check_nodes()
+                raise TimeoutError(f"the supervisor never armed (mode {session.mode()!r}: {session.mode_reason()})")
+            self._event("armed", mode=session.mode())
+            self._wait_for_episode_start(session, c.takeover_episode)
+            takeover = self.takeover(session)
+            self._wait_for_episode_start(session, c.estop_episode)
+            estop = self.estop(session)
+            while len(session.outcomes) < c.episodes and time.monotonic() - self._start < c.max_wall_s:
+                session.check_nodes()
+                n = len(session.outcomes)
+                session.wait_for_outcomes(n + 1, min(5.0, self._remaining()))
+            outcomes = session.outcomes
+            interventions = [diagnostic_values(m) for m in list(session.interventions)]
+            session.check_nodes()
+        self._event("graph stopped", bag=str(bag))
+        for o in outcomes:
+            self.log(f"[demo] episode {o.episode}: {'success' if o.success else o.reason} "
+                     f"in {o.duration_s:.1f} s (final distance {o.final_distance_m * 100:.1f} cm)")
+        replay = self._replay(bag)
+        return self._report(outcomes, interventions, takeover, estop, replay)
+
+    def _replay(self, bag: Path) -> dict[str, Any]:
+        from ..evaluation import evaluate_bag
+
+        self.log("[demo] replaying the recorded bag through the policy (offline evaluator)")
+        try:
+            return evaluate_bag(bag, Path(self.config.checkpoint), mode="offline",
+                                report_dir=self.config.out_dir / "replay")
+        except Exception as err:  # noqa: BLE001 - the demo reports what failed and keeps its other results
+            self.log(f"[demo] replay failed: {type(err).__name__}: {err}")
+            return {"error": f"{type(err).__name__}: {err}"}
+
+    def _report(self, outcomes, interventions, takeover, estop, replay) -> dict[str, Any]:
+        wins = sum(o.success for o in outcomes)
+        report = {
+            "checkpoint": str(self.config.checkpoint),
+            "episodes": len(outcomes), "successes": wins,
+            "success_ci95": list(wilson_interval(wins, len(outcomes))),
+            "episode_duration_s": summary([o.duration_s for o in outcomes]),
+            "outcomes": [o.__dict__ for o in outcomes],
+            "interventions": interventions, "takeover": takeover, "estop": estop,
+            "replay": replay, "events": self.events, "wall_time_s": round(time.monotonic() - self._start, 1),
+        }
+        out = self.config.out_dir
+        (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
+        (out / "report.md").write_text(render_markdown(report))
+        return report
+
+
+def replay_error_rad(replay: dict[str, Any]) -> float | None:
+    """The headline replay error (mean over joints of the MAE [rad]) from a replay report."""
+    for key in ("mae_rad_mean", "mae_mean_rad"):
+        if isinstance(replay.get(key), (int, float)):
+            return float(replay[key])
+    metrics = replay.get("metrics", replay)
+    per_joint = metrics.get("mae_rad") or metrics.get("per_joint_mae_rad") if isinstance(metrics, dict) else None
+    if isinstance(per_joint, dict) and per_joint:
+        return float(np.mean(list(per_joint.values())))
+    if isinstance(per_joint, list) and per_joint:
+        return float(np.mean(per_joint))
+    return None
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    lo, hi = report["success_ci95"]
+    estop, takeover = report["estop"], report["takeover"]
+    replay_err = replay_error_rad(report["replay"])
+    lines = [
+        "# sim2real_ros demo", "",
+        f"Checkpoint: `{report['checkpoint']}`", "",
+        "| figure | value |", "|---|---|",
+        f"| episodes | {report['episodes']} |",
+        f"| successes | {report['successes']} (95% CI {lo:.2f}-{hi:.2f}) |",
+        f"| interventions (events) | {len(report['interventions'])} |",
+        f"| takeover accepted / handed back | {takeover['accepted']} / {takeover['handed_back']} |",
+        f"| e-stop reaction [ms] | {estop['reaction_ms']} (latched {estop['latched']}, "
+        f"held {estop['held_position']}) |",
+        f"| reset refused while pressed / reset after release | {estop['reset_refused_while_pressed']} / "
+        f"{estop['reset']} |",
+        f"| replay error (mean MAE) [rad] | {'n/a' if replay_err is None else f'{replay_err:.4f}'} |",
+        f"| wall time [s] | {report['wall_time_s']} |", "",
+        "## Episodes", "", "| episode | result | duration [s] | final distance [cm] |", "|---|---|---|---|",
+    ]
+    for o in report["outcomes"]:
+        lines.append(f"| {o['episode']} | {'success' if o['success'] else o['reason']} | {o['duration_s']:.2f} | "
+                     f"{o['final_distance_m'] * 100:.1f} |")
+    lines += ["", "## Events", ""] + [f"- {e['t_s']:.1f} s: {e['event']}" for e in report["events"]]
+    lines += ["", "Replay report: `replay/report.md` (plots in `replay/`). Bag: `bag/`.", ""]
+    return "\n".join(lines)
