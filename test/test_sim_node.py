@@ -26,6 +26,7 @@ from sim2real_ros.nodes.common import (
 )
 from sim2real_ros.paths import config_path, urdf_path
 from sim2real_ros.sim.expert import ReachExpert
+from sim2real_ros.sim.params import load_sim_params
 
 PANDA = f"{pybullet_data.getDataPath()}/franka_panda/panda.urdf"
 LATENCY_S = 0.05
@@ -225,3 +226,22 @@ def test_bad_camera_yaml_and_bad_parameter_fail_at_start(tmp_path):
     result = run_node_process("-p", "pacing:=warp")
     assert result.returncode == 2, result.stderr
     assert "sim_node parameter: field 'pacing' = 'warp'" in result.stderr
+
+
+def test_lockstep_waits_for_a_command_after_each_frame_and_exits_cleanly(ros, tmp_path):
+    decl = node_decl("sim_node", {"pacing": "lockstep", "lockstep_timeout_s": 600.0})
+    home = np.array([load_sim_params().home_pose(JOINTS)[n] for n in JOINTS])
+    with running_nodes([decl], tmp_path, namespace="lockstep") as launcher:
+        states = ros.collect(JointState, "/lockstep/joint_states", JOINT_STATE_QOS)
+        images = ros.collect(Image, "/lockstep/camera/image_raw", SENSOR_QOS)
+        pub = ros.publisher(Float64MultiArray, "/lockstep/forward_position_controller/commands", RELIABLE_LATEST_QOS)
+        ros.wait_for_subscribers(pub, timeout_s=30)
+        for k in range(1, 4):
+            pub.publish(cv.make_position_command(home))  # each command releases one camera frame
+            assert wait_until(lambda k=k: len(images) >= k, 30), f"frame {k} never came"
+        frame_stamps = np.array([cv.stamp_to_ns(m.header.stamp) for m in list(images)])
+        assert len(frame_stamps) == 3 and set(np.diff(frame_stamps)) <= {33_000_000, 34_000_000}
+        # Without another command the sim holds at its last frame.
+        assert not wait_until(lambda: cv.stamp_to_ns(states[-1].header.stamp) > frame_stamps[-1], 2.0)
+        assert len(images) == 3
+    assert launcher.nodes[0].process.returncode == 0

@@ -286,10 +286,11 @@ class SimNode(Node):
         self._js_pub.publish(cv.make_joint_state(world.all_joint_names, q, stamp, qd, effort))
 
     def _capture_frame(self) -> None:
+        # Lockstep: a command that arrives while this frame renders already answers it.
+        self._command_after_frame.clear()
         with self._lock:
             stamp = self.world.time_ns
             image = self.world.render(artifacts=False)
-        self._command_after_frame.clear()
         try:
             self._frames.put_nowait((stamp, image))
         except queue.Full:
