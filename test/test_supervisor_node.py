@@ -200,3 +200,24 @@ def test_bad_commands_never_reach_the_robot_and_limits_hold(rig, tmp_path):
             assert np.all(q <= LIMITS.upper) and np.all(q >= LIMITS.lower)
             assert np.all(np.abs(q - previous) <= max_step + 1e-9), (q - previous, max_step)
         assert int(rig.state()["clamped"]) > 0
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"velocity_limits": [100.0] * len(NAMES)}, "supervisor parameters: field 'velocity_limits'"),
+        ({"joystick_config": "JOY"}, "field 'buttons.deadman' = -1"),
+        ({"policy_timeout_s": -1.0}, "supervisor parameters: field 'policy_timeout_s' = -1.0"),
+    ],
+)
+def test_bad_configuration_fails_at_start_naming_field_and_value(tmp_path, params, expected):
+    if params.get("joystick_config") == "JOY":
+        bad = tmp_path / "joystick_bad.yaml"
+        bad.write_text("buttons: {deadman: -1}\n")
+        params = {"joystick_config": str(bad)}
+        expected = f"{bad}: {expected}"
+    with running_nodes([node_decl("supervisor", {**PARAMS, **params})], tmp_path) as launcher:
+        assert wait_until(lambda: launcher.check() != [], TIMEOUT), "the node did not exit"
+        assert launcher.check() == [("supervisor", 2)]
+    log = (tmp_path / "graph.log").read_text()
+    assert expected in log, log

@@ -208,10 +208,19 @@ class SupervisorNode(Node):
         self._publish_state()
 
     # ------------------------------------------------------------------------------------------
+    def _publish(self, publisher, msg) -> None:
+        """Publish; during shutdown (Ctrl-C invalidates the context under running callbacks) a failed
+        publish is expected and dropped instead of surfacing as an unretrieved executor error."""
+        try:
+            publisher.publish(msg)
+        except Exception:
+            if self.context.ok():
+                raise
+
     def _send(self, command: SentCommand | None) -> None:
         """Publish a command; called with the lock held so commands leave in decision order."""
         if command is not None:
-            self._command_pub.publish(cv.make_position_command(command.positions))
+            self._publish(self._command_pub, cv.make_position_command(command.positions))
 
     def _on_estop(self, msg: Bool) -> None:
         with self._lock:
@@ -246,6 +255,8 @@ class SupervisorNode(Node):
         self._after_input()
 
     def _on_tick(self) -> None:
+        if not self.context.ok():
+            return
         # Every publisher but ours counts: the supervisor must be the robot's only writer.
         foreign = max(0, self.count_publishers(self._command_pub.topic_name) - 1)
         with self._lock:
@@ -282,7 +293,7 @@ class SupervisorNode(Node):
             status = self._core.status(now_ns(self))
         stamp = now_ns(self)
         for event in events:
-            self._events_pub.publish(event_message(event, stamp))
+            self._publish(self._events_pub, event_message(event, stamp))
             self.get_logger().info(f"intervention {event.event}: {event.reason}")
         rejections = sum(v for k, v in status.counters.items() if k.startswith("rejected"))
         if rejections != self._last_rejections:
@@ -293,14 +304,16 @@ class SupervisorNode(Node):
         if state_key != self._last_state_key:
             self._last_state_key = state_key
             self.get_logger().info(f"{status.mode.value}: {status.reason}")
-        self._state_pub.publish(status_message(status, stamp))
+        self._publish(self._state_pub, status_message(status, stamp))
 
     def _publish_state(self) -> None:
+        if not self.context.ok():
+            return
         unheard = self._count_unheard_estop_publishers()
         with self._lock:
             self._send(self._core.set_unheard_estop_publishers(unheard, now_ns(self)))
             status = self._core.status(now_ns(self))
-        self._state_pub.publish(status_message(status, now_ns(self)))
+        self._publish(self._state_pub, status_message(status, now_ns(self)))
         self._after_input()
 
     def _count_unheard_estop_publishers(self) -> int:
