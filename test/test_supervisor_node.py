@@ -202,22 +202,19 @@ def test_bad_commands_never_reach_the_robot_and_limits_hold(rig, tmp_path):
         assert int(rig.state()["clamped"]) > 0
 
 
-@pytest.mark.parametrize(
-    ("params", "expected"),
-    [
-        ({"velocity_limits": [100.0] * len(NAMES)}, "supervisor parameters: field 'velocity_limits'"),
-        ({"joystick_config": "JOY"}, "field 'buttons.deadman' = -1"),
-        ({"policy_timeout_s": -1.0}, "supervisor parameters: field 'policy_timeout_s' = -1.0"),
-    ],
-)
-def test_bad_configuration_fails_at_start_naming_field_and_value(tmp_path, params, expected):
-    if params.get("joystick_config") == "JOY":
-        bad = tmp_path / "joystick_bad.yaml"
-        bad.write_text("buttons: {deadman: -1}\n")
-        params = {"joystick_config": str(bad)}
-        expected = f"{bad}: {expected}"
-    with running_nodes([node_decl("supervisor", {**PARAMS, **params})], tmp_path) as launcher:
-        assert wait_until(lambda: launcher.check() != [], TIMEOUT), "the node did not exit"
-        assert launcher.check() == [("supervisor", 2)]
+def test_bad_configuration_fails_at_start_naming_field_and_value(tmp_path):
+    bad_yaml = tmp_path / "joystick_bad.yaml"
+    bad_yaml.write_text("buttons: {deadman: -1}\n")
+    cases = {  # node name -> (parameters, what its one error line must say)
+        "sup_loose_limits": ({"velocity_limits": [100.0] * len(NAMES)},
+                             "supervisor parameters: field 'velocity_limits'"),
+        "sup_bad_joystick": ({"joystick_config": str(bad_yaml)}, f"{bad_yaml}: field 'buttons.deadman' = -1"),
+        "sup_bad_timeout": ({"policy_timeout_s": -1.0}, "supervisor parameters: field 'policy_timeout_s' = -1.0"),
+    }
+    decls = [node_decl("supervisor", {**PARAMS, **params}, name=name) for name, (params, _) in cases.items()]
+    with running_nodes(decls, tmp_path) as launcher:  # started side by side: one start-up cost
+        assert wait_until(lambda: len(launcher.check()) == len(cases), 2 * TIMEOUT), "a node did not exit"
+        assert sorted(launcher.check()) == sorted((name, 2) for name in cases)
     log = (tmp_path / "graph.log").read_text()
-    assert expected in log, log
+    for name, (_, expected) in cases.items():
+        assert any(line.startswith(f"[{name}]") and expected in line for line in log.splitlines()), log
