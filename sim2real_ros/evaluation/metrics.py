@@ -1,0 +1,243 @@
+"""Action error metrics: predicted chunks against recorded actions (pure numpy, no ROS).
+
+Alignment (DESIGN.md §3): point k of a chunk stamped s is the target for time s + k*dt; a recorded
+command sent at tau is the target for tau + actuation_latency. Each predicted point is compared
+with the recorded actions interpolated at its target time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+NS_PER_S = 1_000_000_000
+HISTOGRAM_BINS = 40
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """Predicted chunks, sorted by stamp.
+
+    stamps_ns (N,): observation capture times. times_s (K,): time_from_start of the points [s].
+    targets (N, K, n) [rad]: absolute joint targets. observed_q (N, n) [rad]: the joint positions
+    the policy saw (NaN where unknown).
+    """
+
+    joint_names: tuple[str, ...]
+    stamps_ns: np.ndarray
+    times_s: np.ndarray
+    targets: np.ndarray
+    observed_q: np.ndarray
+
+    def __post_init__(self) -> None:
+        n, k = len(self.joint_names), len(self.times_s)
+        if self.targets.shape != (len(self.stamps_ns), k, n):
+            raise ValueError(f"targets must be (N={len(self.stamps_ns)}, K={k}, n={n}), got {self.targets.shape}")
+        if self.observed_q.shape != (len(self.stamps_ns), n):
+            raise ValueError(f"observed_q must be (N, {n}), got {self.observed_q.shape}")
+
+    @property
+    def point_times_ns(self) -> np.ndarray:
+        """(N, K) target time of every point [ns]."""
+        offsets = np.round(np.asarray(self.times_s) * NS_PER_S).astype(np.int64)
+        return self.stamps_ns[:, None].astype(np.int64) + offsets[None, :]
+
+    @classmethod
+    def empty(cls, joint_names: tuple[str, ...], times_s: np.ndarray) -> Predictions:
+        n, k = len(joint_names), len(times_s)
+        return cls(joint_names, np.zeros(0, dtype=np.int64), np.asarray(times_s, dtype=float),
+                   np.zeros((0, k, n)), np.zeros((0, n)))
+
+
+def sample_actions(times_ns: np.ndarray, values: np.ndarray, query_ns: np.ndarray, max_gap_ns: int) -> np.ndarray:
+    """Recorded actions at `query_ns` (any shape): linear interpolation between the neighbours when
+    they are at most `max_gap_ns` apart, else the nearest one within `max_gap_ns`, else NaN.
+
+    times_ns (M,) sorted, values (M, n). Returns query_ns.shape + (n,). Of several actions with the
+    same time the last one wins (the newest command sent).
+    """
+    query = np.asarray(query_ns, dtype=np.int64)
+    n = values.shape[1] if values.ndim == 2 else 0
+    out = np.full(query.shape + (n,), np.nan)
+    if len(times_ns) == 0:
+        return out
+    flat = query.ravel()
+    right = np.searchsorted(times_ns, flat, side="right")  # first action after the query
+    left = right - 1
+    has_left, has_right = left >= 0, right < len(times_ns)
+    li, ri = np.clip(left, 0, len(times_ns) - 1), np.clip(right, 0, len(times_ns) - 1)
+    t_left, t_right = times_ns[li], times_ns[ri]
+    gap = t_right - t_left
+    d_left, d_right = flat - t_left, t_right - flat
+    result = np.full((len(flat), n), np.nan)
+    interp = has_left & has_right & (gap <= max_gap_ns)
+    weight = np.where(gap > 0, d_left / np.maximum(gap, 1), 1.0)[:, None]
+    result[interp] = ((1 - weight) * values[li] + weight * values[ri])[interp]
+    use_left = ~interp & has_left & (d_left <= max_gap_ns) & (~has_right | (d_left <= d_right))
+    use_right = ~interp & ~use_left & has_right & (d_right <= max_gap_ns)
+    result[use_left] = values[li][use_left]
+    result[use_right] = values[ri][use_right]
+    return result.reshape(query.shape + (n,))
+
+
+def _summary(values: np.ndarray) -> dict[str, float | int]:
+    """mean, p50, p90, p99, max, count of a flat array (NaN-free); NaN stats when empty."""
+    values = np.asarray(values, dtype=float).ravel()
+    if values.size == 0:
+        return {"count": 0, "mean": float("nan"), "p50": float("nan"), "p90": float("nan"),
+                "p99": float("nan"), "max": float("nan")}
+    return {"count": int(values.size), "mean": float(values.mean()), "p50": float(np.percentile(values, 50)),
+            "p90": float(np.percentile(values, 90)), "p99": float(np.percentile(values, 99)),
+            "max": float(values.max())}
+
+
+def _error_stats(errors: np.ndarray) -> dict[str, float | int]:
+    """MAE, RMSE, bias, max |e|, p50/p99 |e| of signed errors (NaN entries ignored)."""
+    errors = np.asarray(errors, dtype=float).ravel()
+    errors = errors[np.isfinite(errors)]
+    if errors.size == 0:
+        nan = float("nan")
+        return {"points": 0, "mae": nan, "rmse": nan, "bias": nan, "p50_abs": nan, "p99_abs": nan, "max_abs": nan}
+    absolute = np.abs(errors)
+    return {"points": int(errors.size), "mae": float(absolute.mean()), "rmse": float(np.sqrt(np.mean(errors ** 2))),
+            "bias": float(errors.mean()), "p50_abs": float(np.percentile(absolute, 50)),
+            "p99_abs": float(np.percentile(absolute, 99)), "max_abs": float(absolute.max())}
+
+
+def _histogram_edges(values: np.ndarray) -> np.ndarray:
+    """Bin edges spanning `values` (a small symmetric span around a constant or empty array)."""
+    if values.size == 0:
+        return np.zeros(0)
+    low, high = float(values.min()), float(values.max())
+    if high - low < 1e-12:
+        low, high = low - 1e-6, high + 1e-6
+    return np.linspace(low, high, HISTOGRAM_BINS + 1)
+
+
+def chunk_boundary_jumps(pred: Predictions) -> np.ndarray:
+    """|difference| (P, n) [rad] between each chunk's points and the previous chunk's prediction
+    (linearly interpolated) for the same times, over the overlap of the two chunks."""
+    n = len(pred.joint_names)
+    if len(pred.stamps_ns) < 2:
+        return np.zeros((0, n))
+    times = pred.point_times_ns
+    jumps = []
+    for i in range(1, len(pred.stamps_ns)):
+        previous_times, current_times = times[i - 1], times[i]
+        inside = (current_times >= previous_times[0]) & (current_times <= previous_times[-1])
+        if not inside.any():
+            continue
+        query = current_times[inside]
+        previous = np.stack([np.interp(query, previous_times, pred.targets[i - 1, :, j]) for j in range(n)], axis=1)
+        jumps.append(np.abs(pred.targets[i, inside] - previous))
+    return np.concatenate(jumps) if jumps else np.zeros((0, n))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The arrays behind the metrics (for plots): recorded actions at every predicted point
+    (N, K, n, NaN where none), the signed errors predicted - recorded, which frames counted."""
+
+    human_at_points: np.ndarray
+    errors: np.ndarray
+    frame_evaluated: np.ndarray
+    metrics: dict[str, Any]
+
+
+def compare(pred: Predictions, action_meant_ns: np.ndarray, action_values: np.ndarray, action_human: np.ndarray,
+            max_gap_ns: int, lags_s: np.ndarray) -> Comparison:
+    """Every metric of the report for predictions against recorded actions.
+
+    action_meant_ns (M,) sorted: when each recorded action is meant to take effect (send time +
+    actuation latency). action_human (M,): whether it counts (sent in a human mode).
+    lags_s: lags searched [s]; the recorded actions are compared at t + lag.
+    """
+    k = len(pred.times_s)
+    points = pred.point_times_ns
+    human_times, human_values = action_meant_ns[action_human], action_values[action_human]
+    human = sample_actions(human_times, human_values, points, max_gap_ns)
+    errors = pred.targets - human
+    valid_point = np.all(np.isfinite(errors), axis=2)  # (N, K)
+    evaluated = valid_point.any(axis=1)
+    skipped: dict[str, int] = {"no_human_action": 0, "not_in_human_mode": 0}
+    if (~evaluated).any():
+        anything = sample_actions(action_meant_ns, action_values, points[~evaluated], max_gap_ns)
+        some_action = np.all(np.isfinite(anything), axis=2).any(axis=1)
+        skipped["not_in_human_mode"] = int(some_action.sum()) if not action_human.all() else 0
+        skipped["no_human_action"] = int((~evaluated).sum()) - skipped["not_in_human_mode"]
+
+    valid_errors = errors[valid_point]  # (P, n)
+    per_joint = {name: _error_stats(valid_errors[:, j]) for j, name in enumerate(pred.joint_names)}
+    by_index = []
+    for index in range(k):
+        stats = _error_stats(errors[:, index][valid_point[:, index]])
+        by_index.append({"k": index, "t_s": float(pred.times_s[index]), **stats})
+
+    # Lag: compare with the recording shifted; the best lag has the smallest RMSE among lags that
+    # still cover at least half the points of the best-covered lag (edges of the bag lose points).
+    curve = []
+    for lag in lags_s:
+        shifted = sample_actions(human_times, human_values, points + int(round(lag * NS_PER_S)), max_gap_ns)
+        diff = pred.targets - shifted
+        ok = np.all(np.isfinite(diff), axis=2)
+        count = int(ok.sum())
+        rmse = float(np.sqrt(np.mean(diff[ok] ** 2))) if count else float("nan")
+        curve.append({"lag_s": float(lag), "rmse": rmse, "points": count})
+    most = max((c["points"] for c in curve), default=0)
+    eligible = [c for c in curve if c["points"] > 0 and c["points"] >= 0.5 * most]
+    best = None
+    if eligible:
+        # Ties (a recording that does not move has the same RMSE at every lag) go to the smallest |lag|.
+        lowest = min(c["rmse"] for c in eligible)
+        best = min((c for c in eligible if c["rmse"] <= lowest * (1 + 1e-6) + 1e-12), key=lambda c: abs(c["lag_s"]))
+    spread = (max(c["rmse"] for c in eligible) - best["rmse"]) if best else float("nan")
+    zero = min(curve, key=lambda c: abs(c["lag_s"])) if curve else None
+
+    predicted_magnitude = np.abs(pred.targets - pred.observed_q[:, None, :])  # (N, K, n)
+    human_magnitude = np.abs(human - pred.observed_q[:, None, :])
+    pm = predicted_magnitude[np.all(np.isfinite(predicted_magnitude), axis=2)]
+    hm = human_magnitude[np.all(np.isfinite(human_magnitude), axis=2)]
+    top = float(max(pm.max() if pm.size else 0.0, hm.max() if hm.size else 0.0)) or 1e-3
+    edges = np.linspace(0.0, top, HISTOGRAM_BINS + 1)
+
+    jumps = chunk_boundary_jumps(pred)
+    flat_errors = valid_errors.ravel()
+    error_edges = _histogram_edges(flat_errors)
+    metrics = {
+        "points_evaluated": int(valid_point.sum()),
+        "frames": {"predicted": int(len(pred.stamps_ns)), "evaluated": int(evaluated.sum()), "skipped": skipped},
+        "overall": _error_stats(valid_errors),
+        "per_joint": per_joint,
+        "by_chunk_index": by_index,
+        "lag": {
+            "best_lag_s": best["lag_s"] if best else None,
+            "rmse_at_best": best["rmse"] if best else None,
+            "rmse_at_zero": zero["rmse"] if zero else None,
+            # The lag is only identifiable when shifting the recording changes the error noticeably.
+            "identifiable": bool(best is not None and spread > 0.1 * max(best["rmse"], 1e-9) and spread > 1e-6),
+            "curve": curve,
+        },
+        "action_magnitude": {
+            "definition": "|target - joint position at the observation| per joint and chunk point [rad]",
+            "predicted": _summary(pm),
+            "human": _summary(hm),
+            "per_joint_mean": {
+                name: {"predicted": float(pm[:, j].mean()) if pm.size else float("nan"),
+                       "human": float(hm[:, j].mean()) if hm.size else float("nan")}
+                for j, name in enumerate(pred.joint_names)},
+            "histogram": {"edges": edges.tolist(), "predicted": np.histogram(pm, edges)[0].tolist(),
+                          "human": np.histogram(hm, edges)[0].tolist()},
+        },
+        "chunk_boundary_jumps": {
+            "definition": "|chunk i point - chunk i-1 interpolated at the same time| over their overlap [rad]",
+            **_summary(jumps),
+            "per_joint_mean": {name: float(jumps[:, j].mean()) if len(jumps) else float("nan")
+                               for j, name in enumerate(pred.joint_names)},
+        },
+        "error_histogram": {
+            "edges": error_edges.tolist(),
+            "counts": np.histogram(flat_errors, error_edges)[0].tolist() if flat_errors.size else [],
+        },
+    }
+    return Comparison(human, errors, evaluated, metrics)
