@@ -1,0 +1,250 @@
+"""Benchmark of observation preprocessing (core/preprocess.py and the camera_preprocessor node).
+
+1. Per frame, 640x480 bgr8 with plumb_bob distortion -> 96x96 rgb8 (config/preprocess.yaml): the
+   cached one-remap pipeline against the naive baseline (cv2.undistort, cv2.resize, cvtColor every
+   frame). Both are timed interleaved in one run, so machine load hits them alike; the ratio is
+   the figure to compare, not the absolute times.
+2. Message-in to message-out through the node, running as a process: publish camera/image_raw
+   (sensor QoS, as a driver) -> receive policy/image, one frame in flight at a time.
+
+Usage: .venv/bin/python benchmarks/bench_preprocess.py [--quick] [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from sim2real_ros.core.camera_model import CameraModel  # noqa: E402
+from sim2real_ros.core.preprocess import ImagePipeline  # noqa: E402
+from sim2real_ros.core.preprocess_config import PreprocessConfig  # noqa: E402
+from sim2real_ros.paths import config_path  # noqa: E402
+
+SOURCE = CameraModel(640, 480, 525.0, 525.0, 319.5, 239.5, "plumb_bob", (-0.25, 0.08, 0.001, -0.001, -0.01))
+
+
+def stats(values_ms: list[float] | np.ndarray) -> dict[str, float]:
+    """Median, p99 and spread (interquartile range) [ms] of a list of durations [ms]."""
+    v = np.asarray(values_ms, dtype=float)
+    if v.size == 0:
+        return {"p50": float("nan"), "p99": float("nan"), "iqr": float("nan"), "n": 0}
+    q25, q50, q75, q99 = np.percentile(v, [25, 50, 75, 99])
+    return {"p50": float(q50), "p99": float(q99), "iqr": float(q75 - q25), "min": float(v.min()), "n": int(v.size)}
+
+
+def bench_pipeline(frames: int) -> dict[str, Any]:
+    config = PreprocessConfig.from_yaml(config_path("preprocess.yaml"))
+    policy = config.policy_camera
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 256, (480, 640, 3), dtype=np.uint8) for _ in range(4)]
+    pipeline = ImagePipeline(config, on_warning=lambda _text: None)
+    start = time.perf_counter()
+    pipeline.process(images[0], "bgr8", SOURCE)  # builds and caches the remap tables
+    plan_ms = (time.perf_counter() - start) * 1e3
+
+    def baseline(image: np.ndarray) -> np.ndarray:
+        undistorted = cv2.undistort(image, SOURCE.K, SOURCE.D)
+        return cv2.cvtColor(cv2.resize(undistorted, (policy.width, policy.height)), cv2.COLOR_BGR2RGB)
+
+    ours, naive = [], []
+    for i in range(frames):
+        image = images[i % len(images)]
+        t0 = time.perf_counter()
+        pipeline.process(image, "bgr8", SOURCE)
+        t1 = time.perf_counter()
+        baseline(image)
+        t2 = time.perf_counter()
+        ours.append((t1 - t0) * 1e3)
+        naive.append((t2 - t1) * 1e3)
+    ours_s, naive_s = stats(ours), stats(naive)
+    return {
+        "preprocess_ms": ours_s,
+        "baseline_ms": naive_s,
+        "baseline_ratio": naive_s["p50"] / ours_s["p50"],
+        "plan_build_ms": plan_ms,
+    }
+
+
+# Fast DDS's default transports lose most 640x480 (921 kB) best-effort images on one host: the
+# 0.5 MB shared-memory segment cannot hold one, and UDP fragments overflow the default 208 kB socket
+# buffer. Real deployments with full-resolution cameras need a profile like this one (see README of
+# the camera_preprocessor notes); the benchmark uses it unless the environment already names a profile.
+LARGE_DATA_PROFILE = """<?xml version="1.0" encoding="UTF-8"?>
+<dds xmlns="http://www.eprosima.com">
+  <profiles>
+    <transport_descriptors>
+      <transport_descriptor>
+        <transport_id>shm_large</transport_id>
+        <type>SHM</type>
+        <segment_size>16777216</segment_size>
+        <maxMessageSize>4194304</maxMessageSize>
+      </transport_descriptor>
+      <transport_descriptor>
+        <transport_id>udp_large</transport_id>
+        <type>UDPv4</type>
+        <sendBufferSize>4194304</sendBufferSize>
+        <receiveBufferSize>4194304</receiveBufferSize>
+      </transport_descriptor>
+    </transport_descriptors>
+    <participant profile_name="large_images" is_default_profile="true">
+      <rtps>
+        <userTransports>
+          <transport_id>shm_large</transport_id>
+          <transport_id>udp_large</transport_id>
+        </userTransports>
+        <useBuiltinTransports>false</useBuiltinTransports>
+      </rtps>
+    </participant>
+  </profiles>
+</dds>
+"""
+
+
+def _dds_profile() -> str:
+    """Name of the Fast DDS profile in use; writes and selects LARGE_DATA_PROFILE when none is set.
+    Must run before rclpy creates its first participant (and before the node process starts)."""
+    for variable in ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE"):
+        if os.environ.get(variable):
+            return os.environ[variable]
+    path = Path(tempfile.mkdtemp(prefix="bench_preprocess_dds_")) / "fastdds_large_images.xml"
+    path.write_text(LARGE_DATA_PROFILE)
+    os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = str(path)
+    return "benchmark large-image profile (shm segment 16 MB, udp buffers 4 MB)"
+
+
+def bench_node(frames: int, width: int = 640, height: int = 480, reliable: bool = False,
+               large_data_profile: bool = True) -> dict[str, Any]:
+    """Latency publish -> receive through the node as a separate process [ms]."""
+    os.environ.setdefault("ROS_DOMAIN_ID", str(101 + random.SystemRandom().randrange(100)))
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
+    profile = _dds_profile() if large_data_profile else "fast dds defaults"
+    import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray
+    from rclpy.context import Context
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+    from sensor_msgs.msg import CameraInfo, Image
+
+    from sim2real_ros import conversions as cv
+    from sim2real_ros.cli.launcher import GraphLauncher
+    from sim2real_ros.graph import NodeDecl
+    from sim2real_ros.nodes.common import RELIABLE_LATEST_QOS, SENSOR_QOS
+
+    received: dict[int, float] = {}
+    arrived = threading.Condition()
+
+    def on_image(msg: Image) -> None:
+        now = time.perf_counter()
+        with arrived:
+            received[cv.stamp_to_ns(msg.header.stamp)] = now
+            arrived.notify_all()
+
+    context = Context()
+    rclpy.init(context=context)
+    probe = Node("bench_preprocess_probe", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(probe)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    log = Path(tempfile.mkdtemp(prefix="bench_preprocess_")) / "node.log"
+    decl = NodeDecl("camera_preprocessor", "camera_preprocessor", {"diagnostics_period_s": 1.0}, (), ())
+    launcher = GraphLauncher([decl], echo=False, log_file=log)
+    launcher.start()
+    latencies, lost = [], 0
+    try:
+        driver_qos = RELIABLE_LATEST_QOS if reliable else SENSOR_QOS
+        image_pub = probe.create_publisher(Image, "camera/image_raw", driver_qos)
+        info_pub = probe.create_publisher(CameraInfo, "camera/camera_info", SENSOR_QOS)
+        probe.create_subscription(Image, "policy/image", on_image, RELIABLE_LATEST_QOS)
+        diagnostics: list = []
+        probe.create_subscription(DiagnosticArray, "camera_preprocessor/diagnostics", diagnostics.append,
+                                  RELIABLE_LATEST_QOS)
+        deadline = time.monotonic() + 60.0
+        while image_pub.get_subscription_count() < 1 or probe.count_publishers("policy/image") < 1:
+            if time.monotonic() > deadline or launcher.check():
+                raise RuntimeError(f"camera_preprocessor did not come up; see {log}")
+            time.sleep(0.05)
+        rng = np.random.default_rng(1)
+        frame = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+        source = CameraModel(width, height, SOURCE.fx * width / 640, SOURCE.fy * height / 480,
+                             (width - 1) / 2, (height - 1) / 2, SOURCE.distortion_model, SOURCE.distortion)
+        warmup = 20
+        for k in range(warmup + frames):
+            stamp = 1_000_000_000 + k
+            if k % 30 == 0 or k < warmup:  # drivers repeat camera_info; the first ones may race the image
+                info_pub.publish(cv.camera_model_to_info(source, stamp))
+            msg = cv.array_to_image(frame, "bgr8", stamp)
+            sent = time.perf_counter()
+            image_pub.publish(msg)
+            with arrived:
+                got = arrived.wait_for(lambda s=stamp: s in received, timeout=1.0)
+            if not got:
+                lost += 1
+            elif k >= warmup:
+                latencies.append((received[stamp] - sent) * 1e3)
+            time.sleep(0.01)  # a camera frame period-ish gap; latency is per frame, not throughput
+        count = len(diagnostics)
+        deadline = time.monotonic() + 5.0
+        while len(diagnostics) == count and time.monotonic() < deadline:  # one report after the last frame
+            time.sleep(0.05)
+        node_values = {kv.key: kv.value for kv in diagnostics[-1].status[0].values} if diagnostics else {}
+    finally:
+        launcher.shutdown()
+        executor.shutdown(timeout_sec=1.0)
+        spinner.join(timeout=2.0)
+        probe.destroy_node()
+        rclpy.try_shutdown(context=context)
+    return {
+        "node_latency_ms": stats(latencies),
+        "node_frames_lost": lost,
+        # Time inside the node's image callback (convert, remap, publish), from its diagnostics.
+        "node_callback_ms": {"p50": float(node_values.get("process_ms_p50", "nan")),
+                             "p99": float(node_values.get("process_ms_p99", "nan"))},
+        "dds_profile": profile,
+        "driver_qos": "reliable" if reliable else "best_effort",
+    }
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    """All figures of this area (see module docstring)."""
+    result = bench_pipeline(frames=150 if quick else 1000)
+    result.update(bench_node(frames=40 if quick else 300))
+    result["image"] = "640x480 bgr8 plumb_bob -> 96x96 rgb8"
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    result = run(quick=args.quick)
+    for key in ("preprocess_ms", "baseline_ms", "node_latency_ms"):
+        s = result[key]
+        print(f"{key:18s} p50 {s['p50']:8.3f}  p99 {s['p99']:8.3f}  iqr {s['iqr']:7.3f}  (n={s['n']})")
+    callback = result["node_callback_ms"]
+    print(f"node_callback_ms   p50 {callback['p50']:8.3f}  p99 {callback['p99']:8.3f}")
+    print(f"baseline_ratio     {result['baseline_ratio']:.1f}x   plan build {result['plan_build_ms']:.1f} ms   "
+          f"node frames lost {result['node_frames_lost']}   dds: {result['dds_profile']}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
