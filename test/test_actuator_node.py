@@ -1,12 +1,14 @@
 """actuator_node as a process over real DDS: chunks in, fixed-rate tick-stamped commands out."""
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from support import node_decl, running_nodes, wait_until
 from trajectory_msgs.msg import JointTrajectory
@@ -135,6 +137,45 @@ def test_bad_chunks_are_rejected_counted_and_the_node_keeps_going(ros, tmp_path)
         assert all(np.all(np.isfinite(m.position)) for m in commands)
         values = wait_for_diagnostics(diagnostics, lambda v: v["chunks_accepted"] == "1")
         assert values["chunks_rejected"] == str(len(bad))
+
+
+def test_sim_time_ticks_and_a_clock_jump_back_drops_old_chunks(ros, tmp_path):
+    params = {"joints": JOINTS, "control_rate": 100.0, "actuation_latency": 0.02, "use_sim_time": True}
+    sim_ns = [1000 * 1_000_000_000]
+    stop = threading.Event()
+
+    with running_nodes([node_decl("actuator_node", params)], tmp_path):
+        clock_pub = ros.publisher(Clock, "clock", 10)
+        commands = ros.collect(JointState, "command/policy", KEEP_ALL)
+        diagnostics = ros.collect(DiagnosticArray, "actuator_node/diagnostics", 10)
+        chunk_pub = ros.publisher(JointTrajectory, "policy/action_chunk", RELIABLE_LATEST_QOS)
+
+        def run_clock() -> None:  # sim time advancing 5 ms per 5 ms of wall time
+            while not stop.wait(0.005):
+                sim_ns[0] += 5_000_000
+                clock_pub.publish(Clock(clock=cv.ns_to_stamp(sim_ns[0])))
+
+        clock_thread = threading.Thread(target=run_clock, daemon=True)
+        clock_thread.start()
+        try:
+            ros.wait_for_subscribers(chunk_pub, timeout_s=30.0)
+            wait_for_diagnostics(diagnostics, lambda v: int(v.get("ticks", "0")) > 5)
+            stamp_ns = sim_ns[0]
+            chunk_pub.publish(ramp_chunk(JOINTS, stamp_ns, 30.0, dt=0.5))
+            ros.wait_for_messages(commands, 20, timeout_s=20.0)
+            sim_ns[0] = 10 * 1_000_000_000  # the sim restarted
+            wait_for_diagnostics(diagnostics, lambda v: v["clock_jumps_back"] == "1" and int(v["stale_ticks"]) > 10)
+            count = len(commands)
+            wait_for_diagnostics(diagnostics, lambda v: int(v["stale_ticks"]) > 30)
+        finally:
+            stop.set()
+            clock_thread.join(timeout=2.0)
+    stamps = np.array([cv.stamp_to_ns(m.header.stamp) for m in commands])
+    assert np.all(stamps >= stamp_ns)  # tick stamps are sim time, and nothing after the jump back
+    assert len(commands) == count
+    for msg, stamp in zip(commands, stamps, strict=True):
+        tau = (stamp - stamp_ns) / 1e9 + 0.02
+        assert np.allclose(msg.position, 0.1 * np.arange(3) + tau * np.array([0.5, 1.0, 1.5]), atol=1e-6)
 
 
 def test_bad_parameter_fails_at_start_naming_field_and_value(tmp_path):

@@ -48,6 +48,7 @@ from .common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS, declare, now_ns, run_n
 
 NODE_NAME = "actuator_node"
 DIAGNOSTICS_PERIOD_S = 1.0
+CLOCK_JUMP_NS = 1_000_000_000  # [ns] a backwards clock step larger than this is a restart, not jitter
 PERIOD_HISTORY = 2000  # timer periods kept for the statistics (20 s at 100 Hz, 4 s at 500 Hz)
 
 
@@ -195,6 +196,7 @@ class ActuatorNode(Node):
         self._chunks_accepted = 0
         self._rejected: Counter[str] = Counter({reason: 0 for reason in REJECT_REASONS})
         self._joint_states_rejected = 0
+        self._clock_jumps = 0
         self._last_tick_ns: int | None = None
         self._periods_s: deque[float] = deque(maxlen=PERIOD_HISTORY)
         self._chunk_ages_s: deque[float] = deque(maxlen=PERIOD_HISTORY)
@@ -227,6 +229,14 @@ class ActuatorNode(Node):
             self._ticks += 1
             if self._last_tick_ns is not None and tick_ns > self._last_tick_ns:
                 self._periods_s.append((tick_ns - self._last_tick_ns) / cv.NS_PER_S)
+            elif self._last_tick_ns is not None and tick_ns < self._last_tick_ns - CLOCK_JUMP_NS:
+                # Sim restarted or a bag looped: chunks stamped in the old timeline would never
+                # apply (or apply far too late); start over rather than command from them.
+                self._buffer.clear()
+                self._estimator.clear()
+                self._clock_jumps += 1
+                self.get_logger().warn(f"clock jumped back by {(self._last_tick_ns - tick_ns) / 1e9:.3f} s: "
+                                       "dropped buffered chunks and latency history")
             self._last_tick_ns = tick_ns
             sample = self._buffer.sample(tick_ns, self._latency_in_use_s)
             if sample is None:
@@ -310,6 +320,7 @@ class ActuatorNode(Node):
                 "chunks_rejected": sum(self._rejected.values()),
                 **{f"rejected_{reason}": count for reason, count in self._rejected.items()},
                 "joint_states_rejected": self._joint_states_rejected,
+                "clock_jumps_back": self._clock_jumps,
                 "chunks_buffered": len(self._buffer),
                 "chunk_age_at_use_ms_p50": ages["p50"],
                 "chunk_age_at_use_ms_max": ages["max"],
