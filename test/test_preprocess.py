@@ -317,3 +317,19 @@ def test_bad_images_raise_a_clear_error(image, encoding, needle):
     with pytest.raises(ImageError, match=None) as err:
         ImagePipeline(policy_config()).process(image, encoding, PLUMB_BOB)
     assert needle in str(err.value)
+
+
+@pytest.mark.parametrize("crop", [(201, 99), (200, 100), (640, 480)])
+def test_packed_yuv_is_cut_at_pixel_pairs_for_any_crop(crop):
+    """A crop starting at an odd column must not split a UYVY/YUYV pixel pair."""
+    source = CameraModel(640, 480, 200.0, 200.0, 319.5, 239.5, "none", ())
+    config = PreprocessConfig(policy_camera=CameraModel(96, 96, 96.0, 96.0, 47.5, 47.5, "none", ()),
+                              center_crop=crop)
+    rng = np.random.default_rng(6)
+    y = cv2.GaussianBlur(rng.integers(16, 236, (480, 640)).astype(np.uint8), (0, 0), 2.0)
+    u = rng.integers(16, 241, (480, 320)).astype(np.uint8)
+    v = rng.integers(16, 241, (480, 320)).astype(np.uint8)
+    packed = uyvy_from_yuv(y, u, v)
+    pipeline = ImagePipeline(config, on_warning=lambda _text: None)
+    reference = pipeline.process(to_rgb(packed, "uyvy"), "rgb8", source)
+    assert np.array_equal(pipeline.process(packed, "uyvy", source), reference)

@@ -149,7 +149,10 @@ class ImagePipeline:
         plan = self._plan(source)
         x0, y0, x1, y1 = plan.crop
         if encoding in _BEFORE_REMAP:
-            window = cv2.cvtColor(np.ascontiguousarray(image[y0:y1, x0:x1]), _BEFORE_REMAP[encoding])
+            # Packed 4:2:2 must be cut at pixel-pair boundaries (the width is even, so this fits).
+            xa0, xa1 = x0 - x0 % 2, x1 + (x1 - x0 + x0 % 2) % 2
+            rgb = cv2.cvtColor(np.ascontiguousarray(image[y0:y1, xa0:xa1]), _BEFORE_REMAP[encoding])
+            window = rgb[:, x0 - xa0: x0 - xa0 + (x1 - x0)]
             after = None
         else:
             window = image[y0:y1, x0:x1, 0] if encoding == "mono8" else image[y0:y1, x0:x1]
