@@ -129,8 +129,10 @@ def _dds_profile() -> str:
 def bench_node(frames: int, width: int = 640, height: int = 480, reliable: bool = False,
                large_data_profile: bool = True) -> dict[str, Any]:
     """Latency publish -> receive through the node as a separate process [ms]."""
-    os.environ.setdefault("ROS_DOMAIN_ID", str(101 + random.SystemRandom().randrange(100)))
-    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    # Never the user's own domain: on a robot this would publish policy/image into the live graph.
+    os.environ["ROS_DOMAIN_ID"] = os.environ.get("SIM2REAL_BENCH_DOMAIN_ID",
+                                                 str(101 + random.SystemRandom().randrange(100)))
+    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
     profile = _dds_profile() if large_data_profile else "fast dds defaults"
     import rclpy
