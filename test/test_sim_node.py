@@ -52,7 +52,7 @@ def arm6_node(tmp_path_factory):
         yield launcher
 
 
-def latest_status(ros, received: list, predicate, timeout_s: float = 20.0) -> dict[str, str]:
+def latest_status(ros, received: list, predicate, timeout_s: float = 45.0) -> dict[str, str]:
     assert wait_until(lambda: any(predicate(status_values(m)) for m in list(received)), timeout_s), (
         f"no sim/status matching the condition; last: {status_values(received[-1]) if received else None}")
     return next(status_values(m) for m in reversed(list(received)) if predicate(status_values(m)))
@@ -63,10 +63,10 @@ def test_topics_follow_the_contract(arm6_node, ros):
     images = ros.collect(Image, "camera/image_raw", SENSOR_QOS)
     infos = ros.collect(CameraInfo, "camera/camera_info", SENSOR_QOS)
     clocks = ros.collect(Clock, "clock", 10)
-    ros.wait_for_messages(states, 30, timeout_s=30)
-    ros.wait_for_messages(images, 6, timeout_s=30)
-    ros.wait_for_messages(clocks, 20, timeout_s=30)
-    ros.wait_for_messages(infos, 6, timeout_s=30)
+    ros.wait_for_messages(states, 30, timeout_s=60)
+    ros.wait_for_messages(images, 6, timeout_s=60)
+    ros.wait_for_messages(clocks, 20, timeout_s=60)
+    ros.wait_for_messages(infos, 6, timeout_s=60)
 
     msg = states[-1]
     assert list(msg.name) == JOINTS
@@ -96,8 +96,8 @@ def test_bad_commands_are_rejected_counted_and_never_move_the_robot(arm6_node, r
     states = ros.collect(JointState, "joint_states", JOINT_STATE_QOS)
     status = ros.collect(DiagnosticArray, "sim/status", LATCHED_QOS)
     pub = ros.publisher(Float64MultiArray, "forward_position_controller/commands", RELIABLE_LATEST_QOS)
-    ros.wait_for_subscribers(pub)
-    ros.wait_for_messages(states, 5, timeout_s=20)
+    ros.wait_for_subscribers(pub, timeout_s=45)
+    ros.wait_for_messages(states, 5, timeout_s=45)
     before = latest_status(ros, status, lambda v: True)
     q0 = np.array(states[-1].position)
     bad = [np.zeros(5), np.array([0.5, 0, 0, np.nan, 0, 0]), np.array([np.inf, 0, 0, 0, 0, 0]), np.zeros(7)]
@@ -110,7 +110,7 @@ def test_bad_commands_are_rejected_counted_and_never_move_the_robot(arm6_node, r
     assert after["commands_accepted"] == before["commands_accepted"]
     assert "expected 6" in after["last_rejection"]
     count = len(states)
-    ros.wait_for_messages(states, count + 30, timeout_s=20)
+    ros.wait_for_messages(states, count + 30, timeout_s=45)
     positions = np.array([m.position for m in list(states)[-40:]])
     assert np.max(np.abs(positions - q0)) < 1e-4
 
@@ -119,8 +119,8 @@ def test_step_command_shows_the_latency_then_reaches_the_target(arm6_node, ros):
     states = ros.collect(JointState, "joint_states", JOINT_STATE_QOS)
     status = ros.collect(DiagnosticArray, "sim/status", LATCHED_QOS)
     pub = ros.publisher(Float64MultiArray, "forward_position_controller/commands", RELIABLE_LATEST_QOS)
-    ros.wait_for_subscribers(pub)
-    ros.wait_for_messages(states, 5, timeout_s=20)
+    ros.wait_for_subscribers(pub, timeout_s=45)
+    ros.wait_for_messages(states, 5, timeout_s=45)
     accepted0 = int(latest_status(ros, status, lambda v: True)["commands_accepted"])
     q0 = np.array(states[-1].position)
     goal = q0.copy()
@@ -137,15 +137,16 @@ def test_step_command_shows_the_latency_then_reaches_the_target(arm6_node, ros):
                 return prev, cur
         return None
 
-    assert wait_until(lambda: first_motion() is not None, 20), "joint1 never moved"
+    assert wait_until(lambda: first_motion() is not None, 45), "joint1 never moved"
     prev, cur = first_motion()
     prev_ns, cur_ns = cv.stamp_to_ns(prev.header.stamp), cv.stamp_to_ns(cur.header.stamp)
-    assert cur_ns - prev_ns == 10_000_000  # no sample lost: the motion starts within (prev, cur]
-    delay_s = (cur_ns - received_ns) / 1e9
-    # acts at received + latency; visible one physics step later; sampled every 10 ms
-    assert LATENCY_S + 0.001 - 1e-9 <= delay_s <= LATENCY_S + 0.001 + 0.010 + 1e-9
+    # The command acts from received + latency and is visible one physics step (1 ms) later; the
+    # joint_states samples (every 10 ms) before and after the first motion bracket that instant.
+    onset_ns = received_ns + int(LATENCY_S * 1e9) + 1_000_000
+    assert prev_ns < onset_ns <= cur_ns, (prev_ns - received_ns, cur_ns - received_ns)
+    assert cur_ns - prev_ns <= 20_000_000  # at most one sample lost on a loaded machine
     assert abs(prev.position[0] - q0[0]) <= 1e-5
-    assert wait_until(lambda: abs(states[-1].position[0] - goal[0]) < 0.01, 20)
+    assert wait_until(lambda: abs(states[-1].position[0] - goal[0]) < 0.01, 45)
 
 
 def test_reaching_the_target_ends_the_episode_and_reset_draws_a_new_target(arm6_node, ros):
@@ -153,15 +154,15 @@ def test_reaching_the_target_ends_the_episode_and_reset_draws_a_new_target(arm6_
     episodes = ros.collect(DiagnosticArray, "sim/episode", EVENTS_QOS)
     states = ros.collect(JointState, "joint_states", JOINT_STATE_QOS)
     pub = ros.publisher(Float64MultiArray, "forward_position_controller/commands", RELIABLE_LATEST_QOS)
-    ros.wait_for_subscribers(pub)
-    ros.wait_for_messages(targets, 1, timeout_s=20)
-    ros.wait_for_messages(states, 1, timeout_s=20)
+    ros.wait_for_subscribers(pub, timeout_s=45)
+    ros.wait_for_messages(targets, 1, timeout_s=45)
+    ros.wait_for_messages(states, 1, timeout_s=45)
     assert targets[-1].header.frame_id == "world"
     target = np.array([targets[-1].point.x, targets[-1].point.y, targets[-1].point.z])
     model = RobotModel.from_file(urdf_path())
     expert = ReachExpert(model, JOINTS, "ee_link", np.array(states[-1].position))
     pub.publish(cv.make_position_command(expert.solve_ik(target)))
-    assert wait_until(lambda: any(status_values(m)["success"] == "true" for m in list(episodes)), 30), (
+    assert wait_until(lambda: any(status_values(m)["success"] == "true" for m in list(episodes)), 60), (
         [status_values(m) for m in list(episodes)])
     outcome = next(m for m in list(episodes) if status_values(m)["success"] == "true")
     status = outcome.status[0]
@@ -170,13 +171,13 @@ def test_reaching_the_target_ends_the_episode_and_reset_draws_a_new_target(arm6_
     assert set(values) == {"episode", "success", "duration_s", "reason", "final_distance_m", "seed"}
     assert float(values["final_distance_m"]) <= 0.03 and float(values["duration_s"]) > 0
     # auto_reset: a new episode with a new target
-    assert wait_until(lambda: len(targets) >= 2, 20)
+    assert wait_until(lambda: len(targets) >= 2, 45)
     second = np.array([targets[-1].point.x, targets[-1].point.y, targets[-1].point.z])
     assert not np.allclose(second, target)
 
-    response = ros.call(Trigger, "sim/reset", timeout_s=20)
+    response = ros.call(Trigger, "sim/reset", timeout_s=45)
     assert response.success and "episode" in response.message
-    assert wait_until(lambda: len(targets) >= 3, 20)
+    assert wait_until(lambda: len(targets) >= 3, 45)
     third = np.array([targets[-1].point.x, targets[-1].point.y, targets[-1].point.z])
     assert not np.allclose(third, second)
 
@@ -189,15 +190,15 @@ def test_panda_runs_with_the_same_node(ros, tmp_path):
         states = ros.collect(JointState, "/panda/joint_states", JOINT_STATE_QOS)
         images = ros.collect(Image, "/panda/camera/image_raw", SENSOR_QOS)
         pub = ros.publisher(Float64MultiArray, "/panda/forward_position_controller/commands", RELIABLE_LATEST_QOS)
-        ros.wait_for_subscribers(pub, timeout_s=30)
-        ros.wait_for_messages(states, 5, timeout_s=30)
-        ros.wait_for_messages(images, 1, timeout_s=30)
+        ros.wait_for_subscribers(pub, timeout_s=60)
+        ros.wait_for_messages(states, 5, timeout_s=60)
+        ros.wait_for_messages(images, 1, timeout_s=60)
         assert list(states[-1].name) == RobotModel.from_file(PANDA).joint_names  # fingers included
         assert (images[-1].width, images[-1].height) == (320, 240)
         q0 = np.array(states[-1].position[:7])
         goal = q0 + np.array([0.3, 0, 0, 0, 0, 0, 0])
         pub.publish(cv.make_position_command(goal))
-        assert wait_until(lambda: abs(states[-1].position[0] - goal[0]) < 0.02, 30)
+        assert wait_until(lambda: abs(states[-1].position[0] - goal[0]) < 0.02, 60)
 
 
 def run_node_process(*ros_args: str) -> subprocess.CompletedProcess:
@@ -235,15 +236,15 @@ def test_lockstep_waits_for_a_command_after_each_frame_and_exits_cleanly(ros, tm
         states = ros.collect(JointState, "/lockstep/joint_states", JOINT_STATE_QOS)
         images = ros.collect(Image, "/lockstep/camera/image_raw", SENSOR_QOS)
         pub = ros.publisher(Float64MultiArray, "/lockstep/forward_position_controller/commands", RELIABLE_LATEST_QOS)
-        ros.wait_for_subscribers(pub, timeout_s=30)
+        ros.wait_for_subscribers(pub, timeout_s=60)
         def frame_stamps() -> list[int]:
             return [cv.stamp_to_ns(m.header.stamp) for m in list(images)]
 
         # Frames fall on the 30 Hz grid rounded up to the 1 ms physics step: 0, 34, 67, 100 ms.
         for expected_ns in (34_000_000, 67_000_000, 100_000_000):
             pub.publish(cv.make_position_command(home))  # each command releases one camera frame
-            assert wait_until(lambda e=expected_ns: e in frame_stamps(), 30), f"no frame at {expected_ns} ns"
+            assert wait_until(lambda e=expected_ns: e in frame_stamps(), 60), f"no frame at {expected_ns} ns"
         # Without another command the sim holds at its last frame.
-        assert not wait_until(lambda: cv.stamp_to_ns(states[-1].header.stamp) > 100_000_000, 2.0)
+        assert not wait_until(lambda: any(cv.stamp_to_ns(m.header.stamp) > 100_000_000 for m in list(states)), 2.0)
         assert max(frame_stamps()) == 100_000_000
     assert launcher.nodes[0].process.returncode == 0

@@ -282,3 +282,13 @@ def test_panda_runs_unchanged_with_fallback_camera():
         assert np.max(np.abs(w.joint_positions() - goal)) < 0.02
     finally:
         w.close()
+
+
+def test_robot_description_may_be_urdf_xml():
+    w = SimWorld(load_sim_params(), urdf_path().read_text(), render=False)
+    try:
+        assert w.joint_names == RobotModel.from_file(ARM6).joint_names
+        assert w.model.source == "robot_description"
+        w.step(10)
+    finally:
+        w.close()
