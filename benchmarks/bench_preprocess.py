@@ -5,7 +5,8 @@
    frame). Both are timed interleaved in one run, so machine load hits them alike; the ratio is
    the figure to compare, not the absolute times.
 2. Message-in to message-out through the node, running as a process: publish camera/image_raw
-   (sensor QoS, as a driver) -> receive policy/image, one frame in flight at a time.
+   (sensor QoS, as a driver) -> receive policy/image, one frame in flight at a time; and the same
+   through a bare relay node, which tells rclpy + DDS cost apart from the node's own work.
 
 Usage: .venv/bin/python benchmarks/bench_preprocess.py [--quick] [--json OUT]
 """
@@ -15,6 +16,8 @@ import argparse
 import json
 import os
 import random
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -81,8 +84,8 @@ def bench_pipeline(frames: int) -> dict[str, Any]:
 
 # Fast DDS's default transports lose most 640x480 (921 kB) best-effort images on one host: the
 # 0.5 MB shared-memory segment cannot hold one, and UDP fragments overflow the default 208 kB socket
-# buffer. Real deployments with full-resolution cameras need a profile like this one (see README of
-# the camera_preprocessor notes); the benchmark uses it unless the environment already names a profile.
+# buffer. Real deployments with full-resolution cameras need a profile like this one
+# (FASTDDS_DEFAULT_PROFILES_FILE); the benchmark uses it unless the environment already names one.
 LARGE_DATA_PROFILE = """<?xml version="1.0" encoding="UTF-8"?>
 <dds xmlns="http://www.eprosima.com">
   <profiles>
@@ -126,9 +129,38 @@ def _dds_profile() -> str:
     return "benchmark large-image profile (shm segment 16 MB, udp buffers 4 MB)"
 
 
+# The same hop without the work: a bare rclpy relay (same executor as every node, via run_node) that
+# answers each camera image with a constant 96x96 rgb8 image carrying its stamp, on its own topics.
+# Frames alternate between it and the node, so both see the same machine load; its latency is what
+# rclpy and DDS cost here, the node's latency minus it is what preprocessing costs.
+RELAY_SOURCE = """
+import sys
+import numpy as np
+from rclpy.node import Node
+from sensor_msgs.msg import Image
+from sim2real_ros import conversions as cv
+from sim2real_ros.nodes.common import RELIABLE_LATEST_QOS, SENSOR_QOS, run_node
+
+class Relay(Node):
+    def __init__(self):
+        super().__init__("bench_relay")
+        self.pub = self.create_publisher(Image, "relay/policy_image", RELIABLE_LATEST_QOS)
+        self.out = np.zeros((96, 96, 3), np.uint8)
+        self.create_subscription(Image, "relay/image_raw", self.on_image, SENSOR_QOS)
+
+    def on_image(self, msg):
+        out = cv.array_to_image(self.out, "rgb8", 0, msg.header.frame_id)
+        out.header.stamp = msg.header.stamp
+        self.pub.publish(out)
+
+sys.exit(run_node(Relay, sys.argv))
+"""
+
+
 def bench_node(frames: int, width: int = 640, height: int = 480, reliable: bool = False,
                large_data_profile: bool = True) -> dict[str, Any]:
-    """Latency publish -> receive through the node as a separate process [ms]."""
+    """Latency publish -> receive [ms] through the node and through a bare relay, both separate
+    processes, frames alternating between them."""
     # Never the user's own domain: on a robot this would publish policy/image into the live graph.
     os.environ["ROS_DOMAIN_ID"] = os.environ.get("SIM2REAL_BENCH_DOMAIN_ID",
                                                  str(101 + random.SystemRandom().randrange(100)))
@@ -147,14 +179,16 @@ def bench_node(frames: int, width: int = 640, height: int = 480, reliable: bool 
     from sim2real_ros.graph import NodeDecl
     from sim2real_ros.nodes.common import RELIABLE_LATEST_QOS, SENSOR_QOS
 
-    received: dict[int, float] = {}
+    received: dict[tuple[str, int], float] = {}
     arrived = threading.Condition()
 
-    def on_image(msg: Image) -> None:
-        now = time.perf_counter()
-        with arrived:
-            received[cv.stamp_to_ns(msg.header.stamp)] = now
-            arrived.notify_all()
+    def receiver(target: str):
+        def on_image(msg: Image) -> None:
+            now = time.perf_counter()
+            with arrived:
+                received[(target, cv.stamp_to_ns(msg.header.stamp))] = now
+                arrived.notify_all()
+        return on_image
 
     context = Context()
     rclpy.init(context=context)
@@ -167,19 +201,25 @@ def bench_node(frames: int, width: int = 640, height: int = 480, reliable: bool 
     decl = NodeDecl("camera_preprocessor", "camera_preprocessor", {"diagnostics_period_s": 1.0}, (), ())
     launcher = GraphLauncher([decl], echo=False, log_file=log)
     launcher.start()
-    latencies, lost = [], 0
+    relay_process = subprocess.Popen([sys.executable, "-c", RELAY_SOURCE], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+    latencies: dict[str, list[float]] = {"node": [], "relay": []}
+    lost: dict[str, int] = {"node": 0, "relay": 0}
     try:
         driver_qos = RELIABLE_LATEST_QOS if reliable else SENSOR_QOS
-        image_pub = probe.create_publisher(Image, "camera/image_raw", driver_qos)
+        image_pubs = {"node": probe.create_publisher(Image, "camera/image_raw", driver_qos),
+                      "relay": probe.create_publisher(Image, "relay/image_raw", driver_qos)}
         info_pub = probe.create_publisher(CameraInfo, "camera/camera_info", SENSOR_QOS)
-        probe.create_subscription(Image, "policy/image", on_image, RELIABLE_LATEST_QOS)
+        probe.create_subscription(Image, "policy/image", receiver("node"), RELIABLE_LATEST_QOS)
+        probe.create_subscription(Image, "relay/policy_image", receiver("relay"), RELIABLE_LATEST_QOS)
         diagnostics: list = []
         probe.create_subscription(DiagnosticArray, "camera_preprocessor/diagnostics", diagnostics.append,
                                   RELIABLE_LATEST_QOS)
         deadline = time.monotonic() + 60.0
-        while image_pub.get_subscription_count() < 1 or probe.count_publishers("policy/image") < 1:
-            if time.monotonic() > deadline or launcher.check():
-                raise RuntimeError(f"camera_preprocessor did not come up; see {log}")
+        while (any(pub.get_subscription_count() < 1 for pub in image_pubs.values())
+               or probe.count_publishers("policy/image") < 1 or probe.count_publishers("relay/policy_image") < 1):
+            if time.monotonic() > deadline or launcher.check() or relay_process.poll() is not None:
+                raise RuntimeError(f"camera_preprocessor or the relay did not come up; see {log}")
             time.sleep(0.05)
         rng = np.random.default_rng(1)
         frame = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
@@ -191,15 +231,17 @@ def bench_node(frames: int, width: int = 640, height: int = 480, reliable: bool 
             if k % 30 == 0 or k < warmup:  # drivers repeat camera_info; the first ones may race the image
                 info_pub.publish(cv.camera_model_to_info(source, stamp))
             msg = cv.array_to_image(frame, "bgr8", stamp)
-            sent = time.perf_counter()
-            image_pub.publish(msg)
-            with arrived:
-                got = arrived.wait_for(lambda s=stamp: s in received, timeout=1.0)
-            if not got:
-                lost += 1
-            elif k >= warmup:
-                latencies.append((received[stamp] - sent) * 1e3)
-            time.sleep(0.01)  # a camera frame period-ish gap; latency is per frame, not throughput
+            order = ("node", "relay") if k % 2 else ("relay", "node")
+            for target in order:
+                sent = time.perf_counter()
+                image_pubs[target].publish(msg)
+                with arrived:
+                    got = arrived.wait_for(lambda t=target, s=stamp: (t, s) in received, timeout=1.0)
+                if not got:
+                    lost[target] += 1
+                elif k >= warmup:
+                    latencies[target].append((received[(target, stamp)] - sent) * 1e3)
+                time.sleep(0.005)  # a gap between frames; latency is per frame, not throughput
         count = len(diagnostics)
         deadline = time.monotonic() + 5.0
         while len(diagnostics) == count and time.monotonic() < deadline:  # one report after the last frame
@@ -207,13 +249,23 @@ def bench_node(frames: int, width: int = 640, height: int = 480, reliable: bool 
         node_values = {kv.key: kv.value for kv in diagnostics[-1].status[0].values} if diagnostics else {}
     finally:
         launcher.shutdown()
+        relay_process.send_signal(signal.SIGINT)
+        try:
+            relay_process.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            relay_process.kill()
+            relay_process.wait()
         executor.shutdown(timeout_sec=1.0)
         spinner.join(timeout=2.0)
         probe.destroy_node()
         rclpy.try_shutdown(context=context)
+    node_s, relay_s = stats(latencies["node"]), stats(latencies["relay"])
     return {
-        "node_latency_ms": stats(latencies),
-        "node_frames_lost": lost,
+        "node_latency_ms": node_s,
+        "relay_latency_ms": relay_s,
+        "node_overhead_over_relay_ms": node_s["p50"] - relay_s["p50"],
+        "node_frames_lost": lost["node"],
+        "relay_frames_lost": lost["relay"],
         # Time inside the node's image callback (convert, remap, publish), from its diagnostics.
         "node_callback_ms": {"p50": float(node_values.get("process_ms_p50", "nan")),
                              "p99": float(node_values.get("process_ms_p99", "nan"))},
@@ -236,11 +288,12 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     result = run(quick=args.quick)
-    for key in ("preprocess_ms", "baseline_ms", "node_latency_ms"):
+    for key in ("preprocess_ms", "baseline_ms", "node_latency_ms", "relay_latency_ms"):
         s = result[key]
         print(f"{key:18s} p50 {s['p50']:8.3f}  p99 {s['p99']:8.3f}  iqr {s['iqr']:7.3f}  (n={s['n']})")
     callback = result["node_callback_ms"]
     print(f"node_callback_ms   p50 {callback['p50']:8.3f}  p99 {callback['p99']:8.3f}")
+    print(f"node p50 minus bare-relay p50: {result['node_overhead_over_relay_ms']:.3f} ms")
     print(f"baseline_ratio     {result['baseline_ratio']:.1f}x   plan build {result['plan_build_ms']:.1f} ms   "
           f"node frames lost {result['node_frames_lost']}   dds: {result['dds_profile']}")
     if args.json:
