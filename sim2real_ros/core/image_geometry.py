@@ -159,16 +159,19 @@ def fold_angle_rad(model: CameraModel) -> float:
     return float(theta[bad[0]]) if bad.size else float(np.pi / 2)
 
 
-def field_of_view_deg(model: CameraModel) -> tuple[float, float]:
+def field_of_view_deg(model: CameraModel,
+                      window: tuple[float, float, float, float] | None = None) -> tuple[float, float]:
     """(horizontal, vertical) field of view [deg] through the principal point, distortion included,
-    from image edge to image edge."""
-    u = np.array([-0.5, model.width - 0.5, model.cx, model.cx])
-    v = np.array([model.cy, model.cy, -0.5, model.height - 0.5])
+    between the edges of `window` (x0, y0, x1, y1) [px] (default: the whole image, -0.5 .. W - 0.5)."""
+    x0, y0, x1, y1 = window or (-0.5, -0.5, model.width - 0.5, model.height - 0.5)
+    u = np.array([x0, x1, model.cx, model.cx])
+    v = np.array([model.cy, model.cy, y0, y1])
     x, y, valid = undistort_pixels(model, u, v)
-    if not np.all(valid):  # edge beyond the model's fold: the widest ray the model can represent
+    if not np.all(valid):  # an edge beyond the model's fold: the widest ray the model can represent
         limit = fold_radius(model)
         x = np.where(valid, x, np.sign(u - model.cx) * limit)
         y = np.where(valid, y, np.sign(v - model.cy) * limit)
-    horizontal = abs(np.arctan(x[0])) + abs(np.arctan(x[1]))
-    vertical = abs(np.arctan(y[2])) + abs(np.arctan(y[3]))
+    # Signed angles: a principal point outside the window still gives the right span.
+    horizontal = np.arctan(x[1]) - np.arctan(x[0])
+    vertical = np.arctan(y[3]) - np.arctan(y[2])
     return float(np.degrees(horizontal)), float(np.degrees(vertical))

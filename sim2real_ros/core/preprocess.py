@@ -21,7 +21,7 @@ import numpy as np
 
 from .camera_model import CameraModel
 from .errors import Sim2RealError
-from .image_geometry import fold_radius, project_normalized, undistort_pixels
+from .image_geometry import field_of_view_deg, fold_radius, project_normalized
 from .preprocess_config import PreprocessConfig
 
 _LOG = logging.getLogger(__name__)
@@ -211,25 +211,6 @@ def source_coordinates(config: PreprocessConfig, source: CameraModel) -> tuple[n
     return map_x, map_y, covered
 
 
-def _fov_deg(model: CameraModel, window: tuple[float, float, float, float], undistort: bool) -> tuple[float, float]:
-    """(horizontal, vertical) field of view [deg] between the window's edges, through the principal point."""
-    x0, y0, x1, y1 = window
-    u = np.array([x0, x1, model.cx, model.cx])
-    v = np.array([model.cy, model.cy, y0, y1])
-    if undistort:
-        x, y, valid = undistort_pixels(model, u, v)
-        if not np.all(valid):  # an edge beyond the model's fold: the widest ray the model represents
-            limit = fold_radius(model)
-            x = np.where(valid, x, np.sign(u - model.cx) * limit)
-            y = np.where(valid, y, np.sign(v - model.cy) * limit)
-    else:
-        x, y = (u - model.cx) / model.fx, (v - model.cy) / model.fy
-    # Signed angles: a principal point outside the window still gives the right span.
-    horizontal = np.arctan(x[1]) - np.arctan(x[0])
-    vertical = np.arctan(y[3]) - np.arctan(y[2])
-    return float(np.degrees(horizontal)), float(np.degrees(vertical))
-
-
 def build_plan(config: PreprocessConfig, source: CameraModel) -> _RemapPlan:
     """Compute the remap tables, the uncovered mask and the coverage report for one source camera."""
     policy = config.policy_camera
@@ -252,8 +233,8 @@ def build_plan(config: PreprocessConfig, source: CameraModel) -> _RemapPlan:
     uncovered_count = int(np.count_nonzero(~covered))
     coverage = CoverageReport(
         source_size=(source.width, source.height),
-        source_fov_deg=_fov_deg(source, (x0 - 0.5, y0 - 0.5, x1 - 0.5, y1 - 0.5), undistort=True),
-        policy_fov_deg=_fov_deg(policy, (-0.5, -0.5, policy.width - 0.5, policy.height - 0.5), undistort=False),
+        source_fov_deg=field_of_view_deg(source, (x0 - 0.5, y0 - 0.5, x1 - 0.5, y1 - 0.5)),
+        policy_fov_deg=field_of_view_deg(policy),
         uncovered_fraction=uncovered_count / covered.size,
         uncovered_pixels=uncovered_count,
     )
