@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image
@@ -140,10 +141,21 @@ def test_bad_inputs_are_counted_dropped_and_the_node_keeps_working(ros, tmp_path
     assert "it is 320x240 but camera_info says 160x120" in log
 
 
-def test_bad_parameters_stop_the_node_with_a_message(tmp_path):
-    missing = tmp_path / "nope.yaml"
-    with running_nodes([decl(preprocess_config=str(missing))], tmp_path) as launcher:
-        assert wait_until(lambda: launcher.check() != [], TIMEOUT_S), "node kept running with a bad config"
+@pytest.mark.parametrize(
+    ("overrides", "needles"),
+    [
+        ({"preprocess_config": "MISSING"}, ("preprocess_config", "MISSING", "does not exist")),
+        ({"diagnostics_period_s": -1.0}, ("diagnostics_period_s", "-1.0", "must be in [0.01, 3600] s")),
+        ({"diagnostics_period_s": 1}, ("diagnostics_period_s", "must be a float")),
+    ],
+    ids=["missing_config", "negative_period", "int_for_float"],
+)
+def test_bad_parameters_stop_the_node_with_a_message(tmp_path, overrides, needles):
+    overrides = {k: (str(tmp_path / "nope.yaml") if v == "MISSING" else v) for k, v in overrides.items()}
+    needles = [str(tmp_path / "nope.yaml") if n == "MISSING" else n for n in needles]
+    with running_nodes([decl(**overrides)], tmp_path) as launcher:
+        assert wait_until(lambda: launcher.check() != [], TIMEOUT_S), "node kept running with a bad parameter"
         assert launcher.check() == [(NODE, 2)]
     log = (tmp_path / "graph.log").read_text()
-    assert "preprocess_config" in log and str(missing) in log and "does not exist" in log
+    for needle in needles:
+        assert needle in log, log
