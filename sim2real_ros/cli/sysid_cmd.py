@@ -3,6 +3,11 @@
   sysid latency --bag PATH --command-topic T --state-topic T [--json]
       model-free actuation latency per joint (and overall) from commanded vs measured positions;
       the number to put in the actuator node's `actuation_latency`.
+  sysid fit --bag PATH --out YAML --report DIR [--method nelder-mead|differential-evolution]
+            [--fit latency,kp,kd,damping,friction]
+      replays the recorded commands in the PyBullet sim and fits the actuator dynamics to the
+      recorded joint trajectories; writes a new versioned sim params YAML and a report (held-out
+      error before/after, parameters the data cannot determine, per-joint plots).
   sysid excite --out CMDS.csv
       a safe excitation sequence (steps and chirps, one joint at a time, within the URDF limits) to
       play on the robot under the supervisor while recording, for `sysid latency` and later fits.
@@ -40,6 +45,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--unwrap", default="auto",
         help="measured positions that wrap: auto (detect), none, or the period [rad]",
     )
+
+    fit = sub.add_parser("fit", help="fit sim dynamics (latency, gains, damping, friction) to a recorded bag")
+    fit.add_argument("--bag", required=True, type=Path, help="rosbag2 folder (sqlite3 or MCAP)")
+    fit.add_argument("--command-topic", default="forward_position_controller/commands",
+                     help="commanded positions: std_msgs/Float64MultiArray or sensor_msgs/JointState")
+    fit.add_argument("--state-topic", default="joint_states", help="measured positions: sensor_msgs/JointState")
+    fit.add_argument("--params", type=Path, default=None,
+                     help="sim params YAML to start from (default config/sim_params.yaml)")
+    fit.add_argument("--robot-description", default=None, help="URDF XML or file (default: the package's arm6.urdf)")
+    fit.add_argument("--joints", default=None,
+                     help="comma-separated joint names in command order (default: the URDF's movable joints, or "
+                          "the command's names for JointState commands)")
+    fit.add_argument("--out", required=True, type=Path, help="new sim params YAML to write")
+    fit.add_argument("--report", required=True, type=Path, help="report folder (report.json, report.md, PNGs)")
+    fit.add_argument("--method", choices=("nelder-mead", "differential-evolution"), default="nelder-mead",
+                     help="optimizer: local Nelder-Mead or global differential evolution (then Nelder-Mead)")
+    fit.add_argument("--fit", default="latency,kp,kd,damping,friction",
+                     help="comma-separated parameters to fit: latency, kp, kd, damping, friction")
+    fit.add_argument("--holdout", type=float, default=0.3,
+                     help="fraction of the recording (at its end) held out for validation (default 0.3)")
+    fit.add_argument("--max-latency", type=float, default=0.25, help="largest latency searched [s] (default 0.25)")
+    fit.add_argument("--max-evaluations", type=int, default=4000,
+                     help="evaluations per search on the fast model (default 4000)")
+    fit.add_argument("--sim-polish-evals", type=int, default=0,
+                     help="Nelder-Mead evaluations on PyBullet replays after the search (default 0: none)")
+    fit.add_argument("--seed", type=int, default=0, help="seed of differential evolution")
+    fit.add_argument("--json", action="store_true", help="print the report as JSON")
 
     excite = sub.add_parser("excite", help="write a safe excitation command sequence (CSV or YAML)")
     excite.add_argument("--out", required=True, type=Path, help="output file: .csv or .yaml")
@@ -93,10 +125,71 @@ def _run_excite(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_fit(args: argparse.Namespace) -> int:
+    from ..core.urdf import RobotModel
+    from ..paths import urdf_path
+    from ..sim.params import load_sim_params
+    from ..sysid.bag_io import load_streams
+    from ..sysid.fit import FitOptions, fit
+    from ..sysid.fit_data import align
+    from ..sysid.fit_output import write_fitted_params, write_report
+    from ..sysid.latency import SysidError
+
+    options = FitOptions(fit=tuple(f.strip() for f in args.fit.split(",") if f.strip()), method=args.method,
+                         holdout_fraction=args.holdout, max_latency_s=args.max_latency,
+                         max_evaluations=args.max_evaluations, sim_polish_evals=args.sim_polish_evals, seed=args.seed)
+    params = load_sim_params(args.params)
+    description = args.robot_description or str(urdf_path())
+    topics = _resolve_topics(args.bag, [args.command_topic, args.state_topic])
+    streams = load_streams(args.bag, topics)
+    command, state = streams[topics[0]], streams[topics[1]]
+    if args.joints:
+        joints = [j.strip() for j in args.joints.split(",") if j.strip()]
+    elif command.names:
+        joints = list(command.names)
+    else:
+        joints = RobotModel.from_description(description).joint_names
+    if command.names and list(command.names) != joints:
+        raise SysidError(f"{topics[0]} names its joints {list(command.names)}, not {joints}")
+    data = align(command, state, joints, args.holdout)
+    result = fit(data, params, description, options)
+    extra = {"command_topic": topics[0], "state_topic": topics[1]}
+    version = write_fitted_params(result, params, str(args.bag), args.out, extra)
+    written = write_report(result, args.report, str(args.bag), version, extra | {"params_file": str(args.out)})
+    before, after = result.errors["before"]["holdout"], result.errors["after"]["holdout"]
+    if args.json:
+        print((args.report / "report.json").read_text())
+    else:
+        print((args.report / "report.md").read_text())
+    print(f"wrote {args.out} (version {version}); held-out normalized MSE {before['normalized_mse']:.4g} -> "
+          f"{after['normalized_mse']:.4g}; not identifiable: {result.not_identifiable or 'none'}; "
+          f"report: {', '.join(str(p) for p in written)}", file=sys.stderr)
+    return 0
+
+
+def _resolve_topics(bag: Path, topics: list[str]) -> list[str]:
+    """Bag topic names are fully qualified; accept them with or without the leading slash."""
+    from ..bags.reader import topic_types
+
+    known = topic_types(bag)
+    out = []
+    for topic in topics:
+        candidates = [topic, "/" + topic.lstrip("/")]
+        match = next((c for c in candidates if c in known), None)
+        if match is None:
+            from ..sysid.latency import SysidError
+
+            raise SysidError(f"{bag}: no topic {topic} (topics: {sorted(known)})")
+        out.append(match)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         if args.sysid_command == "latency":
             return _run_latency(args)
+        if args.sysid_command == "fit":
+            return _run_fit(args)
         return _run_excite(args)
     except Sim2RealError as err:
         print(f"sim2real sysid {args.sysid_command}: {err}", file=sys.stderr)

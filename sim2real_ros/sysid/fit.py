@@ -30,7 +30,7 @@ from scipy.optimize import differential_evolution, minimize
 
 from ..sim.params import SimParams
 from .fit_data import FitData
-from .joint_model import ModelGrid, joint_inertia, simulate_joint
+from .joint_model import ModelGrid, inertia_and_coupling, simulate_joint
 from .latency import SysidError
 from .replay import KINDS, Dynamics, Replayer
 
@@ -143,12 +143,13 @@ class _FastProblem:
 
     def __init__(self, data: FitData, grid: ModelGrid, inertia: np.ndarray, nominal: Dynamics,
                  fitted_joints: list[int], kinds: list[str], fit_latency: bool, options: FitOptions) -> None:
-        self.grid, self.inertia, self.base = grid, inertia, nominal
+        self.inertia, self.base = inertia, nominal
         self.joints, self.kinds, self.fit_latency = fitted_joints, kinds, fit_latency
         self.mask = data.train_mask(options.warmup_s)
         if np.count_nonzero(self.mask) < 20:
             raise SysidError(f"only {np.count_nonzero(self.mask)} state samples to fit on after the warm-up; "
                              "record longer or lower --holdout")
+        self.grid = grid.for_samples(self.mask)
         self.recorded = data.states[self.mask]
         motion = np.std(self.recorded, axis=0)
         self.scale = np.maximum(motion, MIN_MOTION_RAD)
@@ -186,7 +187,7 @@ class _FastProblem:
         """Model positions (M_train, n_fitted) [rad] of the fitted joints."""
         self.evaluations += 1
         cols = [simulate_joint(self.grid, j, dyn.latency_s, dyn.kp[j], dyn.kd[j] + dyn.damping[j],
-                               self.inertia[j])[self.mask] for j in self.joints]
+                               self.inertia[j]) for j in self.joints]
         return np.stack(cols, axis=1)
 
     def cost_of(self, dyn: Dynamics) -> float:
@@ -214,7 +215,7 @@ def _nelder_mead(fun, x0: np.ndarray, bounds: list[tuple[float, float]], slots, 
             simplex.append(point)
         result = minimize(fun, x, method="Nelder-Mead", bounds=bounds,
                           options={"initial_simplex": np.array(simplex), "maxfev": max(10, max_evals // 2),
-                                   "xatol": 1e-5, "fatol": 1e-12, "adaptive": len(x) > 5})
+                                   "xatol": 1e-4, "fatol": 1e-9, "adaptive": len(x) > 5})
         total += int(result.nfev)
         x = result.x
     return x, total
@@ -355,8 +356,7 @@ def fit(data: FitData, params: SimParams, robot_description: str, options: FitOp
         if not fitted_joints:
             raise SysidError(f"no commanded joint moves by {options.min_excitation_rad} rad or more before the "
                              "held-out part: nothing to fit (record an excitation: sim2real sysid excite)")
-        inertia = joint_inertia(replayer.world, data)
-        grid = ModelGrid.from_data(data, replayer.dt_s)
+        inertia, grid = inertia_and_coupling(replayer.world, data, ModelGrid.from_data(data, replayer.dt_s))
         kinds = [k for k in ("kp", "kd", "damping") if k in options.fit]
         fit_latency = "latency" in options.fit
         timings["prepare"] = time.perf_counter() - started

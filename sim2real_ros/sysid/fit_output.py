@@ -55,7 +55,8 @@ def fitted_mapping(result: FitResult, params: SimParams, bag: str, extra: dict[s
         "fitted": sorted({f"{p.kind}.{p.joint}" if p.joint else "actuation_latency_s"
                           for p in result.parameters if p.identifiable}),
         "not_identifiable": result.not_identifiable,
-        "holdout_normalized_mse": {"before": _round(before["normalized_mse"]), "after": _round(after["normalized_mse"])},
+        "holdout_normalized_mse": {"before": _round(before["normalized_mse"]),
+                                   "after": _round(after["normalized_mse"])},
         **(extra or {}),
     }
     provenance = data.get("provenance") if isinstance(data.get("provenance"), dict) else {}
@@ -97,7 +98,8 @@ def report_markdown(result: FitResult, version: str | None, bag: str) -> str:
     ratio = after["normalized_mse"] / before["normalized_mse"] if before["normalized_mse"] > 0 else float("nan")
     lines += ["", f"Normalized MSE before {_fmt(before['normalized_mse'])}, after {_fmt(after['normalized_mse'])} "
               f"(after/before = {_fmt(ratio, '.3f')}).", "", "## Parameters", "",
-              "| parameter | nominal | fitted | written | effect of +/-20 % (10 ms) | status |", "|---|---|---|---|---|---|"]
+              "| parameter | nominal | fitted | written | effect of +/-20 % (10 ms) | status |",
+              "|---|---|---|---|---|---|"]
     for p in result.parameters:
         name = "actuation_latency_s" if p.kind == "latency" else f"{p.kind}.{p.joint}"
         fitted = _fmt(p.fitted) if p.identifiable else "not identifiable"

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.signal import lfilter, lfiltic
+from scipy.signal import lfilter, lfiltic, savgol_filter
 
 from .fit_data import FitData
 
@@ -36,6 +36,12 @@ class ModelGrid:
     sample_index: np.ndarray
     q0: np.ndarray
     v0: np.ndarray
+    coupling: np.ndarray | None = None
+
+    def with_coupling(self, torques: np.ndarray) -> ModelGrid:
+        """The same grid with coupling torques (T, n) [N*m] that the other joints' recorded motion
+        exerts on each joint."""
+        return ModelGrid(self.dt_s, self.base, self.sample_index, self.q0, self.v0, torques)
 
     @classmethod
     def from_data(cls, data: FitData, dt_s: float, end_t: float | None = None) -> ModelGrid:
@@ -51,6 +57,13 @@ class ModelGrid:
         index = np.clip(np.round(data.state_t / dt_s).astype(int), 0, steps - 1)
         q0, v0 = data.state_at(0.0)
         return cls(dt_s, base, index, q0, v0)
+
+    def for_samples(self, mask: np.ndarray) -> ModelGrid:
+        """The grid cut short after the last selected state sample, sampling only those (M_sel,)."""
+        index = self.sample_index[mask]
+        end = int(index.max()) + 1 if len(index) else 1
+        coupling = None if self.coupling is None else self.coupling[:end]
+        return ModelGrid(self.dt_s, self.base[:end], index, self.q0, self.v0, coupling)
 
     def delayed(self, latency_s: float, joint: int) -> np.ndarray:
         """Target (T,) of one joint in effect at each step after latency_s [s]; fractional step
@@ -95,6 +108,9 @@ def simulate_joint(grid: ModelGrid, joint: int, latency_s: float, kp: float, b: 
     if not recursion_stable(kp, b, m, grid.dt_s):
         return np.full(len(grid.sample_index), np.inf)
     u = grid.delayed(latency_s, joint)
+    if grid.coupling is not None:
+        # A torque w acts like a target offset of w / kp (the recursion is linear).
+        u = u + grid.coupling[:, joint] / kp
     q0, v0 = grid.q0[joint], grid.v0[joint]
     num, den = transfer_function(kp, b, m, grid.dt_s)
     # Deviations from the start position; the past (two steps back) moving at v0 under target u[0].
@@ -103,9 +119,20 @@ def simulate_joint(grid: ModelGrid, joint: int, latency_s: float, kp: float, b: 
     return q[grid.sample_index]
 
 
-def joint_inertia(world, data: FitData, samples: int = 60) -> np.ndarray:
-    """Effective inertia (n,) [kg*m^2] of each commanded joint: the diagonal of PyBullet's mass matrix
-    at recorded configurations, weighted by that joint's squared speed (where its inertia matters)."""
+def _accelerations(data: FitData) -> np.ndarray:
+    """Recorded joint accelerations (M, n) [rad/s^2]: Savitzky-Golay second derivative (~70 ms window)."""
+    dt = float(np.median(np.diff(data.state_t)))
+    window = max(5, int(round(0.07 / dt)) | 1)
+    if len(data.state_t) <= window:
+        return np.zeros_like(data.states)
+    return savgol_filter(data.states, window, 3, deriv=2, delta=dt, axis=0)
+
+
+def inertia_and_coupling(world, data: FitData, grid: ModelGrid, period_s: float = 0.05) -> tuple[np.ndarray, ModelGrid]:
+    """(inertia (n,) [kg*m^2], grid with coupling torques): each joint's own inertia (the diagonal of
+    PyBullet's mass matrix along the recorded path, weighted by the joint's squared speed, where its
+    inertia matters) and the torque -sum_k M_jk qdd_k the other commanded joints' recorded
+    accelerations exert on it (mass matrix every period_s [s], interpolated onto the grid)."""
     client, robot = world.client, world.robot
     dof_names: list[str] = []
     for j in range(client.getNumJoints(robot)):
@@ -113,14 +140,24 @@ def joint_inertia(world, data: FitData, samples: int = 60) -> np.ndarray:
         if info[2] != client.JOINT_FIXED:
             dof_names.append(info[1].decode())
     home = dict(zip(world.all_joint_names, world.joint_positions(all_joints=True), strict=True))
+    samples = max(10, int(data.duration_s / period_s))
     picks = np.unique(np.linspace(0, len(data.state_t) - 1, samples).astype(int))
     speed = np.abs(np.gradient(data.states, data.state_t, axis=0))
-    diag = np.empty((len(picks), len(data.joint_names)))
+    accel = _accelerations(data)
+    cols = [dof_names.index(name) for name in data.joint_names]
+    n = len(cols)
+    diag = np.empty((len(picks), n))
+    torque = np.empty((len(picks), n))
     for row, i in enumerate(picks):
         q = dict(home)
         q.update({name: float(series[i]) for name, series in data.other_states.items()})
         q.update({name: float(data.states[i, j]) for j, name in enumerate(data.joint_names)})
         matrix = np.asarray(client.calculateMassMatrix(robot, [q.get(name, 0.0) for name in dof_names]))
-        diag[row] = [matrix[dof_names.index(name), dof_names.index(name)] for name in data.joint_names]
+        block = matrix[np.ix_(cols, cols)]
+        diag[row] = np.diag(block)
+        torque[row] = -(block - np.diag(np.diag(block))) @ accel[i]
     weights = speed[picks] ** 2 + 1e-12
-    return np.sum(diag * weights, axis=0) / np.sum(weights, axis=0)
+    inertia = np.sum(diag * weights, axis=0) / np.sum(weights, axis=0)
+    grid_t = np.arange(len(grid.base)) * grid.dt_s
+    coupling = np.stack([np.interp(grid_t, data.state_t[picks], torque[:, j]) for j in range(n)], axis=1)
+    return inertia, grid.with_coupling(coupling)
