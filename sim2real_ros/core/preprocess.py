@@ -34,7 +34,9 @@ ENCODING_CHANNELS = {
 # Conversion to rgb8 applied after the remap (per-pixel conversions commute with resampling).
 _AFTER_REMAP = {"rgb8": None, "bgr8": cv2.COLOR_BGR2RGB, "rgba8": cv2.COLOR_RGBA2RGB,
                 "bgra8": cv2.COLOR_BGRA2RGB, "mono8": cv2.COLOR_GRAY2RGB}
-# Packed 4:2:2 shares chroma between pixel pairs, so it is converted before the remap.
+# Packed 4:2:2 shares chroma between pixel pairs, so it is converted before the remap. (Resampling
+# Y and the pair-shared U, V separately and converting on the output measured no faster: OpenCV's
+# 2-channel remap has no fast path, and the full-frame conversion is a single vectorized pass.)
 _BEFORE_REMAP = {"yuv422": cv2.COLOR_YUV2RGB_UYVY, "uyvy": cv2.COLOR_YUV2RGB_UYVY,
                  "yuv422_yuy2": cv2.COLOR_YUV2RGB_YUYV, "yuyv": cv2.COLOR_YUV2RGB_YUYV}
 _INTERPOLATION = {"nearest": cv2.INTER_NEAREST, "linear": cv2.INTER_LINEAR,
