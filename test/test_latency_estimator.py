@@ -90,6 +90,16 @@ def test_window_slides_and_clock_jumps_reset():
     assert estimator.estimate().latency_s == pytest.approx(0.06, abs=0.002)
 
 
+def test_a_pause_in_the_commands_restarts_the_estimate():
+    estimator = LatencyEstimator(LatencyEstimatorConfig(window_s=3.0))
+    feed(estimator, 0.03, duration_s=3.0, start_s=10.0)
+    assert estimator.estimate().latency_s == pytest.approx(0.03, abs=0.002)
+    # Commands pause for 0.5 s (the joints hold, then jump); they resume with another delay.
+    feed(estimator, 0.07, duration_s=2.0, start_s=13.5)
+    estimate = estimator.estimate()
+    assert estimate.latency_s == pytest.approx(0.07, abs=0.002) and estimate.confidence > 0.9
+
+
 def test_too_few_samples():
     estimator = LatencyEstimator()
     assert estimator.estimate().latency_s is None

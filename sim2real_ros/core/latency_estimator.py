@@ -34,17 +34,19 @@ from .errors import ConfigError
 class LatencyEstimatorConfig:
     """window_s [s]: history used; grid_dt_s [s]: resampling step; max_lag_s [s]: largest latency
     searched; min_velocity_rms [rad/s]: command velocity RMS below which there is no excitation;
-    hold_correction: subtract half the median command period (commands are held until the next)."""
+    hold_correction: subtract half the median command period (commands are held until the next);
+    max_command_gap_s [s]: a longer pause between commands restarts the histories."""
 
     window_s: float = 4.0
     grid_dt_s: float = 0.002
     max_lag_s: float = 0.25
     min_velocity_rms: float = 0.01
     hold_correction: bool = True
+    max_command_gap_s: float = 0.25
     source: str = "LatencyEstimatorConfig"
 
     def __post_init__(self) -> None:
-        for name in ("window_s", "grid_dt_s", "max_lag_s", "min_velocity_rms"):
+        for name in ("window_s", "grid_dt_s", "max_lag_s", "min_velocity_rms", "max_command_gap_s"):
             value = getattr(self, name)
             if not (np.isfinite(value) and value > 0):
                 raise ConfigError(self.source, name, value, "must be a finite number > 0")
@@ -81,7 +83,12 @@ class LatencyEstimator:
         self._measured: deque[tuple[int, np.ndarray]] = deque()
 
     def add_command(self, stamp_ns: int, positions: np.ndarray) -> None:
-        """A command sent at `stamp_ns` [ns] (the tick stamp), positions (n,) [rad]."""
+        """A command sent at `stamp_ns` [ns] (the tick stamp), positions (n,) [rad].
+
+        After a gap longer than `max_command_gap_s` (stale chunks, a paused policy) the joints held
+        something else and jump when commands resume; both histories restart from here."""
+        if self._commands and stamp_ns - self._commands[-1][0] > int(self.config.max_command_gap_s * NS_PER_S):
+            self.clear()
         self._append(self._commands, stamp_ns, positions)
 
     def add_measurement(self, stamp_ns: int, positions: np.ndarray) -> None:
@@ -121,7 +128,9 @@ class LatencyEstimator:
         meas_q = np.stack([q for _, q in self._measured])
         if cmd_q.shape[1] != meas_q.shape[1]:
             return LatencyEstimate(None, 0.0, 0.0, f"{cmd_q.shape[1]} command joints vs {meas_q.shape[1]} measured")
-        start_ns = max(cmd_t[0], meas_t[0])
+        # The first max_lag of commands is skipped: the joints' response to what came before them
+        # (a hold, a jump to the first command) has no counterpart in the command history.
+        start_ns = max(cmd_t[0] + int(cfg.max_lag_s * NS_PER_S), meas_t[0])
         stop_ns = min(cmd_t[-1], meas_t[-1])
         return estimate_delay(
             (cmd_t - start_ns) / NS_PER_S, cmd_q, (meas_t - start_ns) / NS_PER_S, meas_q,

@@ -24,6 +24,7 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.clock import Clock, ClockType
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -215,7 +216,9 @@ class ActuatorNode(Node):
         self.create_subscription(JointState, "joint_states", self._on_joint_state, JOINT_STATE_QOS,
                                  callback_group=io_group)
         self.create_timer(cfg.control_period_s, self._on_tick, callback_group=control_group)
-        self.create_timer(DIAGNOSTICS_PERIOD_S, self._on_diagnostics, callback_group=io_group)
+        # Diagnostics run on the steady clock: a stalled sim clock must not silence the report.
+        self.create_timer(DIAGNOSTICS_PERIOD_S, self._on_diagnostics, callback_group=io_group,
+                          clock=Clock(clock_type=ClockType.STEADY_TIME))
         self.get_logger().info(
             f"commanding {len(cfg.joints)} joints {list(cfg.joints)} at {cfg.control_rate:g} Hz, "
             f"actuation_latency {cfg.actuation_latency * 1e3:.1f} ms, {cfg.interpolation}, {cfg.blending}"
