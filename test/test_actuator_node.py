@@ -178,6 +178,56 @@ def test_sim_time_ticks_and_a_clock_jump_back_drops_old_chunks(ros, tmp_path):
         assert np.allclose(msg.position, 0.1 * np.arange(3) + tau * np.array([0.5, 1.0, 1.5]), atol=1e-6)
 
 
+def test_latency_estimate_is_reported_and_optionally_used(ros, tmp_path):
+    """A test-side 'robot' echoes each command 60 ms after its stamp; the node estimates that and,
+    with use_estimated_latency, compensates with it instead of the configured 0."""
+    echo_delay_ns = 60_000_000
+    params = {"joints": JOINTS, "control_rate": 100.0, "actuation_latency": 0.0, "use_estimated_latency": True,
+              "latency_window_s": 2.0, "latency_max_s": 0.2, "latency_min_confidence": 0.8}
+    received: list[tuple[int, list[float]]] = []
+    stop = threading.Event()
+    with running_nodes([node_decl("actuator_node", params)], tmp_path):
+        ros.node.create_subscription(JointState, "command/policy",
+                                     lambda m: received.append((cv.stamp_to_ns(m.header.stamp), list(m.position))),
+                                     KEEP_ALL)
+        diagnostics = ros.collect(DiagnosticArray, "actuator_node/diagnostics", 10)
+        state_pub = ros.publisher(JointState, "joint_states", 10)
+        chunk_pub = ros.publisher(JointTrajectory, "policy/action_chunk", RELIABLE_LATEST_QOS)
+
+        def robot() -> None:  # holds the newest command stamped at least echo_delay_ns ago
+            while not stop.wait(0.005):
+                now = time.time_ns()
+                due = [q for stamp, q in list(received) if stamp <= now - echo_delay_ns]
+                if due:
+                    state_pub.publish(cv.make_joint_state(JOINTS, np.array(due[-1]), now))
+
+        def policy() -> None:  # 10 Hz chunks of sinusoids, observation 20 ms old
+            while not stop.wait(0.1):
+                stamp = time.time_ns() - 20_000_000
+                times = np.arange(20) * 0.05
+                t_abs = stamp / 1e9 + times
+                positions = 0.3 * np.sin(2 * np.pi * np.array([0.9, 1.3, 0.7])[None, :] * t_abs[:, None])
+                chunk_pub.publish(cv.chunk_to_trajectory(cv.ActionChunk(tuple(JOINTS), stamp, times, positions)))
+
+        ros.wait_for_subscribers(chunk_pub, timeout_s=30.0)
+        ros.wait_for_subscribers(state_pub, timeout_s=30.0)
+        threads = [threading.Thread(target=robot, daemon=True), threading.Thread(target=policy, daemon=True)]
+        for thread in threads:
+            thread.start()
+        try:
+            values = wait_for_diagnostics(diagnostics, lambda v: float(v["latency_confidence"]) >= 0.8
+                                          and float(v["actuation_latency_in_use_s"]) > 0, timeout_s=40.0)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=2.0)
+    estimate = float(values["latency_estimate_s"])
+    # 60 ms of echo delay plus the echo's own 5 ms polling; never the configured 0.
+    assert 0.055 <= estimate <= 0.08, values
+    assert float(values["actuation_latency_in_use_s"]) == pytest.approx(estimate, abs=1e-5)
+    assert values["actuation_latency_configured_s"] == "0"
+
+
 def test_bad_parameter_fails_at_start_naming_field_and_value(tmp_path):
     decl = node_decl("actuator_node", {"joints": JOINTS, "interpolation": "quintic"})
     with running_nodes([decl], tmp_path) as launcher:
