@@ -228,13 +228,20 @@ def test_latency_estimate_is_reported_and_optionally_used(ros, tmp_path):
     assert values["actuation_latency_configured_s"] == "0"
 
 
-def test_bad_parameter_fails_at_start_naming_field_and_value(tmp_path):
-    decl = node_decl("actuator_node", {"joints": JOINTS, "interpolation": "quintic"})
+@pytest.mark.parametrize(
+    "bad, expected",
+    [({"interpolation": "quintic"}, ("interpolation", "'quintic'")),
+     ({"control_rate": 100}, ("control_rate", "= 100", "float"))],  # an int where a double is declared
+)
+def test_bad_parameter_fails_at_start_naming_field_and_value(tmp_path, bad, expected):
+    decl = node_decl("actuator_node", {"joints": JOINTS, **bad})
     with running_nodes([decl], tmp_path) as launcher:
         assert wait_until(lambda: launcher.check() != [], 30.0), "the node did not exit on a bad parameter"
         assert launcher.check()[0][1] == 2
     log = (tmp_path / "graph.log").read_text()
-    assert "interpolation" in log and "'quintic'" in log
+    assert "Traceback" not in log
+    for text in expected:
+        assert text in log, log
 
 
 @pytest.mark.parametrize(
