@@ -160,8 +160,10 @@ def estimate_delay(
     dt = config.grid_dt_s
     max_lag = int(round(config.max_lag_s / dt))
     n_grid = int(span_s / dt) + 1
-    if n_grid < 2 * max_lag + 8:
-        return LatencyEstimate(None, 0.0, 0.0, f"common window {span_s:.2f} s shorter than 2 * max_lag")
+    # Half a window at least: a short stretch of a slow motion fits many lags about equally well.
+    min_span_s = max(config.window_s / 2, 2 * config.max_lag_s + 8 * dt)
+    if span_s < min_span_s:
+        return LatencyEstimate(None, 0.0, 0.0, f"common window {span_s:.2f} s shorter than {min_span_s:.2f} s")
     grid = np.arange(n_grid) * dt
     n_joints = cmd_positions.shape[1]
     cmd_vel = np.gradient(_resample(cmd_times_s, cmd_positions, grid), dt, axis=0)
