@@ -14,7 +14,7 @@ setup(
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
-        (f"share/{PACKAGE}/config", glob("config/*.yaml")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.xml")),
         (f"share/{PACKAGE}/urdf", glob("urdf/*.urdf")),
         (f"share/{PACKAGE}/policies", glob("policies/*")),
         (f"share/{PACKAGE}/benchmarks", glob("benchmarks/*.py")),

@@ -31,6 +31,7 @@ class GraphArgs:
     camera_info_topic: str = "camera/camera_info"
     joint_states_topic: str = "joint_states"
     command_topic: str = "forward_position_controller/commands"
+    ee_link: str = ""  # tool link for the sim task and Cartesian jogging; "" = the sim params' / the arm's tip
     extra_parameters: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def sim_time(self, mode: str) -> bool:
@@ -78,14 +79,21 @@ def declare_graph(mode: str, args: GraphArgs | None = None) -> list[NodeDecl]:
         node("policy_node", {**description, "checkpoint": args.checkpoint}, _remaps(args, joints=True)),
         node("actuator_node", description, _remaps(args, joints=True)),
     ]
+    tool = {"ee_link": args.ee_link} if args.ee_link else {}
     if mode == "sim":
-        sim = node("sim_node", description, _remaps(args, camera=True, joints=True, command=True))
-        supervisor = node("supervisor", {**description, "auto_arm": True}, _remaps(args, joints=True, command=True))
+        sim_remaps = _remaps(args, camera=True, joints=True, command=True)
+        if args.namespace:
+            # Every node's sim-time source listens on /clock, whatever its namespace.
+            sim_remaps += (("clock", "/clock"),)
+        sim = node("sim_node", {**description, **tool}, sim_remaps)
+        supervisor = node("supervisor", {**description, **tool, "auto_arm": True},
+                          _remaps(args, joints=True, command=True))
         return [sim, *perception, supervisor]
     if mode == "robot":
         # The camera driver and ros2_control (joint_state_broadcaster + forward position controller)
         # are the robot's own; the supervisor never arms by itself on hardware.
-        supervisor = node("supervisor", {**description, "auto_arm": False}, _remaps(args, joints=True, command=True))
+        supervisor = node("supervisor", {**description, **tool, "auto_arm": False},
+                          _remaps(args, joints=True, command=True))
         return [*perception, supervisor]
     # replay: a bag player provides camera, joint_states and clock; nothing commands a robot.
     return perception

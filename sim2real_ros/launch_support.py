@@ -22,6 +22,7 @@ LAUNCH_ARGUMENTS: dict[str, tuple[str, str]] = {
     "camera_info_topic": ("camera_info_topic", "the camera driver's camera_info topic"),
     "joint_states_topic": ("joint_states_topic", "joint_state_broadcaster's topic"),
     "command_topic": ("command_topic", "the forward position controller's command topic"),
+    "ee_link": ("ee_link", "tool link for the sim task and Cartesian jogging (e.g. panda_grasptarget)"),
 }
 
 

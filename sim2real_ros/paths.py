@@ -40,3 +40,20 @@ def urdf_path(name: str = "arm6.urdf") -> Path:
 def default_policy_path() -> Path:
     """The policy shipped with the repository (trained by `sim2real train`, see README)."""
     return share_dir() / "policies" / "reach_default.pt"
+
+
+def dds_profile_path() -> Path:
+    """Fast DDS profile that delivers camera-sized best-effort messages (config/fastdds_large_images.xml)."""
+    return share_dir() / "config" / "fastdds_large_images.xml"
+
+
+def use_dds_profile(environ: dict | None = None) -> None:
+    """Select the large-image Fast DDS profile unless the user chose one. Must run before the first
+    DDS participant of the process exists (and is inherited by the processes it starts)."""
+    import os
+
+    env = os.environ if environ is None else environ
+    if not env.get("FASTDDS_DEFAULT_PROFILES_FILE") and not env.get("FASTRTPS_DEFAULT_PROFILES_FILE"):
+        profile = str(dds_profile_path())
+        env["FASTDDS_DEFAULT_PROFILES_FILE"] = profile  # Jazzy and newer
+        env["FASTRTPS_DEFAULT_PROFILES_FILE"] = profile  # Humble

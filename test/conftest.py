@@ -19,6 +19,10 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["ROS_DOMAIN_ID"] = str(domain)
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"  # Jazzy and newer
     os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
+    # The same Fast DDS profile the launcher gives the graph (camera-sized best-effort messages).
+    from sim2real_ros.paths import use_dds_profile
+
+    use_dds_profile()
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -45,3 +45,16 @@ def test_robot_topics_plug_in_by_remapping():
 def test_extra_parameters_override_per_executable():
     args = GraphArgs(extra_parameters={"sim_node": {"randomize": True}})
     assert by_name("sim", args)["sim_node"].parameters["randomize"] is True
+
+
+def test_namespaced_sim_publishes_the_clock_every_node_listens_to():
+    sim = by_name("sim", GraphArgs(namespace="arm1"))["sim_node"]
+    assert ("clock", "/clock") in sim.remappings
+    assert ("clock", "/clock") not in by_name("sim")["sim_node"].remappings
+
+
+def test_ee_link_reaches_sim_and_supervisor():
+    nodes = by_name("sim", GraphArgs(ee_link="panda_grasptarget"))
+    assert nodes["sim_node"].parameters["ee_link"] == "panda_grasptarget"
+    assert nodes["supervisor"].parameters["ee_link"] == "panda_grasptarget"
+    assert "ee_link" not in by_name("sim")["sim_node"].parameters

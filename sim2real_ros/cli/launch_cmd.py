@@ -22,6 +22,8 @@ def add_graph_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--joint-states-topic", default=defaults.joint_states_topic)
     parser.add_argument("--command-topic", default=defaults.command_topic,
                         help="the ros2_control forward position controller's command topic")
+    parser.add_argument("--ee-link", default=defaults.ee_link,
+                        help="tool link for the sim task and Cartesian jogging (e.g. panda_grasptarget)")
 
 
 def graph_args_from(args: argparse.Namespace) -> GraphArgs:

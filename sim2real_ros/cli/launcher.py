@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from ..graph import NodeDecl
+from ..paths import use_dds_profile
 
 
 def ros_arguments(decl: NodeDecl, namespace: str, overrides_file: Path) -> list[str]:
@@ -63,6 +64,7 @@ class GraphLauncher:
         self._decls = decls
         self._namespace = namespace
         self._env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+        use_dds_profile(self._env)
         self._echo = echo
         self._log = open(log_file, "a") if log_file else None  # noqa: SIM115 - closed in shutdown
         self._tmp = tempfile.TemporaryDirectory(prefix="sim2real_launch_")

@@ -10,6 +10,8 @@ import importlib
 import importlib.util
 import sys
 
+from ..paths import use_dds_profile
+
 # command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "node": ("sim2real_ros.cli.node_cmd", "run one node, like `ros2 run sim2real_ros NAME`"),
@@ -42,6 +44,8 @@ def _usage() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # Before any DDS participant exists: camera images need the large-message transport profile.
+    use_dds_profile()
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 1
