@@ -22,7 +22,7 @@ def test_graph_replay_of_a_namespaced_bag_matches_the_recording_except_the_pertu
     assert graph["nodes"] == ["camera_preprocessor", "policy_node", "actuator_node"]
     assert graph["published"]["camera/image_raw"] == report["frames"]["images"] > 10
     assert graph["chunks_received"] >= 5, (graph, (tmp_path / "graph.log").read_text()[-3000:])
-    assert all(code == 0 for code in graph["exit_codes"].values()), graph["exit_codes"]
+    assert graph["exited_during_replay"] == {}, graph["exit_codes"]
     assert report["frames"]["evaluated"] >= 5
     assert report["frames"]["evaluated"] + report["frames"]["skipped_total"] >= report["frames"]["images"]
     per_joint = report["metrics"]["per_joint"]

@@ -214,6 +214,7 @@ def replay_graph(bag: Path, checkpoint: Path, policy: LoadedPolicy, options: Rep
         with collector.lock:
             chunks, commands = list(collector.chunks), list(collector.commands)
             diagnostics = dict(collector.diagnostics)
+        exited_during_replay = dict(launcher.check())
     finally:
         stop.set()
         codes = launcher.shutdown()
@@ -260,7 +261,8 @@ def replay_graph(bag: Path, checkpoint: Path, policy: LoadedPolicy, options: Rep
     }
     graph_info = {
         "nodes": [d.name for d in decls],
-        "exit_codes": codes,
+        "exited_during_replay": exited_during_replay,
+        "exit_codes": codes,  # after SIGINT (then SIGTERM, SIGKILL) at the end
         "rate": options.rate,
         "published": {t.graph_topic: player.published[t.bag_topic] for t in played},
         "clock_messages": player.clock_messages,
