@@ -25,7 +25,8 @@ Blending of overlapping chunks
     `crossfade_s` of *tick* time from the tick it was received at, so at the switch the command
     moves continuously from the old chunk to the new one (the only change is what the two chunks
     disagree by, spread over the crossfade). Once a chunk has fully faded in, older chunks are
-    dropped. `crossfade_s = 0` switches at once.
+    dropped. `crossfade_s = 0` switches at once. (If the old chunk runs out during the fade, the new
+    one takes over at once: the old one has nothing left to say.)
     "temporal_ensemble" (ACT, Zhao et al. 2023): the target is the weighted mean over every chunk
     covering the target time with w_i = exp(-ensemble_decay * i), where i = 0 is the OLDEST
     covering chunk (exactly ACT's `np.exp(-k * np.arange(n))` over actions ordered oldest first).
@@ -274,7 +275,9 @@ class ChunkBuffer:
         self._chunks = [c for c in self._chunks if c.end_ns >= target_ns]
         if self.config.blending == "crossfade":
             for i in range(len(self._chunks) - 1, 0, -1):
-                if self._ramp(self._chunks[i], tick_ns)[0] >= 1.0:
+                chunk = self._chunks[i]
+                # Only a chunk that already covers the target may make the older ones obsolete.
+                if chunk.start_ns <= target_ns and self._ramp(chunk, tick_ns)[0] >= 1.0:
                     del self._chunks[:i]
                     break
 
