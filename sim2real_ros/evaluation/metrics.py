@@ -93,14 +93,18 @@ def _summary(values: np.ndarray) -> dict[str, float | int]:
 
 
 def _error_stats(errors: np.ndarray) -> dict[str, float | int]:
-    """MAE, RMSE, bias, max |e|, p50/p99 |e| of signed errors (NaN entries ignored)."""
-    errors = np.asarray(errors, dtype=float).ravel()
-    errors = errors[np.isfinite(errors)]
+    """MAE, RMSE, bias, max |e|, p50/p99 |e| of signed errors: (P,) for one joint or (P, n) chunk
+    points x joints; "points" counts chunk points (rows), NaN rows are ignored."""
+    errors = np.asarray(errors, dtype=float)
+    rows = errors.reshape(len(errors), -1) if errors.ndim > 1 else errors[:, None]
+    rows = rows[np.all(np.isfinite(rows), axis=1)]
+    points = len(rows)
+    errors = rows.ravel()
     if errors.size == 0:
         nan = float("nan")
         return {"points": 0, "mae": nan, "rmse": nan, "bias": nan, "p50_abs": nan, "p99_abs": nan, "max_abs": nan}
     absolute = np.abs(errors)
-    return {"points": int(errors.size), "mae": float(absolute.mean()), "rmse": float(np.sqrt(np.mean(errors ** 2))),
+    return {"points": int(points), "mae": float(absolute.mean()), "rmse": float(np.sqrt(np.mean(errors ** 2))),
             "bias": float(errors.mean()), "p50_abs": float(np.percentile(absolute, 50)),
             "p99_abs": float(np.percentile(absolute, 99)), "max_abs": float(absolute.max())}
 

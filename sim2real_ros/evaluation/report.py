@@ -51,6 +51,11 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+def _mrad(value: Any) -> str:
+    """An angle [rad] shown in milliradians (errors of a good policy are a few mrad)."""
+    return "–" if value is None else f"{1e3 * float(value):.3f}"
+
+
 def markdown(report: dict[str, Any]) -> str:
     """report.md: summary, per-joint errors, error by chunk index, lag, magnitudes, jumps, skips."""
     metrics = report.get("metrics", {})
@@ -65,36 +70,40 @@ def markdown(report: dict[str, Any]) -> str:
         f"aligned at send time + {report.get('options', {}).get('actuation_latency_s')} s",
         f"- frames: {frames.get('images')} images, **{frames.get('evaluated')} evaluated**, "
         f"{frames.get('skipped_total')} skipped",
-        f"- overall: MAE **{_fmt(metrics.get('overall', {}).get('mae'))} rad**, "
-        f"RMSE {_fmt(metrics.get('overall', {}).get('rmse'))} rad over {metrics.get('points_evaluated')} points",
+        f"- overall: MAE **{_mrad(metrics.get('overall', {}).get('mae'))} mrad**, "
+        f"RMSE {_mrad(metrics.get('overall', {}).get('rmse'))} mrad over {metrics.get('points_evaluated')} "
+        f"chunk points",
         "",
-        "## Error per joint [rad]",
+        "## Error per joint [mrad] (predicted - recorded)",
         "",
         "| joint | MAE | RMSE | bias | p99 abs | max abs | points |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, stats in metrics.get("per_joint", {}).items():
-        lines.append(f"| {name} | {_fmt(stats['mae'])} | {_fmt(stats['rmse'])} | {_fmt(stats['bias'])} | "
-                     f"{_fmt(stats['p99_abs'])} | {_fmt(stats['max_abs'])} | {stats['points']} |")
-    lines += ["", "## Error by chunk index [rad]", "", "| k | t [s] | MAE | RMSE | points |", "|---|---|---|---|---|"]
+        lines.append(f"| {name} | {_mrad(stats['mae'])} | {_mrad(stats['rmse'])} | {_mrad(stats['bias'])} | "
+                     f"{_mrad(stats['p99_abs'])} | {_mrad(stats['max_abs'])} | {stats['points']} |")
+    lines += ["", "## Error by chunk index [mrad]", "", "| k | t [s] | MAE | RMSE | points |",
+              "|---|---|---|---|---|"]
     for row in metrics.get("by_chunk_index", []):
-        lines.append(f"| {row['k']} | {_fmt(row['t_s'], 3)} | {_fmt(row['mae'])} | {_fmt(row['rmse'])} | "
+        lines.append(f"| {row['k']} | {_fmt(row['t_s'], 3)} | {_mrad(row['mae'])} | {_mrad(row['rmse'])} | "
                      f"{row['points']} |")
     lag = metrics.get("lag", {})
+    caveat = "" if lag.get("identifiable") else (
+        " The RMSE hardly changes with the lag (the recording barely moves), so this lag means little.")
     lines += ["", "## Lag", "",
-              f"Best alignment at lag **{_fmt(lag.get('best_lag_s'), 3)} s** (RMSE {_fmt(lag.get('rmse_at_best'))} "
-              f"rad; at 0 s: {_fmt(lag.get('rmse_at_zero'))} rad). A positive lag means the recording does what "
-              f"the policy predicts that much later."]
+              f"Best alignment at lag **{_fmt(lag.get('best_lag_s'), 3)} s** (RMSE {_mrad(lag.get('rmse_at_best'))} "
+              f"mrad; at 0 s: {_mrad(lag.get('rmse_at_zero'))} mrad). A positive lag means the recording does what "
+              f"the policy predicts that much later.{caveat}"]
     magnitude = metrics.get("action_magnitude", {})
-    lines += ["", "## Action magnitude |target - q| [rad]", "", "| | mean | p50 | p90 | p99 | max |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "## Action magnitude |target - q at the observation| [mrad]", "",
+              "| | mean | p50 | p90 | p99 | max |", "|---|---|---|---|---|---|"]
     for who in ("predicted", "human"):
-        s = magnitude.get(who, {})
-        lines.append(f"| {who} | {_fmt(s.get('mean'))} | {_fmt(s.get('p50'))} | {_fmt(s.get('p90'))} | "
-                     f"{_fmt(s.get('p99'))} | {_fmt(s.get('max'))} |")
+        stats = magnitude.get(who, {})
+        lines.append(f"| {who} | {_mrad(stats.get('mean'))} | {_mrad(stats.get('p50'))} | {_mrad(stats.get('p90'))} | "
+                     f"{_mrad(stats.get('p99'))} | {_mrad(stats.get('max'))} |")
     jumps = metrics.get("chunk_boundary_jumps", {})
-    lines += ["", "## Jumps at chunk boundaries [rad]", "",
-              f"mean {_fmt(jumps.get('mean'))}, p99 {_fmt(jumps.get('p99'))}, max {_fmt(jumps.get('max'))} "
+    lines += ["", "## Jumps at chunk boundaries [mrad]", "",
+              f"mean {_mrad(jumps.get('mean'))}, p99 {_mrad(jumps.get('p99'))}, max {_mrad(jumps.get('max'))} "
               f"over {jumps.get('count')} overlapping points"]
     lines += ["", "## Skipped frames", "", "| reason | frames |", "|---|---|"]
     for reason, count in sorted(frames.get("skipped", {}).items()):
