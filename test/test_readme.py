@@ -12,8 +12,7 @@ from sim2real_ros.cli.main import available_commands
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 NODES = ("sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder")
-DECLARERS = {"declare", "_declare", "declare_parameter", "_declare_array", "_declare_string_array",
-             "_declare_string_list"}
+DECLARERS = {"declare", "declare_array", "declare_parameter", "_declare_string_array"}
 
 
 def declared_parameters(node: str) -> set[str]:

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.exceptions import InvalidParameterTypeException
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image
 
@@ -118,21 +117,12 @@ class CameraPreprocessor(Node):
             f"cy={policy.cy}, config {self.config.preprocess_config} (hash {self.preprocess.content_hash[:12]})"
         )
 
-    def _declare(self, name: str, default, description: str):
-        """common.declare, with a wrongly typed override (`-p period:=1` for a float) reported as a
-        ConfigError naming the parameter instead of an rclpy traceback."""
-        try:
-            return declare(self, name, default, description)
-        except InvalidParameterTypeException as err:
-            raise ConfigError(f"{self.get_name()} parameter", name, None,
-                              f"must be a {type(default).__name__} (e.g. {default!r}): {err.args[0]}") from err
-
     def _read_parameters(self) -> CameraPreprocessorConfig:
-        path = self._declare("preprocess_config", str(config_path("preprocess.yaml")),
+        path = declare(self, "preprocess_config", str(config_path("preprocess.yaml")),
                              "Preprocessing YAML: policy camera intrinsics and size, center_crop, fill_rgb, "
                              "interpolation. Its content hash must match the checkpoint's.")
-        period = self._declare("diagnostics_period_s", 1.0, "Period of the ~/diagnostics report [s].")
-        throttle = self._declare("log_throttle_s", 5.0,
+        period = declare(self, "diagnostics_period_s", 1.0, "Period of the ~/diagnostics report [s].")
+        throttle = declare(self, "log_throttle_s", 5.0,
                                  "At most one warning per drop reason per this period [s] (counters are exact).")
         return CameraPreprocessorConfig(preprocess_config=str(path), diagnostics_period_s=float(period),
                                         log_throttle_s=float(throttle), source=f"{self.get_name()} parameter")

@@ -7,8 +7,10 @@ from typing import Any
 
 import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.exceptions import InvalidParameterTypeException, ParameterUninitializedException
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from rclpy.qos import (
     DurabilityPolicy,
     HistoryPolicy,
@@ -16,7 +18,7 @@ from rclpy.qos import (
     ReliabilityPolicy,
 )
 
-from ..core.errors import Sim2RealError
+from ..core.errors import ConfigError, Sim2RealError
 
 # Camera topics: best effort depth 5. A best-effort subscription also matches reliable publishers,
 # so real drivers of either kind connect.
@@ -50,9 +52,27 @@ JOY_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=Reli
 
 
 def declare(node: Node, name: str, default: Any, description: str, read_only: bool = True) -> Any:
-    """Declare a parameter with a description (shown by `ros2 param describe`) and return its value."""
-    node.declare_parameter(name, default, ParameterDescriptor(description=description, read_only=read_only))
+    """Declare a parameter with a description (shown by `ros2 param describe`) and return its value.
+
+    A wrongly typed override (`-p period:=1` for a float) becomes a ConfigError naming the
+    parameter, instead of an rclpy traceback.
+    """
+    try:
+        node.declare_parameter(name, default, ParameterDescriptor(description=description, read_only=read_only))
+    except InvalidParameterTypeException as err:
+        raise ConfigError(f"{node.get_name()} parameter", name, None,
+                          f"must be a {type(default).__name__} (e.g. {default!r}): {err.args[0]}") from err
     return node.get_parameter(name).value
+
+
+def declare_array(node: Node, name: str, kind: Parameter.Type, description: str) -> list:
+    """An array parameter whose default is empty (an empty list has no type in Humble's rclpy, so
+    the type is stated); returns [] when it is not set."""
+    node.declare_parameter(name, kind, ParameterDescriptor(description=description, read_only=True))
+    try:
+        return list(node.get_parameter(name).value or [])
+    except ParameterUninitializedException:
+        return []
 
 
 def now_ns(node: Node) -> int:

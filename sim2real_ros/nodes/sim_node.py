@@ -28,8 +28,6 @@ from typing import Any
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PointStamped
-from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -44,7 +42,16 @@ from ..core.errors import ConfigError
 from ..paths import config_path, urdf_path
 from ..sim.params import load_sim_params
 from ..sim.world import SimWorld
-from .common import EVENTS_QOS, JOINT_STATE_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS, SENSOR_QOS, declare, run_node
+from .common import (
+    EVENTS_QOS,
+    JOINT_STATE_QOS,
+    LATCHED_QOS,
+    RELIABLE_LATEST_QOS,
+    SENSOR_QOS,
+    declare,
+    declare_array,
+    run_node,
+)
 
 NODE_NAME = "sim_node"
 PACINGS = ("realtime", "lockstep", "fast")
@@ -160,7 +167,9 @@ class SimNode(Node):
             camera_calibration=declare(self, "camera_calibration", "",
                                        "camera calibration YAML (ROS format); empty = the sim params' file"),
             ee_link=declare(self, "ee_link", "", "end-effector (tool point) link; empty = the sim params' ee_link"),
-            joints=tuple(self._string_list("joints")),
+            joints=tuple(str(v) for v in declare_array(
+                self, "joints", Parameter.Type.STRING_ARRAY,
+                "command joint order (Float64MultiArray layout); empty = all movable URDF joints")),
             seed=int(declare(self, "seed", 0, "random seed of targets and randomization (reproducible episodes)")),
             randomize=bool(declare(self, "randomize", False, "domain randomization per episode (false = nominal)")),
             auto_reset=bool(declare(self, "auto_reset", True, "start a new episode after each outcome")),
@@ -179,17 +188,6 @@ class SimNode(Node):
             world_frame_id=str(declare(self, "world_frame_id", "world", "frame of sim/target (robot base)")),
             camera_frame_id=str(declare(self, "camera_frame_id", "camera_link", "frame_id of the camera topics")),
         )
-
-    def _string_list(self, name: str) -> list[str]:
-        # A string array parameter whose default is empty needs its type stated explicitly.
-        self.declare_parameter(name, Parameter.Type.STRING_ARRAY, ParameterDescriptor(
-            description="command joint order (Float64MultiArray layout); empty = all movable URDF joints",
-            read_only=True))
-        try:
-            value = self.get_parameter(name).value
-        except ParameterUninitializedException:
-            return []
-        return [] if value is None else [str(v) for v in value]
 
     # ------------------------------------------------------------------------------------------
     # callbacks (executor threads)

@@ -19,9 +19,7 @@ import threading
 from dataclasses import dataclass
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
@@ -51,6 +49,7 @@ from .common import (
     LATCHED_QOS,
     RELIABLE_LATEST_QOS,
     declare,
+    declare_array,
     now_ns,
     run_node,
 )
@@ -80,21 +79,12 @@ class SupervisorNodeParams:
             raise ConfigError(SOURCE, "robot_description", self.robot_description, "is empty")
 
 
-def _declare_array(node: Node, name: str, kind: Parameter.Type, description: str) -> list:
-    """An array parameter without a default (an empty list has no type in Humble's rclpy)."""
-    node.declare_parameter(name, kind, ParameterDescriptor(description=description, read_only=True))
-    try:
-        return list(node.get_parameter(name).value or [])
-    except ParameterUninitializedException:
-        return []
-
-
 def declare_parameters(node: Node) -> tuple[SupervisorNodeParams, dict]:
     """Declare every parameter (with descriptions); return node params and the core's config fields."""
     params = SupervisorNodeParams(
         robot_description=str(declare(node, "robot_description", str(urdf_path()),
                                       "URDF XML or URDF file path: joints, limits, Jacobian")),
-        joints=tuple(_declare_array(node, "joints", Parameter.Type.STRING_ARRAY,
+        joints=tuple(declare_array(node, "joints", Parameter.Type.STRING_ARRAY,
                                     "command joint order (default: the URDF's movable joints)")),
         ee_link=str(declare(node, "ee_link", "", "end-effector link for Cartesian jogging ('' = the arm's tip)")),
         joystick_config=str(declare(node, "joystick_config", str(config_path("joystick.yaml")),
@@ -118,11 +108,11 @@ def declare_parameters(node: Node) -> tuple[SupervisorNodeParams, dict]:
                                  "SHARED: fraction of the human's jog velocity added to the policy [0..1]"),
         shared_max_offset_rad=declare(node, "shared_max_offset_rad", 0.3,
                                       "SHARED: largest human correction per joint [rad]"),
-        lower=_declare_array(node, "position_lower_limits", Parameter.Type.DOUBLE_ARRAY,
+        lower=declare_array(node, "position_lower_limits", Parameter.Type.DOUBLE_ARRAY,
                              "tighter lower position limits per joint [rad] (empty: URDF)"),
-        upper=_declare_array(node, "position_upper_limits", Parameter.Type.DOUBLE_ARRAY,
+        upper=declare_array(node, "position_upper_limits", Parameter.Type.DOUBLE_ARRAY,
                              "tighter upper position limits per joint [rad] (empty: URDF)"),
-        velocity=_declare_array(node, "velocity_limits", Parameter.Type.DOUBLE_ARRAY,
+        velocity=declare_array(node, "velocity_limits", Parameter.Type.DOUBLE_ARRAY,
                                 "tighter velocity limits per joint [rad/s] (empty: URDF)"),
         velocity_scale=declare(node, "velocity_scale", 1.0, "scale of the velocity limits, in (0, 1]"),
     )
