@@ -231,7 +231,7 @@ def test_latency_estimate_is_reported_and_optionally_used(ros, tmp_path):
 @pytest.mark.parametrize(
     "bad, expected",
     [({"interpolation": "quintic"}, ("interpolation", "'quintic'")),
-     ({"control_rate": 100}, ("control_rate", "= 100", "float"))],  # an int where a double is declared
+     ({"control_rate": 100}, ("control_rate", "float", "INTEGER"))],  # an int where a double is declared
 )
 def test_bad_parameter_fails_at_start_naming_field_and_value(tmp_path, bad, expected):
     decl = node_decl("actuator_node", {"joints": JOINTS, **bad})

@@ -22,10 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
-from rclpy.exceptions import ParameterException, ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
@@ -45,7 +43,7 @@ from ..core.errors import ConfigError, Sim2RealError
 from ..core.latency_estimator import LatencyEstimate, LatencyEstimator, LatencyEstimatorConfig
 from ..core.urdf import RobotModel
 from ..paths import urdf_path
-from .common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS, declare, now_ns, run_node
+from .common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS, declare, declare_array, now_ns, run_node
 
 NODE_NAME = "actuator_node"
 DIAGNOSTICS_PERIOD_S = 1.0
@@ -121,65 +119,41 @@ class ActuatorConfig:
         )
 
 
-def _declare_string_array(node: Node, name: str, description: str) -> list[str]:
-    """A string-array parameter without a default (an empty list has no type in Humble's rclpy)."""
-    node.declare_parameter(name, Parameter.Type.STRING_ARRAY, ParameterDescriptor(description=description,
-                                                                                  read_only=True))
-    try:
-        return list(node.get_parameter(name).value or [])
-    except ParameterUninitializedException:
-        return []
-
-
-def _param(node: Node, name: str, default, description: str):
-    """common.declare, with a parameter of the wrong type (`control_rate: 100` for a double) turned
-    into a ConfigError naming it instead of a traceback."""
-    try:
-        return declare(node, name, default, description)
-    except ParameterException as err:
-        override = getattr(node, "_parameter_overrides", {}).get(name)
-        value = override.value if override is not None else None
-        raise ConfigError(f"{node.get_name()} parameters", name, value,
-                          f"must be of type {type(default).__name__} (as its default {default!r}): {err}") from err
-
-
 def declare_parameters(node: Node) -> ActuatorConfig:
     """Declare the node's parameters (with descriptions) and validate them into an ActuatorConfig."""
-    description = _param(node, "robot_description", str(urdf_path()),
-                         "URDF XML or a URDF file path; its movable joints are the default `joints`")
-    joints = _declare_string_array(node, "joints", "joint names of the commands, in order (default: the "
-                                   "URDF's movable joints)")
+    description = declare(node, "robot_description", str(urdf_path()),
+                          "URDF XML or a URDF file path; its movable joints are the default `joints`")
+    joints = declare_array(node, "joints", Parameter.Type.STRING_ARRAY,
+                           "joint names of the commands, in order (default: the URDF's movable joints)")
     values = dict(
-        control_rate=_param(node, "control_rate", 100.0, "command publication rate [Hz]"),
-        actuation_latency=_param(node, "actuation_latency", 0.0,
-                                 "delay from sending a command to the joints acting on it [s]; the command "
-                                 "at tick t is the chunk target for t + actuation_latency"),
-        interpolation=_param(node, "interpolation", "cubic", "between chunk points: linear | cubic (C1 Hermite)"),
-        blending=_param(node, "blending", "crossfade",
-                        "overlapping chunks: crossfade (newest wins) | temporal_ensemble (ACT)"),
-        crossfade_s=_param(node, "crossfade_s", 0.05, "fade-in time of a new chunk [s] (0: switch at once)"),
-        ensemble_decay=_param(node, "ensemble_decay", 0.01,
-                              "temporal_ensemble: m in w_i = exp(-m i), i = 0 the oldest chunk (m > 0 favours "
-                              "older chunks, as ACT)"),
-        estimate_latency=_param(node, "estimate_latency", True,
-                                "estimate the actuation latency from commands vs joint_states and report it"),
-        use_estimated_latency=_param(node, "use_estimated_latency", False,
-                                     "compensate with the estimated latency instead of actuation_latency once "
-                                     "its confidence reaches latency_min_confidence"),
-        latency_window_s=_param(node, "latency_window_s", 4.0, "history used by the latency estimate [s]"),
-        latency_max_s=_param(node, "latency_max_s", 0.25, "largest latency the estimate searches [s]"),
-        latency_min_confidence=_param(node, "latency_min_confidence", 0.8,
-                                      "confidence (normalized correlation) needed to use the estimate [0..1]"),
+        control_rate=declare(node, "control_rate", 100.0, "command publication rate [Hz]"),
+        actuation_latency=declare(node, "actuation_latency", 0.0,
+                                  "delay from sending a command to the joints acting on it [s]; the command "
+                                  "at tick t is the chunk target for t + actuation_latency"),
+        interpolation=declare(node, "interpolation", "cubic", "between chunk points: linear | cubic (C1 Hermite)"),
+        blending=declare(node, "blending", "crossfade",
+                         "overlapping chunks: crossfade (newest wins) | temporal_ensemble (ACT)"),
+        crossfade_s=declare(node, "crossfade_s", 0.05, "fade-in time of a new chunk [s] (0: switch at once)"),
+        ensemble_decay=declare(node, "ensemble_decay", 0.01,
+                               "temporal_ensemble: m in w_i = exp(-m i), i = 0 the oldest chunk (m > 0 favours "
+                               "older chunks, as ACT)"),
+        estimate_latency=declare(node, "estimate_latency", True,
+                                 "estimate the actuation latency from commands vs joint_states and report it"),
+        use_estimated_latency=declare(node, "use_estimated_latency", False,
+                                      "compensate with the estimated latency instead of actuation_latency once "
+                                      "its confidence reaches latency_min_confidence"),
+        latency_window_s=declare(node, "latency_window_s", 4.0, "history used by the latency estimate [s]"),
+        latency_max_s=declare(node, "latency_max_s", 0.25, "largest latency the estimate searches [s]"),
+        latency_min_confidence=declare(node, "latency_min_confidence", 0.8,
+                                       "confidence (normalized correlation) needed to use the estimate [0..1]"),
     )
     if not joints:
         try:
             joints = RobotModel.from_description(description).joint_names
         except Sim2RealError as err:
-            raise ConfigError(f"{node.get_name()} parameters", "robot_description", description, str(err)) from err
-    try:
-        return ActuatorConfig(joints=tuple(joints), source=f"{node.get_name()} parameters", **values)
-    except TypeError as err:  # a parameter of the wrong type, e.g. a string for a number
-        raise ConfigError(f"{node.get_name()} parameters", "?", values, str(err)) from err
+            shown = description if len(description) <= 200 else description[:200] + "..."  # XML can be long
+            raise ConfigError(f"{node.get_name()} parameters", "robot_description", shown, str(err)) from err
+    return ActuatorConfig(joints=tuple(joints), source=f"{node.get_name()} parameters", **values)
 
 
 def _percentiles_ms(values_s) -> dict[str, float]:
