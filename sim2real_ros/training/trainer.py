@@ -137,10 +137,16 @@ class Trainer:
     def _state_path(self) -> Path:
         return self.work_dir / "state.json"
 
+    def _bc_hash(self) -> str:
+        """Hash of what the saved data and BC student depend on. The DAgger and evaluation settings
+        are not in it, so a finished run can be resumed with more rounds."""
+        later = {"dagger_rounds", "dagger_episodes", "epochs_per_round", "eval_episodes", "num_threads"}
+        return content_hash({k: v for k, v in self.config.to_dict().items() if k not in later})
+
     def _save_state(self, stage: int, model: PolicyModel, data: Dataset) -> None:
         data.save(self.work_dir / "dataset.npz")
         torch.save(model.state_dict(), self.work_dir / "student.pt")
-        state = {"stage": stage, "history": self.history, "config_hash": content_hash(self.config.to_dict())}
+        state = {"stage": stage, "history": self.history, "bc_hash": self._bc_hash()}
         self._state_path().write_text(json.dumps(state, indent=2))
 
     def _load_state(self, model: PolicyModel) -> tuple[int, Dataset]:
@@ -148,7 +154,7 @@ class Trainer:
         if not path.exists():
             return -1, Dataset()
         state = json.loads(path.read_text())
-        if state.get("config_hash") != content_hash(self.config.to_dict()):
+        if state.get("bc_hash") != self._bc_hash():
             self.log(f"[train] {self.work_dir} holds a run of another config; starting fresh")
             return -1, Dataset()
         model.load_state_dict(torch.load(self.work_dir / "student.pt", weights_only=True))
