@@ -40,9 +40,9 @@ def sysid_sequence() -> tuple[ExcitationSequence, float]:
     """A fit part and a shorter, different held-out part (each: steps and a chirp per excited joint,
     from sysid excite), around BASE_POSE. Returns (sequence over all JOINTS, held-out fraction)."""
     urdf = str(urdf_path())
-    fit_part = excitation_for_robot(urdf, ExciteOptions(rate_hz=RATE_HZ, hold_s=0.3, chirp_s=3.0,
+    fit_part = excitation_for_robot(urdf, ExciteOptions(rate_hz=RATE_HZ, hold_s=0.25, chirp_s=2.5,
                                                         amplitude_fraction=0.03, speed_fraction=0.5), EXCITED)
-    held_out = excitation_for_robot(urdf, ExciteOptions(rate_hz=RATE_HZ, hold_s=0.2, chirp_s=1.5,
+    held_out = excitation_for_robot(urdf, ExciteOptions(rate_hz=RATE_HZ, hold_s=0.15, chirp_s=1.2,
                                                         amplitude_fraction=0.025, speed_fraction=0.5), EXCITED)
     offsets = np.vstack([fit_part.positions, held_out.positions])
     positions = np.tile(BASE_POSE, (len(offsets), 1))
@@ -73,8 +73,12 @@ def drawn_params(tmp_path: Path, rng: np.random.Generator) -> tuple[Path, dict]:
 def record_excitation(ros, tmp_path: Path, params_file: Path, sequence: ExcitationSequence) -> Path:
     """Run sim_node + recorder as processes; publish the sequence paced on the sim clock."""
     bag = tmp_path / "sysid_bag"
-    sim = node_decl("sim_node", {"sim_params_file": str(params_file), "pacing": "realtime", "camera_enabled": False,
-                                 "auto_reset": False, "joint_state_rate_hz": 100.0, "clock_rate_hz": 500.0})
+    # Half real time: a sim that keeps ahead of its schedule sleeps between steps, so its command
+    # callback runs when a command arrives. A sim behind schedule on a loaded machine never sleeps and
+    # takes commands late and in bursts; the recorded commands would not be the ones it acted on.
+    sim = node_decl("sim_node", {"sim_params_file": str(params_file), "pacing": "realtime", "real_time_factor": 0.5,
+                                 "camera_enabled": False, "auto_reset": False, "joint_state_rate_hz": 100.0,
+                                 "clock_rate_hz": 500.0})
     recorder = node_decl("recorder", {"output": str(bag), "flush_period_s": 0.5, "discovery_period_s": 0.2,
                                       "topics": ["joint_states", "forward_position_controller/commands"]})
     clock = ros.collect(Clock, "clock", 10)
@@ -95,10 +99,10 @@ def record_excitation(ros, tmp_path: Path, params_file: Path, sequence: Excitati
         publish(sequence.positions[0])
         start = sim_now() + 1.0  # settle at the start pose while the recorder already records
         for t, q in zip(sequence.times_s, sequence.positions, strict=True):
-            assert wait_until(lambda t=t: sim_now() >= start + t, 30.0, poll_s=0.002), "sim clock stopped"
+            assert wait_until(lambda t=t: sim_now() >= start + t, 60.0, poll_s=0.002), "sim clock stopped"
             publish(q)
         end = start + sequence.times_s[-1] + 1.0
-        assert wait_until(lambda: sim_now() >= end, 30.0)
+        assert wait_until(lambda: sim_now() >= end, 60.0)
         codes = launcher.shutdown()
     assert codes.get("recorder") == 0, codes
     return bag
@@ -130,17 +134,23 @@ def test_fit_recovers_drawn_sim_dynamics(ros, tmp_path: Path) -> None:
     latency = params["actuation_latency_s"]
     assert latency["identifiable"], context
     assert abs(latency["value"] - truth["actuation_latency_s"]) <= 0.010, context  # one control period
+    identified_joints = 0
     for joint in EXCITED:
-        for kind in ("kp", "kd"):
-            p = params[f"{kind}.{joint}"]
-            assert p["identifiable"], context
-            assert p["value"] == pytest.approx(truth[kind][joint], rel=0.10), f"{kind}.{joint}: {context}"
+        gains = [params[f"{kind}.{joint}"] for kind in ("kp", "kd")]
         # kd and damping act identically in the sim (both scale joint velocity): the data fixes their
         # sum; damping, a few % of it here, must be reported as not identifiable, not as a number.
-        total = params[f"kd.{joint}"]["value"] + params[f"damping.{joint}"]["value"]
-        assert total == pytest.approx(truth["kd"][joint] + truth["damping"][joint], rel=0.10), context
         assert f"damping.{joint}" in report["not_identifiable"], context
         assert params[f"damping.{joint}"]["value"] == params[f"damping.{joint}"]["nominal"]
+        if not all(p["identifiable"] for p in gains):
+            # A strongly overdamped joint shows mostly kp/(kd + damping): that must be said, with why.
+            assert all("flat direction" in p["reason"] for p in gains if not p["identifiable"]), context
+            continue
+        identified_joints += 1
+        for p, kind in zip(gains, ("kp", "kd"), strict=True):
+            assert p["value"] == pytest.approx(truth[kind][joint], rel=0.10), f"{kind}.{joint}: {context}"
+        total = params[f"kd.{joint}"]["value"] + params[f"damping.{joint}"]["value"]
+        assert total == pytest.approx(truth["kd"][joint] + truth["damping"][joint], rel=0.10), context
+    assert identified_joints >= 2, context
     before = report["errors"]["before"]["holdout"]["normalized_mse"]
     after = report["errors"]["after"]["holdout"]["normalized_mse"]
     assert after <= 0.3 * before, context

@@ -12,7 +12,8 @@ Pipeline (pure: no rclpy):
    whose move changes the simulated trajectory by less than 1 % of the joint's motion (RMS), or that
    lies mostly in a flat direction of the Gauss-Newton Hessian (e.g. kd and damping enter the sim
    identically unless the effort limit saturates: only their sum is determined), is reported as not
-   identifiable, kept at its nominal value, and the others are re-fitted.
+   identifiable. A negligible one is kept at its nominal value and the others are re-fitted; one
+   confounded with others keeps its fitted value, since together they reproduce what was determined.
 4. Friction (which the fast model lacks) is fitted by replaying in PyBullet (sysid/replay.py), and
    judged identifiable the same way, on PyBullet trajectories.
 5. Optionally, Nelder-Mead on the PyBullet replay cost itself polishes everything (`sim_polish_evals`).
@@ -42,6 +43,7 @@ MIN_EFFECT = 0.01  # a parameter moving the trajectory by less than 1 % of the m
 LOG_RANGE = math.log(20.0)  # positive parameters are searched within nominal /20 .. x20
 MIN_MOTION_RAD = 1e-3  # floor of a joint's motion scale [rad]
 UNSTABLE_COST = 1e6
+FLAT_WEIGHT = 0.4  # a parameter this much inside flat directions is not determined on its own
 
 
 @dataclass(frozen=True)
@@ -368,26 +370,24 @@ def fit(data: FitData, params: SimParams, robot_description: str, options: FitOp
         if kinds or fit_latency:
             problem = _FastProblem(data, grid, inertia, nominal, fitted_joints, kinds, fit_latency, options)
             x, _ = _search(problem, options, nominal)
-            effects, flat_weight, _flat = _identifiability(problem, x)
+            effects, flat_weight, flat = _identifiability(problem, x)
             fitted_x = x.copy()
-            bad = [i for i in range(len(x)) if effects[i] < MIN_EFFECT or flat_weight[i] > 0.5]
-            if bad:
-                # Not identifiable: back to nominal, and re-fit the rest around that.
-                keep = [i for i in range(len(x)) if i not in bad]
+            # Negligible parameters go back to nominal and the rest is re-fitted around them.
+            negligible = [i for i in range(len(x)) if effects[i] < MIN_EFFECT]
+            if negligible:
+                keep = [i for i in range(len(x)) if i not in negligible]
                 nominal_x = problem.x_of(nominal)
+                x = nominal_x.copy()
                 if keep:
                     def reduced(z: np.ndarray) -> float:
                         full = nominal_x.copy()
                         full[keep] = z
                         return problem.cost(full)
                     bounds = problem.bounds()
-                    z, _ = _nelder_mead(reduced, x[keep], [bounds[i] for i in keep],
-                                        [problem.slots[i] for i in keep], options.max_evaluations // 2)
-                    x = nominal_x.copy()
-                    x[keep] = z
-                else:
-                    x = nominal_x
+                    x[keep], _ = _nelder_mead(reduced, fitted_x[keep], [bounds[i] for i in keep],
+                                              [problem.slots[i] for i in keep], options.max_evaluations // 2)
             dyn = problem.dynamics(x)
+            labels = [_label(kind, "" if kind == "latency" else names[j]) for kind, j in problem.slots]
             for i, (kind, j) in enumerate(problem.slots):
                 joint = "" if kind == "latency" else names[j]
                 nominal_value = nominal.latency_s if kind == "latency" else float(nominal.values(kind)[j])
@@ -396,10 +396,13 @@ def fit(data: FitData, params: SimParams, robot_description: str, options: FitOp
                 reason = ""
                 if effects[i] < MIN_EFFECT:
                     reason = (f"a {'10 ms' if kind == 'latency' else '20 %'} change moves the trajectory by "
-                              f"{effects[i]:.2%} of the motion (< {MIN_EFFECT:.0%})")
-                elif flat_weight[i] > 0.5:
-                    reason = (f"lies in a flat direction of the cost ({flat_weight[i]:.0%}): confounded with other "
-                              "parameters (kd and damping act identically unless the effort limit saturates)")
+                              f"{effects[i]:.2%} of the motion (< {MIN_EFFECT:.0%}); nominal value kept")
+                elif flat_weight[i] > FLAT_WEIGHT:
+                    partners = sorted({labels[k] for v in flat for k in np.flatnonzero(np.abs(v) > 0.3)
+                                       if abs(v[i]) > 0.3 and k != i})
+                    reason = (f"lies in a flat direction of the cost ({flat_weight[i]:.0%}) with "
+                              f"{', '.join(partners) or 'other parameters'}: only their combination is determined; "
+                              "the fitted value, which reproduces it, is written")
                 parameters.append(ParameterResult(kind, joint, nominal_value, fitted_value, value, not reason,
                                                   float(effects[i]), float(flat_weight[i]), reason))
             evaluations["model"] = problem.evaluations

@@ -96,6 +96,33 @@ def log_to_state_clock(state: JointStream) -> tuple[np.ndarray, np.ndarray, floa
     return state.log_ns.astype(float), state.log_ns - envelope, float(np.median(offset - envelope)) / NS_PER_S
 
 
+def regular_times(t: np.ndarray, window: int = 25) -> tuple[np.ndarray, bool]:
+    """Command times (K,) [s] re-estimated for a fixed-rate command stream, and whether it is one.
+
+    A fixed-rate controller (the supervisor, the excitation player) sends one command per period,
+    but a loaded recorder logs them in bursts: tens of ms late, then several at once. Over a window
+    of commands the rate is steady, so each time is re-estimated as the median of its neighbours'
+    times moved by whole periods. Streams that are not fixed-rate (long-run rate varying by more than
+    10 %) are returned unchanged."""
+    if len(t) < 4 * window:
+        return t, False
+    period = float(np.median(np.diff(t)))
+    span = 2 * window
+    rates = (t[span:] - t[:-span]) / span
+    if period <= 0 or np.mean(np.abs(rates / np.median(rates) - 1.0) < 0.1) < 0.9:
+        return t, False
+    period = float(np.median(rates))
+    # A pause in the commands (not a recorder stall) starts a new segment.
+    breaks = np.flatnonzero(np.diff(t) > 20 * period) + 1
+    out = t.copy()
+    for segment in np.split(np.arange(len(t)), breaks):
+        times = t[segment]
+        for i in range(len(segment)):
+            lo, hi = max(0, i - window), min(len(segment), i + window + 1)
+            out[segment[i]] = float(np.median(times[lo:hi] - period * (np.arange(lo, hi) - i)))
+    return out, True
+
+
 def align(command: JointStream, state: JointStream, joint_names: list[str], holdout_fraction: float) -> FitData:
     """Put a command stream (columns = joint_names) and a JointState stream on one clock.
 
@@ -131,6 +158,10 @@ def align(command: JointStream, state: JointStream, joint_names: list[str], hold
     keep = np.concatenate([[True], np.diff(state_ns) > 0])
     state_ns, positions = state_ns[keep], positions[keep]
     # Replay starts at the first state sample that has a command in effect.
+    command_ns, regular = regular_times(command_ns / NS_PER_S)
+    command_ns = command_ns * NS_PER_S
+    if regular:
+        reason += "; fixed-rate commands: times re-estimated from their rate (recorder log times come in bursts)"
     start = max(state_ns[0], command_ns[0])
     in_range = state_ns >= start
     if np.count_nonzero(in_range) < 50 or (state_ns[-1] - start) / NS_PER_S < 2.0:

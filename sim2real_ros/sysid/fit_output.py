@@ -34,9 +34,8 @@ def fitted_mapping(result: FitResult, params: SimParams, bag: str, extra: dict[s
     """The new sim params mapping (see the module doc)."""
     data = copy.deepcopy(params.to_dict())
     actuator = data.setdefault("actuator", {})
+    # Every parameter's written value: fitted, or nominal where the data could not determine it.
     for p in result.parameters:
-        if not p.identifiable:
-            continue
         if p.kind == "latency":
             actuator["actuation_latency_s"] = _round(p.value)
             continue
