@@ -189,3 +189,12 @@ def _state(mode: str, stamp_ns: int):
     msg.header.stamp = ns_to_stamp(stamp_ns)
     msg.status = [DiagnosticStatus(name="supervisor", values=[KeyValue(key="mode", value=mode)])]
     return msg
+
+
+def test_no_comparable_point_gives_empty_statistics_not_an_error():
+    meant, values = recorded(start_s=20.0, end_s=21.0)  # the commands come after every prediction
+    metrics = compare(predictions_of(trajectory, STAMPS), meant, values, np.ones(len(meant), bool), NS // 20,
+                      LAGS).metrics
+    assert metrics["frames"]["evaluated"] == 0 and metrics["frames"]["skipped"]["no_human_action"] == len(STAMPS)
+    assert metrics["overall"]["points"] == 0 and np.isnan(metrics["overall"]["mae"])
+    assert metrics["lag"]["best_lag_s"] is None

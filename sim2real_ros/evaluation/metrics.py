@@ -96,7 +96,7 @@ def _error_stats(errors: np.ndarray) -> dict[str, float | int]:
     """MAE, RMSE, bias, max |e|, p50/p99 |e| of signed errors: (P,) for one joint or (P, n) chunk
     points x joints; "points" counts chunk points (rows), NaN rows are ignored."""
     errors = np.asarray(errors, dtype=float)
-    rows = errors.reshape(len(errors), -1) if errors.ndim > 1 else errors[:, None]
+    rows = errors.reshape(errors.shape[0], int(np.prod(errors.shape[1:]))) if errors.ndim > 1 else errors[:, None]
     rows = rows[np.all(np.isfinite(rows), axis=1)]
     points = len(rows)
     errors = rows.ravel()
