@@ -1,0 +1,231 @@
+"""Validation gates (config/gates.yaml) and the verdict: pure logic, no sim, no ROS.
+
+Each stage yields one figure with a 95% interval. A success-rate gate passes only when the
+interval's lower bound reaches the threshold; an error gate only when the upper bound stays at or
+under it. So a gate passes on evidence, not on a lucky small sample.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from ..core.errors import ConfigError
+from ..paths import config_path
+from ..training.stats import wilson_interval
+
+READY = "ready"
+NOT_READY = "not_ready"
+STAGES = ("nominal_sim", "perturbed_sim", "real_offline")
+STAGE_TITLES = {"nominal_sim": "stage 1: nominal sim success", "perturbed_sim": "stage 2: perturbed sim success",
+                "real_offline": "stage 3: offline action error on real bags"}
+
+
+@dataclass(frozen=True)
+class SimGate:
+    """episodes to run; min_success_rate the Wilson 95% lower bound must reach."""
+
+    episodes: int = 30
+    min_success_rate: float = 0.8
+
+
+@dataclass(frozen=True)
+class PerturbedGate(SimGate):
+    """Plus what is added to the sim's randomization: extra_latency_s [s] to the actuation
+    latency range, extra_noise_std [0-255] to the camera noise range."""
+
+    min_success_rate: float = 0.6
+    extra_latency_s: float = 0.02
+    extra_noise_std: float = 3.0
+
+
+@dataclass(frozen=True)
+class RealGate:
+    """max_action_mae_rad [rad]: the 95% upper bound of the action MAE must stay at or under it;
+    min_frames: fewer evaluated frames fail; bootstrap_block_frames / bootstrap_samples: the
+    block bootstrap of the interval."""
+
+    max_action_mae_rad: float = 0.06
+    min_frames: int = 30
+    bootstrap_block_frames: int = 10
+    bootstrap_samples: int = 1000
+
+
+@dataclass(frozen=True)
+class Gates:
+    nominal_sim: SimGate = field(default_factory=SimGate)
+    perturbed_sim: PerturbedGate = field(default_factory=PerturbedGate)
+    real_offline: RealGate = field(default_factory=RealGate)
+    source: str = "defaults"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "nominal_sim": asdict(self.nominal_sim),
+                "perturbed_sim": asdict(self.perturbed_sim), "real_offline": asdict(self.real_offline)}
+
+
+def _check(source: str, section: str, gate: Any) -> None:
+    for name, value in asdict(gate).items():
+        where = f"{section}.{name}"
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(source, where, value, "must be a finite number")
+        if name in ("episodes", "bootstrap_block_frames", "bootstrap_samples"):
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(source, where, value, "must be an integer > 0")
+        elif name == "min_frames":
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(source, where, value, "must be an integer >= 1")
+        elif name == "min_success_rate":
+            if not 0.0 <= value <= 1.0:
+                raise ConfigError(source, where, value, "must be a rate in [0, 1]")
+        elif value < 0:
+            raise ConfigError(source, where, value, "must be >= 0")
+        if name == "max_action_mae_rad" and value <= 0:
+            raise ConfigError(source, where, value, "must be > 0 [rad]")
+
+
+def gates_from_dict(data: Any, source: str) -> Gates:
+    """Validate a gates mapping; ConfigError names the file, the field and the value."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(source, "<file>", data, "expected a mapping of stages")
+    unknown = sorted(set(data) - set(STAGES))
+    if unknown:
+        raise ConfigError(source, unknown[0], data[unknown[0]], f"unknown stage; known: {list(STAGES)}")
+    built = {}
+    for section, cls in (("nominal_sim", SimGate), ("perturbed_sim", PerturbedGate), ("real_offline", RealGate)):
+        values = data.get(section) or {}
+        if not isinstance(values, dict):
+            raise ConfigError(source, section, values, "must be a mapping")
+        known = set(cls.__dataclass_fields__)
+        bad = sorted(set(values) - known)
+        if bad:
+            raise ConfigError(source, f"{section}.{bad[0]}", values[bad[0]], f"unknown field; known: {sorted(known)}")
+        gate = cls(**values)
+        _check(source, section, gate)
+        built[section] = gate
+    return Gates(**built, source=source)
+
+
+def load_gates(path: str | Path | None = None) -> Gates:
+    """Read config/gates.yaml (or `path`); missing fields take the defaults above."""
+    path = Path(path) if path else config_path("gates.yaml")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise ConfigError(str(path), "<file>", None, f"cannot read gates: {err}") from err
+    except yaml.YAMLError as err:
+        raise ConfigError(str(path), "<file>", None, f"not valid YAML: {err}") from err
+    return gates_from_dict(data, str(path))
+
+
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StageResult:
+    """One stage's gate: figure with its 95% interval, the threshold, and whether it passed.
+
+    kind: "success_rate" (pass: interval low >= threshold) or "action_error" (pass: interval high
+    <= threshold). ran: False when the stage could not run (then it fails, `note` says why).
+    """
+
+    stage: str
+    kind: str
+    figure: float | None
+    interval: tuple[float, float] | None
+    threshold: float
+    passed: bool
+    ran: bool = True
+    note: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """One line: the figure, its interval and the threshold it is held to."""
+        if not self.ran or self.figure is None:
+            return f"{STAGE_TITLES[self.stage]}: not evaluated ({self.note})"
+        lo, hi = self.interval or (math.nan, math.nan)
+        if self.kind == "success_rate":
+            return (f"{STAGE_TITLES[self.stage]}: {self.figure:.0%} (95% CI {lo:.2f}-{hi:.2f}); lower bound "
+                    f"{lo:.2f} {'>=' if self.passed else '<'} threshold {self.threshold:.2f}")
+        return (f"{STAGE_TITLES[self.stage]}: MAE {self.figure * 1e3:.1f} mrad (95% CI {lo * 1e3:.1f}-{hi * 1e3:.1f}); "
+                f"upper bound {hi * 1e3:.1f} {'<=' if self.passed else '>'} threshold {self.threshold * 1e3:.1f} mrad"
+                + (f" ({self.note})" if self.note else ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "title": STAGE_TITLES[self.stage], "kind": self.kind, "figure": self.figure,
+                "interval": list(self.interval) if self.interval else None, "threshold": self.threshold,
+                "passed": self.passed, "ran": self.ran, "note": self.note, "summary": self.describe(),
+                "details": self.details}
+
+
+def success_stage(stage: str, successes: int, episodes: int, threshold: float,
+                  details: dict[str, Any] | None = None) -> StageResult:
+    """A success-rate gate: passes only when the Wilson 95% lower bound >= threshold."""
+    if episodes <= 0:
+        return StageResult(stage, "success_rate", None, None, threshold, False, False, "no episodes", details or {})
+    lo, hi = wilson_interval(successes, episodes)
+    return StageResult(stage, "success_rate", successes / episodes, (lo, hi), threshold, lo >= threshold, True, "",
+                       details or {})
+
+
+def error_stage(stage: str, mae: float | None, interval: tuple[float, float] | None, frames: int, gate: RealGate,
+                details: dict[str, Any] | None = None, note: str = "") -> StageResult:
+    """An action-error gate: passes only when frames >= min_frames and the upper bound <= threshold."""
+    if mae is None or interval is None or frames == 0:
+        return StageResult(stage, "action_error", None, None, gate.max_action_mae_rad, False, False,
+                           note or "no frame could be evaluated", details or {})
+    if frames < gate.min_frames:
+        return StageResult(stage, "action_error", mae, interval, gate.max_action_mae_rad, False, True,
+                           f"only {frames} frames evaluated, the gate needs {gate.min_frames}", details or {})
+    return StageResult(stage, "action_error", mae, interval, gate.max_action_mae_rad,
+                       interval[1] <= gate.max_action_mae_rad, True, note, details or {})
+
+
+def block_bootstrap_mean(values_per_frame: list[np.ndarray], block: int, samples: int,
+                         seed: int = 0) -> tuple[float, float]:
+    """95% interval of the mean of per-frame values, resampling blocks of `block` consecutive
+    frames (within each sequence, e.g. each bag) so correlated neighbours move together."""
+    blocks = [seq[i:i + block] for seq in values_per_frame for i in range(0, len(seq), block) if len(seq[i:i + block])]
+    if not blocks:
+        return math.nan, math.nan
+    sums = np.array([b.sum() for b in blocks])
+    counts = np.array([len(b) for b in blocks])
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(blocks), size=(samples, len(blocks)))
+    means = sums[picks].sum(axis=1) / counts[picks].sum(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """ready only when every stage passed; otherwise the first failing stage is named, with its
+    figure and threshold (`reason`), and every failing stage is listed."""
+
+    verdict: str
+    reason: str
+    failed: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        return "ready for supervised rollout" if self.verdict == READY else "not ready"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "text": self.text, "reason": self.reason, "failed_stages": list(self.failed)}
+
+
+def decide(stages: list[StageResult]) -> Verdict:
+    """The verdict over the stages in order (a missing stage counts as failed)."""
+    by_name = {s.stage: s for s in stages}
+    failed = []
+    for name in STAGES:
+        result = by_name.get(name)
+        if result is None or not result.passed:
+            failed.append(name)
+    if not failed:
+        return Verdict(READY, "every stage passed: " + "; ".join(by_name[n].describe() for n in STAGES), ())
+    first = by_name.get(failed[0])
+    reason = first.describe() if first else f"{STAGE_TITLES[failed[0]]}: not evaluated"
+    return Verdict(NOT_READY, reason, tuple(failed))

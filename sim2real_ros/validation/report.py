@@ -1,0 +1,134 @@
+"""The validation report: report.md (verdict, stages, sim-vs-real table) and its plots."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+REPORT_MD = "report.md"
+COLUMNS = (("sim_nominal", "sim (nominal)"), ("sim_perturbed", "sim (perturbed)"), ("real", "real"))
+PERCENTILES = ("p50", "p90", "p99", "max")
+
+
+def _rate(cell: dict[str, Any] | None) -> str:
+    if not cell or cell.get("rate") is None:
+        return "n/a"
+    lo, hi = cell.get("ci95") or (None, None)
+    return f"{cell['rate']:.0%} [{lo:.2f}, {hi:.2f}] (n={cell.get('episodes')})"
+
+
+def _stats(cell: dict[str, Any] | None, scale: float = 1.0, unit: str = "") -> str:
+    if not cell or cell.get("mean") is None:
+        return "n/a"
+    return (f"mean {cell['mean'] * scale:.2f}{unit}, p50 {cell['p50'] * scale:.2f}, p90 {cell['p90'] * scale:.2f}, "
+            f"max {cell['max'] * scale:.2f}")
+
+
+def _failures(cell: dict[str, int] | None) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted((cell or {}).items())) or "none"
+
+
+def markdown(report: dict[str, Any], plots: list[str]) -> str:
+    table = report["sim_vs_real"]
+    lines = [
+        f"# Validation: {Path(report['checkpoint']).name} (`{report.get('checkpoint_hash')}`)", "",
+        f"**Verdict: {report['verdict_text']}** — {report['reason']}", "",
+        "## Stages", "",
+        "| stage | figure | 95% interval | threshold | gate rule | result |", "|---|---|---|---|---|---|",
+    ]
+    for stage in report["stages"]:
+        success = stage["kind"] == "success_rate"
+        figure, interval = stage["figure"], stage["interval"]
+        if figure is None:
+            shown, bounds = "n/a", "n/a"
+        elif success:
+            shown, bounds = f"{figure:.0%}", f"{interval[0]:.2f}-{interval[1]:.2f}"
+        else:
+            shown, bounds = f"{figure * 1e3:.1f} mrad", f"{interval[0] * 1e3:.1f}-{interval[1] * 1e3:.1f} mrad"
+        threshold = f"{stage['threshold']:.2f}" if success else f"{stage['threshold'] * 1e3:.1f} mrad"
+        rule = "lower bound >= threshold" if success else "upper bound <= threshold"
+        result = "pass" if stage["passed"] else ("FAIL" if stage["ran"] else f"FAIL (not run: {stage['note']})")
+        lines.append(f"| {stage['title']} | {shown} | {bounds} | {threshold} | {rule} | {result} |")
+    lines += ["", "## Sim vs real", "",
+              "| | " + " | ".join(title for _, title in COLUMNS) + " |", "|---|---|---|---|",
+              "| task success rate [95% CI] | "
+              + " | ".join(_rate(table["success_rate"][c]) for c, _ in COLUMNS) + " |",
+              "| episode length [s] | " + " | ".join(_stats(table["episode_length_s"][c]) for c, _ in COLUMNS) + " |",
+              "| action magnitude [mrad] (per chunk: max abs(target - q)) | "
+              + " | ".join(_stats(table["action_magnitude_rad"][c], 1e3) for c, _ in COLUMNS) + " |",
+              "| failure categories | " + " | ".join(_failures(table["failures"][c]) for c, _ in COLUMNS) + " |",
+              "",
+              f"Human commands on the real bags, same definition: "
+              f"{_stats(table['action_magnitude_rad'].get('real_human'), 1e3)} mrad.", "",
+              "Real success counts the episodes the policy started (sim/episode outcomes in the bags); a person "
+              "taking over ends the attempt (taken_over). Demonstrations: "
+              f"{report['real_episodes']['demonstrations']['episodes']} episode(s), not counted.", "",
+              "## Failure modes", "", report["failure_modes"]["message"], ""]
+    replay = next((s["details"].get("replay") for s in report["stages"] if s["stage"] == "real_offline"), None) or {}
+    if replay.get("bags"):
+        lines += ["## Real bags (offline replay against the human's commands)", "",
+                  "| bag | frames evaluated | MAE [mrad] | RMSE [mrad] |", "|---|---|---|---|"]
+        for bag in replay["bags"]:
+            mae, rmse = (("n/a" if v is None else f"{v * 1e3:.1f}") for v in (bag.get("mae_rad"), bag.get("rmse_rad")))
+            lines.append(f"| {Path(bag['bag']).name} | {bag['frames_evaluated']} | {mae} | {rmse} |")
+        lines.append("")
+        for bag, problem in (replay.get("problems") or {}).items():
+            lines.append(f"- {bag}: {problem}")
+    if plots:
+        lines += ["## Plots", ""] + [f"![{name}]({name})" for name in plots] + [""]
+    lines += [f"Per-bag replay reports: `replay/<bag>/report.md`. Gates: `{report['gates']['source']}`.", ""]
+    return "\n".join(lines)
+
+
+def write_plots(report: dict[str, Any], out: Path) -> list[str]:
+    """success_rates.png (each stage's rate with its 95% interval) and action_magnitude.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = report["sim_vs_real"]
+    files = []
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for x, (column, _title) in enumerate(COLUMNS):
+        cell = table["success_rate"][column]
+        if cell.get("rate") is None:
+            ax.text(x, 0.05, "n/a", ha="center")
+            continue
+        lo, hi = cell["ci95"]
+        ax.bar(x, cell["rate"], color="tab:blue" if column != "real" else "tab:orange", alpha=0.7)
+        ax.errorbar(x, cell["rate"], yerr=[[cell["rate"] - lo], [hi - cell["rate"]]], color="k", capsize=6)
+    for stage in report["stages"]:
+        if stage["kind"] == "success_rate":
+            x = 0 if stage["stage"] == "nominal_sim" else 1
+            ax.hlines(stage["threshold"], x - 0.4, x + 0.4, colors="r", linestyles="--")
+    ax.set_xticks(range(len(COLUMNS)), [title for _, title in COLUMNS])
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("success rate (95% Wilson CI; red: gate)")
+    fig.tight_layout()
+    fig.savefig(out / "success_rates.png", dpi=100)
+    plt.close(fig)
+    files.append("success_rates.png")
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    columns = [*COLUMNS, ("real_human", "real (human)")]
+    for column, title in columns:
+        cell = table["action_magnitude_rad"].get(column) or {}
+        values = [cell.get(p) for p in PERCENTILES]
+        if any(v is None for v in values):
+            continue
+        ax.plot(PERCENTILES, [1e3 * v for v in values], marker="o", label=title)
+    ax.set_ylabel("per-chunk max |target - q| [mrad]")
+    ax.set_xlabel("percentile")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "action_magnitude.png", dpi=100)
+    plt.close(fig)
+    files.append("action_magnitude.png")
+    return files
+
+
+def write_validation_report(report: dict[str, Any], out: Path, plots: bool = True) -> list[str]:
+    """Write report.md (and the plots); returns the plot file names."""
+    files = write_plots(report, out) if plots else []
+    (out / REPORT_MD).write_text(markdown(report, files))
+    return files
