@@ -125,3 +125,27 @@ def test_damaged_bags_name_the_file_and_the_problem(tmp_path, capsys):
 
     with pytest.raises(BagError, match="no such bag"):
         bag_info(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("name", ["rosbag2_talker_mcap/talker.mcap", "rosbag2_talker_sqlite3/talker.db3"])
+def test_corrupted_bytes_give_a_bag_error_or_a_partial_read_never_a_crash(tmp_path, name):
+    import random
+
+    rng = random.Random(7)
+    original = (SHARED_BAGS / name).read_bytes()
+    outcomes = {"read": 0, "bag_error": 0}
+    for trial in range(40):
+        damaged = bytearray(original)
+        for _ in range(rng.randint(1, 5)):
+            damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+        path = tmp_path / f"{trial}_{name.split('/')[1]}"
+        path.write_bytes(bytes(damaged))
+        try:
+            info = bag_info(path)
+            with BagReader(path) as reader:
+                assert sum(1 for _ in reader.messages()) <= info.message_count <= 20
+            outcomes["read"] += 1
+        except BagError as err:
+            assert str(path) in str(err)  # names the file
+            outcomes["bag_error"] += 1
+    assert outcomes["read"] > 0

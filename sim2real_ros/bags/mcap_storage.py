@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import heapq
 import io
+import logging
 import struct
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +25,7 @@ from mcap.records import Channel, Schema
 from ..core.errors import BagError
 from .storage import Connection, FileSummary, RawMessage, TopicStats, zstd_decompress
 
+_log = logging.getLogger(__name__)
 MAGIC = b"\x89MCAP0\r\n"
 _RECORD_HEADER = struct.Struct("<BQ")  # opcode, record length
 _MESSAGE_HEADER = struct.Struct("<HIQQ")  # channel id, sequence, log time, publish time
@@ -54,13 +57,16 @@ class _Index:
 
 
 def _decompress(compression: str, data: memoryview, path: Path, offset: int) -> bytes | memoryview:
-    if compression == "":
-        return data
-    if compression == "zstd":
-        return zstd_decompress(data)
-    if compression == "lz4":
-        return lz4.frame.decompress(bytes(data))
-    raise BagError(f"{path}: chunk at byte {offset} uses unknown compression '{compression}'")
+    if compression not in ("", "zstd", "lz4"):
+        raise BagError(f"{path}: chunk at byte {offset} uses unknown compression '{compression}'")
+    try:
+        if compression == "zstd":
+            return zstd_decompress(data)
+        if compression == "lz4":
+            return lz4.frame.decompress(bytes(data))
+    except Exception as err:  # noqa: BLE001 - every decoder error means the same: damaged chunk
+        raise BagError(f"{path}: chunk at byte {offset} does not decompress ({compression}: {err})") from err
+    return data
 
 
 def _read_string(buf: memoryview, pos: int) -> tuple[str, int]:
@@ -71,14 +77,17 @@ def _read_string(buf: memoryview, pos: int) -> tuple[str, int]:
 
 def _parse_chunk_body(body: memoryview, path: Path, offset: int) -> tuple[int, int, bytes | memoryview]:
     """(start time, end time, uncompressed records) of a Chunk record body."""
-    start, end, _size, _crc = _CHUNK_HEADER.unpack_from(body, 0)
+    start, end, _size, crc = _CHUNK_HEADER.unpack_from(body, 0)
     compression, pos = _read_string(body, _CHUNK_HEADER.size)
     (records_len,) = struct.unpack_from("<Q", body, pos)
     pos += 8
     records = body[pos:pos + records_len]
     if len(records) != records_len:
         raise BagError(f"{path}: chunk at byte {offset} is cut short")
-    return start, end, _decompress(compression, records, path, offset)
+    data = _decompress(compression, records, path, offset)
+    if crc and zlib.crc32(data) != crc:
+        raise BagError(f"{path}: chunk at byte {offset} fails its CRC check (damaged)")
+    return start, end, data
 
 
 def _iter_records(buf: bytes | memoryview) -> Iterator[tuple[int, memoryview]]:
@@ -117,6 +126,7 @@ class McapFile:
             self._file.close()
             raise BagError(f"{self.path}: not an MCAP file (starts with {head[:8]!r}, expected the MCAP magic)")
         self._index = self._index_from_summary() or self._index_by_scanning()
+        self.damaged: list[str] = []  # chunks found damaged while reading messages
 
     # ------------------------------------------------------------------ indexing
     def _index_from_summary(self) -> _Index | None:
@@ -272,7 +282,7 @@ class McapFile:
         next_ref = 0
         while next_ref < len(refs) or heap:
             while next_ref < len(refs) and (not heap or refs[next_ref].start_ns <= heap[0][0]):
-                for log_time, channel_id, data in self._read_ref(refs[next_ref]):
+                for log_time, channel_id, data in self._read_ref_or_skip(refs[next_ref]):
                     topic = wanted.get(channel_id)
                     if topic is not None:
                         heapq.heappush(heap, (log_time, order, topic, data))
@@ -281,6 +291,16 @@ class McapFile:
             if heap:
                 log_time, _, topic, data = heapq.heappop(heap)
                 yield log_time, topic, data
+
+    def _read_ref_or_skip(self, ref: _ChunkRef) -> list[tuple[int, int, memoryview]]:
+        """The messages of one chunk; a damaged chunk is reported and skipped, the rest still reads."""
+        try:
+            return list(self._read_ref(ref))
+        except (BagError, struct.error, ValueError) as err:
+            problem = str(err) if isinstance(err, BagError) else f"{self.path}: damaged record at byte {ref.offset}"
+            self.damaged.append(problem)
+            _log.warning("%s; its messages are skipped", problem)
+            return []
 
     def _read_ref(self, ref: _ChunkRef) -> Iterator[tuple[int, int, memoryview]]:
         record = self._read_at(ref.offset, 9 + ref.length)

@@ -255,11 +255,15 @@ class BagReader:
         wanted = None if topics is None else set(topics)
         streams = [f.messages(wanted) for f in self._files]
         merged = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=lambda m: m[0])
-        if not self.message_compression:
-            yield from merged
-            return
-        for log_time, topic, data in merged:
-            yield log_time, topic, zstd_decompress(data)
+        try:
+            if not self.message_compression:
+                yield from merged
+                return
+            for log_time, topic, data in merged:
+                yield log_time, topic, zstd_decompress(data)
+        finally:
+            for f in self._files:  # damaged chunks found (and skipped) while reading
+                self.problems.extend(p for p in getattr(f, "damaged", ()) if p not in self.problems)
 
     def messages(self, topics: Iterable[str] | None = None, *, skip_undecodable: bool = True) -> Iterator[BagMessage]:
         """Deserialized messages of `topics` (None: all) in log-time order.

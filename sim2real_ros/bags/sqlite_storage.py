@@ -25,19 +25,22 @@ class SqliteFile:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._db = self._connect()
+        # Damaged text (names, QoS) must not make a whole file unreadable: replace undecodable bytes.
+        self._db.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
+        self.problems: list[str] = []
         try:
             tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        except sqlite3.DatabaseError as err:
+            missing = [t for t in _REQUIRED_TABLES if t not in tables]
+            if missing:
+                raise BagError(f"{self.path}: sqlite3 file without the rosbag2 table(s) {missing}; not a rosbag2 bag")
+            self._tables = tables
+            self._topic_by_id: dict[int, Connection] = dict(self._read_topics())
+        except (sqlite3.Error, UnicodeDecodeError, TypeError, ValueError) as err:
             self._db.close()
             raise BagError(f"{self.path}: not a readable rosbag2 sqlite3 file ({err})") from err
-        missing = [t for t in _REQUIRED_TABLES if t not in tables]
-        if missing:
+        except BagError:
             self._db.close()
-            raise BagError(f"{self.path}: sqlite3 file without the rosbag2 table(s) {missing}; not a rosbag2 bag")
-        self._tables = tables
-        self._topic_by_id: dict[int, Connection] = {}
-        for topic_id, conn in self._read_topics():
-            self._topic_by_id[topic_id] = conn
+            raise
 
     def _connect(self) -> sqlite3.Connection:
         uri = self.path.resolve().as_uri()
@@ -48,7 +51,7 @@ class SqliteFile:
         except sqlite3.OperationalError:
             # A hot journal left by a killed writer in a read-only folder: read the committed pages as they are.
             db = sqlite3.connect(f"{uri}?immutable=1", uri=True, check_same_thread=False)
-        except sqlite3.DatabaseError as err:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as err:
             raise BagError(f"{self.path}: not a readable rosbag2 sqlite3 file ({err})") from err
         return db
 
@@ -63,9 +66,12 @@ class SqliteFile:
         out = []
         for row in self._db.execute(f"SELECT {', '.join(present)} FROM topics ORDER BY id"):  # noqa: S608 - fixed names
             values = dict(zip(present, row, strict=True))
+            if not isinstance(values["id"], int):
+                self.problems.append(f"{self.path.name}: damaged row in table 'topics' ({row!r}); skipped")
+                continue
             msgtype = str(values["type"])
             msgdef, encoding = definitions.get(msgtype, ("", ""))
-            out.append((int(values["id"]), Connection(
+            out.append((values["id"], Connection(
                 topic=str(values["name"]),
                 msgtype=msgtype,
                 serialization_format=str(values.get("serialization_format") or "cdr"),
@@ -81,9 +87,13 @@ class SqliteFile:
         if "message_definitions" not in self._tables:
             return {}
         out = {}
-        for topic_type, encoding, text in self._db.execute(
-            "SELECT topic_type, encoding, encoded_message_definition FROM message_definitions"
-        ):
+        try:
+            rows = self._db.execute(
+                "SELECT topic_type, encoding, encoded_message_definition FROM message_definitions").fetchall()
+        except sqlite3.Error as err:
+            self.problems.append(f"{self.path.name}: message_definitions table unreadable ({err}); ignored")
+            return {}
+        for topic_type, encoding, text in rows:
             if text and encoding in ("ros2msg", "ros2idl"):
                 out[str(topic_type)] = (str(text), str(encoding))
         return out
@@ -93,12 +103,13 @@ class SqliteFile:
             return ""
         try:
             row = self._db.execute("SELECT ros_distro FROM schema ORDER BY schema_version DESC LIMIT 1").fetchone()
-        except sqlite3.DatabaseError:
+        except sqlite3.Error:
             return ""
         return str(row[0]) if row and row[0] else ""
 
     def summary(self) -> FileSummary:
-        result = FileSummary(path=self.path, storage=self.storage, ros_distro=self.ros_distro())
+        result = FileSummary(path=self.path, storage=self.storage, ros_distro=self.ros_distro(),
+                             problems=list(self.problems))
         for conn in self._topic_by_id.values():
             result.connections.setdefault(conn.topic, conn)
             result.stats.setdefault(conn.topic, TopicStats())
@@ -106,10 +117,14 @@ class SqliteFile:
             rows = self._db.execute(
                 "SELECT topic_id, COUNT(*), MIN(timestamp), MAX(timestamp) FROM messages GROUP BY topic_id"
             ).fetchall()
-        except sqlite3.DatabaseError as err:
+        except sqlite3.Error as err:
             raise BagError(f"{self.path}: cannot count messages ({err})") from err
         for topic_id, count, start, end in rows:
-            conn = self._topic_by_id.get(int(topic_id))
+            if not all(isinstance(v, int) for v in (topic_id, count, start, end)):
+                result.problems.append(
+                    f"{self.path.name}: {count} damaged message rows (topic id {topic_id!r}); skipped")
+                continue
+            conn = self._topic_by_id.get(topic_id)
             if conn is None:
                 result.problems.append(f"{self.path.name}: {count} messages of unknown topic id {topic_id} (skipped)")
                 continue
@@ -131,9 +146,9 @@ class SqliteFile:
             while rows := cursor.fetchmany(256):
                 for topic_id, timestamp, data in rows:
                     topic = ids.get(topic_id)
-                    if topic is not None:
-                        yield int(timestamp), topic, data
-        except sqlite3.DatabaseError as err:
+                    if topic is not None and isinstance(timestamp, int) and isinstance(data, bytes):
+                        yield timestamp, topic, data
+        except sqlite3.Error as err:
             raise BagError(f"{self.path}: damaged messages table ({err})") from err
 
     def close(self) -> None:

@@ -8,7 +8,7 @@ never stops the other topics from being read.
 from __future__ import annotations
 
 import struct
-from functools import cache
+from functools import cache, lru_cache
 
 from rosbags.interfaces import Nodetype
 from rosbags.typesys import Stores, get_types_from_idl, get_types_from_msg, get_typestore
@@ -37,19 +37,25 @@ def store_order(ros_distro: str = "") -> list[Stores]:
 
 
 def types_from_definition(conn: Connection) -> dict:
-    """rosbags type dict from a definition stored in the bag ({} when none or unparsable)."""
+    """rosbags type dict from a definition stored in the bag ({} when none; raises when unparsable)."""
     if not conn.msgdef:
         return {}
-    if conn.msgdef_encoding == "ros2idl":
+    return dict(_parse_definition(conn.msgtype, conn.msgdef, conn.msgdef_encoding))
+
+
+@lru_cache(maxsize=512)
+def _parse_definition(msgtype: str, text: str, encoding: str) -> dict:
+    # Parsing a definition costs ~10 ms; bags of one project repeat the same few definitions.
+    if encoding == "ros2idl":
         types: dict = {}
-        if conn.msgdef.startswith(IDL_SEPARATOR + "IDL: "):
-            for part in conn.msgdef.split(IDL_SEPARATOR)[1:]:
+        if text.startswith(IDL_SEPARATOR + "IDL: "):
+            for part in text.split(IDL_SEPARATOR)[1:]:
                 _header, _, idl = part.partition("\n")
                 types.update(get_types_from_idl(idl))
         else:
-            types.update(get_types_from_idl(conn.msgdef))
+            types.update(get_types_from_idl(text))
         return types
-    return dict(get_types_from_msg(conn.msgdef, conn.msgtype))
+    return dict(get_types_from_msg(text, msgtype))
 
 
 class BagTypes:
@@ -120,16 +126,10 @@ class BagTypes:
         return TopicDecoder(msgtype, self.candidates(msgtype))
 
     def decodable(self, msgtype: str) -> bool:
-        """Whether messages of this type can be deserialized (CDR) with this bag's typestore."""
+        """Whether the type and every type it nests are defined (deserializers are built lazily)."""
         if msgtype not in self._decodable:
             ok = bool(msgtype) and self._resolves(msgtype, set())
-            if ok:
-                try:
-                    self.typestore.get_msgdef(msgtype)
-                except Exception as err:  # noqa: BLE001 - code generation failure = undecodable, not fatal
-                    self.notes[msgtype] = f"cannot build a deserializer ({err})"
-                    ok = False
-            elif msgtype and msgtype not in self.notes:
+            if not ok and msgtype and msgtype not in self.notes:
                 self.notes[msgtype] = "no stored definition and no standard typestore knows this type"
             self._decodable[msgtype] = ok
         return self._decodable[msgtype]
