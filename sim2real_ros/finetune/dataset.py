@@ -41,6 +41,8 @@ from ..paths import config_path
 NS_PER_S = 1_000_000_000
 EPISODE_TOPIC = "sim/episode"
 POLICY_MODES = ("AUTONOMOUS", "SHARED")
+# A takeover this soon after an episode starts is a demonstration: the policy had no real turn [s].
+TAKEOVER_GRACE_S = 0.5
 SOURCE = "finetune labels"
 
 
@@ -196,8 +198,10 @@ def human_spans(recording: Recording, human_modes: tuple[str, ...], end_ns: int)
 def episode_kind(mode_times_ns: np.ndarray, modes: tuple[str, ...], human_modes: tuple[str, ...], start_ns: int,
                  end_ns: int) -> str:
     """demonstration | intervention | autonomous, from the supervisor modes in force during
-    [start, end]: a person only, the policy and then a person, or nobody."""
+    [start, end]: a person only, the policy and then a person, or nobody. Modes of the first
+    TAKEOVER_GRACE_S count from the end of that grace (a person taking over at once demonstrates)."""
     times = np.asarray(mode_times_ns, dtype=np.int64)
+    start_ns = min(int(start_ns) + int(TAKEOVER_GRACE_S * NS_PER_S), int(end_ns))
     at_start = modes_at(times, modes, np.array([start_ns]))[0]
     in_force = [at_start] + [m for t, m in zip(times.tolist(), modes, strict=True) if start_ns < t <= end_ns]
     human = [m in human_modes for m in in_force]
