@@ -387,6 +387,15 @@ def fit(data: FitData, params: SimParams, robot_description: str, options: FitOp
                     x[keep], _ = _nelder_mead(reduced, fitted_x[keep], [bounds[i] for i in keep],
                                               [problem.slots[i] for i in keep], options.max_evaluations // 2)
             dyn = problem.dynamics(x)
+            # exp(log(v)) is not always v: negligible parameters keep their nominal value exactly.
+            exact = {k: dyn.values(k).copy() for k in KINDS}
+            for i in negligible:
+                kind, j = problem.slots[i]
+                if kind == "latency":
+                    dyn = dyn.replace_values(latency_s=nominal.latency_s)
+                else:
+                    exact[kind][j] = nominal.values(kind)[j]
+            dyn = dyn.replace_values(**exact)
             labels = [_label(kind, "" if kind == "latency" else names[j]) for kind, j in problem.slots]
             for i, (kind, j) in enumerate(problem.slots):
                 joint = "" if kind == "latency" else names[j]
