@@ -166,3 +166,22 @@ def test_writer_refuses_to_overwrite_and_unknown_topics(tmp_path):
         BagWriter(bag)
     with BagWriter(tmp_path / "fresh") as writer, pytest.raises(BagError, match="was not added"):
         writer.write("/nope", T0, b"\0\1\0\0")
+
+
+@pytest.mark.parametrize("msgtype", ["sensor_msgs/msg/JointState", "diagnostic_msgs/msg/DiagnosticArray",
+                                     "trajectory_msgs/msg/JointTrajectory"])
+def test_definitions_of_installed_packages_match_the_standard_ones(msgtype):
+    """Custom robot messages get their definition from the installed .msg files: checked here on
+    installed standard types, whose type hash must equal the standard store's."""
+    from sim2real_ros.bags.storage import Connection
+    from sim2real_ros.bags.typestores import BagTypes, installed_definition
+    from sim2real_ros.bags.writer import message_definition
+
+    text, type_hash = installed_definition(msgtype)
+    assert type_hash and type_hash == message_definition(msgtype)[1]
+    types = BagTypes([Connection("/t", msgtype, msgdef=text, msgdef_encoding="ros2msg")])
+    assert types.decodable(msgtype)
+    if msgtype.endswith("JointState"):
+        msg = types.decoder(msgtype).decode(serialize_message(_joint_state(3)))
+        np.testing.assert_allclose(msg.position, [0.03 + k for k in range(6)])
+    assert installed_definition("no_such_msgs/msg/Thing") == ("", "")

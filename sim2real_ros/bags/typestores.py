@@ -7,8 +7,11 @@ never stops the other topics from being read.
 """
 from __future__ import annotations
 
+import os
 import struct
+import sys
 from functools import cache, lru_cache
+from pathlib import Path
 
 from rosbags.interfaces import Nodetype
 from rosbags.typesys import Stores, get_types_from_idl, get_types_from_msg, get_typestore
@@ -214,3 +217,47 @@ class TopicDecoder:
                 self.active, self.switched_to = i, label
                 return msg
             raise first_error
+
+
+def _find_msg_file(package: str, short: str) -> Path:
+    """share/<package>/msg/<short>.msg under the ament prefixes (colcon / apt install) or this
+    Python environment's prefix (pip wheels install message packages there)."""
+    prefixes = [p for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p] + [sys.prefix]
+    for prefix in prefixes:
+        path = Path(prefix) / "share" / package / "msg" / f"{short}.msg"
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"{package}/msg/{short}.msg not found under {prefixes}")
+
+
+def installed_definition(msgtype: str) -> tuple[str, str]:
+    """(ros2msg definition with dependencies, RIHS01 hash) from the .msg files of the installed
+    message packages (ament index), for types no standard typestore knows (a robot's custom
+    messages). ('', '') when the package or a nested type is not installed."""
+    texts: dict[str, str] = {}
+    types: dict = {}
+
+    def visit(name: str) -> None:
+        if name in texts:
+            return
+        package, _kind, short = name.split("/")
+        texts[name] = _find_msg_file(package, short).read_text(encoding="utf-8")
+        parsed = dict(get_types_from_msg(texts[name], name))
+        types.update(parsed)
+        for nested in _nested_type_names(parsed[name][1]):
+            visit(nested)
+
+    try:
+        visit(msgtype)
+        store = Typestore()
+        store.register(types)
+        type_hash = store.hash_rihs01(msgtype)
+    except Exception:  # noqa: BLE001 - a missing file or unparsable definition both mean "unknown"
+        return "", ""
+    separator = "=" * 80
+    parts = [texts[msgtype].rstrip("\n") + "\n"]
+    for name, text in texts.items():
+        if name != msgtype:
+            package, _kind, short = name.split("/")
+            parts.append(f"{separator}\nMSG: {package}/{short}\n{text.rstrip(chr(10))}\n")
+    return "".join(parts), type_hash

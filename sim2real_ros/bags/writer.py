@@ -20,7 +20,7 @@ from mcap.writer import Writer as McapWriter
 
 from ..core.errors import BagError
 from .metadata import FileEntry, TopicMetadata, metadata_document, write_metadata
-from .typestores import _base_store, store_order
+from .typestores import _base_store, installed_definition, store_order
 
 LIBRARY = "sim2real_ros bags"
 NS_PER_S = 1_000_000_000
@@ -31,7 +31,8 @@ _INFINITE = {"sec": 9223372036, "nsec": 854775807}
 def message_definition(msgtype: str, ros_distro: str = "kilted") -> tuple[str, str]:
     """(ros2msg definition text with its dependencies, RIHS01 type hash) from the standard stores.
 
-    ('', '') for a type no standard store knows: the bag then stores no definition for it, and
+    A type no standard store knows (a robot's custom messages) is looked up in the installed
+    message packages; ('', '') when it is not there either: the bag then stores no definition and
     readers need the type installed to decode it.
     """
     for store in store_order(ros_distro):
@@ -41,7 +42,7 @@ def message_definition(msgtype: str, ros_distro: str = "kilted") -> tuple[str, s
                 return base.generate_msgdef(msgtype, ros_version=2)[0], base.hash_rihs01(msgtype)
             except Exception:  # noqa: BLE001, S112 - try the next store
                 continue
-    return "", ""
+    return installed_definition(msgtype)
 
 
 def qos_profiles_yaml(profiles: list[dict[str, Any]]) -> str:
