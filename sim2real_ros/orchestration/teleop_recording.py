@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import shutil
+import struct
 import sys
 import threading
 import time
@@ -51,6 +52,11 @@ SESSION_BAG = "session_bag"
 # Topics whose last message before an episode is carried into that episode's bag (latched state).
 CARRIED_TOPICS = ("/supervisor/state", "/sim/target", "/camera/camera_info", "/policy/camera_info")
 SOURCE = "teleop recording"
+# Message types whose first field is a std_msgs/Header.
+STAMPED_TYPES = frozenset({
+    "sensor_msgs/msg/Image", "sensor_msgs/msg/CameraInfo", "sensor_msgs/msg/JointState", "sensor_msgs/msg/Joy",
+    "diagnostic_msgs/msg/DiagnosticArray", "geometry_msgs/msg/PointStamped", "trajectory_msgs/msg/JointTrajectory",
+})
 
 
 @dataclass(frozen=True)
@@ -374,9 +380,10 @@ def _run_episode(session: SimGraphSession, operator: ScriptedTeleoperator, plan:
 
 
 def split_by_episode(session_bag: Path, out_dir: Path, start_ns: int, outcome_stamps_ns: list[int]) -> list[Path]:
-    """Cut a session bag into one bag per episode: episode i holds the messages logged in
-    (boundary i, boundary i+1] (boundaries: start_ns, then each outcome's stamp), preceded by the
-    last message before it of each latched topic (CARRIED_TOPICS), re-logged at the boundary."""
+    """Cut a session bag into one bag per episode: episode i holds the messages stamped (header
+    stamp, else log time) in (boundary i, boundary i+1] (boundaries: start_ns, then each outcome's
+    stamp), preceded by the last message before it of each latched topic (CARRIED_TOPICS),
+    re-logged at the boundary."""
     boundaries = [int(start_ns), *[int(s) for s in outcome_stamps_ns]]
     bags = [out_dir / f"episode_{i:03d}" for i in range(len(outcome_stamps_ns))]
     writers = [BagWriter(path) for path in bags]
@@ -387,16 +394,17 @@ def split_by_episode(session_bag: Path, out_dir: Path, start_ns: int, outcome_st
             for writer in writers:
                 for topic, msgtype in types.items():
                     writer.add_topic(topic, msgtype)
-            current = -1
+            started: set[int] = set()
             for log_ns, topic, data in reader.raw_messages():
-                # An outcome is logged a little after its stamp (the boundary): it belongs to the
-                # episode it ends, so it is placed by its stamp.
-                when = _outcome_stamp(data) if topic == "/sim/episode" else log_ns
+                # Messages arrive at the recorder late (an image logged after the reset may have been
+                # captured before it; an outcome is logged after the episode it ends): stamped ones
+                # are placed by their stamp.
+                when = header_stamp_ns(types[topic], data) or log_ns
                 index = int(np.searchsorted(boundaries, when, side="left")) - 1
                 if index >= len(writers):
                     continue
-                if index >= 0 and index != current:
-                    current = index
+                if index >= 0 and index not in started:
+                    started.add(index)
                     for carried, payload in last.values():
                         writers[index].write(carried, boundaries[index], payload)
                 if topic in CARRIED_TOPICS:
@@ -409,11 +417,13 @@ def split_by_episode(session_bag: Path, out_dir: Path, start_ns: int, outcome_st
     return bags
 
 
-def _outcome_stamp(data: bytes | memoryview) -> int:
-    from diagnostic_msgs.msg import DiagnosticArray
-    from rclpy.serialization import deserialize_message
-
-    return stamp_to_ns(deserialize_message(bytes(data), DiagnosticArray).header.stamp)
+def header_stamp_ns(msgtype: str, data: bytes | memoryview) -> int:
+    """header.stamp [ns] of a serialized message whose first field is a std_msgs/Header (0 for
+    other types): CDR puts it right after the 4-byte encapsulation header."""
+    if msgtype not in STAMPED_TYPES or len(data) < 12:
+        return 0
+    sec, nanosec = struct.unpack_from("<iI" if bytes(data[1:2]) == b"\x01" else ">iI", data, 4)
+    return sec * NS_PER_S + nanosec
 
 
 def main(argv: list[str] | None = None) -> int:

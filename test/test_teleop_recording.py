@@ -1,0 +1,177 @@
+"""Scripted teleoperation recorded through the sim graph ("real" sim variant), one bag per episode.
+
+The recording (3 short episodes: demonstration, intervention, demonstration, with an untrained
+policy and a 10 Hz camera) is made once per test session and shared with test_finetune.py and
+test_validation.py (`teleop_recording(tmp_path_factory)`).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.serialization import serialize_message
+from sensor_msgs.msg import JointState
+
+from sim2real_ros.bags import BagReader
+from sim2real_ros.bags.writer import BagWriter
+from sim2real_ros.conversions import ns_to_stamp, stamp_to_ns
+from sim2real_ros.core.checkpoint import init_checkpoint, read_checkpoint, save_checkpoint
+from sim2real_ros.core.errors import ConfigError
+from sim2real_ros.core.policy_model import build_model
+from sim2real_ros.core.preprocess_config import PreprocessConfig
+from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.orchestration.teleop_recording import (
+    MANIFEST,
+    TeleopPlan,
+    operator_joystick_config,
+    record_teleop_episodes,
+    split_by_episode,
+)
+from sim2real_ros.paths import config_path, urdf_path
+
+JOINTS = tuple(RobotModel.from_description(str(urdf_path())).joint_names)
+EPISODES = 3
+S = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class TeleopRecording:
+    out: Path  # folder of episode bags + episodes.json
+    bags: list[Path]
+    untrained: Path  # holds still (drove before the intervention)
+    tiny: Path  # untrained weights with a ~5 cm action scale: moves, knows nothing
+
+
+def tiny_checkpoint(path: Path, seed: int = 1) -> Path:
+    """Random weights with a sensible normalization (actions of a few centiradians)."""
+    init_checkpoint(path, JOINTS, PreprocessConfig.from_yaml(config_path("preprocess.yaml")), seed=seed)
+    spec, state, _ = read_checkpoint(path)
+    model = build_model(spec.architecture, spec, **spec.hparams)
+    model.load_state_dict(state)
+    n = len(JOINTS)
+    model.set_normalization(np.zeros(n), np.ones(n), np.zeros(n), np.full(n, 0.05))
+    save_checkpoint(path, model, spec)
+    return path
+
+
+def teleop_recording(tmp_path_factory: pytest.TempPathFactory) -> TeleopRecording:
+    """The session's teleop recording (made by whichever module needs it first)."""
+    base = tmp_path_factory.getbasetemp() / "teleop_recording"
+    out = base / "episodes"
+    untrained, tiny = base / "untrained.pt", base / "tiny.pt"
+    if not (base / "done").exists():
+        base.mkdir(exist_ok=True)
+        init_checkpoint(untrained, JOINTS, PreprocessConfig.from_yaml(config_path("preprocess.yaml")), seed=0)
+        tiny_checkpoint(tiny)
+        # A 10 Hz camera keeps the graph near real time on a busy machine.
+        plan = TeleopPlan(intervention_every=2, policy_s=0.8, camera_rate_hz=10.0)
+        record_teleop_episodes(out, EPISODES, config_path("sim_params_real_a.yaml"), untrained, seed=7, plan=plan)
+        (base / "done").write_text("ok")
+    bags = sorted(p for p in out.iterdir() if p.is_dir())
+    return TeleopRecording(out, bags, untrained, tiny)
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory) -> TeleopRecording:
+    return teleop_recording(tmp_path_factory)
+
+
+def _modes(bag: Path) -> list[tuple[int, str]]:
+    with BagReader(bag) as reader:
+        return [(stamp_to_ns(m.msg.header.stamp), kv.value) for m in reader.messages(["/supervisor/state"])
+                for kv in m.msg.status[0].values if kv.key == "mode"]
+
+
+def test_one_bag_per_episode_with_its_outcome_and_the_graph_topics(recording):
+    assert [b.name for b in recording.bags] == [f"episode_{i:03d}" for i in range(EPISODES)]
+    manifest = json.loads((recording.out / MANIFEST).read_text())
+    assert [e["planned"] for e in manifest["episodes"]] == ["demonstration", "intervention", "demonstration"]
+    # The scripted operator (the IK teacher on the joystick) reaches the target.
+    assert sum(e["success"] for e in manifest["episodes"]) >= 2, manifest["episodes"]
+    for bag, entry in zip(recording.bags, manifest["episodes"], strict=True):
+        with BagReader(bag) as reader:
+            topics = reader.topic_types()
+            for needed in ("/camera/image_raw", "/camera/camera_info", "/joint_states", "/supervisor/state",
+                           "/forward_position_controller/commands", "/sim/episode"):
+                assert needed in topics, (bag, sorted(topics))
+            outcomes = list(reader.messages(["/sim/episode"]))
+            images = [stamp_to_ns(m.msg.header.stamp) for m in reader.messages(["/camera/image_raw"])]
+        # Exactly this episode's outcome, and every image lies inside the episode.
+        assert len(outcomes) == 1
+        values = {kv.key: kv.value for kv in outcomes[0].msg.status[0].values}
+        end = stamp_to_ns(outcomes[0].msg.header.stamp)
+        start = end - int(float(values["duration_s"]) * S)
+        assert values["success"] == ("true" if entry["success"] else "false")
+        assert len(images) >= 5 and min(images) >= start - S // 10 and max(images) <= end + S // 10
+
+
+def test_the_person_acts_through_the_supervisor(recording):
+    # Demonstration: TELEOP is in force from early in the episode; intervention: the policy
+    # (AUTONOMOUS) drives first, then a takeover (TELEOP).
+    demo_modes = [m for _, m in _modes(recording.bags[0])]
+    assert "TELEOP" in demo_modes
+    intervention = [m for _, m in _modes(recording.bags[1])]
+    assert "AUTONOMOUS" in intervention and "TELEOP" in intervention[intervention.index("AUTONOMOUS"):]
+    with BagReader(recording.bags[1]) as reader:
+        events = [{kv.key: kv.value for kv in m.msg.status[0].values}
+                  for m in reader.messages(["/supervisor/interventions"])]
+    assert any(e["event"] == "takeover" and e["mode"] == "TELEOP" for e in events), events
+
+
+def _diag(stamp_ns: int, **values: str) -> bytes:
+    msg = DiagnosticArray()
+    msg.header.stamp = ns_to_stamp(stamp_ns)
+    msg.status = [DiagnosticStatus(name="x", values=[KeyValue(key=k, value=v) for k, v in values.items()])]
+    return serialize_message(msg)
+
+
+def test_split_by_episode_cuts_at_outcomes_and_carries_the_latched_state(tmp_path):
+    session = tmp_path / "session"
+    writer = BagWriter(session)
+    writer.add_topic("/joint_states", "sensor_msgs/msg/JointState")
+    writer.add_topic("/supervisor/state", "diagnostic_msgs/msg/DiagnosticArray")
+    writer.add_topic("/sim/episode", "diagnostic_msgs/msg/DiagnosticArray")
+    writer.write("/supervisor/state", 1 * S, _diag(1 * S, mode="AUTONOMOUS"))
+    for t in range(0, 60):  # joint states every 0.1 s from 0 to 5.9 s
+        msg = JointState(name=["a"], position=[float(t)])
+        msg.header.stamp = ns_to_stamp(t * S // 10)
+        writer.write("/joint_states", t * S // 10, serialize_message(msg))
+    # Outcomes at 3 s and 5 s, logged a little late (as a recorder does).
+    writer.write("/sim/episode", 3 * S + S // 20, _diag(3 * S, episode="1"))
+    writer.write("/sim/episode", 5 * S + S // 20, _diag(5 * S, episode="2"))
+    writer.close()
+    bags = split_by_episode(session, tmp_path, 2 * S, [3 * S, 5 * S])
+    assert [b.name for b in bags] == ["episode_000", "episode_001"]
+    for bag, (start, end, episode) in zip(bags, [(2, 3, "1"), (3, 5, "2")], strict=True):
+        with BagReader(bag) as reader:
+            joints = [m.log_time_ns for m in reader.messages(["/joint_states"])]
+            outcomes = [m.msg.status[0].values[0].value for m in reader.messages(["/sim/episode"])]
+            states = list(reader.messages(["/supervisor/state"]))
+        assert min(joints) > start * S and max(joints) <= end * S
+        assert outcomes == [episode]
+        # The supervisor state from before the episode is carried in, logged at its start.
+        assert states and states[0].log_time_ns == start * S
+
+
+def test_bad_plans_and_outputs_are_refused_naming_the_field(tmp_path):
+    with pytest.raises(ConfigError, match="intervention_every"):
+        TeleopPlan(intervention_every=-1)
+    with pytest.raises(ConfigError, match="jog_speed_fraction"):
+        TeleopPlan(jog_speed_fraction=1.5)
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "x").write_text("")
+    with pytest.raises(ConfigError, match="not empty"):
+        record_teleop_episodes(tmp_path / "taken", 1)
+    with pytest.raises(ConfigError, match="episodes"):
+        record_teleop_episodes(tmp_path / "new", 0)
+    # The operator's joystick jogs every joint at once, within the URDF velocity limits.
+    path = operator_joystick_config(tmp_path, TeleopPlan(jog_speed_fraction=0.5), len(JOINTS))
+    from sim2real_ros.core.joystick import load_joystick_mapping
+
+    mapping = load_joystick_mapping(path)
+    assert mapping.groups_for(len(JOINTS)) == (tuple(range(len(JOINTS))),)
+    assert mapping.joint_speed_fraction == 0.5 and len(set(mapping.joint_axes)) == len(JOINTS)
