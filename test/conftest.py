@@ -14,8 +14,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if "SIM2REAL_TEST_DOMAIN_ID" in os.environ:
         domain = int(os.environ["SIM2REAL_TEST_DOMAIN_ID"])
     else:
-        # 1..100: valid for Fast DDS port mapping; random + pid keeps concurrent runs apart.
-        domain = 1 + (os.getpid() * 7919 + random.SystemRandom().randrange(100)) % 100
+        # 1..232: Fast DDS maps every one of these to valid ports; random + pid keeps concurrent runs apart.
+        domain = 1 + (os.getpid() * 7919 + random.SystemRandom().randrange(232)) % 232
     os.environ["ROS_DOMAIN_ID"] = str(domain)
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"  # Jazzy and newer
     os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
