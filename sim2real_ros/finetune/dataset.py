@@ -176,6 +176,22 @@ def chunk_labels(stamps_ns: np.ndarray, times_s: np.ndarray, meant_ns: np.ndarra
     return sample_actions(np.asarray(meant_ns, dtype=np.int64), np.asarray(values, dtype=float), query, max_gap_ns)
 
 
+def inside_runs(query_ns: np.ndarray, meant_ns: np.ndarray, human: np.ndarray) -> np.ndarray:
+    """Whether each query time lies within a run of consecutive human commands (between the first
+    and the last command of the run, by meant time): a label never reaches past the person's
+    first or last command into what the policy did."""
+    meant = np.asarray(meant_ns, dtype=np.int64)
+    flags = np.asarray(human, dtype=bool)
+    query = np.asarray(query_ns, dtype=np.int64)
+    out = np.zeros(query.shape, dtype=bool)
+    if not flags.any():
+        return out
+    edges = np.diff(np.concatenate([[0], flags.astype(np.int8), [0]]))
+    for first, stop in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True):
+        out |= (query >= meant[first]) & (query <= meant[stop - 1])
+    return out
+
+
 def human_spans(recording: Recording, human_modes: tuple[str, ...], end_ns: int) -> list[tuple[int, int, str]]:
     """(start, end, mode before) of each continuous stretch of human control [ns]."""
     spans: list[tuple[int, int, str]] = []
@@ -276,8 +292,11 @@ def read_bag_episodes(bag: str | Path, pipeline: ImagePipeline, joint_names: tup
     horizon_ns = int(round(times[-1] * NS_PER_S))
     latency_ns = int(round(config.actuation_latency_s * NS_PER_S))
     human = recording.action_human
-    labels = chunk_labels(stamps, times, recording.action_send_ns[human] + latency_ns, recording.action_values[human],
+    meant = recording.action_send_ns + latency_ns
+    labels = chunk_labels(stamps, times, meant[human], recording.action_values[human],
                           int(round(config.action_tolerance_s * NS_PER_S)))
+    point_times = stamps[:, None] + np.round(times * NS_PER_S).astype(np.int64)[None, :]
+    labels[~inside_runs(point_times, meant, human)] = np.nan
     joints = recording.joint_positions_at(stamps, int(round(config.pairing_tolerance_s * NS_PER_S)))
 
     # Episode spans: (start, end, kind, outcome, start margin)

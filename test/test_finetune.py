@@ -1,0 +1,184 @@
+"""Fine-tuning on real bags: label timing on a hand-built bag, then real fine-tuning (torch) on the
+teleop recording of test_teleop_recording.py (the scripted operator in the "real" sim variant)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.serialization import serialize_message
+from test_teleop_recording import JOINTS, teleop_recording
+
+from sim2real_ros.bags.writer import BagWriter
+from sim2real_ros.cli.main import main as sim2real
+from sim2real_ros.conversions import (
+    array_to_image,
+    camera_model_to_info,
+    make_joint_state,
+    make_position_command,
+    ns_to_stamp,
+)
+from sim2real_ros.core.camera_model import load_calibration_yaml
+from sim2real_ros.core.checkpoint import checkpoint_hash, load_checkpoint, read_checkpoint
+from sim2real_ros.core.errors import ConfigError
+from sim2real_ros.core.policy_model import build_model
+from sim2real_ros.core.preprocess import ImagePipeline
+from sim2real_ros.core.preprocess_config import PreprocessConfig
+from sim2real_ros.finetune.dataset import LabelConfig, build_dataset, default_actuation_latency_s
+from sim2real_ros.finetune.finetune import FinetuneConfig, finetune, split_episodes
+from sim2real_ros.paths import config_path
+
+S = 1_000_000_000
+MS = 1_000_000
+SLOPE = np.array([0.1, 0.2, 0.3, -0.1, -0.2, 0.05])  # [rad/s] command ramp per joint
+TAKEOVER_S, END_S, LATENCY_S = 1.0, 4.0, 0.03
+
+
+def _state(stamp_ns: int, mode: str) -> bytes:
+    msg = DiagnosticArray()
+    msg.header.stamp = ns_to_stamp(stamp_ns)
+    msg.status = [DiagnosticStatus(name="supervisor", values=[KeyValue(key="mode", value=mode)])]
+    return serialize_message(msg)
+
+
+def _outcome(stamp_ns: int, duration_s: float) -> bytes:
+    msg = DiagnosticArray()
+    msg.header.stamp = ns_to_stamp(stamp_ns)
+    values = {"episode": "1", "success": "true", "duration_s": f"{duration_s:.4f}", "reason": "success",
+              "final_distance_m": "0.02"}
+    msg.status = [DiagnosticStatus(name="episode", values=[KeyValue(key=k, value=v) for k, v in values.items()])]
+    return serialize_message(msg)
+
+
+def hand_built_bag(path, human: bool = True):
+    """Policy (AUTONOMOUS) until TAKEOVER_S, then a person (TELEOP) sends a ramp of commands,
+    one episode [0, END_S]; 10 Hz images stamped at 0.05 + 0.1 i, 100 Hz joint states."""
+    camera = load_calibration_yaml(config_path("camera_sim.yaml"))
+    writer = BagWriter(path)
+    for topic, msgtype in (("/camera/image_raw", "sensor_msgs/msg/Image"),
+                           ("/camera/camera_info", "sensor_msgs/msg/CameraInfo"),
+                           ("/joint_states", "sensor_msgs/msg/JointState"),
+                           ("/forward_position_controller/commands", "std_msgs/msg/Float64MultiArray"),
+                           ("/supervisor/state", "diagnostic_msgs/msg/DiagnosticArray"),
+                           ("/sim/episode", "diagnostic_msgs/msg/DiagnosticArray")):
+        writer.add_topic(topic, msgtype)
+    writer.write("/supervisor/state", 0, _state(1, "AUTONOMOUS"))
+    if human:
+        writer.write("/supervisor/state", int(TAKEOVER_S * S), _state(int(TAKEOVER_S * S), "TELEOP"))
+    image = np.full((camera.height, camera.width, 3), 90, np.uint8)
+    for tick in range(1, int(END_S * 100) + 20):
+        t = tick * 10 * MS
+        joints = make_joint_state(list(JOINTS), 0.01 * t / S + np.zeros(6), t)
+        writer.write("/joint_states", t, serialize_message(joints))
+        command = make_position_command(SLOPE * t / S)
+        writer.write("/forward_position_controller/commands", t, serialize_message(command))
+        if tick % 10 == 5:
+            writer.write("/camera/camera_info", t, serialize_message(camera_model_to_info(camera, t)))
+            writer.write("/camera/image_raw", t + 2 * MS, serialize_message(array_to_image(image, "rgb8", t)))
+    writer.write("/sim/episode", int(END_S * S) + 5 * MS, _outcome(int(END_S * S), END_S))
+    writer.close()
+    return path
+
+
+def _pipeline():
+    return ImagePipeline(PreprocessConfig.from_yaml(config_path("preprocess.yaml")))
+
+
+def test_labels_are_the_human_commands_meant_for_t_plus_k_dt(tmp_path):
+    bag = hand_built_bag(tmp_path / "bag")
+    config = LabelConfig(actuation_latency_s=LATENCY_S)
+    dataset = build_dataset([bag], _pipeline(), JOINTS, chunk_length=10, dt_s=0.05, config=config)
+    (episode,) = dataset.usable()
+    assert episode.kind == "intervention"  # the policy drove for a second, then a person took over
+    stamps = episode.stamps_ns / S
+    # First frame: every chunk point meant after the first human command takes effect (1.0 + 0.03 s);
+    # last: the chunk's last point (t + 0.45 s) still inside the episode (END_S).
+    assert stamps[0] == pytest.approx(1.05) and stamps[-1] == pytest.approx(3.55)
+    assert np.allclose(np.diff(stamps), 0.1)
+    times = stamps[:, None] + np.arange(10)[None, :] * 0.05
+    # A command sent at tau is meant for tau + latency: the label at time s is the command sent at s - latency.
+    expected = (times - LATENCY_S)[:, :, None] * SLOPE[None, None, :]
+    assert np.allclose(episode.labels, expected, atol=1e-9)
+    assert np.allclose(episode.joints, 0.01 * stamps[:, None] * np.ones(6))
+    assert episode.images.shape[1:] == (96, 96, 3) and episode.images.dtype == np.uint8
+    assert dataset.skipped["not_human_controlled"] > 0 and dataset.skipped["episode_edge"] > 0
+    # Another latency shifts the labels by exactly that much.
+    shifted = build_dataset([bag], _pipeline(), JOINTS, 10, 0.05, LabelConfig(actuation_latency_s=0.0)).usable()[0]
+    common = np.isin(shifted.stamps_ns, episode.stamps_ns)
+    assert np.allclose(shifted.labels[common] - episode.labels, LATENCY_S * SLOPE, atol=1e-9)
+
+
+def test_no_human_commands_is_a_clear_error(tmp_path):
+    bag = hand_built_bag(tmp_path / "bag", human=False)
+    with pytest.raises(ConfigError, match="no labelled frame"):
+        finetune(teleop_checkpoint(tmp_path), [bag], tmp_path / "out.pt", FinetuneConfig(epochs=1))
+    with pytest.raises(ConfigError, match="'lr' = 2"):
+        FinetuneConfig(lr=2.0)
+    with pytest.raises(ConfigError, match="holdout"):
+        FinetuneConfig(holdout=1.0)
+    assert default_actuation_latency_s() == pytest.approx(0.02)  # config/params.yaml's actuator value
+
+
+def teleop_checkpoint(tmp_path):
+    from test_teleop_recording import tiny_checkpoint
+
+    return tiny_checkpoint(tmp_path / "tiny.pt")
+
+
+def test_split_holds_out_whole_episodes():
+    episodes = list(range(10))
+    train, held = split_episodes(episodes, 0.3, seed=0)
+    assert len(held) == 3 and sorted(train + held) == episodes and not set(train) & set(held)
+    assert split_episodes(episodes[:1], 0.3, 0) == ([0], [])
+    assert split_episodes(episodes, 0.0, 0) == (episodes, [])
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    return teleop_recording(tmp_path_factory)
+
+
+def test_finetune_lowers_held_out_error_and_records_provenance(recording, tmp_path):
+    spec, parent_state, _ = read_checkpoint(recording.tiny)
+    dataset = build_dataset(recording.bags, ImagePipeline(PreprocessConfig.from_dict(spec.preprocess)), JOINTS,
+                            spec.chunk_length, spec.dt_s, LabelConfig())
+    assert len(dataset.usable()) == 3 and dataset.frames >= 20, dataset.summary()
+    assert {e.kind for e in dataset.usable()} <= {"demonstration", "intervention"}
+    out = tmp_path / "tuned.pt"
+    report = finetune(recording.tiny, recording.bags, out, FinetuneConfig(epochs=25, lr=1e-3, holdout=0.34, seed=1),
+                      dataset=dataset)
+    before, after = report["before"]["holdout"]["mae_rad"], report["after"]["holdout"]["mae_rad"]
+    assert after < before, (before, after)
+    assert report["after"]["train"]["mae_rad"] < report["before"]["train"]["mae_rad"]
+    provenance = load_checkpoint(out).spec.provenance
+    assert provenance["parent"] == checkpoint_hash(recording.tiny)
+    assert [b["path"] for b in provenance["bags"]] == [str(b) for b in recording.bags]
+    assert all(len(b["fingerprint"]) == 16 for b in provenance["bags"])
+    held, train = provenance["episodes"]["holdout"], provenance["episodes"]["train"]
+    assert len(held) == 1 and len(train) == 2 and not set(held) & set(train)
+    # Without freezing, the encoder learns too.
+    _, tuned_state, _ = read_checkpoint(out)
+    assert any(not torch.equal(tuned_state[k], parent_state[k]) for k in parent_state if k.startswith("image_encoder"))
+
+
+def test_cli_freeze_encoder_keeps_the_encoder_and_changes_the_head(recording, tmp_path, capsys):
+    out, report_file = tmp_path / "frozen.pt", tmp_path / "finetune.json"
+    code = sim2real(["finetune", "--checkpoint", str(recording.tiny), "--bags", str(recording.out), "--out", str(out),
+                     "--epochs", "3", "--lr", "1e-3", "--freeze-encoder", "--holdout", "0.3",
+                     "--report", str(report_file)])
+    assert code == 0
+    assert "held-out offline action error" in capsys.readouterr().out
+    spec, parent, _ = read_checkpoint(recording.tiny)
+    _, tuned, _ = read_checkpoint(out)
+    encoder = [k for k in parent if k.startswith("image_encoder")]
+    assert encoder and all(torch.equal(tuned[k], parent[k]) for k in encoder)
+    assert any(not torch.equal(tuned[k], parent[k]) for k in parent if k.startswith("head"))
+    # Normalization statistics are the parent's (the network works in those units).
+    for name in ("joint_mean", "joint_std", "action_mean", "action_std"):
+        assert torch.equal(tuned[name], parent[name])
+    report = json.loads(report_file.read_text())
+    assert report["parent"] == checkpoint_hash(recording.tiny) and report["frozen_parameters"]
+    model = build_model(spec.architecture, spec, **spec.hparams)
+    model.load_state_dict(tuned)  # still the parent's architecture
