@@ -1,0 +1,152 @@
+"""Staged validation: gate rules and verdict (pure), failure-mode comparison, real episodes from
+the teleop recording, and `sim2real validate` end to end (real PyBullet, real torch, real bags)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+from test_teleop_recording import teleop_recording
+
+from sim2real_ros.cli.main import main as sim2real
+from sim2real_ros.core.errors import ConfigError
+from sim2real_ros.paths import config_path
+from sim2real_ros.training.stats import wilson_interval
+from sim2real_ros.validation.gates import (
+    NOT_READY,
+    READY,
+    RealGate,
+    block_bootstrap_mean,
+    decide,
+    error_stage,
+    gates_from_dict,
+    load_gates,
+    success_stage,
+)
+from sim2real_ros.validation.sim_vs_real import compare_failure_modes, read_real_episodes, real_outcomes
+
+
+def test_a_success_gate_passes_only_when_the_wilson_lower_bound_clears_it():
+    # 9 of 10 is a 90% rate, but its lower bound (0.60) does not clear 0.8: not enough evidence.
+    lucky = success_stage("nominal_sim", 9, 10, 0.8)
+    assert lucky.figure == pytest.approx(0.9) and lucky.interval == pytest.approx(wilson_interval(9, 10))
+    assert not lucky.passed
+    assert success_stage("nominal_sim", 48, 50, 0.8).passed  # lower bound 0.87
+    assert not success_stage("nominal_sim", 0, 0, 0.8).passed  # nothing run is not a pass
+
+
+def test_an_error_gate_passes_only_when_the_upper_bound_stays_under_it():
+    gate = RealGate(max_action_mae_rad=0.05, min_frames=10)
+    assert error_stage("real_offline", 0.03, (0.02, 0.045), 100, gate).passed
+    assert not error_stage("real_offline", 0.03, (0.02, 0.055), 100, gate).passed
+    too_few = error_stage("real_offline", 0.01, (0.005, 0.02), 5, gate)
+    assert not too_few.passed and "only 5 frames" in too_few.note
+    missing = error_stage("real_offline", None, None, 0, gate, note="no real bags given")
+    assert not missing.passed and not missing.ran
+
+
+def test_the_verdict_names_the_first_failing_stage_with_figure_and_threshold():
+    gate = RealGate(max_action_mae_rad=0.05, min_frames=10)
+    good = [success_stage("nominal_sim", 50, 50, 0.8), success_stage("perturbed_sim", 45, 50, 0.6),
+            error_stage("real_offline", 0.03, (0.02, 0.04), 200, gate)]
+    verdict = decide(good)
+    assert verdict.verdict == READY and verdict.text == "ready for supervised rollout"
+    bad = [good[0], success_stage("perturbed_sim", 20, 50, 0.6), error_stage("real_offline", 0.2, (0.1, 0.3), 200,
+                                                                               gate)]
+    verdict = decide(bad)
+    assert verdict.verdict == NOT_READY and verdict.failed == ("perturbed_sim", "real_offline")
+    assert "stage 2" in verdict.reason and "40%" in verdict.reason and "threshold 0.60" in verdict.reason
+    assert decide(good[:2]).failed == ("real_offline",)  # a stage that never ran fails
+
+
+def test_block_bootstrap_interval_brackets_the_mean_and_widens_with_correlation():
+    rng = np.random.default_rng(0)
+    values = [rng.normal(1.0, 0.1, 200)]
+    lo, hi = block_bootstrap_mean(values, block=10, samples=500)
+    assert lo < 1.0 < hi and hi - lo < 0.1
+    # Runs of identical values: resampling blocks sees the real (small) number of independent samples.
+    steps = [np.repeat(rng.normal(1.0, 0.1, 10), 20)]
+    wide = block_bootstrap_mean(steps, block=20, samples=500)
+    naive = block_bootstrap_mean(steps, block=1, samples=500)
+    assert wide[1] - wide[0] > 2 * (naive[1] - naive[0])
+
+
+def test_gates_yaml_defaults_and_errors(tmp_path):
+    gates = load_gates()
+    assert gates.source.endswith("gates.yaml") and 0 < gates.nominal_sim.min_success_rate <= 1
+    assert gates_from_dict({"nominal_sim": {"episodes": 5}}, "x").nominal_sim.episodes == 5
+    bad = tmp_path / "gates.yaml"
+    bad.write_text(yaml.safe_dump({"perturbed_sim": {"min_success_rate": 1.5}}))
+    with pytest.raises(ConfigError, match=r"gates.yaml: field 'perturbed_sim.min_success_rate' = 1.5"):
+        load_gates(bad)
+    with pytest.raises(ConfigError, match="unknown stage"):
+        gates_from_dict({"stage4": {}}, "x")
+    with pytest.raises(ConfigError, match="real_offline.max_action_mae"):
+        gates_from_dict({"real_offline": {"max_action_mae": 1}}, "x")
+
+
+def test_failure_modes_that_differ_in_kind_point_to_a_sim_gap():
+    sim = {"success": 40, "timeout_far": 5}
+    # In real the policy gets near and cannot settle, which it never does in sim: actuation.
+    differ = compare_failure_modes(sim, {"success": 3, "timeout_near": 4})
+    assert differ["differ_in_kind"] and differ["only_in_real"] == ["timeout_near"] and differ["gap"] == ["actuation"]
+    assert "rather than a policy gap" in differ["message"]
+    sensing = compare_failure_modes({"success": 9, "timeout_near": 1}, {"timeout_far": 6, "taken_over": 2})
+    assert sensing["gap"] == ["sensing"] and "took over in 2" in sensing["message"]
+    same = compare_failure_modes(sim, {"success": 2, "timeout_far": 3})
+    assert not same["differ_in_kind"] and "agree" in same["message"]
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    return teleop_recording(tmp_path_factory)
+
+
+def test_real_episodes_from_the_bags_count_only_what_the_policy_started(recording):
+    episodes = [e for bag in recording.bags for e in read_real_episodes(bag)]
+    assert [e.driver for e in episodes] == ["demonstration", "intervention", "demonstration"]
+    real = real_outcomes(episodes)
+    assert real["episodes"] == 1 and real["successes"] == 0 and real["failures"] == {"taken_over": 1}
+    assert real["demonstrations"]["episodes"] == 2
+    assert real["ci95"] == pytest.approx(list(wilson_interval(0, 1)))
+
+
+def test_validate_end_to_end_on_real_bags(recording, tmp_path, capsys):
+    # A short sim episode keeps the test affordable; the untrained policy holds still.
+    sim = yaml.safe_load(config_path("sim_params.yaml").read_text())
+    sim["task"]["timeout_s"] = 1.5
+    sim_file = tmp_path / "sim_short.yaml"
+    sim_file.write_text(yaml.safe_dump(sim))
+    report_dir = tmp_path / "report"
+    code = sim2real(["validate", "--checkpoint", str(recording.untrained), "--real-bags", str(recording.out),
+                     "--report", str(report_dir), "--episodes", "1", "--sim-config", str(sim_file), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1 and out["verdict"] == "not_ready"
+    assert [s["stage"] for s in out["stages"]] == ["nominal_sim", "perturbed_sim", "real_offline"]
+    nominal, _perturbed, real = out["stages"]
+    assert nominal["figure"] == 0.0 and not nominal["passed"] and nominal["interval"][0] == 0.0
+    assert "stage 1" in out["reason"] and "threshold 0.80" in out["reason"]
+    # Stage 3 compared the policy with the person's commands on the real bags.
+    assert real["ran"] and real["figure"] > 0 and real["interval"][0] <= real["figure"] <= real["interval"][1]
+    table = out["sim_vs_real"]
+    assert set(table) == {"success_rate", "episode_length_s", "action_magnitude_rad", "failures"}
+    assert table["failures"]["sim_nominal"] == {"timeout_far": 1} and table["failures"]["real"] == {"taken_over": 1}
+    assert table["action_magnitude_rad"]["real"]["max"] < 0.01  # holds still on real observations too
+    assert table["action_magnitude_rad"]["real_human"]["max"] > 0.05  # the person moved
+    for name in ("report.md", "report.json", "success_rates.png", "action_magnitude.png"):
+        assert (report_dir / name).is_file(), name
+    text = (report_dir / "report.md").read_text()
+    assert "**Verdict: not ready**" in text and "| task success rate" in text
+    perturbed_params = yaml.safe_load((report_dir / "sim_params_perturbed.yaml").read_text())
+    assert perturbed_params["randomization"]["actuation_latency_s"][1] == pytest.approx(
+        sim["randomization"]["actuation_latency_s"][1] + load_gates().perturbed_sim.extra_latency_s)
+
+
+def test_validate_refuses_bad_input(tmp_path, capsys):
+    assert sim2real(["validate", "--report", str(tmp_path / "r"), "--episodes", "0"]) == 2
+    bad = tmp_path / "gates.yaml"
+    bad.write_text("nominal_sim: [1, 2]\n")
+    assert sim2real(["validate", "--report", str(tmp_path / "r"), "--gates", str(bad)]) == 2
+    assert "nominal_sim" in capsys.readouterr().err
+    assert sim2real(["validate", "--report", str(tmp_path / "r"), "--real-bags", str(tmp_path / "none")]) == 2
