@@ -9,8 +9,6 @@ node process's CPU time (user + system, from /proc) over the wall time of the me
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import random
 import sys
@@ -34,6 +32,7 @@ from sensor_msgs.msg import JointState  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
 from sim2real_ros import conversions as cv  # noqa: E402
+from sim2real_ros.benchmarking import bench_main, latency_stats  # noqa: E402
 from sim2real_ros.cli.launcher import GraphLauncher  # noqa: E402
 from sim2real_ros.core.chunk_buffer import ChunkBuffer, ChunkBufferConfig  # noqa: E402
 from sim2real_ros.graph import NodeDecl  # noqa: E402
@@ -43,16 +42,6 @@ JOINTS = [f"joint{i}" for i in range(1, 7)]
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _stats_ms(values_ms: np.ndarray) -> dict[str, float]:
-    if len(values_ms) == 0:
-        return {"p50": float("nan"), "p99": float("nan"), "max": float("nan"), "n": 0}
-    return {
-        "p50": round(float(np.percentile(values_ms, 50)), 4),
-        "p99": round(float(np.percentile(values_ms, 99)), 4),
-        "max": round(float(np.max(values_ms)), 4),
-        "spread_iqr": round(float(np.percentile(values_ms, 75) - np.percentile(values_ms, 25)), 4),
-        "n": int(len(values_ms)),
-    }
 
 
 def _process_cpu_s(pid: int) -> float:
@@ -119,8 +108,8 @@ def measure_rate(rate_hz: float, duration_s: float, domain_id: int) -> dict:
     periods_ms = np.diff(measured) / 1e6
     nominal_ms = 1e3 / rate_hz
     return {
-        "period_ms": _stats_ms(periods_ms),
-        "deviation_ms": _stats_ms(np.abs(periods_ms - nominal_ms)),
+        "period_ms": latency_stats(periods_ms),
+        "deviation_ms": latency_stats(np.abs(periods_ms - nominal_ms)),
         "nominal_ms": nominal_ms,
         "achieved_rate_hz": round(float(len(periods_ms) / (periods_ms.sum() / 1e3)), 2) if len(periods_ms) else 0.0,
         "cpu_percent": round(100.0 * cpu_s / wall_s, 2),
@@ -140,7 +129,7 @@ def measure_sampling(n: int) -> dict:
         start = time.perf_counter_ns()
         buffer.sample_at(tick, tick + 50_000_000)
         durations.append((time.perf_counter_ns() - start) / 1e3)
-    return _stats_ms(np.array(durations))  # in [us] here
+    return latency_stats(np.array(durations))  # in [us] here
 
 
 def run(quick: bool = False) -> dict:
@@ -161,17 +150,5 @@ def run(quick: bool = False) -> dict:
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
-    results = run(quick=args.quick)
-    print(json.dumps(results, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench_main(run, __doc__))

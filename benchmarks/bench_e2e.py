@@ -11,8 +11,6 @@ the (simulated) robot experiences; the sim's real-time factor is reported beside
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import tempfile
 import time
@@ -23,19 +21,12 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 
+from sim2real_ros.benchmarking import bench_main, latency_stats
 from sim2real_ros.conversions import stamp_to_ns
 from sim2real_ros.graph import GraphArgs
 from sim2real_ros.nodes.common import RELIABLE_LATEST_QOS
 from sim2real_ros.orchestration.graph_session import SimGraphSession
 from sim2real_ros.paths import config_path, default_policy_path, urdf_path
-
-
-def percentiles(values_ms: list[float]) -> dict[str, float]:
-    a = np.asarray(values_ms, dtype=float)
-    if a.size == 0:
-        return {"p50": float("nan"), "p99": float("nan"), "max": float("nan"), "n": 0}
-    return {"p50": round(float(np.percentile(a, 50)), 2), "p90": round(float(np.percentile(a, 90)), 2),
-            "p99": round(float(np.percentile(a, 99)), 2), "max": round(float(a.max()), 2), "n": int(a.size)}
 
 
 def _checkpoint(tmp: Path) -> Path:
@@ -87,21 +78,10 @@ def run(quick: bool = False) -> dict:
                     continue
                 sim_at_command = np.interp(cmd_t[j], clock_t, clock_ns)
                 latencies_ms.append((sim_at_command - stamp_to_ns(msg.header.stamp)) / 1e6)
-    result = {"e2e_latency_ms": percentiles(latencies_ms), "sim_realtime_factor_during": round(rtf, 3),
+    result = {"e2e_latency_ms": latency_stats(latencies_ms, digits=2), "sim_realtime_factor_during": round(rtf, 3),
               "checkpoint": str(checkpoint), "duration_s": duration_s}
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", type=Path)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    result = run(args.quick)
-    print(json.dumps(result, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
-
-
 if __name__ == "__main__":
-    main()
+    raise SystemExit(bench_main(run, __doc__))

@@ -41,6 +41,7 @@ from std_msgs.msg import Bool, Float64MultiArray  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from sim2real_ros import conversions as cv  # noqa: E402
+from sim2real_ros.benchmarking import latency_stats  # noqa: E402
 from sim2real_ros.cli.launcher import GraphLauncher  # noqa: E402
 from sim2real_ros.core.safety import limits_from_urdf  # noqa: E402
 from sim2real_ros.core.urdf import RobotModel  # noqa: E402
@@ -56,16 +57,6 @@ from sim2real_ros.paths import urdf_path  # noqa: E402
 POLICY_OFFSET_RAD = 0.05
 
 
-def _stats_ms(values_ms: np.ndarray) -> dict[str, float]:
-    if len(values_ms) == 0:
-        return {"p50": float("nan"), "p99": float("nan"), "max": float("nan"), "n": 0}
-    return {
-        "p50": round(float(np.percentile(values_ms, 50)), 3),
-        "p99": round(float(np.percentile(values_ms, 99)), 3),
-        "max": round(float(np.max(values_ms)), 3),
-        "spread_iqr": round(float(np.percentile(values_ms, 75) - np.percentile(values_ms, 25)), 3),
-        "n": int(len(values_ms)),
-    }
 
 
 class EstopProbe(Node):
@@ -192,7 +183,7 @@ def run(quick: bool = False, trials: int | None = None) -> dict:
         probe.destroy_node()
         rclpy.try_shutdown(context=context)
     return {
-        "estop_reaction_ms": _stats_ms(np.array(reactions_ms)),
+        "estop_reaction_ms": latency_stats(np.array(reactions_ms)),
         "missed_reactions": missed,
         "reset_tries_mean": round(float(np.mean(reset_tries)), 3),
         "trials_per_s": round(n_trials / elapsed, 2),

@@ -11,8 +11,6 @@ Usage: .venv/bin/python benchmarks/bench_policy.py [--quick] [--json OUT]
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import random
 import sys
@@ -36,6 +34,7 @@ from sensor_msgs.msg import Image, JointState  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
 from sim2real_ros import conversions as cv  # noqa: E402
+from sim2real_ros.benchmarking import bench_main, latency_stats  # noqa: E402
 from sim2real_ros.cli.launcher import GraphLauncher  # noqa: E402
 from sim2real_ros.core.checkpoint import init_checkpoint, load_checkpoint  # noqa: E402
 from sim2real_ros.core.preprocess_config import PreprocessConfig  # noqa: E402
@@ -47,16 +46,6 @@ from sim2real_ros.paths import config_path, urdf_path  # noqa: E402
 DEFAULT_THREADS = 1  # policy_node's num_threads default
 
 
-def _stats_ms(values_ms: np.ndarray) -> dict[str, float]:
-    if len(values_ms) == 0:
-        return {"p50": float("nan"), "p99": float("nan"), "max": float("nan"), "spread_iqr": float("nan"), "n": 0}
-    return {
-        "p50": round(float(np.percentile(values_ms, 50)), 4),
-        "p99": round(float(np.percentile(values_ms, 99)), 4),
-        "max": round(float(np.max(values_ms)), 4),
-        "spread_iqr": round(float(np.percentile(values_ms, 75) - np.percentile(values_ms, 25)), 4),
-        "n": int(len(values_ms)),
-    }
 
 
 def make_checkpoint(directory: Path) -> tuple[Path, list[str]]:
@@ -89,7 +78,7 @@ def measure_inference(checkpoint: Path, n: int, thread_counts: tuple[int, ...] =
                     times[threads].append((time.perf_counter_ns() - start) / 1e6)
     finally:
         torch.set_num_threads(previous)
-    return {t: _stats_ms(np.array(v)) for t, v in times.items()}
+    return {t: latency_stats(np.array(v)) for t, v in times.items()}
 
 
 def measure_node_latency(checkpoint: Path, joints: list[str], n: int, domain_id: int) -> dict:
@@ -146,7 +135,7 @@ def measure_node_latency(checkpoint: Path, joints: list[str], n: int, domain_id:
             node.destroy_node()
             rclpy.try_shutdown(context=context)
             spinner.join(timeout=2.0)
-    return {"obs_to_chunk_ms": _stats_ms(np.array(latencies)), "lost": lost}
+    return {"obs_to_chunk_ms": latency_stats(np.array(latencies)), "lost": lost}
 
 
 def run(quick: bool = False) -> dict:
@@ -166,17 +155,5 @@ def run(quick: bool = False) -> dict:
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
-    results = run(quick=args.quick)
-    print(json.dumps(results, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench_main(run, __doc__))

@@ -7,8 +7,6 @@ synthetic recording (command 50 Hz, state 500 Hz, known delays), and the estimat
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -19,6 +17,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from sim2real_ros.benchmarking import bench_main  # noqa: E402
 from sim2real_ros.sysid.bag_io import load_streams  # noqa: E402
 from sim2real_ros.sysid.latency import estimate_latency  # noqa: E402
 from sim2real_ros.sysid.signals import JointStream  # noqa: E402
@@ -78,17 +77,5 @@ def run(quick: bool = False) -> dict:
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
-    results = run(args.quick)
-    print(json.dumps(results, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench_main(run, __doc__))
