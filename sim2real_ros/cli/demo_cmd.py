@@ -29,4 +29,14 @@ def run(args: argparse.Namespace) -> int:
           f"reset refused while pressed {report['estop']['reset_refused_while_pressed']}")
     print(f"replay error    {'n/a' if replay_err is None else f'{replay_err:.4f} rad mean MAE'}")
     print(f"report          {args.out / 'report.md'}  (wall time {report['wall_time_s']} s)")
+    # The policy may fail an episode; the safety chain may not: those make the demo fail.
+    checks = {"takeover accepted": report["takeover"]["accepted"], "handed back": report["takeover"]["handed_back"],
+              "e-stop latched": report["estop"]["latched"], "hold sent": report["estop"]["held_position"],
+              "reset refused while pressed": report["estop"]["reset_refused_while_pressed"],
+              "reset after release": report["estop"]["reset"], "re-armed": report["estop"]["rearmed"],
+              "replay ran": "error" not in report["replay"]}
+    failed = [name for name, ok in checks.items() if not ok]
+    if failed:
+        print(f"DEMO FAILED: {', '.join(failed)} (see {args.out / 'graph.log'})")
+        return 1
     return 0
