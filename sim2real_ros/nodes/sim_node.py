@@ -269,10 +269,14 @@ class SimNode(Node):
                 delay = due - time.monotonic()
                 if delay > 0:
                     self._stop.wait(delay)
-                elif -delay > MAX_LAG_S:
+                    continue
+                if -delay > MAX_LAG_S:
                     # Too slow to keep up: run on from here rather than racing to catch up.
                     wall0, sim0 = time.monotonic(), world.time_ns
                     self._counters["wall_lag_resets"] += 1
+            # Behind (or not pacing): give the command/reset callbacks waiting on the world lock a turn
+            # (a Python lock is not fair: this thread would otherwise take it straight back).
+            time.sleep(0)
 
     def _publish_joint_states(self) -> None:
         world = self.world
