@@ -104,7 +104,7 @@ def run(quick: bool = False, checkpoint: str | Path | None = None,
 
         t0 = time.monotonic()
         tuned = work / "finetuned.pt"
-        result = finetune(ckpt, [work / "real_bags"], tuned, FinetuneConfig(epochs=20, lr=1e-4, holdout=0.3, seed=0),
+        result = finetune(ckpt, [work / "real_bags"], tuned, FinetuneConfig(epochs=100, lr=1e-4, holdout=0.3, seed=0),
                           log=lambda text: print(text, file=sys.stderr))
         figures["finetune"] = {
             "frames": result["dataset"]["frames"], "by_kind": result["dataset"]["by_kind"],

@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bags", nargs="+", required=True,
                         help="real bags (bag folders, .mcap/.db3 files, or folders of bag folders)")
     parser.add_argument("--out", type=Path, required=True, help="fine-tuned checkpoint to write")
-    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--epochs", type=int, default=50)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--freeze-encoder", action="store_true", help="keep the image encoder's weights")
     parser.add_argument("--holdout", type=float, default=0.3, help="fraction of episodes held out (0 = none)")

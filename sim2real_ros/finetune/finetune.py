@@ -39,7 +39,7 @@ class FinetuneConfig:
     image encoder's weights; holdout: fraction of episodes held out (0 = none); batch_size;
     weight_decay; seed (split and shuffling); num_threads (torch); labels: LabelConfig."""
 
-    epochs: int = 20
+    epochs: int = 50
     lr: float = 1e-4
     freeze_encoder: bool = False
     holdout: float = 0.3

@@ -49,7 +49,7 @@ class RealGate:
     min_frames: fewer evaluated frames fail; bootstrap_block_frames / bootstrap_samples: the
     block bootstrap of the interval."""
 
-    max_action_mae_rad: float = 0.06
+    max_action_mae_rad: float = 0.025
     min_frames: int = 30
     bootstrap_block_frames: int = 10
     bootstrap_samples: int = 1000
