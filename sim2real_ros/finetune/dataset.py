@@ -42,7 +42,7 @@ NS_PER_S = 1_000_000_000
 EPISODE_TOPIC = "sim/episode"
 POLICY_MODES = ("AUTONOMOUS", "SHARED")
 # A takeover this soon after an episode starts is a demonstration: the policy had no real turn [s].
-TAKEOVER_GRACE_S = 0.5
+TAKEOVER_GRACE_S = 1.0
 SOURCE = "finetune labels"
 
 

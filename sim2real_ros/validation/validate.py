@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -155,8 +156,8 @@ def validate(checkpoint: str | Path, real_bags: list[str | Path] | None = None, 
                                                gates.nominal_sim.min_success_rate, {"evaluation": nominal})]
     log(f"[validate] {stages[-1].describe()}")
     log(f"[validate] stage 2: {n2} perturbed sim episodes")
-    perturbed_file = perturbed_sim_params(sim_config, gates.perturbed_sim,
-                                          (out or Path(".")) / "sim_params_perturbed.yaml")
+    params_dir = out or Path(tempfile.mkdtemp(prefix="sim2real_validate_"))
+    perturbed_file = perturbed_sim_params(sim_config, gates.perturbed_sim, params_dir / "sim_params_perturbed.yaml")
     perturbed = evaluate_in_sim(checkpoint, n2, perturb=True, sim_config=perturbed_file, seed=seed + 50_000,
                                 robot_description=robot_description, label="validate perturbed")
     stages.append(success_stage("perturbed_sim", perturbed["successes"], perturbed["episodes"],
