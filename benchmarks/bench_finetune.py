@@ -81,9 +81,12 @@ def run(quick: bool = False, checkpoint: str | Path | None = None,
         figures["checkpoint"] = str(ckpt)
 
         t0 = time.monotonic()
-        bags = record_teleop_episodes(work / "real_bags", episodes, real_a, ckpt, seed=11,
-                                      plan=TeleopPlan(intervention_every=2),
-                                      log=lambda text: print(text, file=sys.stderr))
+        if (work / "real_bags" / "episodes.json").is_file():  # a kept work dir: reuse its recording
+            bags = sorted(p for p in (work / "real_bags").iterdir() if p.is_dir())
+        else:
+            bags = record_teleop_episodes(work / "real_bags", episodes, real_a, ckpt, seed=11,
+                                          plan=TeleopPlan(intervention_every=2),
+                                          log=lambda text: print(text, file=sys.stderr))
         manifest = json.loads((work / "real_bags" / "episodes.json").read_text())
         figures["recording"] = {"episodes": len(bags), "wall_s": round(time.monotonic() - t0, 1),
                                 "by_kind": {k: sum(e["kind"] == k for e in manifest["episodes"])

@@ -150,3 +150,21 @@ def test_validate_refuses_bad_input(tmp_path, capsys):
     assert sim2real(["validate", "--report", str(tmp_path / "r"), "--gates", str(bad)]) == 2
     assert "nominal_sim" in capsys.readouterr().err
     assert sim2real(["validate", "--report", str(tmp_path / "r"), "--real-bags", str(tmp_path / "none")]) == 2
+
+
+def test_report_plots_a_perfect_success_rate(tmp_path):
+    from sim2real_ros.validation.report import write_validation_report
+
+    ci = list(wilson_interval(10, 10))
+    cell = {"rate": 1.0, "ci95": ci, "episodes": 10}
+    stats = {"mean": 0.1, "std": 0.0, "p50": 0.1, "p90": 0.1, "p99": 0.1, "max": 0.1}
+    stage = success_stage("nominal_sim", 10, 10, 0.8).to_dict()
+    report = {"checkpoint": "x.pt", "checkpoint_hash": "h", "verdict_text": "not ready", "reason": "r",
+              "stages": [stage], "gates": {"source": "g"}, "real_episodes": {"demonstrations": {"episodes": 0}},
+              "failure_modes": {"message": "m"},
+              "sim_vs_real": {"success_rate": {"sim_nominal": cell, "sim_perturbed": cell, "real": {"rate": None}},
+                              "episode_length_s": {"sim_nominal": stats, "sim_perturbed": stats, "real": stats},
+                              "action_magnitude_rad": {"sim_nominal": stats, "sim_perturbed": stats, "real": stats},
+                              "failures": {"sim_nominal": {"success": 10}, "sim_perturbed": {}, "real": {}}}}
+    assert write_validation_report(report, tmp_path) == ["success_rates.png", "action_magnitude.png"]
+    assert "100% [0.72, 1.00] (n=10)" in (tmp_path / "report.md").read_text()

@@ -96,7 +96,9 @@ def write_plots(report: dict[str, Any], out: Path) -> list[str]:
             continue
         lo, hi = cell["ci95"]
         ax.bar(x, cell["rate"], color="tab:blue" if column != "real" else "tab:orange", alpha=0.7)
-        ax.errorbar(x, cell["rate"], yerr=[[cell["rate"] - lo], [hi - cell["rate"]]], color="k", capsize=6)
+        # max(0, ...): the Wilson bound of 10/10 is 1 - 1e-16, not 1.
+        ax.errorbar(x, cell["rate"], yerr=[[max(0.0, cell["rate"] - lo)], [max(0.0, hi - cell["rate"])]], color="k",
+                    capsize=6)
     for stage in report["stages"]:
         if stage["kind"] == "success_rate":
             x = 0 if stage["stage"] == "nominal_sim" else 1
