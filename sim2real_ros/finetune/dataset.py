@@ -67,6 +67,8 @@ class LabelConfig:
     episode_start_margin_s [s]: frames this soon after a sim/episode start are skipped (a sim
       teleports the robot home at a reset, while the person's last command still points at the
       previous target).
+    correct_recorder_delay: take the recorder's logging delay (median log time - stamp of the
+      joint states) off the commands' log times, their only time (a loaded recorder hears them late).
     human_modes: supervisor modes whose commands are human actions.
     image_topic, camera_info_topic, joint_states_topic, action_topic, supervisor_state_topic:
       graph topic names (a namespace prefix in the bag is matched).
@@ -75,7 +77,8 @@ class LabelConfig:
     actuation_latency_s: float = field(default_factory=default_actuation_latency_s)
     action_tolerance_s: float = 0.1
     pairing_tolerance_s: float = 0.05
-    episode_start_margin_s: float = 0.3
+    episode_start_margin_s: float = 0.15
+    correct_recorder_delay: bool = True
     human_modes: tuple[str, ...] = HUMAN_MODES
     image_topic: str = "camera/image_raw"
     camera_info_topic: str = "camera/camera_info"
@@ -163,17 +166,23 @@ class RealDataset:
 
 # ----------------------------------------------------------------------------------------------
 # Pure labelling maths
-def chunk_labels(stamps_ns: np.ndarray, times_s: np.ndarray, meant_ns: np.ndarray, values: np.ndarray,
-                 max_gap_ns: int) -> np.ndarray:
-    """Label chunks (N, K, n) [rad]: the commands meant for stamps_ns[i] + times_s[k], linearly
+def chunk_times(stamps_ns: np.ndarray, times_s: np.ndarray, end_ns: int | None = None) -> np.ndarray:
+    """(N, K) times [ns] chunk points are meant for: stamps_ns[i] + times_s[k], held at `end_ns`
+    (an episode's end: after it, the person's last command of the episode stands)."""
+    offsets = np.round(np.asarray(times_s, dtype=float) * NS_PER_S).astype(np.int64)
+    query = np.asarray(stamps_ns, dtype=np.int64)[:, None] + offsets[None, :]
+    return query if end_ns is None else np.minimum(query, int(end_ns))
+
+
+def chunk_labels(query_ns: np.ndarray, meant_ns: np.ndarray, values: np.ndarray, max_gap_ns: int) -> np.ndarray:
+    """Label chunks (N, K, n) [rad]: the commands meant for the (N, K) times query_ns, linearly
     interpolated between commands at most max_gap_ns apart (NaN where not covered).
 
     meant_ns (M,) sorted: when each command takes effect (send time + actuation latency);
     values (M, n) [rad].
     """
-    offsets = np.round(np.asarray(times_s, dtype=float) * NS_PER_S).astype(np.int64)
-    query = np.asarray(stamps_ns, dtype=np.int64)[:, None] + offsets[None, :]
-    return sample_actions(np.asarray(meant_ns, dtype=np.int64), np.asarray(values, dtype=float), query, max_gap_ns)
+    return sample_actions(np.asarray(meant_ns, dtype=np.int64), np.asarray(values, dtype=float),
+                          np.asarray(query_ns, dtype=np.int64), max_gap_ns)
 
 
 def inside_runs(query_ns: np.ndarray, meant_ns: np.ndarray, human: np.ndarray) -> np.ndarray:
@@ -292,11 +301,18 @@ def read_bag_episodes(bag: str | Path, pipeline: ImagePipeline, joint_names: tup
     horizon_ns = int(round(times[-1] * NS_PER_S))
     latency_ns = int(round(config.actuation_latency_s * NS_PER_S))
     human = recording.action_human
-    meant = recording.action_send_ns + latency_ns
-    labels = chunk_labels(stamps, times, meant[human], recording.action_values[human],
-                          int(round(config.action_tolerance_s * NS_PER_S)))
-    point_times = stamps[:, None] + np.round(times * NS_PER_S).astype(np.int64)[None, :]
-    labels[~inside_runs(point_times, meant, human)] = np.nan
+    # Commands carry no stamp: their log time is when the recorder heard them. Take off the delay
+    # the recorder logs stamped messages with (joint states; a clock offset is already removed).
+    delay_ns = recording.clock.offset_ns if config.correct_recorder_delay and not recording.clock.applied else 0
+    meant = recording.action_send_ns - delay_ns + latency_ns
+    max_gap_ns = int(round(config.action_tolerance_s * NS_PER_S))
+
+    def label(chosen: np.ndarray, end_ns: int | None) -> np.ndarray:
+        query = chunk_times(stamps[chosen], times, end_ns)
+        labels = chunk_labels(query, meant[human], recording.action_values[human], max_gap_ns)
+        labels[~inside_runs(query, meant, human)] = np.nan
+        return labels
+
     joints = recording.joint_positions_at(stamps, int(round(config.pairing_tolerance_s * NS_PER_S)))
 
     # Episode spans: (start, end, kind, outcome, start margin)
@@ -316,15 +332,24 @@ def read_bag_episodes(bag: str | Path, pipeline: ImagePipeline, joint_names: tup
             kind = "intervention" if before in POLICY_MODES else "demonstration"
             spans.append((start, stop, kind, None, 0))
 
-    covered = np.all(np.isfinite(labels), axis=(1, 2))
     paired = np.all(np.isfinite(joints), axis=1)
     assigned = np.zeros(len(stamps), dtype=bool)
     episodes = []
     for index, (start, stop, kind, outcome, margin) in enumerate(spans):
         inside = (stamps >= start) & (stamps <= stop)
         assigned |= inside
-        usable = inside & (stamps >= start + margin) & (stamps + horizon_ns <= stop)
+        # An episode reported by sim/episode ends the task: after it, the person's last command
+        # stands (holding at the goal); a stretch of human control alone does not say what follows.
+        usable = inside & (stamps >= start + margin)
+        if outcome is None:
+            usable &= stamps + horizon_ns <= stop
         skipped["episode_edge"] += int((inside & ~usable).sum())
+        covered = np.zeros(len(stamps), dtype=bool)
+        candidates = np.flatnonzero(usable)
+        labels = np.full((len(stamps), len(times), len(joint_names)), np.nan)
+        if len(candidates):
+            labels[candidates] = label(candidates, stop if outcome is not None else None)
+            covered[candidates] = np.all(np.isfinite(labels[candidates]), axis=(1, 2))
         keep = usable & covered & paired
         skipped["not_human_controlled"] += int((usable & ~covered).sum())
         skipped["no_joint_state_within_tolerance"] += int((usable & covered & ~paired).sum())

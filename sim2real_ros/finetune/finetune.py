@@ -27,7 +27,7 @@ from ..core.errors import ConfigError
 from ..core.policy_model import PolicyModel, build_model
 from ..core.preprocess import ImagePipeline
 from ..core.preprocess_config import PreprocessConfig
-from ..training.trainer import Dataset, fit
+from ..training.progress import progress
 from .dataset import EpisodeFrames, LabelConfig, RealDataset, build_dataset
 
 SOURCE = "finetune"
@@ -101,6 +101,43 @@ def action_error(model: PolicyModel, images: np.ndarray, joints: np.ndarray, lab
             "mae_by_k_rad": absolute.mean(axis=(0, 2)).tolist()}
 
 
+def fit_radians(model: PolicyModel, images: np.ndarray, joints: np.ndarray, labels: np.ndarray, epochs: int,
+                batch_size: int, lr: float, weight_decay: float, seed: int, log: Callable[[str], None]) -> list[float]:
+    """Regress the label chunks with the error measured in radians (MSE of target - label).
+
+    Not the normalized-delta loss of sim training (training.trainer.fit): a teacher's point 0 is
+    exactly the current position, so its normalization std is at the floor (1e-4 rad), and a
+    person's command for "now" differs from the measured position by milliradians of tracking lag,
+    which that normalization would blow up ~100-fold and let dominate the loss. Returns the mean
+    loss [rad^2] of each epoch."""
+    images_t = torch.from_numpy(np.ascontiguousarray(images))
+    joints_t = torch.from_numpy(joints.astype(np.float32))
+    labels_t = torch.from_numpy(labels.astype(np.float32))
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, epochs))
+    generator = torch.Generator().manual_seed(seed)
+    losses = []
+    model.train()
+    for epoch in progress(range(epochs), epochs, "[finetune] epochs"):
+        order = torch.randperm(len(images_t), generator=generator)
+        total, count = 0.0, 0
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            loss = torch.nn.functional.mse_loss(model(images_t[idx], joints_t[idx]), labels_t[idx])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * len(idx)
+            count += len(idx)
+        schedule.step()
+        losses.append(total / max(count, 1))
+        if epoch == epochs - 1 or epoch % max(1, epochs // 4) == 0:
+            log(f"[finetune] epoch {epoch + 1}/{epochs} RMSE {1e3 * losses[-1] ** 0.5:.1f} mrad")
+    model.eval()
+    return losses
+
+
 def freeze_encoder(model: PolicyModel) -> list[str]:
     """Stop gradients into the image encoder (and the spatial-softmax keypoints); returns the names
     of the frozen parameters. The optimizer skips parameters without gradients, so they stay as loaded."""
@@ -160,8 +197,8 @@ def finetune(checkpoint: str | Path, bags: list[str | Path], out: str | Path, co
         f"({len(train[0])} frames), holding out {len(hold_eps)} ({len(held[0])} frames)")
     before = {"holdout": action_error(model, *held), "train": action_error(model, *train)}
     frozen = freeze_encoder(model) if config.freeze_encoder else []
-    losses = fit(model, Dataset(list(train[0]), list(train[1]), list(train[2])), config.epochs, config.batch_size,
-                 config.lr, config.weight_decay, config.seed, log, "finetune")
+    losses = fit_radians(model, *train, config.epochs, config.batch_size, config.lr, config.weight_decay, config.seed,
+                         log)
     after = {"holdout": action_error(model, *held), "train": action_error(model, *train)}
     for parameter in model.parameters():
         parameter.requires_grad_(True)

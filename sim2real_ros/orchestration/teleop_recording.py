@@ -221,6 +221,12 @@ class ScriptedTeleoperator:
             if done():
                 self.hold_stick(("deadman",))
                 return True
+            if self.session.mode() != "TELEOP":
+                # A watchdog (e.g. joint states late on a loaded machine) put the robot on HOLD:
+                # a person would press takeover again and carry on.
+                if not self.take_over():
+                    self.hold_stick(("deadman",), periods=2)
+                continue
             q, target = self.session.latest_joint_positions(self.joint_names), self.session.target_position()
             if q is None or target is None:
                 self.hold_stick(("deadman",), periods=1)
@@ -391,6 +397,7 @@ def split_by_episode(session_bag: Path, out_dir: Path, start_ns: int, outcome_st
     try:
         with BagReader(session_bag) as reader:
             types = reader.topic_types()
+            delay_ns = recorder_delay_ns(reader)
             for writer in writers:
                 for topic, msgtype in types.items():
                     writer.add_topic(topic, msgtype)
@@ -399,7 +406,8 @@ def split_by_episode(session_bag: Path, out_dir: Path, start_ns: int, outcome_st
                 # Messages arrive at the recorder late (an image logged after the reset may have been
                 # captured before it; an outcome is logged after the episode it ends): stamped ones
                 # are placed by their stamp.
-                when = header_stamp_ns(types[topic], data) or log_ns
+                # Unstamped ones (robot commands) by their log time less the recorder's delay.
+                when = header_stamp_ns(types[topic], data) or log_ns - delay_ns
                 index = int(np.searchsorted(boundaries, when, side="left")) - 1
                 if index >= len(writers):
                     continue
@@ -415,6 +423,13 @@ def split_by_episode(session_bag: Path, out_dir: Path, start_ns: int, outcome_st
         for writer in writers:
             writer.close()
     return bags
+
+
+def recorder_delay_ns(reader: BagReader, topic: str = "/joint_states") -> int:
+    """Median (log time - header stamp) of `topic` [ns]: how late the recorder logs what it hears."""
+    msgtype = reader.topic_types().get(topic, "")
+    delays = [log_ns - header_stamp_ns(msgtype, data) for log_ns, _, data in reader.raw_messages([topic])]
+    return int(np.median(delays)) if delays else 0
 
 
 def header_stamp_ns(msgtype: str, data: bytes | memoryview) -> int:
