@@ -54,6 +54,7 @@ def use_dds_profile(environ: dict | None = None) -> None:
 
     env = os.environ if environ is None else environ
     if not env.get("FASTDDS_DEFAULT_PROFILES_FILE") and not env.get("FASTRTPS_DEFAULT_PROFILES_FILE"):
-        profile = str(dds_profile_path())
-        env["FASTDDS_DEFAULT_PROFILES_FILE"] = profile  # Jazzy and newer
-        env["FASTRTPS_DEFAULT_PROFILES_FILE"] = profile  # Humble
+        # Humble's Fast DDS 2 reads the old name; newer ones warn about it, so set only the one that applies.
+        humble = env.get("ROS_DISTRO") == "humble"
+        name = "FASTRTPS_DEFAULT_PROFILES_FILE" if humble else "FASTDDS_DEFAULT_PROFILES_FILE"
+        env[name] = str(dds_profile_path())
