@@ -35,6 +35,7 @@ DEFAULT_DT_S = 0.05
 # Smallest standard deviation used to normalize: keeps a joint that never moved in the data (or a
 # constant chunk offset) from dividing by zero. [rad]
 MIN_STD = 1e-4
+MIN_JOINT_STD = 0.05  # [rad] floor of the joint-position std learned from data
 # action_std of an untrained model [rad]: its outputs stay within ~a milliradian of the current
 # position, i.e. it holds still.
 UNTRAINED_ACTION_STD = 1e-3
@@ -193,7 +194,10 @@ class PolicyModel(nn.Module):
             raise ValueError(f"need joint_positions (N, {self.joint_count}) and target_chunks {expected}, "
                              f"got {q.shape} and {targets.shape}")
         deltas = targets - q[:, None, :]
-        self.set_normalization(q.mean(0), q.std(0), deltas.mean(0), deltas.std(0))
+        # A joint the data never moved (e.g. a wrist roll the reach teacher leaves alone) would get a
+        # ~0 std and turn any later deviation (a human jogging it) into a huge input: floor it.
+        joint_std = np.maximum(q.std(0), MIN_JOINT_STD)
+        self.set_normalization(q.mean(0), joint_std, deltas.mean(0), deltas.std(0))
 
     def normalize_targets(self, target_chunks: torch.Tensor, joint_positions: torch.Tensor) -> torch.Tensor:
         """Absolute targets (B, K, n) [rad] -> the normalized deltas the network regresses (B, K, n).

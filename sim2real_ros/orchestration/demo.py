@@ -20,6 +20,7 @@ from ..core.joystick import load_joystick_mapping
 from ..core.urdf import RobotModel
 from ..graph import GraphArgs
 from ..paths import config_path, default_policy_path
+from ..sim.expert import ReachExpert
 from ..sim.params import load_sim_params
 from ..training.stats import summary, wilson_interval
 from .graph_session import SimGraphSession, diagnostic_values
@@ -54,7 +55,14 @@ class Demo:
         self.model = RobotModel.from_description(self.args.robot_description)
         self.ee_link = params.robot.ee_link
         self.joint_names = self.model.joint_names
-        self.joystick = ScriptedJoystick(load_joystick_mapping(config_path("joystick.yaml")))
+        mapping = load_joystick_mapping(config_path("joystick.yaml"))
+        self.joystick = ScriptedJoystick(mapping)
+        # The scripted person knows where the target is (privileged) and uses the IK teacher.
+        home = params.home_pose(self.joint_names)
+        limits = self.model.limits_arrays(self.joint_names)
+        home_q = np.clip([home.get(n, 0.0) for n in self.joint_names], limits["lower"], limits["upper"])
+        self.expert = ReachExpert(self.model, self.joint_names, self.ee_link, np.asarray(home_q))
+        self.jog_speed = mapping.joint_speed_fraction * limits["velocity"]  # full stick [rad/s]
         self.events: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------------------------------
@@ -62,10 +70,6 @@ class Demo:
         self.events.append({"t_s": round(time.monotonic() - self._start, 3), "event": kind, **data})
         details = ", ".join(f"{k}={v}" for k, v in data.items())
         self.log(f"[demo] {kind}" + (f": {details}" if details else ""))
-
-    def _ee_position(self, session: SimGraphSession) -> np.ndarray | None:
-        q = session.latest_joint_positions(self.joint_names)
-        return None if q is None else self.model.forward_kinematics(q, self.ee_link, self.joint_names)[0][:3, 3]
 
     def _wait_for_episode_start(self, session: SimGraphSession, index: int, settle_s: float = 0.8) -> None:
         """Block until `index - 1` outcomes have arrived (episode `index` is running), then settle."""
@@ -78,25 +82,27 @@ class Demo:
 
     # ------------------------------------------------------------------------------------------
     def takeover(self, session: SimGraphSession) -> dict[str, Any]:
-        """Deadman + takeover, Cartesian jogging toward the target, then hand back (arm)."""
+        """Deadman + takeover, jog the first joint group toward the IK goal of the target (a person
+        helping the robot along), then hand back (arm, ramped). Joint-space jogging of the arm joints
+        keeps the robot in poses the policy was trained on; wrist roll, which the reach teacher never
+        moves, stays where it is."""
         j = self.joystick
         period = 1.0 / self.config.joy_rate_hz
         stamp = lambda: time.time_ns()  # noqa: E731 - Joy stamps are informational
+        group = list(j.mapping.groups_for(len(self.joint_names))[0])
         session.publish_joy(j.message(stamp()))  # buttons up first: presses act on edges
         time.sleep(period)
         session.publish_joy(j.message(stamp(), ("deadman", "takeover")))
         took = session.wait_for_mode("TELEOP", 3.0)
         self._event("takeover", accepted=took, mode=session.mode(), reason=session.mode_reason())
-        session.publish_joy(j.message(stamp(), ("deadman",)))
-        time.sleep(period)
-        session.publish_joy(j.message(stamp(), ("deadman", "toggle_cartesian")))
         end = time.monotonic() + self.config.takeover_s
         closest = np.inf
         while time.monotonic() < end:
-            ee, target = self._ee_position(session), session.target_position()
-            if ee is not None and target is not None:
-                closest = min(closest, float(np.linalg.norm(ee - target)))
-                session.publish_joy(j.jog_toward(stamp(), ee, target + np.array([0.0, 0.0, 0.02])))
+            q, target = session.latest_joint_positions(self.joint_names), session.target_position()
+            if q is not None and target is not None:
+                closest = min(closest, float(np.linalg.norm(self.expert.ee_position(q) - target)))
+                velocity = 2.0 * (self.expert.solve_ik(target) - q)[group]
+                session.publish_joy(j.message(stamp(), ("deadman",), j.joint_axes(velocity, self.jog_speed[group])))
             time.sleep(period)
         session.publish_joy(j.message(stamp(), ("deadman",)))
         time.sleep(period)

@@ -60,6 +60,15 @@ class ScriptedJoystick:
             out[index] = self.raw_axis(float(value) / speed / scale)
         return out
 
+    def joint_axes(self, joint_velocity: np.ndarray, jog_speed: np.ndarray) -> dict[int, float]:
+        """Stick positions that jog the selected joint group (the first group after start-up) at
+        `joint_velocity` (group size,) [rad/s], given the supervisor's full-stick speed per joint [rad/s]."""
+        out: dict[int, float] = {}
+        for axis, scale, velocity, speed in zip(self.mapping.joint_axes, self.mapping.joint_axis_scales,
+                                                joint_velocity, jog_speed, strict=False):
+            out[axis] = self.raw_axis(float(velocity) / float(speed) / scale)
+        return out
+
     def jog_toward(self, stamp_ns: int, ee_xyz: np.ndarray, target_xyz: np.ndarray, gain: float = 2.0,
                    extra: Iterable[str] = ()) -> Joy:
         """Deadman held, Cartesian stick deflection proportional to the remaining distance [m]."""
