@@ -27,7 +27,8 @@ def run(args: argparse.Namespace) -> int:
           f"{report['takeover']['accepted']}, handed back {report['takeover']['handed_back']})")
     print(f"e-stop          reaction {report['estop']['reaction_ms']} ms, held {report['estop']['held_position']}, "
           f"reset refused while pressed {report['estop']['reset_refused_while_pressed']}")
-    print(f"replay error    {'n/a' if replay_err is None else f'{replay_err:.4f} rad mean MAE'}")
+    print(f"replay error    {'n/a' if replay_err is None else f'{replay_err:.4f} rad MAE'} "
+          "(policy vs the human's commands during the takeover)")
     print(f"report          {args.out / 'report.md'}  (wall time {report['wall_time_s']} s)")
     # The policy may fail an episode; the safety chain may not: those make the demo fail.
     checks = {"takeover accepted": report["takeover"]["accepted"], "handed back": report["takeover"]["handed_back"],

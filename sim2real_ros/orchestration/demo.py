@@ -104,10 +104,17 @@ class Demo:
                 velocity = 2.0 * (self.expert.solve_ik(target) - q)[group]
                 session.publish_joy(j.message(stamp(), ("deadman",), j.joint_axes(velocity, self.jog_speed[group])))
             time.sleep(period)
-        session.publish_joy(j.message(stamp(), ("deadman",)))
-        time.sleep(period)
-        session.publish_joy(j.message(stamp(), ("deadman", "arm")))  # hand back to the policy (ramped)
-        back = session.wait_for_mode("AUTONOMOUS", 5.0)
+        back = False
+        for _ in range(4):  # like a person, press START again if the supervisor refused (it says why)
+            session.publish_joy(j.message(stamp(), ("deadman",)))
+            time.sleep(period)
+            held_until = time.monotonic() + 1.0
+            while not back and time.monotonic() < held_until:  # keep the joystick alive while waiting
+                session.publish_joy(j.message(stamp(), ("deadman", "arm")))  # hand back (ramped)
+                back = session.wait_for_mode("AUTONOMOUS", period)
+            if back:
+                break
+            self._event("handback refused", reason=session.mode_reason())
         session.publish_joy(j.message(stamp()))
         self._event("handback", accepted=back, mode=session.mode(), reason=session.mode_reason())
         return {"accepted": took, "handed_back": back, "closest_approach_m": closest}
@@ -204,17 +211,10 @@ class Demo:
 
 
 def replay_error_rad(replay: dict[str, Any]) -> float | None:
-    """The headline replay error (mean over joints of the MAE [rad]) from a replay report."""
-    for key in ("mae_rad_mean", "mae_mean_rad"):
-        if isinstance(replay.get(key), (int, float)):
-            return float(replay[key])
-    metrics = replay.get("metrics", replay)
-    per_joint = metrics.get("mae_rad") or metrics.get("per_joint_mae_rad") if isinstance(metrics, dict) else None
-    if isinstance(per_joint, dict) and per_joint:
-        return float(np.mean(list(per_joint.values())))
-    if isinstance(per_joint, list) and per_joint:
-        return float(np.mean(per_joint))
-    return None
+    """The headline replay error: MAE over every compared point and joint [rad] (None if none)."""
+    overall = replay.get("metrics", {}).get("overall", {}) if isinstance(replay, dict) else {}
+    mae = overall.get("mae")
+    return float(mae) if isinstance(mae, (int, float)) and np.isfinite(mae) else None
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -233,7 +233,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"held {estop['held_position']}) |",
         f"| reset refused while pressed / reset after release | {estop['reset_refused_while_pressed']} / "
         f"{estop['reset']} |",
-        f"| replay error (mean MAE) [rad] | {'n/a' if replay_err is None else f'{replay_err:.4f}'} |",
+        f"| replay error: policy vs human (TELEOP) commands, MAE [rad] | "
+        f"{'n/a' if replay_err is None else f'{replay_err:.4f}'} |",
         f"| wall time [s] | {report['wall_time_s']} |", "",
         "## Episodes", "", "| episode | result | duration [s] | final distance [cm] |", "|---|---|---|---|",
     ]
