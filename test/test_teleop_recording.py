@@ -7,6 +7,7 @@ test_validation.py (`teleop_recording(tmp_path_factory)`).
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +66,8 @@ def teleop_recording(tmp_path_factory: pytest.TempPathFactory) -> TeleopRecordin
     untrained, tiny = base / "untrained.pt", base / "tiny.pt"
     if not (base / "done").exists():
         base.mkdir(exist_ok=True)
+        if out.exists():  # an earlier module's attempt failed part-way: record afresh, not on top of it
+            shutil.rmtree(out)
         init_checkpoint(untrained, JOINTS, PreprocessConfig.from_yaml(config_path("preprocess.yaml")), seed=0)
         tiny_checkpoint(tiny)
         # A 10 Hz camera keeps the graph near real time on a busy machine.
