@@ -11,7 +11,7 @@ STAMP := $(VENV)/.setup-stamp
 # Every test run gets its own DDS domain and stays on localhost (DESIGN.md §7).
 TEST_ENV := ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
 
-.PHONY: setup test demo lint bench clean
+.PHONY: setup test test-timing demo lint bench clean
 
 setup: $(STAMP)
 
@@ -23,7 +23,12 @@ $(STAMP): requirements.txt setup.py setup.cfg package.xml
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(TEST_ENV) $(BIN)/python -m pytest test -q
+	$(TEST_ENV) $(BIN)/python -m pytest test -q -m "not timing"
+
+# Closed-loop acceptance figures (latency compensation ratio, latency estimate, sysid fit accuracy,
+# validation on recorded episodes): they hold on an idle machine and fail under CPU contention.
+test-timing: $(STAMP)
+	$(TEST_ENV) $(BIN)/python -m pytest test -q -m timing
 
 lint: $(STAMP)
 	$(BIN)/ruff check sim2real_ros test launch benchmarks

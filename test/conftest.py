@@ -11,6 +11,10 @@ import pytest
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "timing: closed-loop figures that need an idle machine (`make test-timing`); `make test` leaves them out",
+    )
     if "SIM2REAL_TEST_DOMAIN_ID" in os.environ:
         domain = int(os.environ["SIM2REAL_TEST_DOMAIN_ID"])
     else:

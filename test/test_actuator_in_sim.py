@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 import yaml
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -150,6 +151,7 @@ def _value(diagnostics: list, key: str) -> str | None:
     return {kv.key: kv.value for kv in diagnostics[-1].status[0].values}.get(key)
 
 
+@pytest.mark.timing
 def test_latency_compensation_halves_the_tracking_error_in_sim(ros, tmp_path):
     sim = node_decl("sim_node", {"sim_params_file": write_sim_params(tmp_path), "camera_enabled": False,
                                  "auto_reset": False, "randomize": False, "seed": 1,

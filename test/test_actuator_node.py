@@ -178,6 +178,7 @@ def test_sim_time_ticks_and_a_clock_jump_back_drops_old_chunks(ros, tmp_path):
         assert np.allclose(msg.position, 0.1 * np.arange(3) + tau * np.array([0.5, 1.0, 1.5]), atol=1e-6)
 
 
+@pytest.mark.timing
 def test_latency_estimate_is_reported_and_optionally_used(ros, tmp_path):
     """A test-side 'robot' echoes each command 60 ms after its stamp; the node estimates that and,
     with use_estimated_latency, compensates with it instead of the configured 0."""

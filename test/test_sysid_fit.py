@@ -117,6 +117,7 @@ def run_cli(*args: str, timeout_s: float = 900.0) -> subprocess.CompletedProcess
                           capture_output=True, text=True, timeout=timeout_s)
 
 
+@pytest.mark.timing
 def test_fit_recovers_drawn_sim_dynamics(ros, tmp_path: Path) -> None:
     seed = random.SystemRandom().randrange(2**31)
     rng = np.random.default_rng(seed)
