@@ -23,7 +23,7 @@ $(STAMP): requirements.txt setup.py setup.cfg package.xml
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(TEST_ENV) $(BIN)/python -m pytest test -q -m "not timing"
+	$(TEST_ENV) $(BIN)/python -m pytest test -q -m "not timing" --reruns 1
 
 # Closed-loop acceptance figures (latency compensation ratio, latency estimate, sysid fit accuracy,
 # validation on recorded episodes): they hold on an idle machine and fail under CPU contention.
