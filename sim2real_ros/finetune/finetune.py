@@ -27,7 +27,7 @@ from ..core.errors import ConfigError
 from ..core.policy_model import PolicyModel, build_model
 from ..core.preprocess import ImagePipeline
 from ..core.preprocess_config import PreprocessConfig
-from ..training.progress import progress
+from ..training.trainer import regress
 from .dataset import EpisodeFrames, LabelConfig, RealDataset, build_dataset
 
 SOURCE = "finetune"
@@ -110,32 +110,11 @@ def fit_radians(model: PolicyModel, images: np.ndarray, joints: np.ndarray, labe
     person's command for "now" differs from the measured position by milliradians of tracking lag,
     which that normalization would blow up ~100-fold and let dominate the loss. Returns the mean
     loss [rad^2] of each epoch."""
-    images_t = torch.from_numpy(np.ascontiguousarray(images))
-    joints_t = torch.from_numpy(joints.astype(np.float32))
-    labels_t = torch.from_numpy(labels.astype(np.float32))
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, epochs))
-    generator = torch.Generator().manual_seed(seed)
-    losses = []
-    model.train()
-    for epoch in progress(range(epochs), epochs, "[finetune] epochs"):
-        order = torch.randperm(len(images_t), generator=generator)
-        total, count = 0.0, 0
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            loss = torch.nn.functional.mse_loss(model(images_t[idx], joints_t[idx]), labels_t[idx])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            total += loss.item() * len(idx)
-            count += len(idx)
-        schedule.step()
-        losses.append(total / max(count, 1))
-        if epoch == epochs - 1 or epoch % max(1, epochs // 4) == 0:
-            log(f"[finetune] epoch {epoch + 1}/{epochs} RMSE {1e3 * losses[-1] ** 0.5:.1f} mrad")
-    model.eval()
-    return losses
+    def radian_loss(model: PolicyModel, imgs: torch.Tensor, q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.mse_loss(model(imgs, q), target)
+
+    return regress(model, images, joints, labels, radian_loss, epochs, batch_size, lr, weight_decay, seed, log,
+                   "finetune", describe=lambda loss: f"RMSE {1e3 * loss ** 0.5:.1f} mrad")
 
 
 def freeze_encoder(model: PolicyModel) -> list[str]:

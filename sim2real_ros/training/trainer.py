@@ -56,14 +56,27 @@ class Dataset:
         return cls(list(data["images"]), list(data["joints"]), list(data["labels"]))
 
 
-def fit(model: PolicyModel, data: Dataset, epochs: int, batch_size: int, lr: float, weight_decay: float,
-        seed: int, log: Callable[[str], None], label: str) -> list[float]:
-    """Regress normalized chunk deltas (MSE). Returns the mean loss of each epoch."""
-    images, joints, labels = data.arrays()
-    images_t = torch.from_numpy(images)
+LossFn = Callable[[PolicyModel, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def normalized_delta_loss(model: PolicyModel, images: torch.Tensor, joints: torch.Tensor,
+                          labels: torch.Tensor) -> torch.Tensor:
+    """MSE between predicted and labelled chunks as normalized deltas (what sim training regresses)."""
+    return torch.nn.functional.mse_loss(model.forward_normalized(images, joints),
+                                        model.normalize_targets(labels, joints))
+
+
+def regress(model: PolicyModel, images: np.ndarray, joints: np.ndarray, labels: np.ndarray, loss_fn: LossFn,
+            epochs: int, batch_size: int, lr: float, weight_decay: float, seed: int, log: Callable[[str], None],
+            label: str, describe: Callable[[float], str] = lambda loss: f"loss {loss:.4f}") -> list[float]:
+    """Minibatch AdamW with a cosine schedule over (images (N, H, W, 3) uint8, joints (N, n) [rad],
+    labels (N, K, n) [rad]); only parameters that require gradients are optimized (a frozen encoder
+    stays as loaded). Returns the mean loss of each epoch."""
+    images_t = torch.from_numpy(np.ascontiguousarray(images))
     joints_t = torch.from_numpy(joints.astype(np.float32))
     labels_t = torch.from_numpy(labels.astype(np.float32))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, epochs))
     generator = torch.Generator().manual_seed(seed)
     losses = []
@@ -73,9 +86,7 @@ def fit(model: PolicyModel, data: Dataset, epochs: int, batch_size: int, lr: flo
         total, count = 0.0, 0
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
-            prediction = model.forward_normalized(images_t[idx], joints_t[idx])
-            target = model.normalize_targets(labels_t[idx], joints_t[idx])
-            loss = torch.nn.functional.mse_loss(prediction, target)
+            loss = loss_fn(model, images_t[idx], joints_t[idx], labels_t[idx])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -84,9 +95,17 @@ def fit(model: PolicyModel, data: Dataset, epochs: int, batch_size: int, lr: flo
         schedule.step()
         losses.append(total / max(count, 1))
         if epoch == epochs - 1 or epoch % max(1, epochs // 4) == 0:
-            log(f"[{label}] epoch {epoch + 1}/{epochs} loss {losses[-1]:.4f}")
+            log(f"[{label}] epoch {epoch + 1}/{epochs} {describe(losses[-1])}")
     model.eval()
     return losses
+
+
+def fit(model: PolicyModel, data: Dataset, epochs: int, batch_size: int, lr: float, weight_decay: float,
+        seed: int, log: Callable[[str], None], label: str) -> list[float]:
+    """Regress normalized chunk deltas (MSE). Returns the mean loss of each epoch."""
+    images, joints, labels = data.arrays()
+    return regress(model, images, joints, labels, normalized_delta_loss, epochs, batch_size, lr, weight_decay,
+                   seed, log, label)
 
 
 def student_controller(model: PolicyModel) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
