@@ -117,6 +117,7 @@ def diagnostics_values(msg: DiagnosticArray) -> dict[str, str]:
     return {kv.key: kv.value for kv in msg.status[0].values}
 
 
+@pytest.mark.timing
 def test_node_publishes_chunks_and_counts_every_drop(ros, tmp_path, panda_checkpoint):
     joints = RobotModel.from_file(PANDA_URDF).joint_names
     params = {"checkpoint": str(panda_checkpoint), "robot_description": str(PANDA_URDF),
