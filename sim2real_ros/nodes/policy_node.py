@@ -5,8 +5,14 @@ on the pair, and the chunk is published with header.stamp = the image stamp and 
 time_from_start = k * dt. Inference runs in its own mutually exclusive callback group, so receiving
 never waits for it; when inference falls behind it takes the newest observation and counts the
 skipped ones ("superseded"), it never queues. Drops (stale, unpaired, superseded, malformed input)
-are counted by reason and reported with inference time and observation-to-chunk latency on
-~/diagnostics (policy_node/diagnostics) about once a second.
+are counted by reason and reported with inference time, observation-to-chunk latency and the
+image-to-joint-state stamp offset of each pairing on ~/diagnostics (policy_node/diagnostics) about
+once a second.
+
+Every image is accounted for exactly once, in every report:
+images_received = chunks_published + image drops (stale, unpaired, superseded, bad_image,
+inference_error) + observations_waiting, where observations_waiting (0 or 1) is the image held for
+its joint state or in inference at the moment of the report.
 """
 from __future__ import annotations
 
@@ -139,9 +145,11 @@ class PolicyNode(Node):
             max_age_ns=int(round(cfg.max_observation_age_s * NS_PER_S)),
         ))
         self._pending: _PendingObservation | None = None
+        self._in_inference = False  # an observation taken from _pending whose outcome is not counted yet
         self.drops = DropCounter()
         self._inference_ms = RollingStats()
         self._latency_ms = RollingStats()
+        self._pairing_offset_ms = RollingStats()  # image stamp - paired joint state stamp [ms]
         self._images_received = 0
         self._joint_states_received = 0
         self._chunks_published = 0
@@ -191,17 +199,21 @@ class PolicyNode(Node):
         )
 
     # -- receiving ----------------------------------------------------------------------------------
-    def _drop(self, reason: DropReason, detail: str = "") -> None:
-        """Count a drop and log it, at most once per LOG_THROTTLE_S per reason."""
+    def _drop(self, reason: DropReason, detail: str = "", images: int = 0, in_inference: bool = False) -> None:
+        """Count a drop and log it, at most once per LOG_THROTTLE_S per reason. `images` adds to
+        images_received in the same critical section (an image refused on arrival); `in_inference`
+        ends the observation's time in inference."""
         with self._lock:
             self.drops.add(reason)
+            self._images_received += images
+            if in_inference:
+                self._in_inference = False
         now = time.monotonic()
         if now - self._last_log_s.get(reason, -math.inf) >= LOG_THROTTLE_S:
             self._last_log_s[reason] = now
             self.get_logger().warning(f"dropped ({reason.value}, {self.drops[reason]} so far): {detail}")
 
     def _on_image(self, msg: Image) -> None:
-        self._images_received += 1
         spec = self.policy.spec
         try:
             if msg.encoding != POLICY_ENCODING:
@@ -211,16 +223,20 @@ class PolicyNode(Node):
                 raise MessageError(f"image is {msg.width}x{msg.height}, the policy needs "
                                    f"{spec.image_width}x{spec.image_height}")
         except MessageError as err:
-            self._drop(DropReason.BAD_IMAGE, str(err))
+            self._drop(DropReason.BAD_IMAGE, str(err), images=1)
             return
         with self._lock:
+            # Counted in the same critical section as its outcome, so a report never sees an image
+            # that is neither waiting nor published nor dropped.
+            self._images_received += 1
             if self._pending is not None:
                 self.drops.add(DropReason.SUPERSEDED)
             self._pending = _PendingObservation(stamp_to_ns(msg.header.stamp), image)
         self._inference_trigger.trigger()
 
     def _on_joint_state(self, msg: JointState) -> None:
-        self._joint_states_received += 1
+        with self._lock:
+            self._joint_states_received += 1
         try:
             sample = joint_state_to_sample(msg)
             positions = np.array(reorder(sample, self._joint_names), dtype=float)
@@ -244,24 +260,27 @@ class PolicyNode(Node):
             if pairing.wait:
                 self._pending = observation  # the matching joint state may still arrive
                 return
+            self._in_inference = True
         if pairing.drop is not None or pairing.positions is None:
             reason = pairing.drop or DropReason.UNPAIRED
-            self._drop(reason, f"image stamped {observation.stamp_ns * 1e-9:.3f} s")
+            self._drop(reason, f"image stamped {observation.stamp_ns * 1e-9:.3f} s", in_inference=True)
             return
         start = time.perf_counter()
         try:
             targets = self.policy.select_action(observation.image, pairing.positions)
         except (ValueError, RuntimeError) as err:
-            self._drop(DropReason.INFERENCE_ERROR, str(err))
+            self._drop(DropReason.INFERENCE_ERROR, str(err), in_inference=True)
             return
         inference_ms = (time.perf_counter() - start) * 1e3
         chunk = ActionChunk(self._joint_names, observation.stamp_ns, self._times_s, targets)
         self._chunk_pub.publish(chunk_to_trajectory(chunk))
         latency_ms = (now_ns(self) - observation.stamp_ns) / 1e6
         with self._lock:  # the diagnostics timer reads these from the other thread
+            self._in_inference = False
             self._chunks_published += 1
             self._inference_ms.add(inference_ms)
             self._latency_ms.add(latency_ms)
+            self._pairing_offset_ms.add((observation.stamp_ns - pairing.joint_stamp_ns) / 1e6)
 
     # -- diagnostics --------------------------------------------------------------------------------
     def _on_diagnostics_timer(self) -> None:
@@ -296,8 +315,10 @@ class PolicyNode(Node):
             "images_received": self._images_received,
             "joint_states_received": self._joint_states_received,
             "chunks_published": self._chunks_published,
+            "observations_waiting": int(self._pending is not None) + int(self._in_inference),
         }
-        for prefix, stats in (("inference_ms", self._inference_ms), ("obs_to_chunk_ms", self._latency_ms)):
+        for prefix, stats in (("inference_ms", self._inference_ms), ("obs_to_chunk_ms", self._latency_ms),
+                              ("pairing_offset_ms", self._pairing_offset_ms)):
             for key, value in stats.summary().items():
                 values[f"{prefix}_{key}"] = f"{value:.3f}"
         for reason, count in self.drops.as_dict().items():
