@@ -8,7 +8,7 @@ from typing import Any
 import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.exceptions import InvalidParameterTypeException, ParameterUninitializedException
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import (
@@ -85,10 +85,11 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_thr
 
     A Sim2RealError raised while building the node (bad parameters, bad config file) is printed
     as one clear line and gives exit code 2. Ctrl-C and SIGTERM end the node with exit code 0.
+    num_threads=1 spins a SingleThreadedExecutor (no thread pool to dispatch through).
     """
     rclpy.init(args=args)
     node = None
-    executor = MultiThreadedExecutor(num_threads=num_threads)
+    executor = SingleThreadedExecutor() if num_threads == 1 else MultiThreadedExecutor(num_threads=num_threads)
     code = 0
     try:
         node = factory()
