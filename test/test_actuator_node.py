@@ -14,6 +14,7 @@ from support import node_decl, running_nodes, wait_until
 from trajectory_msgs.msg import JointTrajectory
 
 from sim2real_ros import conversions as cv
+from sim2real_ros.core.chunk_buffer import ChunkBuffer, ChunkBufferConfig
 from sim2real_ros.core.errors import ConfigError
 from sim2real_ros.nodes.actuator_node import ActuatorConfig
 from sim2real_ros.nodes.common import RELIABLE_LATEST_QOS
@@ -178,55 +179,104 @@ def test_sim_time_ticks_and_a_clock_jump_back_drops_old_chunks(ros, tmp_path):
         assert np.allclose(msg.position, 0.1 * np.arange(3) + tau * np.array([0.5, 1.0, 1.5]), atol=1e-6)
 
 
-@pytest.mark.timing
 def test_latency_estimate_is_reported_and_optionally_used(ros, tmp_path):
-    """A test-side 'robot' echoes each command 60 ms after its stamp; the node estimates that and,
-    with use_estimated_latency, compensates with it instead of the configured 0."""
-    echo_delay_ns = 60_000_000
+    """A test-side 'robot' holds each command from 60 ms after its stamp; the node estimates that and,
+    with use_estimated_latency, compensates with it instead of the configured 0.
+
+    Lockstep over DDS: the test owns the sim clock and advances it one control period at a time,
+    only after the command of the previous tick has arrived, and stamps the robot's joint states in
+    sim time. Every tick then happens at a known sim time and sees the same chunk and joint states,
+    whatever the scheduling. Left to chance is only at which sim time the ~1 Hz (wall clock)
+    diagnostics re-estimate and the switch to the estimate happens; no assertion depends on it.
+    """
+    echo_delay_ns, period_ns = 60_000_000, 10_000_000
+    start_ns = 1000 * 1_000_000_000
     params = {"joints": JOINTS, "control_rate": 100.0, "actuation_latency": 0.0, "use_estimated_latency": True,
-              "latency_window_s": 2.0, "latency_max_s": 0.2, "latency_min_confidence": 0.8}
-    received: list[tuple[int, list[float]]] = []
-    stop = threading.Event()
+              "latency_window_s": 2.0, "latency_max_s": 0.2, "latency_min_confidence": 0.8, "use_sim_time": True}
+    times = np.arange(0.0, 10.0 + 1e-9, 0.05)
+    t_abs = start_ns / 1e9 + times
+    positions = 0.3 * np.sin(2 * np.pi * np.array([0.9, 1.3, 0.7])[None, :] * t_abs[:, None])
+    chunk_msg = cv.chunk_to_trajectory(cv.ActionChunk(tuple(JOINTS), start_ns, times, positions))
     with running_nodes([node_decl("actuator_node", params)], tmp_path):
-        ros.node.create_subscription(JointState, "command/policy",
-                                     lambda m: received.append((cv.stamp_to_ns(m.header.stamp), list(m.position))),
-                                     KEEP_ALL)
-        diagnostics = ros.collect(DiagnosticArray, "actuator_node/diagnostics", 10)
+        commands = ros.collect(JointState, "command/policy", KEEP_ALL)
+        diagnostics = ros.collect(DiagnosticArray, "actuator_node/diagnostics", KEEP_ALL)
+        clock_pub = ros.publisher(Clock, "clock", 10)
         state_pub = ros.publisher(JointState, "joint_states", 10)
         chunk_pub = ros.publisher(JointTrajectory, "policy/action_chunk", RELIABLE_LATEST_QOS)
+        for publisher in (clock_pub, state_pub, chunk_pub):
+            ros.wait_for_subscribers(publisher, timeout_s=30.0)
 
-        def robot() -> None:  # holds the newest command stamped at least echo_delay_ns ago
-            while not stop.wait(0.005):
-                now = time.time_ns()
-                due = [q for stamp, q in list(received) if stamp <= now - echo_delay_ns]
-                if due:
-                    state_pub.publish(cv.make_joint_state(JOINTS, np.array(due[-1]), now))
+        def set_clock(t_ns: int, until, what: str) -> None:
+            """Publish sim time t_ns until `until()` holds. The clock subscription of rclpy is best
+            effort: a lost message is sent again (the node's time just stays t_ns)."""
+            deadline = time.monotonic() + 20.0
+            while True:
+                clock_pub.publish(Clock(clock=cv.ns_to_stamp(t_ns)))
+                if wait_until(until, 0.05, poll_s=0.001):
+                    return
+                assert time.monotonic() < deadline, f"{what} (sim time {t_ns} ns)"
 
-        def policy() -> None:  # 10 Hz chunks of sinusoids, observation 20 ms old
-            while not stop.wait(0.1):
-                stamp = time.time_ns() - 20_000_000
-                times = np.arange(20) * 0.05
-                t_abs = stamp / 1e9 + times
-                positions = 0.3 * np.sin(2 * np.pi * np.array([0.9, 1.3, 0.7])[None, :] * t_abs[:, None])
-                chunk_pub.publish(cv.chunk_to_trajectory(cv.ActionChunk(tuple(JOINTS), stamp, times, positions)))
+        set_clock(start_ns, lambda: bool(diagnostics) and cv.stamp_to_ns(diagnostics[-1].header.stamp) >= start_ns,
+                  "the node never took the test's clock")
+        chunk_pub.publish(chunk_msg)
+        wait_for_diagnostics(diagnostics, lambda v: v["chunks_accepted"] == "1")
 
-        ros.wait_for_subscribers(chunk_pub, timeout_s=30.0)
-        ros.wait_for_subscribers(state_pub, timeout_s=30.0)
-        threads = [threading.Thread(target=robot, daemon=True), threading.Thread(target=policy, daemon=True)]
-        for thread in threads:
-            thread.start()
-        try:
-            values = wait_for_diagnostics(diagnostics, lambda v: float(v["latency_confidence"]) >= 0.8
-                                          and float(v["actuation_latency_in_use_s"]) > 0, timeout_s=40.0)
-        finally:
-            stop.set()
-            for thread in threads:
-                thread.join(timeout=2.0)
+        def step(t_ns: int) -> None:
+            """Sim time t_ns: one tick; then the robot's joint state, sampled half a period earlier
+            (not in phase with the commands, as a real broadcaster), holding the newest command that
+            had been acting for echo_delay_ns."""
+            set_clock(t_ns, lambda: bool(commands) and cv.stamp_to_ns(commands[-1].header.stamp) >= t_ns,
+                      "no command for the tick")
+            measured_ns = t_ns - period_ns // 2
+            due = [m for m in commands if cv.stamp_to_ns(m.header.stamp) <= measured_ns - echo_delay_ns]
+            if due:
+                state_pub.publish(cv.make_joint_state(JOINTS, np.array(due[-1].position), measured_ns))
+
+        # 3 s of sim time: the 2 s window fills and the estimate replaces the configured 0.
+        steps = 300
+        for k in range(1, steps + 1):
+            step(start_ns + k * period_ns)
+        values = wait_for_diagnostics(diagnostics, lambda v: float(v["latency_confidence"]) >= 0.8
+                                      and float(v["actuation_latency_in_use_s"]) > 0)
+        # A few more ticks after the node said it uses the estimate: their commands must show it.
+        for k in range(steps + 1, steps + 6):
+            step(start_ns + k * period_ns)
+        last_tick_ns = start_ns + (steps + 5) * period_ns
+        values = wait_for_diagnostics(diagnostics, lambda v: float(v["latency_confidence"]) >= 0.8
+                                      and cv.stamp_to_ns(diagnostics[-1].header.stamp) >= last_tick_ns)
+        reported = [diagnostics_values([d]) for d in list(diagnostics)]
+
     estimate = float(values["latency_estimate_s"])
-    # 60 ms of echo delay plus the echo's own 5 ms polling; never the configured 0.
-    assert 0.055 <= estimate <= 0.08, values
+    assert abs(estimate - echo_delay_ns / 1e9) <= 0.01, values  # within one control period
     assert float(values["actuation_latency_in_use_s"]) == pytest.approx(estimate, abs=1e-5)
     assert values["actuation_latency_configured_s"] == "0"
+    assert values["latency_estimate_status"] == "ok" and values["chunks_rejected"] == "0", values
+
+    # Every command is the chunk's target for tick + the latency in use then: 0 until an estimate
+    # was confident, then one of the estimates the diagnostics reported.
+    stamps = np.array([cv.stamp_to_ns(m.header.stamp) for m in commands])
+    ticks = stamps[stamps > start_ns]
+    assert np.array_equal(ticks, start_ns + period_ns * np.arange(1, steps + 6)), "one command per tick"
+    reference = ChunkBuffer(JOINTS, ChunkBufferConfig(interpolation="cubic"))
+    reference.add(cv.trajectory_to_chunk(chunk_msg), start_ns)
+    in_use = sorted({0.0} | {float(v["actuation_latency_in_use_s"]) for v in reported if v})
+
+    def latency_used(msg: JointState) -> float:
+        stamp = cv.stamp_to_ns(msg.header.stamp)
+        for latency_s in in_use:
+            sample = reference.sample_at(stamp, stamp + int(round(latency_s * 1e9)))
+            # Diagnostics print 6 significant digits: 0.1 us of latency, < 1e-6 rad here.
+            if sample is not None and np.allclose(msg.position, sample.positions, atol=1e-6):
+                return latency_s
+        raise AssertionError(f"command at {stamp} matches no latency in use {in_use}: {list(msg.position)}")
+
+    used = [latency_used(m) for m in commands]
+    switched = next(stamp for latency, stamp in zip(used, stamps, strict=True) if latency > 0)
+    print(f"latency estimate {estimate:.6f} s (confidence {values['latency_confidence']}); in use from "
+          f"{(switched - start_ns) / 1e9:.2f} s of sim time; latencies in use {in_use}")
+    # Before 1.2 s of commands the 2 s window cannot estimate anything (1 s span + 0.2 s of lag).
+    assert all(latency == 0.0 for latency, stamp in zip(used, stamps, strict=True) if stamp < start_ns + 1.2e9)
+    assert all(abs(latency - echo_delay_ns / 1e9) <= 0.01 for latency in used[-5:]), used[-5:]
 
 
 @pytest.mark.parametrize(
