@@ -16,6 +16,7 @@ from sim2real_ros.core.joystick import load_joystick_mapping
 from sim2real_ros.core.safety import limits_from_urdf
 from sim2real_ros.core.urdf import RobotModel
 from sim2real_ros.nodes.common import EVENTS_QOS, JOINT_STATE_QOS, JOY_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS
+from sim2real_ros.nodes.supervisor import CommandOrder
 from sim2real_ros.paths import config_path, urdf_path
 
 URDF = str(urdf_path()) if urdf_path().is_file() else f"{pybullet_data.getDataPath()}/franka_panda/panda.urdf"
@@ -129,6 +130,47 @@ def test_estop_beats_a_takeover_request_and_reset_waits_for_release(rig, tmp_pat
         response = rig.call("supervisor/reset")
         assert response.success, response.message
         assert wait_until(lambda: rig.state().get("mode") in ("HOLD", "AUTONOMOUS"), TIMEOUT)
+
+
+def test_estop_thread_hears_a_remapped_topic_in_a_namespace_and_holds(ros, tmp_path):
+    """The e-stop node ignores the process's global arguments (a `__node:=` remap would rename it
+    to the supervisor's name): namespace and topic remaps must still reach its subscription."""
+    joint_pub = ros.node.create_publisher(JointState, "/arm1/joint_states", JOINT_STATE_QOS)
+    commands = ros.collect(Float64MultiArray, "/arm1/forward_position_controller/commands", _deep(RELIABLE_LATEST_QOS))
+    states = ros.collect(DiagnosticArray, "/arm1/supervisor/state", LATCHED_QOS)
+    ros.node.create_timer(0.02, lambda: joint_pub.publish(
+        cv.make_joint_state(NAMES, HOME, ros.node.get_clock().now().nanoseconds)))
+    estop_pub = ros.node.create_publisher(Bool, "/arm1/safety/estop", LATCHED_QOS)
+    decl = node_decl("supervisor", PARAMS, remappings=(("estop", "safety/estop"),), name="sup_ns")
+    with running_nodes([decl], tmp_path, namespace="arm1"):
+        assert wait_until(lambda: len(commands) >= 3, TIMEOUT), "no hold while disarmed"
+        ros.wait_for_subscribers(estop_pub)
+
+        def graph() -> list[tuple[str, str]]:
+            return ros.node.get_node_names_and_namespaces()
+
+        assert wait_until(lambda: ("sup_ns_estop", "/arm1") in graph(), TIMEOUT), graph()
+        assert graph().count(("sup_ns", "/arm1")) == 1, graph()
+        estop_pub.publish(Bool(data=True))
+
+        def reason() -> str:
+            values = {kv.key: kv.value for kv in states[-1].status[0].values} if states else {}
+            return values.get("mode", "") + ": " + values.get("reason", "")
+
+        assert wait_until(lambda: reason().startswith("ESTOP") and "estop topic is true" in reason(), TIMEOUT), \
+            reason()
+        assert np.allclose(np.asarray(commands[-1].data), HOME, atol=1e-12)
+
+
+def test_a_command_decided_before_one_already_sent_is_dropped_not_sent_late():
+    sent: list[str] = []
+    order = CommandOrder(sent.append)
+    tick = order.number()  # the executor thread decided a tick command ...
+    hold = order.number()  # ... then the e-stop thread decided the hold, and published first
+    assert order.send(hold, "hold")
+    assert not order.send(tick, "tick")  # the stale tick must not overwrite the hold
+    assert order.send(order.number(), "next tick")
+    assert sent == ["hold", "next tick"] and order.superseded == 1
 
 
 def test_deadman_release_holds_at_the_measured_position(rig, tmp_path):

@@ -1,10 +1,13 @@
 """Supervisor node: the only writer of the robot command topic (DESIGN.md §4).
 
 A thin shell around core.supervisor.Supervisor: declares and validates parameters, wires topics
-and services, and serializes every call into the core with one lock. The e-stop subscription has
-its own callback group, so the MultiThreadedExecutor serves it while a tick or a service runs; an
-e-stop publishes the hold from its own callback instead of waiting for the next tick. `estop` is
-reliable + transient local (DESIGN.md §2); a publisher with a QoS this subscription cannot hear
+and services, and serializes every call into the core with one short lock. Two threads: the
+executor thread serves everything but the e-stop (ticks, inputs, services, state); the `estop`
+subscription has a node, executor and thread of its own (EstopListener), whose wait set holds
+nothing else, and publishes the hold from its callback instead of waiting for the next tick
+(issue #6: p99 <= 10 ms from the e-stop's publication to the hold on the robot topic). Commands
+leave in decision order (CommandOrder). The e-stop node is `<name>_estop` in the same namespace.
+`estop` is reliable + transient local (DESIGN.md §2); a publisher with a QoS this subscription cannot hear
 (volatile or best effort) is itself treated as a pressed e-stop, so no stop request is lost silently.
 
 Topics (relative names): subscribes command/policy (JointState), joint_states, joy, estop (Bool,
@@ -19,6 +22,7 @@ import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
@@ -156,6 +160,38 @@ def event_message(event: InterventionEvent, stamp_ns: int) -> DiagnosticArray:
     return msg
 
 
+class CommandOrder:
+    """Robot commands leave in the order they were decided, whichever thread decided them.
+
+    The executor thread (ticks, joystick) and the e-stop thread both decide under the core lock and
+    publish after releasing it. A command decided before one that is already out is dropped, never
+    sent late: a tick decided just before an e-stop cannot overwrite the e-stop's hold on the robot.
+    Dropping loses nothing, because the command already out reflects a newer state of the core.
+    """
+
+    def __init__(self, publish: Callable[[Any], None]) -> None:
+        self._publish = publish
+        self._decided = 0
+        self._sent = 0
+        self._send_lock = threading.Lock()  # makes "newer than the last sent?" and the publish one step
+        self.superseded = 0
+
+    def number(self) -> int:
+        """Number the next decision; call it under the lock that serializes the decisions."""
+        self._decided += 1
+        return self._decided
+
+    def send(self, number: int, msg: Any) -> bool:
+        """Publish `msg` (decision `number`) unless a later decision is already out; True if sent."""
+        with self._send_lock:
+            if number <= self._sent:
+                self.superseded += 1
+                return False
+            self._sent = number
+            self._publish(msg)
+            return True
+
+
 class EstopListener:
     """The `estop` subscription on a node and executor of its own, spun by a dedicated thread.
 
@@ -219,20 +255,15 @@ class SupervisorNode(Node):
         config = SupervisorConfig(control_period_s=1.0 / params.control_rate_hz, source=SOURCE, **core_fields)
         self._core = Supervisor(config, limits, Jogger(mapping, limits, model, params.ee_link))
         self._params = params
-        # _core_lock guards the core and the decision counter; it is held only for a core call, so
-        # the e-stop thread never waits behind logging, message building or graph queries.
+        # Held only for a core call (and numbering its command), so the e-stop thread never waits
+        # behind logging, message building, publishing or graph queries.
         self._core_lock = threading.Lock()
-        self._decisions = 0
-        # _publish_lock makes "newer than the last sent?" and the publish one step: with two
-        # threads deciding, a tick command decided before an e-stop must not reach the robot
-        # after the e-stop's hold.
-        self._publish_lock = threading.Lock()
-        self._last_published_decision = 0
         self._last_state_key: tuple = ()
         self._last_change_key: tuple = ()
         self._last_rejections = 0
 
         self._command_pub = self.create_publisher(Float64MultiArray, COMMAND_TOPIC, RELIABLE_LATEST_QOS)
+        self._commands = CommandOrder(lambda msg: self._publish(self._command_pub, msg))
         self._state_pub = self.create_publisher(DiagnosticArray, "supervisor/state", LATCHED_QOS)
         self._events_pub = self.create_publisher(DiagnosticArray, "supervisor/interventions", EVENTS_QOS)
         self.create_subscription(JointState, "joint_states", self._on_joint_state, JOINT_STATE_QOS)
@@ -276,14 +307,8 @@ class SupervisorNode(Node):
             command = decision(now_ns(self))
             if command is None:
                 return
-            self._decisions += 1
-            number = self._decisions
-        msg = cv.make_position_command(command.positions)
-        with self._publish_lock:
-            if number < self._last_published_decision:
-                return  # superseded (e.g. a tick decided just before an e-stop's hold went out)
-            self._last_published_decision = number
-            self._publish(self._command_pub, msg)
+            number = self._commands.number()
+        self._commands.send(number, cv.make_position_command(command.positions))
 
     def _on_estop(self, msg: Bool) -> None:
         """E-stop thread: the hold goes out from here; reporting waits for the executor thread."""
