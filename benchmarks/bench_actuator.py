@@ -1,4 +1,4 @@
-"""Actuator node benchmark: timer period at 100 and 500 Hz, CPU use, and chunk sampling cost.
+"""Actuator node benchmark: timer period at 100 and 500 Hz, CPU use, chunk sampling and core costs.
 
 Usage: .venv/bin/python benchmarks/bench_actuator.py [--quick] [--json OUT]
 
@@ -6,6 +6,9 @@ The node runs as its own process (as in a launched graph) on an isolated DDS dom
 in this process plays the policy (a chunk every 100 ms, observation 30 ms old) and records every
 command. Periods are the differences of the command stamps (the node's tick times); CPU use is the
 node process's CPU time (user + system, from /proc) over the wall time of the measurement.
+Core costs (no ROS): one ActuatorCore.tick with the latency history being recorded [us], and one
+latency estimate over the default 4 s window [ms] (it runs in the node's I/O callback group, ~1 Hz,
+so it is how long joint states and chunks can queue behind it).
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 from sim2real_ros import conversions as cv  # noqa: E402
 from sim2real_ros.benchmarking import bench_main, latency_stats  # noqa: E402
 from sim2real_ros.cli.launcher import GraphLauncher  # noqa: E402
+from sim2real_ros.core.actuator import ActuatorConfig, ActuatorCore  # noqa: E402
 from sim2real_ros.core.chunk_buffer import ChunkBuffer, ChunkBufferConfig  # noqa: E402
 from sim2real_ros.graph import NodeDecl  # noqa: E402
 from sim2real_ros.nodes.common import RELIABLE_LATEST_QOS  # noqa: E402
@@ -132,6 +136,33 @@ def measure_sampling(n: int) -> dict:
     return latency_stats(np.array(durations))  # in [us] here
 
 
+def measure_core(n_ticks: int, n_estimates: int) -> dict:
+    """Cost of ActuatorCore.tick [us] (100 Hz, 60 ms echo of the commands as joint states, 10 Hz
+    chunks) and of one latency estimate over the full 4 s window [ms]."""
+    core = ActuatorCore(ActuatorConfig(joints=tuple(JOINTS), actuation_latency=0.05))
+    period_ns, stamp = 10_000_000, 10_000_000_000
+    sent: list[np.ndarray] = []
+    tick_us = []
+    for k in range(n_ticks):
+        now = stamp + k * period_ns
+        if k % 10 == 0:
+            core.on_chunk(cv.trajectory_to_chunk(_chunk(now - 30_000_000)), now)
+        start = time.perf_counter_ns()
+        sample = core.tick(now)
+        tick_us.append((time.perf_counter_ns() - start) / 1e3)
+        sent.append(sample.positions)
+        if k >= 7:
+            # Sampled half a period after the tick grid, holding the command that has acted for 60 ms.
+            core.on_joint_state(JOINTS, sent[k - 7], now - period_ns // 2, now)
+    estimate_ms = []
+    for _ in range(n_estimates):
+        start = time.perf_counter_ns()
+        estimate = core.update_latency()
+        estimate_ms.append((time.perf_counter_ns() - start) / 1e6)
+    return {"tick_us": latency_stats(np.array(tick_us)), "latency_estimate_ms": latency_stats(np.array(estimate_ms)),
+            "latency_estimate_s": round(float(estimate.latency_s or float("nan")), 5)}
+
+
 def run(quick: bool = False) -> dict:
     duration_s = 3.0 if quick else 10.0
     domain_id = 101 + random.SystemRandom().randrange(100)  # away from the tests' 1..100
@@ -145,6 +176,7 @@ def run(quick: bool = False) -> dict:
         "achieved_rate_hz": {"100hz": at_100["achieved_rate_hz"], "500hz": at_500["achieved_rate_hz"]},
         "cpu_percent": {"100hz": at_100["cpu_percent"], "500hz": at_500["cpu_percent"]},
         "sample_us": measure_sampling(2000 if quick else 20000),
+        "core": measure_core(1000 if quick else 6000, 10 if quick else 50),
         "duration_s": duration_s,
         "load_average_1min": os.getloadavg()[0],
     }
