@@ -3,25 +3,25 @@
 Usage: .venv/bin/python benchmarks/bench_estop.py [--quick] [--trials N] [--json OUT]
 
 The supervisor runs as its own process (as in a launched graph: auto_arm, no handover ramp) on an
-isolated DDS domain. A probe in this process plays the robot (joint_states at HOME, 100 Hz), the
-policy (command/policy at HOME + 0.05 rad on the first joint, 100 Hz) and a camera
-(camera/image_raw 320x240 rgb8 at 30 Hz, subscribed here so the images really flow). One trial:
-wait until the robot command shows the policy's target (AUTONOMOUS), publish estop=true, and time
-until the first command equal to the hold (HOME, the measured position) arrives on
-forward_position_controller/commands; then estop=false and supervisor/reset (retried until the
-release has arrived) re-arm for the next trial. Both times are taken in this process with
-time.perf_counter_ns, so the figure includes DDS delivery both ways and a Python callback at each
-end.
+isolated DDS domain. A traffic process (this script with --traffic) plays the robot (joint_states
+at HOME, 100 Hz), the policy (command/policy at HOME + 0.05 rad on the first joint, 100 Hz) and a
+camera (camera/image_raw 320x240 rgb8 at 30 Hz, subscribed there too so the images really flow).
+The probe, in this process, is the e-stop button. One trial: wait until the robot command shows
+the policy's target (AUTONOMOUS), publish estop=true, and time until the first command equal to the
+hold (HOME, the measured position) arrives on forward_position_controller/commands; then
+estop=false and supervisor/reset (retried until the release has arrived) re-arm for the next
+trial. Both times are taken in this process with time.perf_counter_ns: the figure is publication
+to receipt over real DDS between two processes, with a Python callback at each end.
 
-The probe is an instrument and must not add its own dispatch delay: the robot-command subscription
-has a node, executor and thread of its own (the traffic has another), and takes the receive time
-first thing in its callback.
+The probe is an instrument and must not add its own dispatch delay: it shares its process with
+nothing but the trial loop (the traffic has a process of its own), its node has its own executor
+thread, and it takes the receive time first thing in its callback.
 
-Reference, measured in the same run under the same traffic: an idle DDS round trip. A second
+Reference, measured in the same run under the same traffic: an idle DDS round trip. An echo
 process (this script with --echo) answers every `bench_estop/ping` with a `bench_estop/pong` from a
-callback on its own thread, exactly as the supervisor's e-stop thread answers `estop` with a hold;
-one ping per trial, between the trials. e-stop minus echo (per percentile) is what the supervisor
-itself adds; echo alone is what the machine, DDS and Python cost at that moment.
+callback on its own executor thread, as the supervisor's e-stop thread answers `estop` with a hold;
+one ping per trial, between the trials. The e-stop figure against the echo figure is what the
+supervisor itself adds; the echo alone is what the machine, DDS and Python cost at that moment.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ import contextlib
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -97,23 +98,21 @@ class SpinningNode:
         self.node.destroy_node()
 
 
-class TrafficProbe(Node):
-    """Robot, policy and camera traffic; the e-stop button and the reset client."""
+class Traffic(Node):
+    """Robot, policy and camera traffic (the --traffic helper process); counts the images it hears."""
 
-    def __init__(self, context: Context, names: list[str], home: np.ndarray) -> None:
-        super().__init__("bench_estop_probe", context=context)
+    def __init__(self, names: list[str], home: np.ndarray) -> None:
+        super().__init__("bench_estop_traffic")
         self.names = names
         self.home = home
         self.policy = home.copy()
         self.policy[0] += POLICY_OFFSET_RAD
         self.images_received = 0
-        self.estop_pub = self.create_publisher(Bool, "estop", LATCHED_QOS)
-        self.ping_pub = self.create_publisher(UInt64, PING_TOPIC, ECHO_QOS)
+        self.first_image_s: float | None = None
         self._joint_pub = self.create_publisher(JointState, "joint_states", JOINT_STATE_QOS)
         self._policy_pub = self.create_publisher(JointState, "command/policy", RELIABLE_LATEST_QOS)
         self._image_pub = self.create_publisher(Image, "camera/image_raw", SENSOR_QOS)
         self.create_subscription(Image, "camera/image_raw", self._on_image, SENSOR_QOS)
-        self.reset_client = self.create_client(Trigger, "supervisor/reset")
         self._image = np.random.default_rng(0).integers(0, 255, size=(240, 320, 3), dtype=np.uint8)
         self.create_timer(0.01, self._on_control)
         self.create_timer(1.0 / 30.0, self._on_camera)
@@ -127,7 +126,14 @@ class TrafficProbe(Node):
         self._image_pub.publish(cv.array_to_image(self._image, "rgb8", self.get_clock().now().nanoseconds))
 
     def _on_image(self, _msg: Image) -> None:
+        if self.first_image_s is None:
+            self.first_image_s = time.monotonic()
         self.images_received += 1
+
+    def images_per_s(self) -> float:
+        if self.first_image_s is None:
+            return 0.0
+        return self.images_received / max(time.monotonic() - self.first_image_s, 1e-9)
 
 
 class Stopwatch:
@@ -154,15 +160,19 @@ class Stopwatch:
         self.done.set()
 
 
-class Watcher(Node):
-    """The robot command topic and the echo's pongs, each stamped first thing in its callback."""
+class Probe(Node):
+    """The e-stop button, the reset client and the ping; watches the robot command topic and the
+    echo's pongs, each reply stamped first thing in its callback. Nothing else runs in its process."""
 
     def __init__(self, context: Context, home: np.ndarray) -> None:
-        super().__init__("bench_estop_watcher", context=context)
+        super().__init__("bench_estop_probe", context=context)
         self.home = home
         self.estop = Stopwatch()
         self.echo = Stopwatch()
         self.armed = threading.Event()
+        self.estop_pub = self.create_publisher(Bool, "estop", LATCHED_QOS)
+        self.ping_pub = self.create_publisher(UInt64, PING_TOPIC, ECHO_QOS)
+        self.reset_client = self.create_client(Trigger, "supervisor/reset")
         self.create_subscription(Float64MultiArray, "forward_position_controller/commands", self._on_command,
                                  QoSProfile(depth=100, reliability=RELIABLE_LATEST_QOS.reliability))
         self.create_subscription(UInt64, PONG_TOPIC, self._on_pong, ECHO_QOS)
@@ -179,24 +189,53 @@ class Watcher(Node):
         self.echo.stop(time.perf_counter_ns())
 
 
-def echo_main() -> int:
-    """--echo: answer every ping with a pong from a callback on a thread of its own."""
+def helper_main(role: str) -> int:
+    """--echo: answer every ping with a pong from a callback on a thread of its own.
+    --traffic: robot, policy and camera traffic; prints the image rate heard when stopped (SIGINT)."""
     rclpy.init()
-    node = Node("bench_estop_echo")
-    pong_pub = node.create_publisher(UInt64, PONG_TOPIC, ECHO_QOS)
-    node.create_subscription(UInt64, PING_TOPIC, pong_pub.publish, ECHO_QOS)
+    if role == "echo":
+        node = Node("bench_estop_echo")
+        pong_pub = node.create_publisher(UInt64, PONG_TOPIC, ECHO_QOS)
+        node.create_subscription(UInt64, PING_TOPIC, pong_pub.publish, ECHO_QOS)
+    else:
+        model = RobotModel.from_file(urdf_path())
+        node = Traffic(model.joint_names, _home(model))
     spinner = SpinningNode(node)
     try:
         spinner.wait()
     except KeyboardInterrupt:
         pass
     finally:
+        if isinstance(node, Traffic):
+            print(json.dumps({"images_received_per_s": round(node.images_per_s(), 1)}), flush=True)
         spinner.close()
         rclpy.try_shutdown()
     return 0
 
 
-def _reset(probe: TrafficProbe, timeout_s: float) -> int:
+def _home(model: RobotModel) -> np.ndarray:
+    """Mid-range of every joint [rad]: where the robot stands and the hold the e-stop must send."""
+    limits = limits_from_urdf(model, model.joint_names)
+    return (limits.lower + limits.upper) / 2
+
+
+def _helper(role: str, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), f"--{role}"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def _stop(process: subprocess.Popen) -> str:
+    """SIGINT (rclpy's clean shutdown on every distribution), then kill; returns its stdout."""
+    process.send_signal(signal.SIGINT)
+    try:
+        out, _ = process.communicate(timeout=10.0)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, _ = process.communicate()
+    return out or ""
+
+
+def _reset(probe: Probe, timeout_s: float) -> int:
     """Call supervisor/reset until it succeeds (the release must arrive first); returns the tries."""
     deadline = time.monotonic() + timeout_s
     tries = 0
@@ -228,65 +267,59 @@ def run(quick: bool = False, trials: int | None = None) -> dict:
     os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
     urdf = str(urdf_path())
     model = RobotModel.from_file(urdf)
-    names = model.joint_names
-    limits = limits_from_urdf(model, names)
-    home = (limits.lower + limits.upper) / 2
+    home = _home(model)
     params = {"robot_description": urdf, "auto_arm": True, "handover_ramp_s": 0.0,
               "policy_timeout_s": 0.5, "joint_state_timeout_s": 0.5}
     log = Path(tempfile.mkdtemp(prefix="bench_estop_")) / "graph.log"
     launcher = GraphLauncher([NodeDecl("supervisor", "supervisor", params)], echo=False, log_file=log)
-    echo_env = {**os.environ}
-    use_dds_profile(echo_env)
+    helper_env = {**os.environ}
+    use_dds_profile(helper_env)
     context = Context()
     rclpy.init(context=context)
-    traffic = SpinningNode(TrafficProbe(context, names, home))
-    probe = traffic.node
-    watching = SpinningNode(Watcher(context, home))
-    watcher = watching.node
+    spinning = SpinningNode(Probe(context, home))
+    probe = spinning.node
     reactions_ms: list[float] = []
     echo_ms: list[float] = []
     reset_tries: list[int] = []
     missed = echo_missed = 0
+    traffic = _helper("traffic", helper_env)
+    echo = _helper("echo", helper_env)
     launcher.start()
-    echo = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--echo"], env=echo_env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    traffic_report = ""
     try:
-        if not watcher.armed.wait(60.0):
+        if not probe.armed.wait(60.0):
             raise RuntimeError(f"supervisor never armed; see {log}")
-        _wait_for(lambda: probe.ping_pub.get_subscription_count() > 0 and watcher.count_publishers(PONG_TOPIC) > 0,
+        _wait_for(lambda: probe.ping_pub.get_subscription_count() > 0 and probe.count_publishers(PONG_TOPIC) > 0,
                   30.0, "the echo process")
         started = time.monotonic()
-        images_before = probe.images_received
         for _ in range(n_trials):
-            if not watcher.armed.wait(10.0):
+            if not probe.armed.wait(10.0):
                 raise RuntimeError(f"supervisor did not re-arm; see {log}")
-            watcher.estop.start(lambda: probe.estop_pub.publish(Bool(data=True)))
-            if watcher.estop.done.wait(5.0):
-                reactions_ms.append(watcher.estop.elapsed_ns / 1e6)
+            probe.estop.start(lambda: probe.estop_pub.publish(Bool(data=True)))
+            if probe.estop.done.wait(5.0):
+                reactions_ms.append(probe.estop.elapsed_ns / 1e6)
             else:
                 missed += 1
             # Commands arrive in order: once the hold is here, no pre-e-stop command is in flight,
             # so the next policy target seen means the reset re-armed.
-            watcher.armed.clear()
+            probe.armed.clear()
             probe.estop_pub.publish(Bool(data=False))
             reset_tries.append(_reset(probe, 10.0))
-            watcher.echo.start(lambda: probe.ping_pub.publish(UInt64(data=0)))
-            if watcher.echo.done.wait(5.0):
-                echo_ms.append(watcher.echo.elapsed_ns / 1e6)
+            probe.echo.start(lambda: probe.ping_pub.publish(UInt64(data=0)))
+            if probe.echo.done.wait(5.0):
+                echo_ms.append(probe.echo.elapsed_ns / 1e6)
             else:
                 echo_missed += 1
         elapsed = time.monotonic() - started
-        images = probe.images_received - images_before
+        load = os.getloadavg()[0]
     finally:
-        echo.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            echo.wait(5.0)
-        if echo.poll() is None:
-            echo.kill()
+        _stop(echo)
+        traffic_report = _stop(traffic)
         launcher.shutdown()
-        watching.close()
-        traffic.close()
+        spinning.close()
         rclpy.try_shutdown(context=context)
+    images_per_s = next((json.loads(line)["images_received_per_s"] for line in traffic_report.splitlines()
+                         if line.startswith("{")), 0.0)
     estop_stats = latency_stats(np.array(reactions_ms))
     echo_stats = latency_stats(np.array(echo_ms))
     return {
@@ -297,8 +330,8 @@ def run(quick: bool = False, trials: int | None = None) -> dict:
         "estop_over_echo_p99": round(estop_stats["p99"] / echo_stats["p99"], 2) if echo_ms else None,
         "reset_tries_mean": round(float(np.mean(reset_tries)), 3),
         "trials_per_s": round(n_trials / elapsed, 2),
-        "images_received_per_s": round(images / elapsed, 1),
-        "load_average_1min": round(os.getloadavg()[0], 2),
+        "images_received_per_s": images_per_s,
+        "load_average_1min": round(load, 2),
         "target_p99_ms": 10.0,
     }
 
@@ -308,10 +341,12 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="100 trials instead of 1000")
     parser.add_argument("--trials", type=int, default=None, help="number of e-stop trials")
     parser.add_argument("--json", type=Path, default=None, help="write the figures as JSON here")
-    parser.add_argument("--echo", action="store_true", help=argparse.SUPPRESS)  # the reference process
+    # The helper processes (this script again): the echo reference and the traffic.
+    parser.add_argument("--echo", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--traffic", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.echo:
-        return echo_main()
+    if args.echo or args.traffic:
+        return helper_main("echo" if args.echo else "traffic")
     result = run(quick=args.quick, trials=args.trials)
     stats = result["estop_reaction_ms"]
     print(f"e-stop reaction [ms] over {stats['n']} trials: p50 {stats['p50']}  p99 {stats['p99']}  "
