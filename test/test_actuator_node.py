@@ -315,3 +315,31 @@ def test_config_validation_names_field_and_value(kwargs, field):
         ActuatorConfig(**arguments)
     assert info.value.field == field
     assert info.value.source == "actuator_node"
+
+
+def test_core_joint_states_reordered_zero_stamps_timed_at_reception_missing_joints_refused():
+    """The ActuatorCore edge cases the DDS tests do not reach, at fixed times (no node)."""
+    from sim2real_ros.core.actuator import ActuatorCore
+
+    core = ActuatorCore(ActuatorConfig(joints=tuple(JOINTS), latency_window_s=2.0, latency_max_s=0.2))
+    start_ns, period_ns = 5_000_000_000, 10_000_000
+    chunk = cv.trajectory_to_chunk(ramp_chunk(JOINTS, start_ns, 3.0, dt=0.05))
+    wavy = cv.ActionChunk(chunk.joint_names, chunk.stamp_ns, chunk.times_s,
+                          chunk.positions + 0.2 * np.sin(7.0 * chunk.times_s)[:, None] * np.array([1.0, -1.0, 0.5]))
+    assert core.on_chunk(wavy, start_ns) is None
+    sent = []
+    for k in range(250):
+        now = start_ns + k * period_ns
+        sent.append(core.tick(now).positions)
+        if k >= 5:
+            # Sampled half a period before the tick, holding the newest command that has acted for 40 ms
+            # (stamp <= now - 45 ms); joint order reversed and a zero stamp (a driver that leaves it
+            # unset): the reception time counts.
+            assert core.on_joint_state(JOINTS[::-1], sent[k - 5][::-1], 0, now - period_ns // 2) is None
+    rejection = core.on_joint_state(JOINTS[:2], np.zeros(2), start_ns, start_ns)
+    assert rejection is not None and "j_c" in rejection.text
+    estimate = core.update_latency()
+    assert estimate.latency_s == pytest.approx(0.04, abs=0.002) and estimate.confidence > 0.95, estimate
+    values, level, _ = core.report()
+    assert values["joint_states_rejected"] == 1 and values["published"] == 250 and level == "ok"
+    assert values["actuation_latency_in_use_s"] == 0.0  # use_estimated_latency is off by default
