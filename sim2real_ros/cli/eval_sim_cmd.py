@@ -16,6 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--robot-description", default=None, help="URDF path (default urdf/arm6.urdf)")
     parser.add_argument("--graph", action="store_true", help="run the full ROS graph instead of the core path")
     parser.add_argument("--seed", type=int, default=1000)
+    parser.add_argument("--real-time-factor", type=float, default=None,
+                        help="--graph: the sim's pace, sim s per wall s (default 0.3: on a machine that also runs "
+                             "the whole graph, keeps the pipeline's sim-time latency near a robot computer's)")
     parser.add_argument("--json", type=Path, default=None, help="write the result here")
 
 
@@ -24,10 +27,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"--episodes must be > 0, got {args.episodes}")
         return 2
     if args.graph:
-        from ..evaluation.graph_eval import evaluate_in_graph
+        from ..evaluation.graph_eval import DEFAULT_GRAPH_RTF, evaluate_in_graph
 
+        rtf = DEFAULT_GRAPH_RTF if args.real_time_factor is None else args.real_time_factor
+        if not 0 < rtf <= 10:
+            print(f"--real-time-factor must be in (0, 10], got {rtf}")
+            return 2
         result = evaluate_in_graph(args.checkpoint, args.episodes, perturb=args.perturb, sim_config=args.sim_config,
-                                   robot_description=args.robot_description, seed=args.seed)
+                                   robot_description=args.robot_description, seed=args.seed, real_time_factor=rtf)
     else:
         from ..training.evaluation import evaluate_in_sim
 
