@@ -71,7 +71,7 @@ def teleop_recording(tmp_path_factory: pytest.TempPathFactory) -> TeleopRecordin
         init_checkpoint(untrained, JOINTS, PreprocessConfig.from_yaml(config_path("preprocess.yaml")), seed=0)
         tiny_checkpoint(tiny)
         # A 10 Hz camera keeps the graph near real time on a busy machine.
-        plan = TeleopPlan(intervention_every=2, policy_s=0.8, camera_rate_hz=10.0)
+        plan = TeleopPlan(intervention_every=2, policy_s=1.5, camera_rate_hz=10.0)
         record_teleop_episodes(out, EPISODES, config_path("sim_params_real_a.yaml"), untrained, seed=7, plan=plan)
         (base / "done").write_text("ok")
     bags = sorted(p for p in out.iterdir() if p.is_dir())
@@ -163,6 +163,9 @@ def test_split_by_episode_cuts_at_outcomes_and_carries_the_latched_state(tmp_pat
 def test_bad_plans_and_outputs_are_refused_naming_the_field(tmp_path):
     with pytest.raises(ConfigError, match="intervention_every"):
         TeleopPlan(intervention_every=-1)
+    with pytest.raises(ConfigError, match="'policy_s' = 0.8.*takeover grace"):
+        TeleopPlan(intervention_every=2, policy_s=0.8)
+    assert TeleopPlan(intervention_every=0, policy_s=0.0).policy_s == 0.0  # no interventions: no policy phase
     with pytest.raises(ConfigError, match="jog_speed_fraction"):
         TeleopPlan(jog_speed_fraction=1.5)
     (tmp_path / "taken").mkdir()

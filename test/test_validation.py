@@ -103,7 +103,6 @@ def recording(tmp_path_factory):
     return teleop_recording(tmp_path_factory)
 
 
-@pytest.mark.timing
 def test_real_episodes_from_the_bags_count_only_what_the_policy_started(recording):
     episodes = [e for bag in recording.bags for e in read_real_episodes(bag)]
     assert [e.driver for e in episodes] == ["demonstration", "intervention", "demonstration"]
@@ -113,7 +112,6 @@ def test_real_episodes_from_the_bags_count_only_what_the_policy_started(recordin
     assert real["ci95"] == pytest.approx(list(wilson_interval(0, 1)))
 
 
-@pytest.mark.timing
 def test_validate_end_to_end_on_real_bags(recording, tmp_path, capsys):
     # A short sim episode keeps the test affordable; the untrained policy holds still.
     sim = yaml.safe_load(config_path("sim_params.yaml").read_text())

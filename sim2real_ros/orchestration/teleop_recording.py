@@ -39,6 +39,7 @@ from ..conversions import stamp_to_ns
 from ..core.errors import ConfigError
 from ..core.joystick import load_joystick_mapping
 from ..core.urdf import RobotModel
+from ..finetune.dataset import TAKEOVER_GRACE_S
 from ..graph import GraphArgs
 from ..paths import config_path, default_policy_path, urdf_path
 from ..sim.expert import ReachExpert
@@ -57,6 +58,10 @@ STAMPED_TYPES = frozenset({
     "sensor_msgs/msg/Image", "sensor_msgs/msg/CameraInfo", "sensor_msgs/msg/JointState", "sensor_msgs/msg/Joy",
     "diagnostic_msgs/msg/DiagnosticArray", "geometry_msgs/msg/PointStamped", "trajectory_msgs/msg/JointTrajectory",
 })
+
+
+# [s] sim time the policy drives beyond the takeover grace, so an intervention reads back as one.
+MIN_POLICY_MARGIN_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,13 @@ class TeleopPlan:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(SOURCE, name, value, "must be a finite number >= 0")
+        if self.intervention_every and self.policy_s <= TAKEOVER_GRACE_S + MIN_POLICY_MARGIN_S:
+            # Reading the bag back, a takeover within the grace after an episode starts is a
+            # demonstration: a shorter policy phase would be recorded as one whenever the hand-back
+            # is quick, and as an intervention when it is slow.
+            raise ConfigError(SOURCE, "policy_s", self.policy_s,
+                              f"must exceed the takeover grace ({TAKEOVER_GRACE_S} s) by more than "
+                              f"{MIN_POLICY_MARGIN_S} s, or interventions read back as demonstrations")
 
     def kind(self, episode_index: int) -> str:
         """'intervention' or 'demonstration' for the 0-based episode index."""
