@@ -25,8 +25,9 @@ $(STAMP): requirements.txt setup.py setup.cfg package.xml
 test: $(STAMP)
 	$(TEST_ENV) $(BIN)/python -m pytest test -q -m "not timing" --reruns 1
 
-# Closed-loop acceptance figures (latency compensation ratio, latency estimate, sysid fit accuracy,
-# validation on recorded episodes): they hold on an idle machine and fail under CPU contention.
+# Closed-loop figures over DDS on the wall clock (latency compensation ratio with the sim as a process,
+# sysid fit through a DDS recording): they hold on an idle machine and move with CPU contention.
+# make test checks the same acceptance figures deterministically in sim time.
 test-timing: $(STAMP)
 	$(TEST_ENV) $(BIN)/python -m pytest test -q -m timing
 
