@@ -1,12 +1,22 @@
-"""sysid fit: a sim with randomly drawn dynamics runs as a process, the test plays an excitation
-sequence (sysid.excite) into it over DDS while the recorder node records, and `sim2real sysid fit`
-must recover the drawn latency and gains from nominal parameters, improve the held-out error, and
-flag what the data cannot determine. Plus bad input and the written params file."""
+"""sysid fit (issue #10): a sim with randomly drawn latency, gains and damping is recorded for an
+excitation sequence (sysid.excite), and `sim2real sysid fit` must recover the drawn latency within
+one control period and the gains within 10 % from nominal parameters, cut the held-out error to
+30 % or less, and flag what the data cannot determine. Plus bad input, command stamps, and the
+written params file.
+
+Two recordings, both deterministic in sim time, so no assertion depends on scheduling:
+- in process (sysid.sim_bag.record_sim_bag: real PyBullet, a real MCAP bag from BagWriter, each
+  command logged at the sim time it was sent);
+- through DDS: sim_node and the recorder as processes, the sim in lockstep (after each camera frame
+  it waits for the command that answers it), the test stamping each command with the frame's sim
+  time as the actuator stamps command/policy with its control tick, and the fit using those stamps.
+"""
 from __future__ import annotations
 
 import copy
 import json
 import math
+import os
 import random
 import subprocess
 import sys
@@ -16,25 +26,42 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from rosgraph_msgs.msg import Clock
-from sensor_msgs.msg import JointState
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray
 from support import REPO_ROOT, node_decl, running_nodes, wait_until
 
+from sim2real_ros import conversions as cv
 from sim2real_ros.core.hashing import content_hash
-from sim2real_ros.nodes.common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS
+from sim2real_ros.nodes.common import LATCHED_QOS, SENSOR_QOS
 from sim2real_ros.paths import config_path, urdf_path
 from sim2real_ros.sim.params import load_sim_params, sim_params_from_dict
 from sim2real_ros.sysid.excite import ExcitationSequence, ExciteOptions, excitation_for_robot
 from sim2real_ros.sysid.fit import FitOptions
+from sim2real_ros.sysid.fit_data import align
 from sim2real_ros.sysid.latency import SysidError
+from sim2real_ros.sysid.signals import JointStream
+from sim2real_ros.sysid.sim_bag import record_sim_bag
 
 JOINTS = ["joint1", "joint2", "joint3", "joint4", "joint5", "joint6"]
 EXCITED = ["joint1", "joint2", "joint3"]
 # A bent arm (the sim params' home pose): upright, joints 1, 4 and 6 would be aligned and coupled.
 BASE_POSE = np.array([0.0, 0.2, 1.2, 0.0, 1.0, 0.0])
 RATE_HZ = 50.0
-GAIN_TOLERANCE = 0.20
+SETTLE_S = 1.0  # [s] at the start pose before the sequence and after it
+# The issue's acceptance figures.
+LATENCY_TOLERANCE_S = 0.010  # one control period at 100 Hz
+GAIN_TOLERANCE = 0.10
+HOLDOUT_RATIO = 0.3  # held-out error after the fit / before
+STAMPED_COMMAND_TOPIC = "command/policy"
+
+
+def draw_seed() -> int:
+    """A fresh seed per run (the issue asks for random draws), or SIM2REAL_SYSID_SEED to repeat one."""
+    seed = int(os.environ.get("SIM2REAL_SYSID_SEED", random.SystemRandom().randrange(2**31)))
+    print(f"sysid draw seed {seed} (repeat with SIM2REAL_SYSID_SEED={seed})")
+    return seed
 
 
 def sysid_sequence() -> tuple[ExcitationSequence, float]:
@@ -58,8 +85,8 @@ def drawn_params(tmp_path: Path, rng: np.random.Generator) -> tuple[Path, dict]:
     nominal = load_sim_params()
     raw = copy.deepcopy(nominal.to_dict())
     actuator = raw["actuator"]
-    # Far enough from nominal that the parameters, not the timing noise of a loaded machine's DDS,
-    # dominate the error before the fit: latency 20-60 ms above nominal, gains 20-40 % off either way.
+    # Latency 20-60 ms above nominal, gains 20-40 % off either way, damping up to 2x off: far enough
+    # from nominal that the fit has to move every parameter well beyond the tolerance.
     truth: dict = {"actuation_latency_s": round(float(nominal.actuation_latency_s + rng.uniform(0.02, 0.06)), 4)}
     actuator["actuation_latency_s"] = truth["actuation_latency_s"]
     for kind, (low, high) in {"kp": (0.2, 0.4), "kd": (0.2, 0.4), "damping": (0.0, 0.7)}.items():
@@ -74,100 +101,80 @@ def drawn_params(tmp_path: Path, rng: np.random.Generator) -> tuple[Path, dict]:
     return path, truth
 
 
-def record_excitation(ros, tmp_path: Path, params_file: Path, sequence: ExcitationSequence) -> Path:
-    """Run sim_node + recorder as processes; publish the sequence paced on the sim clock."""
-    bag = tmp_path / "sysid_bag"
-    # About a third of real time: a sim that keeps ahead of its schedule sleeps between steps, so its command
-    # callback runs when a command arrives. A sim behind schedule on a loaded machine never sleeps and
-    # takes commands late and in bursts; the recorded commands would not be the ones it acted on.
-    sim = node_decl("sim_node", {"sim_params_file": str(params_file), "pacing": "realtime", "real_time_factor": 0.35,
-                                 "camera_enabled": False, "auto_reset": False, "joint_state_rate_hz": 100.0,
-                                 "clock_rate_hz": 500.0})
-    recorder = node_decl("recorder", {"output": str(bag), "flush_period_s": 0.5, "discovery_period_s": 0.2,
-                                      "topics": ["joint_states", "forward_position_controller/commands"]})
-    clock = ros.collect(Clock, "clock", 10)
-    states = ros.collect(JointState, "joint_states", JOINT_STATE_QOS)
-    publisher = ros.publisher(Float64MultiArray, "forward_position_controller/commands", RELIABLE_LATEST_QOS)
-    with running_nodes([sim, recorder], tmp_path) as launcher:
-        ros.wait_for_subscribers(publisher, count=2, timeout_s=60.0)  # the sim and the recorder
-        ros.wait_for_messages(states, 5, timeout_s=60.0)
-        assert wait_until(lambda: len(clock) > 0, 30.0)
-
-        def sim_now() -> float:
-            last = clock[-1].clock
-            return last.sec + last.nanosec * 1e-9
-
-        def publish(q: np.ndarray) -> None:
-            publisher.publish(Float64MultiArray(data=[float(v) for v in q]))
-
-        publish(sequence.positions[0])
-        start = sim_now() + 1.0  # settle at the start pose while the recorder already records
-        for t, q in zip(sequence.times_s, sequence.positions, strict=True):
-            assert wait_until(lambda t=t: sim_now() >= start + t, 60.0, poll_s=0.002), "sim clock stopped"
-            publish(q)
-        end = start + sequence.times_s[-1] + 1.0
-        assert wait_until(lambda: sim_now() >= end, 60.0)
-        codes = launcher.shutdown()
-    assert codes.get("recorder") == 0, codes
-    return bag
-
-
 def run_cli(*args: str, timeout_s: float = 900.0) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "sysid", *args], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=timeout_s)
 
 
-@pytest.mark.timing
-def test_fit_recovers_drawn_sim_dynamics(ros, tmp_path: Path) -> None:
-    seed = random.SystemRandom().randrange(2**31)
-    rng = np.random.default_rng(seed)
-    params_file, truth = drawn_params(tmp_path, rng)
-    sequence, holdout = sysid_sequence()
-    bag = record_excitation(ros, tmp_path, params_file, sequence)
-
+def fit_with_cli(bag: Path, tmp_path: Path, holdout: float, truth: dict, seed: int,
+                 *extra: str) -> tuple[dict, Path, Path, str]:
+    """`sim2real sysid fit` from nominal params; returns (report, params file, report dir, context)."""
     out, report_dir = tmp_path / "fitted.yaml", tmp_path / "report"
     started = time.monotonic()
     result = run_cli("fit", "--bag", str(bag), "--out", str(out), "--report", str(report_dir),
-                     "--fit", "latency,kp,kd,damping", "--holdout", f"{holdout:.3f}")
+                     "--fit", "latency,kp,kd,damping", "--holdout", f"{holdout:.3f}", *extra)
     context = f"seed {seed}, truth {truth}\n{result.stdout}\n{result.stderr}"
     assert result.returncode == 0, context
     print(f"fit took {time.monotonic() - started:.0f} s (seed {seed})")
-    report = json.loads((report_dir / "report.json").read_text())
-    params = {p["name"]: p for p in report["parameters"]}
+    return json.loads((report_dir / "report.json").read_text()), out, report_dir, context
 
-    assert report["data"]["time_source"] == "header", context
+
+def check_acceptance(report: dict, truth: dict, context: str) -> None:
+    """The issue's figures: latency within one control period, kp and kd + damping within 10 %,
+    damping flagged (see below), held-out error after <= 30 % of before."""
+    params = {p["name"]: p for p in report["parameters"]}
     latency = params["actuation_latency_s"]
+    errors = {"latency_ms": round(1e3 * (latency["value"] - truth["actuation_latency_s"]), 2)}
     assert latency["identifiable"], context
-    assert abs(latency["value"] - truth["actuation_latency_s"]) <= 0.010, context  # one control period
+    assert abs(latency["value"] - truth["actuation_latency_s"]) <= LATENCY_TOLERANCE_S, context
     identified_joints = 0
     for joint in EXCITED:
-        gains = [params[f"{kind}.{joint}"] for kind in ("kp", "kd")]
-        # kd and damping act identically in the sim (both scale joint velocity): the data fixes their
-        # sum; damping, a few % of it here, must be reported as not identifiable, not as a number.
+        kp, kd, damping = (params[f"{kind}.{joint}"] for kind in ("kp", "kd", "damping"))
+        true_b = truth["kd"][joint] + truth["damping"][joint]
+        errors[joint] = {"kp": round(kp["value"] / truth["kp"][joint] - 1, 4),
+                         "kd": round(kd["value"] / truth["kd"][joint] - 1, 4),
+                         "kd+damping": round((kd["value"] + damping["value"]) / true_b - 1, 4)}
+        # kd and damping act identically in the sim (both scale joint velocity, and the effort limit
+        # never saturates here): only their sum is in the data. Damping, a few % of it, must be
+        # reported as not identifiable and keep its nominal value, not get a confident number.
         assert f"damping.{joint}" in report["not_identifiable"], context
-        assert params[f"damping.{joint}"]["value"] == params[f"damping.{joint}"]["nominal"]
-        if not all(p["identifiable"] for p in gains):
-            # A strongly overdamped joint shows mostly kp/(kd + damping): that must be said, with why.
-            assert all("flat direction" in p["reason"] for p in gains if not p["identifiable"]), context
+        assert "flat direction" in damping["reason"] and kd["name"] in damping["reason"], context
+        assert damping["value"] == damping["nominal"], context
+        if not (kp["identifiable"] and kd["identifiable"]):
+            # A strongly overdamped joint shows mostly kp / (kd + damping): that must be said, with
+            # why, and that combination must still be right.
+            assert all("flat direction" in p["reason"] for p in (kp, kd) if not p["identifiable"]), context
+            ratio = kp["value"] / (kd["value"] + damping["value"])
+            assert ratio == pytest.approx(truth["kp"][joint] / true_b, rel=GAIN_TOLERANCE), context
             continue
         identified_joints += 1
-        # 20 %, not the 10 % reached on bags without DDS (benchmarks/bench_sysid_fit.py): on this loaded
-        # 2-core machine the recorder logs commands in bursts 10-200 ms late, and the residual timing
-        # noise mostly moves kp and kd together (the inertia-like direction of an overdamped joint).
-        for p, kind in zip(gains, ("kp", "kd"), strict=True):
-            assert p["value"] == pytest.approx(truth[kind][joint], rel=GAIN_TOLERANCE), f"{kind}.{joint}: {context}"
-        total = params[f"kd.{joint}"]["value"] + params[f"damping.{joint}"]["value"]
-        assert total == pytest.approx(truth["kd"][joint] + truth["damping"][joint], rel=GAIN_TOLERANCE), context
-    assert identified_joints >= 2, context
+        assert kp["value"] == pytest.approx(truth["kp"][joint], rel=GAIN_TOLERANCE), f"kp.{joint}: {context}"
+        assert kd["value"] + damping["value"] == pytest.approx(true_b, rel=GAIN_TOLERANCE), f"kd.{joint}: {context}"
     before = report["errors"]["before"]["holdout"]["normalized_mse"]
     after = report["errors"]["after"]["holdout"]["normalized_mse"]
-    assert after <= 0.3 * before, context
+    errors["holdout_ratio"] = round(after / before, 4)
+    print(f"fit errors (relative; latency in ms): {errors}; not identifiable: {report['not_identifiable']}")
+    assert identified_joints >= 2, context
+    assert after <= HOLDOUT_RATIO * before, context
+
+
+def test_fit_recovers_drawn_sim_dynamics(tmp_path: Path) -> None:
+    """The acceptance test on a bag recorded in process: sim time only, so scheduling plays no part."""
+    seed = draw_seed()
+    params_file, truth = drawn_params(tmp_path, np.random.default_rng(seed))
+    sequence, holdout = sysid_sequence()
+    bag = record_sim_bag(tmp_path / "sysid_bag", load_sim_params(params_file), str(urdf_path()), sequence,
+                         settle_s=SETTLE_S, seed=seed)
+    report, out, report_dir, context = fit_with_cli(bag, tmp_path, holdout, truth, seed)
+    assert report["data"]["time_source"] == "header", context
+    check_acceptance(report, truth, context)
 
     # The new params file: valid, versioned by content, fitted values in the actuator section.
+    params = {p["name"]: p for p in report["parameters"]}
     fitted = load_sim_params(out)
     assert fitted.version == report["params_version"] == content_hash(yaml.safe_load(out.read_text()))
     assert fitted.version != load_sim_params().version
-    assert fitted.actuation_latency_s == pytest.approx(latency["value"], rel=1e-4)
+    assert fitted.actuation_latency_s == pytest.approx(params["actuation_latency_s"]["value"], rel=1e-4)
     kp = fitted.actuator.kp.resolve(EXCITED)
     assert kp == pytest.approx([params[f"kp.{j}"]["value"] for j in EXCITED], rel=1e-4)
     assert fitted.actuator.kp.resolve(["joint6"])[0] == load_sim_params().actuator.kp.resolve(["joint6"])[0]
@@ -177,6 +184,130 @@ def test_fit_recovers_drawn_sim_dynamics(ros, tmp_path: Path) -> None:
     for name in (*JOINTS,):
         assert (report_dir / f"fit_{name}.png").stat().st_size > 1000
     assert "not identifiable" in (report_dir / "report.md").read_text()
+
+
+def tiny_camera(tmp_path: Path) -> Path:
+    """The sim camera's calibration at 1/10 of its resolution: in lockstep every frame is rendered,
+    and only its stamp is used here."""
+    raw = yaml.safe_load(config_path("camera_sim.yaml").read_text())
+    raw["image_width"], raw["image_height"] = raw["image_width"] // 10, raw["image_height"] // 10
+    for key in ("camera_matrix", "projection_matrix"):
+        raw[key]["data"] = [v * 0.1 if v not in (0.0, 1.0) else v for v in raw[key]["data"]]
+    path = tmp_path / "camera_tiny.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def _status_values(msg: DiagnosticArray) -> dict[str, str]:
+    return {kv.key: kv.value for kv in msg.status[0].values}
+
+
+def record_lockstep_over_dds(ros, tmp_path: Path, params_file: Path, sequence: ExcitationSequence) -> Path:
+    """Run sim_node (lockstep) + recorder as processes; answer every camera frame with the sequence's
+    command for the frame's sim time, on the robot command topic and, stamped, on command/policy.
+
+    In lockstep the sim stops after each frame until a command arrives, so the answer to the frame
+    stamped t takes effect at sim time t exactly, however late it comes. The sim's own counters
+    (sim/status: commands accepted, sim time of the last one) confirm it for every status message."""
+    bag = tmp_path / "sysid_dds_bag"
+    period_ns = int(round(1e9 / RATE_HZ))
+    sim = node_decl("sim_node", {"sim_params_file": str(params_file), "pacing": "lockstep",
+                                 "lockstep_timeout_s": 600.0, "camera_enabled": True,
+                                 "camera_calibration": str(tiny_camera(tmp_path)), "camera_rate_hz": RATE_HZ,
+                                 "auto_reset": False, "joint_state_rate_hz": 100.0})
+    recorder = node_decl("recorder", {"output": str(bag), "flush_period_s": 0.5, "discovery_period_s": 0.2,
+                                      "topics": ["joint_states", "forward_position_controller/commands",
+                                                 STAMPED_COMMAND_TOPIC]})
+    images = ros.collect(Image, "camera/image_raw", SENSOR_QOS)
+    statuses = ros.collect(DiagnosticArray, "sim/status", LATCHED_QOS)
+    # Reliable with room for every command: the recorder must get all of them, not the newest only.
+    every_command = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+    command_pub = ros.publisher(Float64MultiArray, "forward_position_controller/commands", every_command)
+    stamped_pub = ros.publisher(JointState, STAMPED_COMMAND_TOPIC, every_command)
+    start_ns = int(round(SETTLE_S * RATE_HZ)) * period_ns
+    last = len(sequence.times_s) - 1
+    end_ns = start_ns + last * period_ns + int(round(SETTLE_S * RATE_HZ)) * period_ns
+    # sent[i]: the sim time the (i+1)-th command the sim accepts takes effect at.
+    sent: list[int] = []
+    with running_nodes([sim, recorder], tmp_path) as launcher:
+        ros.wait_for_subscribers(command_pub, count=2, timeout_s=60.0)  # the sim and the recorder
+        ros.wait_for_subscribers(stamped_pub, count=1, timeout_s=60.0)
+        assert wait_until(lambda: ros.node.count_publishers("camera/image_raw") > 0, 60.0)
+        # The sim's first frame (sim time 0) was rendered before anyone listened, and the sim waits
+        # there for a command: the first command answers it, wherever its image went.
+        command_pub.publish(Float64MultiArray(data=[float(v) for v in sequence.positions[0]]))
+        sent.append(0)
+        answered = 0
+
+        def accepted_all() -> bool:
+            return any(int(_status_values(m)["commands_accepted"]) >= len(sent) for m in list(statuses))
+
+        while answered < end_ns or not accepted_all():
+            assert wait_until(lambda after=answered: bool(images) and cv.stamp_to_ns(images[-1].header.stamp) > after,
+                              60.0), f"no camera frame after sim time {answered} ns"
+            stamp = cv.stamp_to_ns(images[-1].header.stamp)
+            assert stamp == answered + period_ns, f"frame at {stamp} ns after answering {answered} ns"
+            q = sequence.positions[int(np.clip((stamp - start_ns) // period_ns, 0, last))]
+            stamped_pub.publish(cv.make_joint_state(JOINTS, q, stamp))
+            command_pub.publish(Float64MultiArray(data=[float(v) for v in q]))
+            sent.append(stamp)
+            answered = stamp
+        codes = launcher.shutdown()
+    assert codes.get("recorder") == 0, codes
+    checked = 0
+    for msg in statuses:
+        values = _status_values(msg)
+        accepted = int(values["commands_accepted"])
+        assert values["commands_rejected"] == "0", values
+        if accepted:
+            assert int(values["last_command_sim_ns"]) == sent[accepted - 1], (accepted, values)
+            checked += 1
+    assert checked >= 1
+    print(f"lockstep over DDS: {len(sent)} commands; {checked} sim status reports agree with their stamps")
+    return bag
+
+
+def test_fit_from_a_dds_recording_in_lockstep(ros, tmp_path: Path) -> None:
+    """The recording path of a robot (sim_node, recorder, DDS), timed exactly: the acceptance again."""
+    seed = draw_seed()
+    params_file, truth = drawn_params(tmp_path, np.random.default_rng(seed))
+    sequence, holdout = sysid_sequence()
+    bag = record_lockstep_over_dds(ros, tmp_path, params_file, sequence)
+    report, _out, _report_dir, context = fit_with_cli(bag, tmp_path, holdout, truth, seed,
+                                                      "--command-topic", STAMPED_COMMAND_TOPIC)
+    assert report["data"]["time_source"] == "header", context
+    assert report["data"]["command_time_source"] == "header", context
+    check_acceptance(report, truth, context)
+
+
+def test_stamped_commands_keep_their_stamps_on_the_state_clock() -> None:
+    """Command stamps on the state clock are the command times (a late, bursty receive time is not
+    used); stamps on another clock, or none, fall back to receive times moved onto the state clock."""
+    rng = np.random.default_rng(3)
+    state_stamp = np.arange(0, 10 * 10**9, 10**7)  # 100 Hz of sim time [ns]
+    wall_offset = 1_700_000_000 * 10**9
+    states = JointStream("/joint_states", "sensor_msgs/msg/JointState",
+                         state_stamp + wall_offset + rng.integers(10**6, 2 * 10**6, len(state_stamp)), state_stamp,
+                         np.sin(state_stamp[:, None] / 1e9), ("joint1",))
+    command_stamp = np.arange(0, 10 * 10**9, 2 * 10**7)  # 50 Hz
+    late = wall_offset + command_stamp + rng.integers(10**7, 2 * 10**8, len(command_stamp))  # 10-200 ms late
+    positions = np.sin(command_stamp[:, None] / 1e9)
+    stamped = JointStream("/command/policy", "sensor_msgs/msg/JointState", late, command_stamp, positions, ("joint1",))
+    data = align(stamped, states, ["joint1"], 0.3)
+    assert data.command_time_source == "header" and data.time_source == "header"
+    assert np.allclose(data.command_t, (command_stamp - data.origin_ns) / 1e9, atol=1e-9)
+
+    elsewhere = JointStream("/command/policy", "sensor_msgs/msg/JointState", late, command_stamp + 3600 * 10**9,
+                            positions, ("joint1",))
+    other_clock = align(elsewhere, states, ["joint1"], 0.3)
+    assert other_clock.command_time_source == "log" and "another clock" in other_clock.time_source_reason
+    unstamped = JointStream("/forward_position_controller/commands", "std_msgs/msg/Float64MultiArray", late, None,
+                            positions, ())
+    by_log = align(unstamped, states, ["joint1"], 0.3)
+    assert by_log.command_time_source == "log"
+    # Receive times are 10-200 ms late: the log-time path cannot match the stamps to 1 ms.
+    assert np.max(np.abs(by_log.command_t - (command_stamp - by_log.origin_ns) / 1e9)) > 0.005
+    assert np.allclose(other_clock.command_t, by_log.command_t)
 
 
 def test_bad_input_is_reported(tmp_path: Path) -> None:
@@ -190,8 +321,6 @@ def test_bad_input_is_reported(tmp_path: Path) -> None:
     missing = run_cli("fit", "--bag", str(tmp_path / "nope"), "--out", str(tmp_path / "o.yaml"),
                       "--report", str(tmp_path / "r"), timeout_s=120)
     assert missing.returncode == 2 and "nope" in missing.stderr, missing.stderr
-
-    from sim2real_ros.sysid.sim_bag import record_sim_bag
 
     short = ExcitationSequence(tuple(JOINTS), np.arange(150) / RATE_HZ, np.tile(BASE_POSE, (150, 1)))
     bag = record_sim_bag(tmp_path / "still", load_sim_params(), str(urdf_path()), short, settle_s=0.2)

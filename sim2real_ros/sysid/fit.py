@@ -128,6 +128,7 @@ class FitResult:
             "not_identifiable": self.not_identifiable, "errors": self.errors,
             "evaluations": self.evaluations, "timings_s": self.timings_s, "inertia": self.inertia,
             "data": {"time_source": self.data.time_source, "time_source_reason": self.data.time_source_reason,
+                     "command_time_source": self.data.command_time_source,
                      "duration_s": self.data.duration_s, "split_t_s": self.data.split_t,
                      "transport_delay_s": self.data.transport_delay_s, "commands": len(self.data.command_t),
                      "states": len(self.data.state_t), "dropped_messages": self.data.dropped},

@@ -7,7 +7,11 @@ Commands (Float64MultiArray has no header) carry only the recorder's log time; t
 state clock through the state messages' own (log time, stamp) pairs: the offset between the two
 clocks is followed with a rolling median (drift, pacing) and lowered to the smallest transport
 delay seen (its 5th percentile), so a command's time is when it reached the recorder minus the
-state's quickest delivery. When the stamps are unusable, both topics use the log time.
+state's quickest delivery. Stamped commands (a JointState command topic, e.g. the actuator's
+command/policy, stamped with its control tick) keep their own stamps when those lie on the state
+clock: a stamp is when the command was sent, which no receive time can tell as well (a loaded
+recorder logs commands tens of ms late and in bursts). When the state stamps are unusable, both
+topics use the log time.
 Pure numpy/scipy, no rclpy.
 """
 from __future__ import annotations
@@ -24,6 +28,11 @@ from .signals import NS_PER_S, JointStream
 OFFSET_WINDOW = 21
 # Fraction of non-increasing stamps tolerated before the state clock is not trusted.
 MAX_BACKWARD_FRACTION = 0.01
+# Command stamps count as state-clock times when the median of (receive time on the state clock -
+# stamp) lies in this range [s]: a little negative for the clock map's own error, up to the
+# largest delivery delay a recording plausibly has. Outside it they are on some other clock.
+COMMAND_STAMP_LEAD_S = -0.1
+COMMAND_STAMP_AGE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -34,7 +43,8 @@ class FitData:
     [rad]: commands on the state clock, relative to the first state sample. state_t (M,) [s],
     states (M, n) [rad]: the measured positions of the same joints. other_states: measured positions
     of joints that are not commanded, by name (M,) [rad]. split_t [s]: the first held-out time.
-    time_source: 'header' or 'log'; origin_ns: the state clock value of t = 0.
+    time_source: 'header' or 'log'; origin_ns: the state clock value of t = 0. command_time_source:
+    'header' (the commands' own stamps) or 'log' (receive times moved onto the time base).
     """
 
     joint_names: tuple[str, ...]
@@ -49,6 +59,7 @@ class FitData:
     origin_ns: int
     transport_delay_s: float
     dropped: dict[str, int]
+    command_time_source: str = "log"
 
     @property
     def duration_s(self) -> float:
@@ -82,6 +93,20 @@ def stamps_usable(stream: JointStream) -> tuple[bool, str]:
     if backward > MAX_BACKWARD_FRACTION:
         return False, f"{stream.topic} header stamps do not increase ({backward:.1%} of steps)"
     return True, f"{stream.topic} header stamps increase: the state clock is the time base"
+
+
+def command_stamps_on_state_clock(command: JointStream, received_ns: np.ndarray) -> tuple[bool, str]:
+    """Whether a command stream's header stamps are send times on the state clock: present,
+    increasing, and consistent with received_ns (K,) [ns], the commands' receive times on that clock."""
+    usable, reason = stamps_usable(command)
+    if not usable:
+        return False, reason
+    assert command.stamp_ns is not None  # stamps_usable checked it
+    age_s = float(np.median(received_ns - command.stamp_ns.astype(float))) / NS_PER_S
+    if not COMMAND_STAMP_LEAD_S <= age_s <= COMMAND_STAMP_AGE_S:
+        return False, (f"{command.topic} header stamps are {age_s:.3f} s before their receive time on the state "
+                       f"clock (expected {COMMAND_STAMP_LEAD_S} .. {COMMAND_STAMP_AGE_S} s): another clock")
+    return True, f"{command.topic} header stamps are on the state clock: they are the command times"
 
 
 def log_to_state_clock(state: JointStream) -> tuple[np.ndarray, np.ndarray, float]:
@@ -144,11 +169,17 @@ def align(command: JointStream, state: JointStream, joint_names: list[str], hold
     else:
         raise SysidError(f"{state.topic} has no joint names and {state.n_joints} != {n} positions")
     usable, reason = stamps_usable(state)
+    command_source = "log"
     if usable:
         log_ns, clock_ns, delay_s = log_to_state_clock(state)
         state_ns = state.stamp_ns.astype(float)
         command_ns = np.interp(command.log_ns.astype(float), log_ns, clock_ns)
         source = "header"
+        if command.stamp_ns is not None:
+            stamped, why = command_stamps_on_state_clock(command, command_ns)
+            reason += f"; {why}"
+            if stamped:
+                command_ns, command_source = command.stamp_ns.astype(float), "header"
     else:
         state_ns = state.log_ns.astype(float)
         command_ns = command.log_ns.astype(float)
@@ -157,11 +188,13 @@ def align(command: JointStream, state: JointStream, joint_names: list[str], hold
     state_ns, positions = state_ns[order], state.positions[order]
     keep = np.concatenate([[True], np.diff(state_ns) > 0])
     state_ns, positions = state_ns[keep], positions[keep]
+    if command_source == "log":
+        # Receive times only: a fixed-rate stream's send times are better told by its rate.
+        command_ns, regular = regular_times(command_ns / NS_PER_S)
+        command_ns = command_ns * NS_PER_S
+        if regular:
+            reason += "; fixed-rate commands: times re-estimated from their rate (recorder log times come in bursts)"
     # Replay starts at the first state sample that has a command in effect.
-    command_ns, regular = regular_times(command_ns / NS_PER_S)
-    command_ns = command_ns * NS_PER_S
-    if regular:
-        reason += "; fixed-rate commands: times re-estimated from their rate (recorder log times come in bursts)"
     start = max(state_ns[0], command_ns[0])
     in_range = state_ns >= start
     if np.count_nonzero(in_range) < 50 or (state_ns[-1] - start) / NS_PER_S < 2.0:
@@ -176,5 +209,5 @@ def align(command: JointStream, state: JointStream, joint_names: list[str], hold
         joint_names=tuple(joint_names), command_t=command_t, commands=command.positions.copy(),
         state_t=state_t, states=positions[:, columns], other_states=others, split_t=split_t,
         time_source=source, time_source_reason=reason, origin_ns=int(origin), transport_delay_s=delay_s,
-        dropped={command.topic: command.dropped, state.topic: state.dropped},
+        dropped={command.topic: command.dropped, state.topic: state.dropped}, command_time_source=command_source,
     )
