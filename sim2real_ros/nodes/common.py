@@ -100,6 +100,11 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_thr
     except Sim2RealError as err:
         print(f"[ERROR] {err}", file=sys.stderr, flush=True)
         code = 2
+    except Exception:
+        # Ctrl-C shuts the context down under the executor, and building its next wait set can
+        # lose that race (RCLError: context is not valid). Only an error while still running counts.
+        if rclpy.ok():
+            raise
     finally:
         executor.shutdown()
         if node is not None:
