@@ -44,6 +44,10 @@ LOG_RANGE = math.log(20.0)  # positive parameters are searched within nominal /2
 MIN_MOTION_RAD = 1e-3  # floor of a joint's motion scale [rad]
 UNSTABLE_COST = 1e6
 FLAT_WEIGHT = 0.4  # a parameter this much inside flat directions is not determined on its own
+# Why damping cannot be told from kd, whatever its size: the sim's torque is kp e - kd qd - damping qd,
+# and kd sits inside the effort-limit clip, damping outside; they differ only while the limit saturates.
+SUM_ONLY = ("kd.{joint} and damping.{joint} act on the motion only through their sum kd + damping (they differ only "
+            "while the effort limit saturates): only the sum is determined, kd.{joint} carries it")
 
 
 @dataclass(frozen=True)
@@ -407,6 +411,9 @@ def fit(data: FitData, params: SimParams, robot_description: str, options: FitOp
                 if effects[i] < MIN_EFFECT:
                     reason = (f"a {'10 ms' if kind == 'latency' else '20 %'} change moves the trajectory by "
                               f"{effects[i]:.2%} of the motion (< {MIN_EFFECT:.0%}); nominal value kept")
+                    if kind == "damping" and "kd" in kinds:
+                        # Small is not the whole story: however large, damping would not be told apart.
+                        reason += f"; {SUM_ONLY.format(joint=joint)}"
                 elif flat_weight[i] > FLAT_WEIGHT:
                     partners = sorted({labels[k] for v in flat for k in np.flatnonzero(np.abs(v) > 0.3)
                                        if abs(v[i]) > 0.3 and k != i})
