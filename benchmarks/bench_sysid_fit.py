@@ -1,13 +1,16 @@
 """Benchmark: `sysid fit` on a 60 s bag of all 6 joints of the arm (written from a SimWorld with
 drawn dynamics, no ROS): fit time, evaluations, time per fast-model evaluation and per PyBullet
-replay step, and how well the drawn latency and gains come back.
+replay step, and how well the drawn latency and gains come back. The fit runs `--repeat` times on
+the same bag (median, p99 and spread of the fit time); the 1-minute load average is reported beside
+it, since the machine is shared.
 
-    .venv/bin/python benchmarks/bench_sysid_fit.py [--quick] [--json OUT]
+    .venv/bin/python benchmarks/bench_sysid_fit.py [--quick] [--repeat N] [--json OUT]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -46,8 +49,16 @@ def _sequence(duration_s: float) -> tuple[ExcitationSequence, float]:
         0.95 * len(held.times_s) / len(offsets)
 
 
-def run(quick: bool = False) -> dict:
-    """Record a bag (60 s; quick: 20 s), fit it, return figures."""
+def _stats_s(samples: list[float]) -> dict:
+    ordered = sorted(samples)
+    return {"median": round(statistics.median(samples), 2),
+            "p99": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 2),
+            "spread": round(ordered[-1] - ordered[0], 2), "runs": len(samples)}
+
+
+def run(quick: bool = False, repeat: int | None = None) -> dict:
+    """Record a bag (60 s; quick: 20 s), fit it `repeat` times (default 3; quick: 1), return figures."""
+    repeat = (1 if quick else 3) if repeat is None else repeat
     params = load_sim_params()
     urdf = str(urdf_path())
     rng = np.random.default_rng(7)
@@ -66,9 +77,12 @@ def run(quick: bool = False) -> dict:
         record_s = time.perf_counter() - t0
         streams = load_streams(bag, [COMMAND_TOPIC, STATE_TOPIC])
         data = align(streams[COMMAND_TOPIC], streams[STATE_TOPIC], JOINTS, holdout)
-        t0 = time.perf_counter()
-        result = fit(data, params, urdf, FitOptions())
-        fit_s = time.perf_counter() - t0
+        fit_times, loads = [], []
+        for _ in range(max(1, repeat)):
+            t0 = time.perf_counter()
+            result = fit(data, params, urdf, FitOptions())
+            fit_times.append(time.perf_counter() - t0)
+            loads.append(os.getloadavg()[0])
         # Cost of one fast-model evaluation (6 joints) vs one PyBullet step, measured here, in one run.
         grid = ModelGrid.from_data(data, params.physics.dt_s)
         samples = []
@@ -88,7 +102,9 @@ def run(quick: bool = False) -> dict:
     return {
         "bag_duration_s": round(data.duration_s, 2),
         "joints": len(JOINTS),
-        "fit_time_s": round(fit_s, 2),
+        "fit_time_s": _stats_s(fit_times),
+        "load_average_1min": [round(v, 2) for v in loads],
+        "cpu_count": os.cpu_count(),
         "record_time_s": round(record_s, 2),
         "evaluations": result.evaluations["model"],
         "sim_replays": result.evaluations["sim_replays"],
@@ -107,9 +123,10 @@ def run(quick: bool = False) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeat", type=int, default=None, help="fits of the same bag (default 3; quick: 1)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    figures = run(quick=args.quick)
+    figures = run(quick=args.quick, repeat=args.repeat)
     text = json.dumps(figures, indent=2)
     print(text)
     if args.json:
