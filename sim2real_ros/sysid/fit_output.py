@@ -96,7 +96,9 @@ def report_markdown(result: FitResult, version: str | None, bag: str) -> str:
         lines.append(f"| {name} | {_fmt(before['rms_rad'][name])} | {_fmt(after['rms_rad'][name])} |")
     ratio = after["normalized_mse"] / before["normalized_mse"] if before["normalized_mse"] > 0 else float("nan")
     lines += ["", f"Normalized MSE before {_fmt(before['normalized_mse'])}, after {_fmt(after['normalized_mse'])} "
-              f"(after/before = {_fmt(ratio, '.3f')}).", "", "## Parameters", "",
+              f"(after/before = {_fmt(ratio, '.3f')}); over the fitted joints "
+              f"{_fmt(before['fitted_joints_normalized_mse'])} -> {_fmt(after['fitted_joints_normalized_mse'])}.",
+              "", "## Parameters", "",
               "| parameter | nominal | fitted | written | effect of +/-20 % (10 ms) | status |",
               "|---|---|---|---|---|---|"]
     for p in result.parameters:
