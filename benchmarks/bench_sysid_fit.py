@@ -36,9 +36,17 @@ BASE_POSE = np.array([0.0, 0.2, 1.2, 0.0, 1.0, 0.0])
 
 
 def _sequence(duration_s: float) -> tuple[ExcitationSequence, float]:
-    """Fit part then held-out part, all 6 joints, about duration_s [s] in total."""
-    urdf = str(urdf_path())
+    """Fit part then held-out part, all 6 joints, about duration_s [s] in total (the bag adds 1 s of
+    settling). Holds and chirps scale with the length; ramps do not, hence the rescaling passes."""
     scale = duration_s / 60.0
+    for _ in range(3):
+        sequence, holdout = _scaled_sequence(scale)
+        scale *= (duration_s - 1.0) / sequence.times_s[-1]
+    return _scaled_sequence(scale)
+
+
+def _scaled_sequence(scale: float) -> tuple[ExcitationSequence, float]:
+    urdf = str(urdf_path())
     fit_part = excitation_for_robot(urdf, ExciteOptions(rate_hz=50.0, hold_s=0.3 * scale, chirp_s=2.5 * scale,
                                                         amplitude_fraction=0.03, speed_fraction=0.5), JOINTS)
     held = excitation_for_robot(urdf, ExciteOptions(rate_hz=50.0, hold_s=0.15 * scale, chirp_s=1.2 * scale,
