@@ -64,12 +64,15 @@ def run(quick: bool = False) -> dict:
             session.check_nodes()
             sim_elapsed = (stamp_to_ns(clocks[-1][1].clock) - sim_start) / 1e9
             rtf = sim_elapsed / (time.monotonic() - wall_start)
-            clock_t = np.array([t for t, _ in clocks])
-            clock_ns = np.array([stamp_to_ns(m.clock) for _, m in clocks], dtype=float)
-            tick_t = np.array([t for t, _ in ticks])
-            cmd_t = np.array([t for t, _ in session.commands])
+            # One snapshot of each list: the probe's executor keeps appending while this runs.
+            clock_list, tick_list, command_list = list(clocks), list(ticks), list(session.commands)
+            chunk_list = list(chunks)[first:]
+            clock_t = np.array([t for t, _ in clock_list])
+            clock_ns = np.array([stamp_to_ns(m.clock) for _, m in clock_list], dtype=float)
+            tick_t = np.array([t for t, _ in tick_list])
+            cmd_t = np.array([t for t, _ in command_list])
             latencies_ms = []
-            for received, msg in list(chunks)[first:]:
+            for received, msg in chunk_list:
                 i = np.searchsorted(tick_t, received)
                 if i >= len(tick_t):
                     continue
