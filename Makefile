@@ -25,9 +25,9 @@ $(STAMP): requirements.txt setup.py setup.cfg package.xml
 test: $(STAMP)
 	$(TEST_ENV) $(BIN)/python -m pytest test -q -m "not timing" --reruns 1
 
-# Closed-loop figures over DDS on the wall clock (latency compensation ratio with the sim as a process,
-# sysid fit through a DDS recording): they hold on an idle machine and move with CPU contention.
-# make test checks the same acceptance figures deterministically in sim time.
+# The closed-loop latency compensation ratio over DDS with the sim as a process on the wall clock:
+# it holds on an idle machine and moves with CPU contention. make test checks the same acceptance
+# figures deterministically in sim time.
 test-timing: $(STAMP)
 	$(TEST_ENV) $(BIN)/python -m pytest test -q -m timing
 
