@@ -103,7 +103,17 @@ class ActuatorNode(Node):
                                  callback_group=io_group)
         self.create_subscription(JointState, "joint_states", self._on_joint_state, JOINT_STATE_QOS,
                                  callback_group=io_group)
-        self.create_timer(cfg.control_period_s, self._on_tick, callback_group=control_group)
+        self._stop = threading.Event()
+        self._control_thread: threading.Thread | None = None
+        if self.get_parameter("use_sim_time").value:
+            # Sim time advances with /clock messages, which the executor takes in: a timer on it.
+            self.create_timer(cfg.control_period_s, self._on_tick, callback_group=control_group)
+        else:
+            # On the wall clock, a thread of its own: an executor timer pays for rebuilding the wait
+            # set in Python on every tick, and at 500 Hz that overhead, not the tick, saturates a core.
+            self._control_thread = threading.Thread(target=self._wall_clock_loop, name="actuator_control",
+                                                    daemon=True)
+            self._control_thread.start()
         # Diagnostics run on the steady clock: a stalled sim clock must not silence the report.
         self.create_timer(DIAGNOSTICS_PERIOD_S, self._on_diagnostics, callback_group=io_group,
                           clock=Clock(clock_type=ClockType.STEADY_TIME))
@@ -113,6 +123,34 @@ class ActuatorNode(Node):
         )
 
     # ------------------------------------------------------------------------------------------
+    def _wall_clock_loop(self) -> None:
+        """Tick at absolute deadlines k * period on the steady clock (no drift); after an overrun of
+        more than one period, skip the missed ticks instead of bursting to catch up."""
+        period_ns = int(round(self.config.control_period_s * 1e9))
+        deadline_ns = time.monotonic_ns() + period_ns
+        while not self._stop.is_set():
+            delay_ns = deadline_ns - time.monotonic_ns()
+            if delay_ns > 0 and self._stop.wait(delay_ns / 1e9):
+                return
+            if not self.context.ok():
+                return
+            try:
+                self._on_tick()
+            except Exception as err:  # noqa: BLE001 - during shutdown the context goes away under us
+                if self._stop.is_set() or not self.context.ok():
+                    return
+                self.get_logger().error(f"control tick failed: {err!r}", throttle_duration_sec=1.0)
+            deadline_ns += period_ns
+            now = time.monotonic_ns()
+            if now - deadline_ns > period_ns:
+                deadline_ns = now + period_ns
+
+    def destroy_node(self) -> None:
+        self._stop.set()
+        if self._control_thread is not None:
+            self._control_thread.join(timeout=2.0)
+        super().destroy_node()
+
     def _on_tick(self) -> None:
         cpu_start = time.thread_time()
         tick_ns = now_ns(self)
