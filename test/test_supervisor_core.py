@@ -76,8 +76,11 @@ def test_starts_in_hold_and_sends_nothing_before_a_joint_state():
     assert cmd.hold and np.allclose(cmd.positions, HOME)
 
 
-def test_arm_needs_fresh_inputs_then_ramps_from_the_measured_position():
-    sup = make(handover_ramp_s=1.0)
+@pytest.mark.parametrize(("max_gap", "ramp_s"), [(0.25, 0.8), (0.8, 0.25)])
+def test_arm_needs_fresh_inputs_then_ramps_from_the_measured_position(max_gap, ramp_s):
+    # handover_ramp_s is the ramp for a gap of handover_max_gap_rad: the 0.2 rad gap here takes
+    # 0.2 / max_gap of it.
+    sup = make(handover_ramp_s=1.0, handover_max_gap_rad=max_gap)
     sup.on_joint_state(NAMES, HOME, T0)
     ok, message = sup.request_arm(T0)
     assert not ok and "no fresh command/policy" in message and sup.mode == Mode.HOLD
@@ -89,7 +92,7 @@ def test_arm_needs_fresh_inputs_then_ramps_from_the_measured_position():
         t += 10 * MS
         feed(sup, t, q_policy=target)
         cmd = sup.tick(t)
-        expected = HOME + min((t - T0) / 1e9, 1.0) * 0.2
+        expected = HOME + min((t - T0) / 1e9 / ramp_s, 1.0) * 0.2
         assert np.allclose(cmd.positions, expected, atol=1e-9), (t - T0) / 1e9
     assert np.allclose(cmd.positions, target)
 
@@ -141,6 +144,89 @@ def test_watchdogs_hold_at_the_position_measured_at_the_stop(silent, timeout_fie
     # Later measurements do not move the hold (stop category 2).
     sup.on_joint_state(NAMES, HOME + 0.3, last_fresh + 120 * MS)
     assert np.allclose(sup.tick(last_fresh + 130 * MS).positions, hold)
+
+
+# A teleported arm (sim episode reset, re-homed encoder): hold where it now is, never drag it back.
+JUMP = np.clip(HOME + 0.6, LIMITS.lower, LIMITS.upper)  # 0.6 rad in one 10 ms sample: not physical
+
+
+def test_a_measured_jump_holds_at_the_new_position_and_auto_arm_ramps_from_there():
+    sup = make(auto_arm=True, handover_ramp_s=0.5, handover_max_gap_rad=0.5)
+    feed(sup, T0)
+    assert not sup.tick(T0).hold and sup.mode == Mode.AUTONOMOUS
+    t = T0 + 10 * MS
+    # The arm is teleported; the policy still asks for the old pose (its chunk predates the jump).
+    feed(sup, t, q_meas=JUMP, q_policy=HOME)
+    cmd = sup.tick(t)
+    assert sup.mode == Mode.HOLD and cmd.hold and np.allclose(cmd.positions, JUMP)
+    assert sup.counters["joint_jumps"] == 1 and "joint_states jumped" in sup.reason
+    t += 10 * MS
+    feed(sup, t, q_meas=JUMP, q_policy=HOME)
+    assert np.allclose(sup.tick(t).positions, JUMP)
+    assert "handover gap" in sup.reason  # auto_arm waits for a policy command near the new pose
+    # The policy catches up with what it sees: auto_arm re-arms and ramps from the new position.
+    t += 10 * MS
+    feed(sup, t, q_meas=JUMP, q_policy=JUMP + 0.1)
+    cmd = sup.tick(t)
+    assert sup.mode == Mode.AUTONOMOUS and np.allclose(cmd.positions, JUMP, atol=1e-9)
+    assert sup.counters["watchdog_holds"] == 0
+
+
+def test_a_jump_re_armed_at_once_commands_from_the_new_position():
+    sup = make(auto_arm=True, handover_ramp_s=0.5, handover_max_gap_rad=1.0)
+    feed(sup, T0)
+    assert not sup.tick(T0).hold
+    # The gap to the stale policy command is within handover_max_gap_rad: one hold at the new
+    # position, then auto_arm re-arms and the ramp starts there instead of stepping from the old command.
+    feed(sup, T0 + 10 * MS, q_meas=JUMP, q_policy=HOME)
+    cmd = sup.tick(T0 + 10 * MS)
+    assert cmd.hold and np.allclose(cmd.positions, JUMP) and sup.counters["joint_jumps"] == 1
+    feed(sup, T0 + 20 * MS, q_meas=JUMP, q_policy=HOME)
+    cmd = sup.tick(T0 + 20 * MS)
+    assert sup.mode == Mode.AUTONOMOUS and not cmd.hold and np.allclose(cmd.positions, JUMP, atol=1e-9)
+
+
+def test_motion_at_the_velocity_limit_is_not_a_jump_even_when_delivered_in_a_burst():
+    sup = armed()
+    q = HOME.copy()
+    for k in range(1, 11):
+        q = q + 2.0 * LIMITS.velocity * 0.01  # twice the limit, every 10 ms (measured, not commanded)
+        # Received all at once after a stall; the stamps say when they were measured.
+        assert sup.on_joint_state(NAMES, np.clip(q, LIMITS.lower, LIMITS.upper), T0 + 200 * MS, T0 + k * 10 * MS)
+    sup.on_policy_command(NAMES, HOME, T0 + 200 * MS)
+    sup.tick(T0 + 200 * MS)
+    assert sup.counters["joint_jumps"] == 0 and sup.mode == Mode.AUTONOMOUS
+    # Without stamps the receipt times are all there is: the same burst is a jump.
+    sup = armed()
+    sup.on_joint_state(NAMES, HOME, T0 + 200 * MS)
+    sup.on_joint_state(NAMES, np.clip(HOME + 0.25, LIMITS.lower, LIMITS.upper), T0 + 200 * MS)
+    assert sup.counters["joint_jumps"] == 1
+
+
+@pytest.mark.parametrize("mode", ["HOLD", "ESTOP", "TELEOP"])
+def test_a_measured_jump_moves_the_hold_to_the_new_position_in_every_stopped_mode(mode):
+    sup = armed()
+    if mode == "HOLD":
+        assert sup.request_hold(T0)[0]
+    elif mode == "ESTOP":
+        sup.on_estop(True, T0)
+    else:
+        sup.on_joy(*joy(), T0)
+        sup.on_joy(*joy("takeover"), T0)
+    assert np.allclose(sup.tick(T0 + 5 * MS).positions, HOME)
+    feed(sup, T0 + 10 * MS, q_meas=JUMP)
+    cmd = sup.tick(T0 + 10 * MS)
+    assert sup.mode.value == mode and cmd.hold and np.allclose(cmd.positions, JUMP)
+    assert sup.counters["joint_jumps"] == 1
+    # Later measurements near the new pose do not move it again (still stop category 2).
+    feed(sup, T0 + 20 * MS, q_meas=JUMP - 0.01)
+    assert np.allclose(sup.tick(T0 + 20 * MS).positions, JUMP)
+    if mode == "TELEOP":  # jogging resumes from the new position, not the old one
+        stick = {MAPPING.joint_axes[0]: 1.0}
+        sup.on_joy(*joy("deadman", axes=stick), T0 + 30 * MS)
+        feed(sup, T0 + 30 * MS, q_meas=JUMP)
+        cmd = sup.tick(T0 + 30 * MS)
+        assert not cmd.hold and np.abs(cmd.positions - JUMP).max() <= LIMITS.velocity.max() * 0.01 + 1e-9
 
 
 def test_joystick_watchdog_applies_while_the_human_is_in_control():
@@ -299,13 +385,17 @@ def test_shared_control_adds_the_human_correction_and_hands_back_with_a_ramp():
     sup.on_joy(*joy(), t + 5 * MS)
     feed(sup, t + 10 * MS, q_meas=cmd.positions)
     assert np.allclose(sup.tick(t + 10 * MS).positions, cmd.positions)
-    # Hand back: ramps from the measured position back to the policy's command.
+    # Hand back: ramps from the measured position back to the policy's command, over
+    # handover_ramp_s * gap / handover_max_gap_rad.
     sup.on_joy(*joy("shared"), t + 20 * MS)
     assert sup.mode == Mode.AUTONOMOUS
+    gap = cmd.positions[0] - HOME[0]
+    ramp_s = 0.5 * gap / sup.config.handover_max_gap_rad
     for k in range(1, 26):
         feed(sup, t + 20 * MS + k * 10 * MS, q_meas=cmd.positions)
-        halfway = sup.tick(t + 20 * MS + k * 10 * MS).positions
-    assert halfway[0] == pytest.approx((cmd.positions[0] + HOME[0]) / 2)
+        sent = sup.tick(t + 20 * MS + k * 10 * MS).positions
+        assert sent[0] == pytest.approx(cmd.positions[0] - min(k * 0.01 / ramp_s, 1.0) * gap)
+    assert sent[0] == pytest.approx(HOME[0])
     events = sup.pop_events()
     assert [e.event for e in events] == ["takeover", "handback"]
     assert events[1].start_ns == t1 + 10 * MS and events[1].end_ns == t + 20 * MS
@@ -434,7 +524,7 @@ def test_property_commands_stay_within_limits_and_latch_holds(script, auto_arm):
     dt = sup.config.control_period_s
     t = T0
     prev = None
-    latched_hold = None
+    latched_hold, latched_jumps = None, 0
     for kind, value in script:
         immediate = None
         if kind == "meas":
@@ -469,8 +559,9 @@ def test_property_commands_stay_within_limits_and_latch_holds(script, auto_arm):
             assert np.all(q >= LIMITS.lower) and np.all(q <= LIMITS.upper)
             if cmd.mode == Mode.ESTOP:
                 assert cmd.hold
-                if latched_hold is None:
-                    latched_hold = q
+                # Only a measured jump may move an e-stop hold (to where the arm now is).
+                if latched_hold is None or sup.counters["joint_jumps"] != latched_jumps:
+                    latched_hold, latched_jumps = q, sup.counters["joint_jumps"]
                 assert np.array_equal(q, latched_hold)
             else:
                 latched_hold = None

@@ -11,7 +11,9 @@ Modes and how they are entered
   commands are fresh and the user has not disarmed). Arming checks fresh joint states, a fresh policy
   command, no other publisher on the robot command topic, and a gap between the policy's command
   and the measured position <= handover_max_gap_rad; then it ramps from the measured position to the
-  policy's command over handover_ramp_s. A refused arm stays where it was and says why.
+  policy's command, over handover_ramp_s for a gap of handover_max_gap_rad and proportionally faster
+  for a smaller one (a policy already where the arm is takes over at once rather than lagging for
+  the full ramp). A refused arm stays where it was and says why.
 - SHARED: the policy's command plus the human's correction (an offset integrated from the jog
   velocity times shared_authority while the deadman is held). `shared` button toggles it with
   AUTONOMOUS; leaving it is a hand-back (ramped, gap-checked).
@@ -28,7 +30,15 @@ disarmed for auto_arm: only an explicit arm request returns control to the polic
 
 Holds are stop category 2: the target is the measured position at the moment of the stop (the last
 sent command if the measurement is stale), clamped to the position limits, and is not updated by
-later measurements. A hold is sent exactly: it moves the command back onto the robot rather than
+later measurements, with one exception: a measured jump.
+
+A measured jump is a change between consecutive joint states larger than the velocity limits allow
+(2 x velocity x the time between their stamps, plus max_joint_jump_rad). Nothing physical moves a
+joint that fast: it is a re-homed encoder, a restarted driver or a teleported sim robot (a sim
+episode reset). Commands slewed from the old position would drag the arm back to where it was, so a
+jump re-captures the hold at the new measured position: AUTONOMOUS and SHARED go to HOLD (auto_arm
+re-arms with the usual gap check and ramp), TELEOP holds until the deadman is pressed again, HOLD and
+ESTOP hold where the arm now is. A hold is sent exactly: it moves the command back onto the robot rather than
 along the path, so it is the one command not limited by the per-tick step. Every other command goes
 through `clamp_command` (position limits and velocity * control period per tick).
 """
@@ -62,7 +72,7 @@ MOVING_MODES = frozenset({Mode.AUTONOMOUS, Mode.SHARED, Mode.TELEOP})
 
 COUNTER_NAMES = (
     "commands_sent", "clamped", "rejected_policy", "rejected_joint_states", "rejected_joy",
-    "estops", "watchdog_holds", "arm_refused", "interventions",
+    "estops", "watchdog_holds", "joint_jumps", "arm_refused", "interventions",
 )
 
 
@@ -81,13 +91,14 @@ class SupervisorConfig:
     auto_arm: bool = False
     handover_ramp_s: float = 1.0
     handover_max_gap_rad: float = 0.5
+    max_joint_jump_rad: float = 0.2
     shared_authority: float = 0.5
     shared_max_offset_rad: float = 0.3
     source: str = "parameters"
 
     def __post_init__(self) -> None:
         positive = ("control_period_s", "policy_timeout_s", "joy_timeout_s", "joint_state_timeout_s",
-                    "handover_max_gap_rad")
+                    "handover_max_gap_rad", "max_joint_jump_rad")
         for name in positive:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and np.isfinite(value) and value > 0):
@@ -164,6 +175,8 @@ class Supervisor:
         self._events: list[InterventionEvent] = []
         self._q_meas: np.ndarray | None = None
         self._meas_ns: int | None = None
+        self._meas_stamp_ns: int | None = None
+        self._jump = ""  # why the last joint state jumped, until the next tick acts on it
         self._q_policy: np.ndarray | None = None
         self._policy_ns: int | None = None
         self._joy: JoySample | None = None
@@ -176,6 +189,7 @@ class Supervisor:
         self._last_sent: np.ndarray | None = None
         self._ramp_start_q: np.ndarray | None = None
         self._ramp_start_ns: int | None = None
+        self._ramp_ns = 0  # duration of the running ramp [ns]
         self._shared_offset = np.zeros(limits.n)
         self._teleop_holding = True
         self._user_disarmed = False
@@ -236,15 +250,37 @@ class Supervisor:
 
     # ------------------------------------------------------------------------------------------
     # Inputs
-    def on_joint_state(self, names: Sequence[str], positions: Sequence[float], now_ns: int) -> bool:
-        """Measured joint positions [rad] (may include extra joints). False if rejected."""
+    def on_joint_state(self, names: Sequence[str], positions: Sequence[float], now_ns: int,
+                       stamp_ns: int | None = None) -> bool:
+        """Measured joint positions [rad] (may include extra joints), received at now_ns and measured
+        at stamp_ns (the message's header stamp [ns]; None or 0: use now_ns). False if rejected."""
         try:
-            self._q_meas = order_positions(names, positions, self.limits.joint_names, allow_extra=True)
+            q = order_positions(names, positions, self.limits.joint_names, allow_extra=True)
         except InvalidInputError as err:
             self._reject("rejected_joint_states", f"joint_states: {err}")
             return False
+        stamp = stamp_ns if stamp_ns else now_ns
+        if self._q_meas is not None and self._meas_stamp_ns is not None:
+            jump = self._jump_reason(q - self._q_meas, (stamp - self._meas_stamp_ns) / NS_PER_S)
+            if jump:
+                self.counters["joint_jumps"] += 1
+                self._jump = jump
+        self._q_meas = q
         self._meas_ns = now_ns
+        self._meas_stamp_ns = stamp
         return True
+
+    def _jump_reason(self, step: np.ndarray, dt_s: float) -> str:
+        """Why a measured step [rad] over dt_s [s] is not physical ("" when it is)."""
+        # A stall of the joint_states stream is the watchdog's business: allow at most its timeout.
+        dt_s = min(max(dt_s, 0.0), self.config.joint_state_timeout_s)
+        allowed = 2.0 * self.limits.velocity * dt_s + self.config.max_joint_jump_rad
+        excess = np.abs(step) - allowed
+        worst = int(np.argmax(excess))
+        if excess[worst] <= 0:
+            return ""
+        return (f"joint_states jumped {step[worst]:+.3f} rad at joint '{self.limits.joint_names[worst]}' in "
+                f"{dt_s:.3f} s (allowed {allowed[worst]:.3f}): holding at the new measured position")
 
     def on_policy_command(self, names: Sequence[str], positions: Sequence[float], now_ns: int) -> bool:
         """The policy's command [rad] (exactly the configured joints, any order). False if rejected."""
@@ -341,7 +377,7 @@ class Supervisor:
             return self._refuse_arm(f"{why} refused: " + "; ".join(blockers))
         self._user_disarmed = False
         self._enter_policy_mode(Mode.AUTONOMOUS, now_ns, f"armed by {why}")
-        return True, f"AUTONOMOUS (ramp {self.config.handover_ramp_s} s)"
+        return True, f"AUTONOMOUS (ramp {self._ramp_ns / NS_PER_S:.3f} s)"
 
     def request_hold(self, now_ns: int, why: str = "hold request") -> tuple[bool, str]:
         """HOLD and stay disarmed (auto_arm waits for an explicit arm). No effect while latched."""
@@ -360,6 +396,10 @@ class Supervisor:
         silent = self._heartbeat_silent_s(now_ns)
         if silent is not None:
             self._latch(now_ns, f"e-stop heartbeat silent for {silent:.3f} s")
+        if self._jump:
+            # This tick sends the hold at the new position; re-arming can come from the next one.
+            self._on_jump(now_ns)
+            return self._emit_hold()
         if self._mode == Mode.ESTOP:
             return self._emit_hold()
         if self._mode in MOVING_MODES:
@@ -379,6 +419,20 @@ class Supervisor:
         return self._policy_tick(now_ns)
 
     # ------------------------------------------------------------------------------------------
+    def _on_jump(self, now_ns: int) -> None:
+        """Re-capture the hold at the measured position after a jump (see the module docstring)."""
+        why, self._jump = self._jump, ""
+        if self._mode in POLICY_MODES:
+            self._set_mode(Mode.HOLD, why, now_ns)
+        else:
+            self._capture_hold(now_ns)
+        if self._mode == Mode.TELEOP:
+            self._teleop_holding = True
+            self._reason = f"TELEOP: {why}"
+        elif self._mode == Mode.HOLD:
+            base = self._hold_reason.split(" | ")[0]  # repeated jumps replace, not pile up
+            self._reason = self._hold_reason = f"{base} | {why}"
+
     def _teleop_tick(self, now_ns: int) -> SentCommand | None:
         sample = self._joy
         if sample is None or not sample.is_pressed("deadman"):
@@ -406,8 +460,7 @@ class Supervisor:
                     -self.config.shared_max_offset_rad, self.config.shared_max_offset_rad)
             target = target + self._shared_offset
         if self._ramp_start_ns is not None and self._ramp_start_q is not None:
-            ramp_ns = self.config.handover_ramp_s * NS_PER_S
-            s = (now_ns - self._ramp_start_ns) / ramp_ns if ramp_ns > 0 else 1.0
+            s = (now_ns - self._ramp_start_ns) / self._ramp_ns if self._ramp_ns > 0 else 1.0
             if s >= 1.0:
                 self._ramp_start_ns = self._ramp_start_q = None
             else:
@@ -476,9 +529,13 @@ class Supervisor:
         ramp = self._mode not in POLICY_MODES or (mode == Mode.AUTONOMOUS and self._mode == Mode.SHARED)
         self._set_mode(mode, reason, now_ns)
         if ramp and self.config.handover_ramp_s > 0:
-            assert self._q_meas is not None
-            self._ramp_start_q = self._q_meas.copy()
-            self._ramp_start_ns = now_ns
+            assert self._q_meas is not None and self._q_policy is not None
+            gap = float(np.max(np.abs(self._q_policy - self._q_meas)))
+            fraction = min(1.0, gap / self.config.handover_max_gap_rad)
+            self._ramp_ns = int(round(self.config.handover_ramp_s * fraction * NS_PER_S))
+            if self._ramp_ns > 0:
+                self._ramp_start_q = self._q_meas.copy()
+                self._ramp_start_ns = now_ns
 
     def _takeover(self, now_ns: int) -> None:
         if self._mode == Mode.TELEOP:

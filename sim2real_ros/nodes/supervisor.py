@@ -107,9 +107,12 @@ def declare_parameters(node: Node) -> tuple[SupervisorNodeParams, dict]:
         auto_arm=bool(declare(node, "auto_arm", False,
                               "arm automatically once joint states and policy commands are fresh")),
         handover_ramp_s=declare(node, "handover_ramp_s", 1.0,
-                                "ramp from the measured position to the policy's command [s]"),
+                                "ramp time for a gap of handover_max_gap_rad; smaller gaps ramp faster [s]"),
         handover_max_gap_rad=declare(node, "handover_max_gap_rad", 0.5,
                                      "largest policy-vs-measured gap a handover accepts [rad]"),
+        max_joint_jump_rad=declare(node, "max_joint_jump_rad", 0.2,
+                                   "measured step beyond 2 x velocity limit x dt plus this -> hold at the new "
+                                   "position (re-homed encoder, teleported sim robot) [rad]"),
         shared_authority=declare(node, "shared_authority", 0.5,
                                  "SHARED: fraction of the human's jog velocity added to the policy [0..1]"),
         shared_max_offset_rad=declare(node, "shared_max_offset_rad", 0.3,
@@ -328,7 +331,7 @@ class SupervisorNode(Node):
                 self._core.record_rejection("rejected_joint_states", f"joint_states: {err}")
         else:
             with self._core_lock:
-                self._core.on_joint_state(sample.names, sample.positions, now_ns(self))
+                self._core.on_joint_state(sample.names, sample.positions, now_ns(self), sample.stamp_ns)
         self._after_input()
 
     def _on_policy(self, msg: JointState) -> None:
