@@ -343,3 +343,31 @@ def test_core_joint_states_reordered_zero_stamps_timed_at_reception_missing_join
     values, level, _ = core.report()
     assert values["joint_states_rejected"] == 1 and values["published"] == 250 and level == "ok"
     assert values["actuation_latency_in_use_s"] == 0.0  # use_estimated_latency is off by default
+
+
+def test_core_a_measured_joint_jump_drops_chunks_planned_before_it():
+    """A teleported arm (sim episode reset): chunks observed before the jump never command it again."""
+    from sim2real_ros.core.actuator import ActuatorCore
+
+    core = ActuatorCore(ActuatorConfig(joints=tuple(JOINTS), velocity_limits=(2.0, 2.0, 2.0)))
+    start_ns, period_ns = 5_000_000_000, 10_000_000
+    old = cv.trajectory_to_chunk(ramp_chunk(JOINTS, start_ns, 3.0))
+    assert core.on_chunk(old, start_ns) is None
+    q = np.array([0.0, 0.1, 0.2])
+    for k in range(10):  # motion well within the limits: no jump
+        now = start_ns + k * period_ns
+        assert core.tick(now) is not None
+        assert core.on_joint_state(JOINTS, q + 0.01 * k, now, now) is None
+    jump_ns = start_ns + 10 * period_ns
+    core.on_joint_state(JOINTS, q + np.array([0.0, 0.6, 0.0]), jump_ns, jump_ns)
+    assert core.joint_jumps == 1 and len(core) == 0
+    assert core.tick(jump_ns + period_ns) is None  # stale until a chunk from after the jump
+    # A chunk from an image taken before the jump, delivered late, is refused and counted.
+    late = cv.trajectory_to_chunk(ramp_chunk(JOINTS, jump_ns - period_ns, 3.0))
+    rejection = core.on_chunk(late, jump_ns + 2 * period_ns)
+    assert rejection is not None and rejection.reason == "before_joint_jump"
+    fresh = cv.trajectory_to_chunk(ramp_chunk(JOINTS, jump_ns + period_ns, 3.0))
+    assert core.on_chunk(fresh, jump_ns + 3 * period_ns) is None
+    assert core.tick(jump_ns + 4 * period_ns) is not None
+    values, _, _ = core.report()
+    assert values["joint_jumps"] == 1 and values["rejected_before_joint_jump"] == 1

@@ -9,6 +9,11 @@ At tick t the command is the buffered chunks' target for t + latency in use (cor
 DESIGN.md §3). The latency the joints actually show is estimated from the commands sent vs the
 joint states measured (core.latency_estimator); with `use_estimated_latency` it replaces the
 configured `actuation_latency` once its confidence reaches `latency_min_confidence`.
+
+With the joints' velocity limits configured, a measured joint jump (core.joint_jump: a teleported sim
+robot at an episode reset, a re-homed encoder) drops the buffered chunks and refuses chunks observed
+before it: they were planned for a position the arm is no longer at. Until a chunk observed after the
+jump arrives, the actuator is stale and the supervisor holds.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from ..conversions import NS_PER_S, ActionChunk
 from .chunk_buffer import (
     BLENDINGS,
     INTERPOLATIONS,
+    REJECT_BEFORE_JUMP,
     REJECT_REASONS,
     ChunkBuffer,
     ChunkBufferConfig,
@@ -30,6 +36,7 @@ from .chunk_buffer import (
     classify_message_error,
 )
 from .errors import ConfigError
+from .joint_jump import JointJumpConfig, JointJumpDetector
 from .latency_estimator import LatencyEstimate, LatencyEstimator, LatencyEstimatorConfig
 
 DEFAULT_SOURCE = "actuator_node"
@@ -49,6 +56,8 @@ class ActuatorConfig:
     estimate_latency / use_estimated_latency: estimate the latency / compensate with the estimate;
     latency_window_s [s], latency_max_s [s]: estimator history and search range;
     latency_min_confidence [0..1]: confidence needed before the estimate is used;
+    velocity_limits (n,) [rad/s] (empty: no jump detection) and max_joint_jump_rad [rad]: what makes a
+    measured step a jump (core.joint_jump);
     source: what error messages name (the node's parameters).
     """
 
@@ -64,6 +73,8 @@ class ActuatorConfig:
     latency_window_s: float = 4.0
     latency_max_s: float = 0.25
     latency_min_confidence: float = 0.8
+    velocity_limits: tuple[float, ...] = ()
+    max_joint_jump_rad: float = 0.2
     source: str = DEFAULT_SOURCE
 
     def __post_init__(self) -> None:
@@ -90,6 +101,7 @@ class ActuatorConfig:
         try:
             self.buffer_config()
             self.estimator_config()
+            self.jump_config()
         except ConfigError as err:
             parameter = _CORE_FIELD_TO_PARAMETER.get(err.field, err.field)
             raise ConfigError(self.source, parameter, err.value, err.problem) from err
@@ -104,6 +116,12 @@ class ActuatorConfig:
             interpolation=self.interpolation, blending=self.blending, crossfade_s=self.crossfade_s,
             ensemble_decay=self.ensemble_decay, source=self.source,
         )
+
+    def jump_config(self) -> JointJumpConfig | None:
+        if not self.velocity_limits:
+            return None
+        return JointJumpConfig(self.joints, np.asarray(self.velocity_limits, dtype=float),
+                               slack_rad=self.max_joint_jump_rad, source=self.source)
 
     def estimator_config(self) -> LatencyEstimatorConfig:
         return LatencyEstimatorConfig(
@@ -152,6 +170,9 @@ class ActuatorCore:
         self.rejected: Counter[str] = Counter({reason: 0 for reason in REJECT_REASONS})
         self.joint_states_rejected = 0
         self.clock_jumps = 0
+        jump_config = config.jump_config()
+        self._jumps = JointJumpDetector(jump_config) if jump_config is not None else None
+        self._jump_stamp_ns = -1  # chunks observed before this [ns] are refused
         self._last_tick_ns: int | None = None
         self._periods_s: deque[float] = deque(maxlen=HISTORY)
         self._chunk_ages_s: deque[float] = deque(maxlen=HISTORY)
@@ -188,6 +209,9 @@ class ActuatorCore:
     def on_chunk(self, chunk: ActionChunk, now_ns: int) -> Rejection | None:
         """Buffer a chunk received at `now_ns` [ns]; None when accepted, else the counted Rejection."""
         self.chunks_received += 1
+        if chunk.stamp_ns < self._jump_stamp_ns:
+            return self._reject(REJECT_BEFORE_JUMP, f"chunk stamped {chunk.stamp_ns} ns, before the joints jumped at "
+                                                    f"{self._jump_stamp_ns} ns")
         target_ns = now_ns + int(round(self.latency_in_use_s * NS_PER_S))
         try:
             self._buffer.add(chunk, now_ns, target_ns=target_ns)
@@ -210,16 +234,29 @@ class ActuatorCore:
                        received_ns: int) -> Rejection | None:
         """A measured joint state: names, positions (len(names),) [rad], header stamp [ns] (0 when the
         driver leaves it unset: then `received_ns` [ns] is the best measurement time there is).
-        Ignored without estimate_latency; a state lacking a commanded joint is counted and refused."""
-        if not self.config.estimate_latency:
+        Feeds the jump detector and the latency estimate (when configured); a state lacking a
+        commanded joint is counted and refused."""
+        if not self.config.estimate_latency and self._jumps is None:
             return None
         index = {name: i for i, name in enumerate(names)}
         missing = [name for name in self.config.joints if name not in index]
         if missing:
             return self.on_bad_joint_state(f"joint state lacks joints {missing} (it has {list(names)})")
         ordered = np.asarray(positions, dtype=float)[[index[name] for name in self.config.joints]]
-        self._estimator.add_measurement(stamp_ns if stamp_ns > 0 else received_ns, ordered)
+        stamp = stamp_ns if stamp_ns > 0 else received_ns
+        if self._jumps is not None and self._jumps.update(ordered, stamp):
+            # Everything planned so far assumed the old position; so did the latency history.
+            self._buffer.clear()
+            self._estimator.clear()
+            self._jump_stamp_ns = stamp
+        if self.config.estimate_latency:
+            self._estimator.add_measurement(stamp, ordered)
         return None
+
+    @property
+    def joint_jumps(self) -> int:
+        """Measured joint jumps seen (0 without velocity limits)."""
+        return 0 if self._jumps is None else self._jumps.jumps
 
     def on_bad_joint_state(self, text: str) -> Rejection:
         """Count a joint state that could not be used."""
@@ -267,6 +304,7 @@ class ActuatorCore:
             **{f"rejected_{reason}": count for reason, count in self.rejected.items()},
             "joint_states_rejected": self.joint_states_rejected,
             "clock_jumps_back": self.clock_jumps,
+            "joint_jumps": self.joint_jumps,
             "chunks_buffered": len(self._buffer),
             "chunk_age_at_use_ms_p50": ages["p50"],
             "chunk_age_at_use_ms_max": ages["max"],

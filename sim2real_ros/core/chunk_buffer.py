@@ -57,9 +57,10 @@ REJECT_TIME_ORDER = "time_order"
 REJECT_RAGGED = "ragged"
 REJECT_STALE = "stale_on_arrival"
 REJECT_MALFORMED = "malformed"
+REJECT_BEFORE_JUMP = "before_joint_jump"  # observed before the measured joints jumped (core.joint_jump)
 REJECT_REASONS = (
     REJECT_JOINTS, REJECT_EMPTY, REJECT_NON_FINITE, REJECT_TIME_ORDER, REJECT_RAGGED, REJECT_STALE,
-    REJECT_MALFORMED,
+    REJECT_MALFORMED, REJECT_BEFORE_JUMP,
 )
 
 

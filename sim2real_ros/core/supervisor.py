@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import ConfigError
+from .joint_jump import JointJumpConfig, JointJumpDetector
 from .joystick import JoyMessageError, JoySample, decode_joy
 from .safety import InvalidInputError, SafetyLimits, clamp_command, clamp_position, order_positions
 from .teleop import Jogger
@@ -175,7 +176,9 @@ class Supervisor:
         self._events: list[InterventionEvent] = []
         self._q_meas: np.ndarray | None = None
         self._meas_ns: int | None = None
-        self._meas_stamp_ns: int | None = None
+        self._jumps = JointJumpDetector(JointJumpConfig(
+            limits.joint_names, limits.velocity, slack_rad=config.max_joint_jump_rad,
+            max_dt_s=config.joint_state_timeout_s, source=config.source))
         self._jump = ""  # why the last joint state jumped, until the next tick acts on it
         self._q_policy: np.ndarray | None = None
         self._policy_ns: int | None = None
@@ -259,28 +262,13 @@ class Supervisor:
         except InvalidInputError as err:
             self._reject("rejected_joint_states", f"joint_states: {err}")
             return False
-        stamp = stamp_ns if stamp_ns else now_ns
-        if self._q_meas is not None and self._meas_stamp_ns is not None:
-            jump = self._jump_reason(q - self._q_meas, (stamp - self._meas_stamp_ns) / NS_PER_S)
-            if jump:
-                self.counters["joint_jumps"] += 1
-                self._jump = jump
+        jump = self._jumps.update(q, stamp_ns if stamp_ns else now_ns)
+        if jump:
+            self.counters["joint_jumps"] += 1
+            self._jump = f"{jump}: holding at the new measured position"
         self._q_meas = q
         self._meas_ns = now_ns
-        self._meas_stamp_ns = stamp
         return True
-
-    def _jump_reason(self, step: np.ndarray, dt_s: float) -> str:
-        """Why a measured step [rad] over dt_s [s] is not physical ("" when it is)."""
-        # A stall of the joint_states stream is the watchdog's business: allow at most its timeout.
-        dt_s = min(max(dt_s, 0.0), self.config.joint_state_timeout_s)
-        allowed = 2.0 * self.limits.velocity * dt_s + self.config.max_joint_jump_rad
-        excess = np.abs(step) - allowed
-        worst = int(np.argmax(excess))
-        if excess[worst] <= 0:
-            return ""
-        return (f"joint_states jumped {step[worst]:+.3f} rad at joint '{self.limits.joint_names[worst]}' in "
-                f"{dt_s:.3f} s (allowed {allowed[worst]:.3f}): holding at the new measured position")
 
     def on_policy_command(self, names: Sequence[str], positions: Sequence[float], now_ns: int) -> bool:
         """The policy's command [rad] (exactly the configured joints, any order). False if rejected."""
@@ -424,8 +412,8 @@ class Supervisor:
         why, self._jump = self._jump, ""
         if self._mode in POLICY_MODES:
             self._set_mode(Mode.HOLD, why, now_ns)
-        else:
-            self._capture_hold(now_ns)
+            return
+        self._capture_hold(now_ns)
         if self._mode == Mode.TELEOP:
             self._teleop_holding = True
             self._reason = f"TELEOP: {why}"

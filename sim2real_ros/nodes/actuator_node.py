@@ -34,6 +34,7 @@ from trajectory_msgs.msg import JointTrajectory
 from .. import conversions as cv
 from ..core.actuator import HISTORY, ActuatorConfig, ActuatorCore, Rejection, percentiles_ms
 from ..core.errors import ConfigError, Sim2RealError
+from ..core.safety import limits_from_urdf
 from ..core.urdf import RobotModel
 from ..paths import urdf_path
 from .common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS, declare, declare_array, now_ns, run_node
@@ -72,13 +73,25 @@ def declare_parameters(node: Node) -> ActuatorConfig:
         latency_min_confidence=declare(node, "latency_min_confidence", 0.8,
                                        "confidence (normalized correlation) needed to use the estimate [0..1]"),
     )
-    if not joints:
-        try:
-            joints = RobotModel.from_description(description).joint_names
-        except Sim2RealError as err:
+    values["max_joint_jump_rad"] = declare(
+        node, "max_joint_jump_rad", 0.2,
+        "a measured step beyond 2 x URDF velocity limit x dt plus this is a jump (teleported sim robot, re-homed "
+        "encoder): buffered chunks are dropped, chunks observed before it refused [rad]")
+    source = f"{node.get_name()} parameters"
+    velocity: tuple[float, ...] = ()
+    try:
+        model = RobotModel.from_description(description)
+        if not joints:
+            joints = model.joint_names
+        velocity = tuple(float(v) for v in limits_from_urdf(model, joints, source=source).velocity)
+    except Sim2RealError as err:
+        if not joints:
             shown = description if len(description) <= 200 else description[:200] + "..."  # XML can be long
-            raise ConfigError(f"{node.get_name()} parameters", "robot_description", shown, str(err)) from err
-    return ActuatorConfig(joints=tuple(joints), source=f"{node.get_name()} parameters", **values)
+            raise ConfigError(source, "robot_description", shown, str(err)) from err
+        # Joints named by parameter that the URDF does not describe: chunks still work, jumps go unseen.
+        node.get_logger().warning(f"no URDF velocity limits for joints {list(joints)} ({err}); "
+                                  "joint jumps will not drop buffered chunks")
+    return ActuatorConfig(joints=tuple(joints), velocity_limits=velocity, source=source, **values)
 
 
 class ActuatorNode(Node):
