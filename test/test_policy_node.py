@@ -26,6 +26,7 @@ from sim2real_ros.core.observation_pairing import (
     DropCounter,
     DropReason,
     ObservationPairer,
+    ObservationThrottle,
     PairingConfig,
     RollingStats,
 )
@@ -89,6 +90,20 @@ def test_clock_reset_discards_history_and_small_reorders_are_ignored():
     assert len(p) == 1 and p.pair(1 * S, now_ns=1 * S).positions.tolist() == [2.0]
 
 
+def test_throttle_keeps_the_training_rate_from_a_faster_camera():
+    throttle = ObservationThrottle(0.1)
+    frame_ns = 33_333_333  # 30 Hz camera, stamps jittered by up to 2 ms
+    jitter = [0, 2, -2, 1, -1, 0, 2, -2, 1, -1, 0, 2] * 3
+    kept = [k for k in range(36) if throttle.accept(k * frame_ns + jitter[k] * 1_000_000)]
+    assert kept == list(range(0, 36, 3))  # 10 Hz: every third frame
+    assert throttle.accept(5 * frame_ns)  # the stamp went backwards (sim restart): start over
+    assert not throttle.accept(6 * frame_ns)
+    every = ObservationThrottle(0.0)
+    assert all(every.accept(k) for k in range(5))
+    with pytest.raises(ConfigError):
+        ObservationThrottle(float("nan"))
+
+
 def test_pairing_config_and_counters():
     with pytest.raises(ConfigError, match="'max_age_ns' = 0"):
         PairingConfig(tolerance_ns=0, max_age_ns=0)
@@ -119,8 +134,8 @@ def diagnostics_values(msg: DiagnosticArray) -> dict[str, str]:
 
 
 # Every image ends in exactly one of these (or is still waiting for its joint state / in inference).
-IMAGE_OUTCOMES = ("chunks_published", "drops_stale", "drops_unpaired", "drops_superseded", "drops_bad_image",
-                  "drops_inference_error", "observations_waiting")
+IMAGE_OUTCOMES = ("chunks_published", "drops_stale", "drops_unpaired", "drops_superseded", "drops_throttled",
+                  "drops_bad_image", "drops_inference_error", "observations_waiting")
 # Keeps every chunk the node publishes (reliable, deep): the test counts them against the node's report.
 KEEP_ALL = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
 
@@ -278,10 +293,10 @@ def test_node_refuses_a_checkpoint_trained_with_other_preprocessing(tmp_path, pa
 def test_bad_parameters_are_refused_naming_them():
     good = {"checkpoint": "p.pt", "preprocess_config": "pre.yaml", "robot_description": "arm.urdf", "joints": (),
             "device": "cpu", "num_threads": 1, "pairing_tolerance_s": 0.05, "max_observation_age_s": 0.25,
-            "diagnostics_period_s": 1.0}
+            "observation_period_s": -1.0, "diagnostics_period_s": 1.0}
     PolicyNodeConfig(**good)
     cases = {"max_observation_age_s": -1.0, "pairing_tolerance_s": float("nan"), "device": "tpu",
-             "num_threads": -2, "joints": ("a", "a"), "checkpoint": ""}
+             "num_threads": -2, "joints": ("a", "a"), "checkpoint": "", "observation_period_s": float("inf")}
     for field, value in cases.items():
         with pytest.raises(ConfigError, match=f"policy_node parameter: field '{field}' = "):
             PolicyNodeConfig(**{**good, field: value})

@@ -33,6 +33,7 @@ class DropReason(str, enum.Enum):
     BAD_IMAGE = "bad_image"  # wrong encoding or size, malformed data
     BAD_JOINT_STATE = "bad_joint_state"  # NaN/Inf, wrong length, missing joints
     INFERENCE_ERROR = "inference_error"  # the model raised
+    THROTTLED = "throttled"  # sooner after the last observation used than the policy's observation period
 
 
 @dataclass(frozen=True)
@@ -162,3 +163,24 @@ class RollingStats:
         out["max"] = float(values.max())
         out["mean"] = float(values.mean())
         return out
+
+
+class ObservationThrottle:
+    """Observe at the policy's rate: accept an image when its capture stamp is at least 3/4 of
+    `period_s` [s] past the last one accepted (so a 30 Hz camera yields every third frame for a
+    0.1 s period despite stamp jitter). period_s = 0 accepts every image; a stamp going backwards
+    (sim restart, bag loop) is accepted and starts the rate over."""
+
+    def __init__(self, period_s: float) -> None:
+        if not (period_s >= 0 and period_s < float("inf")):
+            raise ConfigError("observation throttle", "period_s", period_s, "must be a finite number >= 0")
+        self.period_s = period_s
+        self._min_gap_ns = int(round(0.75 * period_s * NS_PER_S))
+        self._last_ns: int | None = None
+
+    def accept(self, stamp_ns: int) -> bool:
+        last = self._last_ns
+        if last is not None and 0 <= stamp_ns - last < self._min_gap_ns:
+            return False
+        self._last_ns = stamp_ns
+        return True

@@ -4,13 +4,17 @@ Each image is paired with the joint state nearest its capture stamp, the checkpo
 on the pair, and the chunk is published with header.stamp = the image stamp and point k at
 time_from_start = k * dt. Inference runs in its own mutually exclusive callback group, so receiving
 never waits for it; when inference falls behind it takes the newest observation and counts the
-skipped ones ("superseded"), it never queues. Drops (stale, unpaired, superseded, malformed input)
+skipped ones ("superseded"), it never queues. It observes at the rate the policy was trained at
+(`observation_period_s`, by default the checkpoint's training observation period): images sooner
+after the last one used are dropped on arrival ("throttled"); a policy trained on 10 Hz
+observations replans at 10 Hz from a 30 Hz camera, as it did in training, and the machine does a
+third of the inference. Drops (stale, unpaired, superseded, throttled, malformed input)
 are counted by reason and reported with inference time, observation-to-chunk latency and the
 image-to-joint-state stamp offset of each pairing on ~/diagnostics (policy_node/diagnostics) about
 once a second.
 
 Every image is accounted for exactly once, in every report:
-images_received = chunks_published + image drops (stale, unpaired, superseded, bad_image,
+images_received = chunks_published + image drops (stale, unpaired, superseded, throttled, bad_image,
 inference_error) + observations_waiting, where observations_waiting (0 or 1) is the image held for
 its joint state or in inference at the moment of the report.
 """
@@ -48,6 +52,7 @@ from ..core.observation_pairing import (
     DropCounter,
     DropReason,
     ObservationPairer,
+    ObservationThrottle,
     PairingConfig,
     RollingStats,
 )
@@ -71,6 +76,8 @@ class PolicyNodeConfig:
     of the graph's joint names unless `joints` is given. device: "cpu" or "cuda[:i]".
     num_threads: torch threads (0: torch default). pairing_tolerance_s [s]: largest image/joint
     stamp difference paired. max_observation_age_s [s]: older observations are dropped.
+    observation_period_s [s]: least time between the capture stamps of observations used (0: every
+    image; < 0: the checkpoint's training observation period, or every image if it has none).
     diagnostics_period_s [s]: diagnostics publishing period.
     """
 
@@ -82,6 +89,7 @@ class PolicyNodeConfig:
     num_threads: int
     pairing_tolerance_s: float
     max_observation_age_s: float
+    observation_period_s: float
     diagnostics_period_s: float
 
     def __post_init__(self) -> None:
@@ -103,6 +111,9 @@ class PolicyNodeConfig:
             raise ConfigError(source, "pairing_tolerance_s", self.pairing_tolerance_s, "must be >= 0 [s]")
         if not (math.isfinite(self.max_observation_age_s) and self.max_observation_age_s > 0):
             raise ConfigError(source, "max_observation_age_s", self.max_observation_age_s, "must be > 0 [s]")
+        if not (math.isfinite(self.observation_period_s) and self.observation_period_s <= 10.0):
+            raise ConfigError(source, "observation_period_s", self.observation_period_s,
+                              "must be a finite number <= 10 [s] (0: every image, < 0: the checkpoint's)")
         if not (math.isfinite(self.diagnostics_period_s) and self.diagnostics_period_s > 0):
             raise ConfigError(source, "diagnostics_period_s", self.diagnostics_period_s, "must be > 0 [s]")
 
@@ -138,6 +149,8 @@ class PolicyNode(Node):
         spec = self.policy.spec
         self._joint_names = spec.joint_names
         self._times_s = np.arange(spec.chunk_length, dtype=float) * spec.dt_s
+        self.observation_period_s = self._observation_period(cfg.observation_period_s)
+        self._throttle = ObservationThrottle(self.observation_period_s)
 
         self._lock = threading.Lock()
         self._pairer = ObservationPairer(PairingConfig(
@@ -172,8 +185,16 @@ class PolicyNode(Node):
         self.get_logger().info(
             f"policy {cfg.checkpoint} (hash {self.policy.checkpoint_hash}, {spec.architecture}) on {cfg.device}: "
             f"{spec.image_width}x{spec.image_height} image + {len(self._joint_names)} joints -> "
-            f"{spec.chunk_length} points every {spec.dt_s} s"
+            f"{spec.chunk_length} points every {spec.dt_s} s; observing every "
+            f"{self.observation_period_s:g} s" + (" (every image)" if self.observation_period_s == 0 else "")
         )
+
+    def _observation_period(self, configured_s: float) -> float:
+        """[s] between observations: the parameter, or (< 0) the checkpoint's training period."""
+        if configured_s >= 0:
+            return configured_s
+        trained = self.policy.spec.provenance.get("config", {}).get("rollout", {}).get("obs_period_s")
+        return float(trained) if isinstance(trained, (int, float)) and 0 < trained <= 10 else 0.0
 
     # -- parameters -------------------------------------------------------------------------------
     def _read_parameters(self) -> PolicyNodeConfig:
@@ -195,6 +216,9 @@ class PolicyNode(Node):
                                               "largest |image stamp - joint state stamp| paired [s]")),
             max_observation_age_s=float(declare(self, "max_observation_age_s", 0.25,
                                                 "observations older than this on the node clock are dropped [s]")),
+            observation_period_s=float(declare(self, "observation_period_s", -1.0,
+                                               "least time between observations used [s]; 0: every image; "
+                                               "-1: the checkpoint's training observation period")),
             diagnostics_period_s=float(declare(self, "diagnostics_period_s", 1.0, "diagnostics period [s]")),
         )
 
@@ -225,13 +249,17 @@ class PolicyNode(Node):
         except MessageError as err:
             self._drop(DropReason.BAD_IMAGE, str(err), images=1)
             return
+        stamp_ns = stamp_to_ns(msg.header.stamp)
         with self._lock:
             # Counted in the same critical section as its outcome, so a report never sees an image
             # that is neither waiting nor published nor dropped.
             self._images_received += 1
+            if not self._throttle.accept(stamp_ns):
+                self.drops.add(DropReason.THROTTLED)
+                return
             if self._pending is not None:
                 self.drops.add(DropReason.SUPERSEDED)
-            self._pending = _PendingObservation(stamp_to_ns(msg.header.stamp), image)
+            self._pending = _PendingObservation(stamp_ns, image)
         self._inference_trigger.trigger()
 
     def _on_joint_state(self, msg: JointState) -> None:
