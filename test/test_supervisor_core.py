@@ -229,6 +229,27 @@ def test_a_measured_jump_moves_the_hold_to_the_new_position_in_every_stopped_mod
         assert not cmd.hold and np.abs(cmd.positions - JUMP).max() <= LIMITS.velocity.max() * 0.01 + 1e-9
 
 
+def test_ticks_faster_than_the_control_period_keep_the_velocity_limit():
+    """A node forwarding commands as they arrive may tick at any rate: the step scales with the time
+    since the last command, so the speed never exceeds the velocity limits."""
+    sup = armed()
+    far = np.clip(HOME + 1.0, LIMITS.lower, LIMITS.upper)
+    t = T0
+    previous = sup.tick(t).positions
+    for k in range(1, 21):
+        t += 3 * MS if k % 2 else 7 * MS  # 10 ms on average, in uneven steps
+        feed(sup, t, q_policy=far)
+        sent = sup.tick(t).positions
+        elapsed_s = (3 if k % 2 else 7) / 1000
+        assert np.all(np.abs(sent - previous) <= LIMITS.velocity * elapsed_s + 1e-9)
+        previous = sent
+    # Over the 100 ms it moved as far as the velocity limits allow in 100 ms, not further.
+    assert np.allclose(np.abs(previous - HOME), np.minimum(np.abs(far - HOME), LIMITS.velocity * 0.1))
+    # Two ticks at the same instant: the second one does not move.
+    feed(sup, t, q_policy=far)
+    assert np.array_equal(sup.tick(t).positions, previous)
+
+
 def test_joystick_watchdog_applies_while_the_human_is_in_control():
     sup = armed(joy_timeout_s=0.5)
     sup.on_joy(*joy(), T0)

@@ -190,6 +190,7 @@ class Supervisor:
         self._unheard_estop_publishers = 0
         self._hold_target: np.ndarray | None = None
         self._last_sent: np.ndarray | None = None
+        self._last_send_ns: int | None = None
         self._ramp_start_q: np.ndarray | None = None
         self._ramp_start_ns: int | None = None
         self._ramp_ns = 0  # duration of the running ramp [ns]
@@ -435,7 +436,7 @@ class Supervisor:
                 self._capture_hold(now_ns)
                 return self._emit_hold()
         velocity = self.jogger.joint_velocity(sample, self._last_sent)
-        return self._send(self._last_sent + velocity * self._dt)
+        return self._send(self._last_sent + velocity * self._dt, now_ns)
 
     def _policy_tick(self, now_ns: int) -> SentCommand | None:
         assert self._q_policy is not None
@@ -453,10 +454,16 @@ class Supervisor:
                 self._ramp_start_ns = self._ramp_start_q = None
             else:
                 target = self._ramp_start_q + max(s, 0.0) * (target - self._ramp_start_q)
-        return self._send(target)
+        return self._send(target, now_ns)
 
-    def _send(self, wish: np.ndarray) -> SentCommand:
-        sent = clamp_command(wish, self._last_sent, self.limits, self._dt)
+    def _send(self, wish: np.ndarray, now_ns: int) -> SentCommand:
+        dt = self._dt
+        if self._last_send_ns is not None:
+            # Ticks closer together than the control period (a node forwarding the policy's commands
+            # as they arrive) move proportionally less: the velocity limit holds at any tick rate.
+            dt = min(max((now_ns - self._last_send_ns) / NS_PER_S, 0.0), self._dt)
+        self._last_send_ns = now_ns
+        sent = clamp_command(wish, self._last_sent, self.limits, dt)
         if not np.allclose(sent, wish, rtol=0.0, atol=1e-12):
             self.counters["clamped"] += 1
         self._last_sent = sent

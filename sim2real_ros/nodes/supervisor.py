@@ -75,6 +75,7 @@ class SupervisorNodeParams:
     joystick_config: str
     control_rate_hz: float
     state_rate_hz: float
+    forward_policy_commands: bool = True
 
     def __post_init__(self) -> None:
         if not (isinstance(self.control_rate_hz, (int, float)) and 1.0 <= self.control_rate_hz <= 2000.0):
@@ -97,6 +98,10 @@ def declare_parameters(node: Node) -> tuple[SupervisorNodeParams, dict]:
                                     "joystick mapping YAML (buttons, axes, scales, deadzone)")),
         control_rate_hz=float(declare(node, "control_rate_hz", 100.0, "robot command rate [Hz]")),
         state_rate_hz=float(declare(node, "state_rate_hz", 5.0, "supervisor/state rate when nothing changes [Hz]")),
+        forward_policy_commands=bool(declare(
+            node, "forward_policy_commands", True,
+            "AUTONOMOUS: send each command/policy as it arrives (at most one per half control period) "
+            "instead of at the next control tick")),
     )
     core = dict(
         policy_timeout_s=declare(node, "policy_timeout_s", 0.1, "command/policy silence -> HOLD [s]"),
@@ -264,6 +269,8 @@ class SupervisorNode(Node):
         self._last_state_key: tuple = ()
         self._last_change_key: tuple = ()
         self._last_rejections = 0
+        self._period_ns = int(round(config.control_period_s * 1e9))
+        self._last_tick_ns: int | None = None  # node clock of the last core tick [ns]
 
         self._command_pub = self.create_publisher(Float64MultiArray, COMMAND_TOPIC, RELIABLE_LATEST_QOS)
         self._commands = CommandOrder(lambda msg: self._publish(self._command_pub, msg))
@@ -343,20 +350,38 @@ class SupervisorNode(Node):
         else:
             with self._core_lock:
                 self._core.on_policy_command(sample.names, sample.positions, now_ns(self))
+                # Forward it now rather than at the next tick (up to a control period later): the
+                # commands then go out at the actuator's rate, in phase with it.
+                forward = (self._params.forward_policy_commands and self._core.mode == Mode.AUTONOMOUS
+                           and self._since_tick_ns() >= self._period_ns // 2)
+            if forward:
+                self._tick()
         self._after_input()
+
+    def _since_tick_ns(self) -> int:
+        """[ns] since the last tick; a clock that went backwards (sim restart) counts as long ago."""
+        since = None if self._last_tick_ns is None else now_ns(self) - self._last_tick_ns
+        return self._period_ns * 2 if since is None or since < 0 else since
 
     def _on_tick(self) -> None:
         if not self.context.ok():
             return
+        if (self._params.forward_policy_commands and self._core.mode == Mode.AUTONOMOUS
+                and self._since_tick_ns() < self._period_ns * 3 // 2):
+            return  # commands are being forwarded as they arrive; this timer is the fallback
+        self._tick()
+        self._after_input()
+
+    def _tick(self) -> None:
         # Every publisher but ours counts: the supervisor must be the robot's only writer.
         foreign = max(0, self.count_publishers(self._command_pub.topic_name) - 1)
 
         def tick(t: int) -> SentCommand | None:
+            self._last_tick_ns = t
             self._core.set_foreign_publishers(foreign)
             return self._core.tick(t)
 
         self._decide(tick)
-        self._after_input()
 
     def _trigger(self, action, response: Trigger.Response) -> Trigger.Response:
         with self._core_lock:
