@@ -173,6 +173,7 @@ class ActuatorCore:
         jump_config = config.jump_config()
         self._jumps = JointJumpDetector(jump_config) if jump_config is not None else None
         self._jump_stamp_ns = -1  # chunks observed before this [ns] are refused
+        self.last_jump = ""  # why the joints last jumped
         self._last_tick_ns: int | None = None
         self._periods_s: deque[float] = deque(maxlen=HISTORY)
         self._chunk_ages_s: deque[float] = deque(maxlen=HISTORY)
@@ -244,7 +245,9 @@ class ActuatorCore:
             return self.on_bad_joint_state(f"joint state lacks joints {missing} (it has {list(names)})")
         ordered = np.asarray(positions, dtype=float)[[index[name] for name in self.config.joints]]
         stamp = stamp_ns if stamp_ns > 0 else received_ns
-        if self._jumps is not None and self._jumps.update(ordered, stamp):
+        jump = self._jumps.update(ordered, stamp) if self._jumps is not None else ""
+        if jump:
+            self.last_jump = jump
             # Everything planned so far assumed the old position; so did the latency history.
             self._buffer.clear()
             self._estimator.clear()

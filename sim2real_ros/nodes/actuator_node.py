@@ -197,7 +197,7 @@ class ActuatorNode(Node):
                                    throttle_duration_sec=2.0)
 
     def _on_joint_state(self, msg: JointState) -> None:
-        if not self.config.estimate_latency:
+        if not self.config.estimate_latency and not self.config.velocity_limits:
             return  # nothing uses joint states then
         received_ns = now_ns(self)
         try:
@@ -207,7 +207,11 @@ class ActuatorNode(Node):
                 rejection: Rejection | None = self._core.on_bad_joint_state(str(err))
         else:
             with self._lock:
+                jumps = self._core.joint_jumps
                 rejection = self._core.on_joint_state(sample.names, sample.positions, sample.stamp_ns, received_ns)
+                jumped = self._core.last_jump if self._core.joint_jumps != jumps else ""
+            if jumped:
+                self.get_logger().warn(f"{jumped}: dropped the buffered chunks", throttle_duration_sec=1.0)
         if rejection is not None:
             self.get_logger().warn(f"rejected joint_states: {rejection.text}", throttle_duration_sec=2.0)
 
