@@ -174,7 +174,7 @@ class ActuatorNode(Node):
             sample = self._core.tick(tick_ns)
             jumped = self._core.clock_jumps != jumps
         if jumped:
-            self.get_logger().warn("clock jumped back by more than 1 s: dropped buffered chunks and latency history")
+            self.get_logger().warning("clock jumped back by more than 1 s: dropped buffered chunks and latency history")
         if sample is None:
             return
         self._command_pub.publish(cv.make_joint_state(self.config.joints, sample.positions, tick_ns,
@@ -193,7 +193,7 @@ class ActuatorNode(Node):
             with self._lock:
                 rejection = self._core.on_chunk(chunk, received_ns)
         if rejection is not None:
-            self.get_logger().warn(f"rejected action chunk ({rejection.reason}): {rejection.text}",
+            self.get_logger().warning(f"rejected action chunk ({rejection.reason}): {rejection.text}",
                                    throttle_duration_sec=2.0)
 
     def _on_joint_state(self, msg: JointState) -> None:
@@ -211,9 +211,9 @@ class ActuatorNode(Node):
                 rejection = self._core.on_joint_state(sample.names, sample.positions, sample.stamp_ns, received_ns)
                 jumped = self._core.last_jump if self._core.joint_jumps != jumps else ""
             if jumped:
-                self.get_logger().warn(f"{jumped}: dropped the buffered chunks", throttle_duration_sec=1.0)
+                self.get_logger().warning(f"{jumped}: dropped the buffered chunks", throttle_duration_sec=1.0)
         if rejection is not None:
-            self.get_logger().warn(f"rejected joint_states: {rejection.text}", throttle_duration_sec=2.0)
+            self.get_logger().warning(f"rejected joint_states: {rejection.text}", throttle_duration_sec=2.0)
 
     # ------------------------------------------------------------------------------------------
     def _on_diagnostics(self) -> None:
