@@ -232,7 +232,9 @@ class CameraPreprocessor(Node):
 
 
 def main(args: list[str] | None = None) -> None:
-    sys.exit(run_node(lambda: CameraPreprocessor(), args))
+    # Every callback is in the node's default (mutually exclusive) group: a thread pool would add
+    # dispatch overhead and no parallelism.
+    sys.exit(run_node(lambda: CameraPreprocessor(), args, num_threads=1))
 
 
 if __name__ == "__main__":

@@ -402,7 +402,9 @@ def _episode_message(outcome: dict[str, Any], stamp_ns: int) -> DiagnosticArray:
 
 
 def main(args: Sequence[str] | None = None) -> None:
-    sys.exit(run_node(lambda: SimNode(), list(args) if args is not None else None))
+    # Physics and camera have threads of their own; the executor's callbacks (commands, reset) share
+    # the default mutually exclusive group, where a thread pool adds overhead and no parallelism.
+    sys.exit(run_node(lambda: SimNode(), list(args) if args is not None else None, num_threads=1))
 
 
 if __name__ == "__main__":
