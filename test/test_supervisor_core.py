@@ -248,6 +248,16 @@ def test_ticks_faster_than_the_control_period_keep_the_velocity_limit():
     # Two ticks at the same instant: the second one does not move.
     feed(sup, t, q_policy=far)
     assert np.array_equal(sup.tick(t).positions, previous)
+    # A hold counts as a command sent: a policy command 1 ms after it moves 1 ms worth.
+    near = np.clip(HOME + 0.3, LIMITS.lower, LIMITS.upper)
+    sup = armed()
+    assert sup.request_hold(T0 + 5 * MS)[0]
+    hold = sup.tick(T0 + 5 * MS)
+    assert hold.hold and np.allclose(hold.positions, HOME)
+    feed(sup, T0 + 6 * MS, q_policy=near)
+    assert sup.request_arm(T0 + 6 * MS)[0]
+    sent = sup.tick(T0 + 6 * MS)
+    assert not sent.hold and np.all(np.abs(sent.positions - HOME) <= LIMITS.velocity * 0.001 + 1e-9)
 
 
 def test_joystick_watchdog_applies_while_the_human_is_in_control():

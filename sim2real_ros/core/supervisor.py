@@ -38,9 +38,12 @@ joint that fast: it is a re-homed encoder, a restarted driver or a teleported si
 episode reset). Commands slewed from the old position would drag the arm back to where it was, so a
 jump re-captures the hold at the new measured position: AUTONOMOUS and SHARED go to HOLD (auto_arm
 re-arms with the usual gap check and ramp), TELEOP holds until the deadman is pressed again, HOLD and
-ESTOP hold where the arm now is. A hold is sent exactly: it moves the command back onto the robot rather than
-along the path, so it is the one command not limited by the per-tick step. Every other command goes
-through `clamp_command` (position limits and velocity * control period per tick).
+ESTOP hold where the arm now is.
+
+A hold is sent exactly: it moves the command back onto the robot rather than along the path, so it
+is the one command not limited by the step limit. Every other command goes through `clamp_command`:
+position limits, and a step of at most velocity x the time since the last command (capped at one
+control period), so the velocity limits hold however often `tick` is called.
 """
 from __future__ import annotations
 
@@ -315,7 +318,7 @@ class Supervisor:
             self.jogger.toggle_cartesian()
         if "hold" in edges:
             self.request_hold(now_ns, "hold button")
-            return self._emit_hold()
+            return self._emit_hold(now_ns)
         if "takeover" in edges:
             self._takeover(now_ns)
         elif "shared" in edges:
@@ -326,7 +329,7 @@ class Supervisor:
             self._teleop_holding = True
             self._capture_hold(now_ns)
             self._reason = "TELEOP: deadman released, holding"
-            return self._emit_hold()
+            return self._emit_hold(now_ns)
         return None
 
     def set_unheard_estop_publishers(self, count: int, now_ns: int) -> SentCommand | None:
@@ -388,9 +391,9 @@ class Supervisor:
         if self._jump:
             # This tick sends the hold at the new position; re-arming can come from the next one.
             self._on_jump(now_ns)
-            return self._emit_hold()
+            return self._emit_hold(now_ns)
         if self._mode == Mode.ESTOP:
-            return self._emit_hold()
+            return self._emit_hold(now_ns)
         if self._mode in MOVING_MODES:
             problem = self._watchdog_problem(now_ns)
             if problem:
@@ -402,7 +405,7 @@ class Supervisor:
             if self.config.auto_arm and not self._user_disarmed:
                 self._auto_arm(now_ns)
         if self._mode == Mode.HOLD:
-            return self._emit_hold()
+            return self._emit_hold(now_ns)
         if self._mode == Mode.TELEOP:
             return self._teleop_tick(now_ns)
         return self._policy_tick(now_ns)
@@ -428,13 +431,13 @@ class Supervisor:
             if not self._teleop_holding:
                 self._teleop_holding = True
                 self._capture_hold(now_ns)
-            return self._emit_hold()
+            return self._emit_hold(now_ns)
         if self._teleop_holding or self._last_sent is None:
             self._teleop_holding = False
             self._reason = "TELEOP: jogging"
             if self._last_sent is None:
                 self._capture_hold(now_ns)
-                return self._emit_hold()
+                return self._emit_hold(now_ns)
         velocity = self.jogger.joint_velocity(sample, self._last_sent)
         return self._send(self._last_sent + velocity * self._dt, now_ns)
 
@@ -470,10 +473,11 @@ class Supervisor:
         self.counters["commands_sent"] += 1
         return SentCommand(sent.copy(), self._mode, hold=False)
 
-    def _emit_hold(self) -> SentCommand | None:
+    def _emit_hold(self, now_ns: int) -> SentCommand | None:
         if self._hold_target is None:
             return None
         self._last_sent = self._hold_target.copy()
+        self._last_send_ns = now_ns  # the next step is limited from here, in time as in position
         self.counters["commands_sent"] += 1
         return SentCommand(self._hold_target.copy(), self._mode, hold=True)
 
@@ -492,7 +496,7 @@ class Supervisor:
             return None
         self.counters["estops"] += 1
         self._set_mode(Mode.ESTOP, f"e-stop: {why}", now_ns)
-        return self._emit_hold()
+        return self._emit_hold(now_ns)
 
     def _set_mode(self, mode: Mode, reason: str, now_ns: int) -> None:
         """Every mode change goes through here: hold capture, ramp reset, intervention events."""
