@@ -93,11 +93,11 @@ def _first_carrier_latencies(chunks: list, ticks: np.ndarray, commands: np.ndarr
 # The robot stand-in (--robot): camera driver + position-controlled arm, in a process of its own.
 def robot_main() -> int:
     import rclpy
-    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+    from rclpy.executors import ExternalShutdownException
     from rclpy.node import Node
 
     from sim2real_ros import conversions as cv
-    from sim2real_ros.nodes.common import JOINT_STATE_QOS, SENSOR_QOS
+    from sim2real_ros.nodes.common import JOINT_STATE_QOS, SENSOR_QOS, single_threaded_executor
     from sim2real_ros.sim.params import load_sim_params
     from sim2real_ros.sim.world import SimWorld
 
@@ -142,7 +142,7 @@ def robot_main() -> int:
 
     node.create_timer(dt, on_joints)
     node.create_timer(1.0 / CAMERA_HZ, on_camera)
-    executor = SingleThreadedExecutor()
+    executor = single_threaded_executor(node)  # as the stack's nodes: a driver in C++ costs less still
     executor.add_node(node)
     with contextlib.suppress(KeyboardInterrupt, ExternalShutdownException):
         executor.spin()

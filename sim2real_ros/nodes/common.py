@@ -8,7 +8,7 @@ from typing import Any
 import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.exceptions import InvalidParameterTypeException, ParameterUninitializedException
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import (
@@ -19,6 +19,8 @@ from rclpy.qos import (
 )
 
 from ..core.errors import ConfigError, Sim2RealError
+from .lean_executor import LeanExecutor
+from .lean_executor import supports as lean_supports
 
 # Camera topics: best effort depth 5. A best-effort subscription also matches reliable publishers,
 # so real drivers of either kind connect.
@@ -80,19 +82,27 @@ def now_ns(node: Node) -> int:
     return node.get_clock().now().nanoseconds
 
 
+def single_threaded_executor(node: Node) -> Executor:
+    """A LeanExecutor for `node` where it supports the node's entities, else rclpy's
+    SingleThreadedExecutor (clients, coroutine callbacks, an rclpy without the API it uses)."""
+    return LeanExecutor() if lean_supports(node) else SingleThreadedExecutor()
+
+
 def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_threads: int = 2) -> int:
     """Start rclpy, build the node, spin it, and always clean up (Humble has no `with rclpy.init()`).
 
     A Sim2RealError raised while building the node (bad parameters, bad config file) is printed
     as one clear line and gives exit code 2. Ctrl-C and SIGTERM end the node with exit code 0.
-    num_threads=1 spins a SingleThreadedExecutor (no thread pool to dispatch through).
+    num_threads=1 spins one thread: a LeanExecutor where the node allows it (lean_executor.py: the
+    same semantics at half the dispatch cost), else rclpy's SingleThreadedExecutor.
     """
     rclpy.init(args=args)
     node = None
-    executor = SingleThreadedExecutor() if num_threads == 1 else MultiThreadedExecutor(num_threads=num_threads)
+    executor: Executor | None = None
     code = 0
     try:
         node = factory()
+        executor = single_threaded_executor(node) if num_threads == 1 else MultiThreadedExecutor(num_threads)
         executor.add_node(node)
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
@@ -106,7 +116,8 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_thr
         if rclpy.ok():
             raise
     finally:
-        executor.shutdown()
+        if executor is not None:
+            executor.shutdown()
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
