@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,13 +68,26 @@ def teleop_recording(tmp_path_factory: pytest.TempPathFactory) -> TeleopRecordin
     untrained, tiny = base / "untrained.pt", base / "tiny.pt"
     if not (base / "done").exists():
         base.mkdir(exist_ok=True)
-        if out.exists():  # an earlier module's attempt failed part-way: record afresh, not on top of it
-            shutil.rmtree(out)
         init_checkpoint(untrained, JOINTS, PreprocessConfig.from_yaml(config_path("preprocess.yaml")), seed=0)
         tiny_checkpoint(tiny)
         # A 10 Hz camera keeps the graph near real time on a busy machine.
         plan = TeleopPlan(intervention_every=2, policy_s=1.5, camera_rate_hz=10.0)
-        record_teleop_episodes(out, EPISODES, config_path("sim_params_real_a.yaml"), untrained, seed=7, plan=plan)
+        for attempt in (1, 2):
+            if out.exists():  # a failed attempt stopped part-way: record afresh, not on top of it
+                shutil.rmtree(out)
+            try:
+                record_teleop_episodes(out, EPISODES, config_path("sim_params_real_a.yaml"), untrained, seed=7,
+                                       plan=plan)
+                break
+            except Exception:
+                # This fixture is data, not a check: one more try on a machine too loaded to keep the
+                # graph's pace. The first failure is printed and kept, never swallowed silently (a
+                # module-scoped fixture that fails hides its error behind pytest-rerunfailures').
+                first = traceback.format_exc()
+                (base / f"attempt_{attempt}_failed.txt").write_text(first)
+                print(f"teleop recording attempt {attempt} failed:\n{first}", file=sys.stderr, flush=True)
+                if attempt == 2:
+                    raise
         (base / "done").write_text("ok")
     bags = sorted(p for p in out.iterdir() if p.is_dir())
     return TeleopRecording(out, bags, untrained, tiny)

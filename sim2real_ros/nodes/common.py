@@ -85,7 +85,8 @@ def now_ns(node: Node) -> int:
 def single_threaded_executor(node: Node) -> Executor:
     """A LeanExecutor for `node` where it supports the node's entities, else rclpy's
     SingleThreadedExecutor (clients, coroutine callbacks, an rclpy without the API it uses)."""
-    return LeanExecutor() if lean_supports(node) else SingleThreadedExecutor()
+    kind = LeanExecutor if lean_supports(node) else SingleThreadedExecutor
+    return kind(context=node.context)
 
 
 def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_threads: int = 2) -> int:

@@ -20,6 +20,7 @@ without the wait-set API used here (checked at construction).
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Iterable
 from contextlib import ExitStack
 from typing import Any
@@ -135,6 +136,7 @@ class LeanExecutor(SingleThreadedExecutor):
             raise RuntimeError("this rclpy has no pybind11 WaitSet; use SingleThreadedExecutor")
         super().__init__(context=context)
         self._plan: _Plan | None = None
+        self._plan_lock = threading.RLock()  # reentrant: a callback may shut its own executor down
 
     @property
     def context(self):
@@ -154,13 +156,32 @@ class LeanExecutor(SingleThreadedExecutor):
         return plan
 
     def shutdown(self, timeout_sec: float | None = None) -> bool:
+        """rclpy's shutdown (it wakes a waiting spin_once), then let go of the nodes' entities once
+        no wait uses them: here if the spinning thread is done within the timeout, else that thread
+        does it when it sees the shutdown."""
         done = super().shutdown(timeout_sec)
-        if self._plan is not None:  # lets the nodes' entities be destroyed
-            self._plan.close()
-            self._plan = None
+        wait = -1 if timeout_sec is None or timeout_sec < 0 else timeout_sec
+        if self._plan_lock.acquire(timeout=wait):
+            try:
+                self._release_plan()
+            finally:
+                self._plan_lock.release()
         return done
 
+    def _release_plan(self) -> None:
+        if self._plan is not None:
+            self._plan.close()
+            self._plan = None
+
     def spin_once(self, timeout_sec: float | None = None) -> None:
+        # The plan lock spans the wait: shutdown() must not free a handle the wait set holds.
+        with self._plan_lock:
+            if self._is_shutdown:
+                self._release_plan()
+                return
+            self._wait_and_dispatch(timeout_sec)
+
+    def _wait_and_dispatch(self, timeout_sec: float | None) -> None:
         plan = self._current_plan()
         wait_set = plan.wait_set
         wait_set.clear_entities()
@@ -177,6 +198,7 @@ class LeanExecutor(SingleThreadedExecutor):
         timeout_ns = -1 if timeout_sec is None or timeout_sec < 0 else int(timeout_sec * NS_PER_S)
         wait_set.wait(timeout_ns)
         if self._is_shutdown:
+            self._release_plan()
             return
         if not self._context.ok():
             raise ExternalShutdownException()

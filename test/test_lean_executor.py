@@ -1,0 +1,207 @@
+"""LeanExecutor (sim2real_ros/nodes/lean_executor.py) over real DDS: every kind of entity the
+stack's nodes use is dispatched, entities come and go while it spins, errors surface as with
+rclpy's executors, and nodes it cannot serve get rclpy's own executor."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import rclpy
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.qos_event import SubscriptionEventCallbacks
+from std_msgs.msg import Float64MultiArray, String
+from std_srvs.srv import Trigger
+from support import wait_until
+
+from sim2real_ros.nodes.common import single_threaded_executor
+from sim2real_ros.nodes.lean_executor import LeanExecutor, supports
+
+RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+BEST_EFFORT = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
+
+
+class Spinning:
+    """A node in a context of its own, spun by a LeanExecutor in a thread; `error` holds what
+    ended spin() with an exception."""
+
+    def __init__(self, name: str) -> None:
+        self.context = Context()
+        rclpy.init(context=self.context)
+        self.node = Node(name, context=self.context)
+        self.executor = LeanExecutor(context=self.context)
+        self.error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.executor.add_node(self.node)
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        try:
+            self.executor.spin()
+        except BaseException as err:  # noqa: BLE001 - the test inspects it
+            self.error = err
+
+    @property
+    def spinning(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def close(self) -> None:
+        self.executor.shutdown(timeout_sec=2.0)
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self.context)
+
+
+@pytest.fixture
+def spinning():
+    made: list[Spinning] = []
+
+    def make(name: str = "lean_node") -> Spinning:
+        made.append(Spinning(name))
+        return made[-1]
+
+    yield make
+    for item in made:
+        item.close()
+
+
+def test_dispatches_subscriptions_timers_services_and_guard_conditions(ros, spinning):
+    lean = spinning()
+    node = lean.node
+    plain: list[str] = []
+    with_info: list[tuple[str, int]] = []
+    ticks: list[float] = []
+    guard_calls: list[int] = []
+    node.create_subscription(String, "lean/plain", lambda m: plain.append(m.data), RELIABLE)
+    node.create_subscription(String, "lean/info", lambda m, info: with_info.append((m.data, info["source_timestamp"])),
+                             RELIABLE)
+    node.create_timer(0.02, lambda: ticks.append(time.monotonic()))
+    guard = node.create_guard_condition(lambda: guard_calls.append(1))
+
+    def on_trigger(_request, response):
+        response.success, response.message = True, f"{len(plain)} heard"
+        return response
+
+    node.create_service(Trigger, "lean/trigger", on_trigger)
+    lean.start()
+
+    plain_pub = ros.publisher(String, "lean/plain", RELIABLE)
+    info_pub = ros.publisher(String, "lean/info", RELIABLE)
+    ros.wait_for_subscribers(plain_pub)
+    ros.wait_for_subscribers(info_pub)
+    for i in range(5):
+        plain_pub.publish(String(data=f"m{i}"))
+        info_pub.publish(String(data=f"i{i}"))
+    assert wait_until(lambda: len(plain) == 5 and len(with_info) == 5, 10.0), (plain, with_info)
+    assert plain == [f"m{i}" for i in range(5)]
+    assert [data for data, _ in with_info] == [f"i{i}" for i in range(5)]
+    assert all(stamp > 0 for _, stamp in with_info)  # MessageInfo reached the callback
+
+    assert wait_until(lambda: len(ticks) >= 10, 10.0)
+    periods = [later - earlier for earlier, later in zip(ticks[:-1], ticks[1:], strict=True)]
+    assert 0.005 < sorted(periods)[len(periods) // 2] < 0.08  # a 20 ms timer, on a loaded machine
+
+    response = ros.call(Trigger, "lean/trigger")
+    assert response.success and response.message == "5 heard"
+
+    guard.trigger()
+    assert wait_until(lambda: len(guard_calls) == 1, 5.0)
+    assert lean.spinning and lean.error is None
+
+
+def test_entities_added_and_destroyed_while_spinning(ros, spinning):
+    lean = spinning()
+    node = lean.node
+    first: list[str] = []
+    sub = node.create_subscription(String, "lean/first", lambda m: first.append(m.data), RELIABLE)
+    lean.start()
+    first_pub = ros.publisher(String, "lean/first", RELIABLE)
+    ros.wait_for_subscribers(first_pub)
+    first_pub.publish(String(data="a"))
+    assert wait_until(lambda: first == ["a"], 10.0)
+
+    # Added from another thread while the executor waits: picked up without another message.
+    second: list[str] = []
+    node.create_subscription(String, "lean/second", lambda m: second.append(m.data), RELIABLE)
+    second_pub = ros.publisher(String, "lean/second", RELIABLE)
+    ros.wait_for_subscribers(second_pub)
+    second_pub.publish(String(data="b"))
+    assert wait_until(lambda: second == ["b"], 10.0)
+
+    # Destroyed from another thread while the executor waits on it: no crash, nothing more to it.
+    node.destroy_subscription(sub)
+    assert wait_until(lambda: first_pub.get_subscription_count() == 0, 10.0)
+    first_pub.publish(String(data="late"))
+    second_pub.publish(String(data="c"))
+    assert wait_until(lambda: second == ["b", "c"], 10.0)
+    assert first == ["a"]
+    assert lean.spinning and lean.error is None
+
+
+def test_qos_event_handlers_run(ros, spinning):
+    """Waitables: the incompatible-QoS event of a reliable subscription facing a best-effort
+    publisher reaches its handler (how a QoS mismatch gets reported)."""
+    lean = spinning()
+    events: list[int] = []
+    callbacks = SubscriptionEventCallbacks(incompatible_qos=lambda event: events.append(event.total_count))
+    lean.node.create_subscription(Float64MultiArray, "lean/qos", lambda m: None, RELIABLE,
+                                  event_callbacks=callbacks)
+    lean.start()
+    ros.publisher(Float64MultiArray, "lean/qos", BEST_EFFORT)
+    assert wait_until(lambda: len(events) >= 1, 10.0)
+    assert events[-1] >= 1
+    assert lean.spinning and lean.error is None
+
+
+def test_a_failing_callback_ends_spin_with_its_error(ros, spinning):
+    lean = spinning()
+
+    def fail(_msg):
+        raise ValueError("bad message in callback")
+
+    lean.node.create_subscription(String, "lean/fail", fail, RELIABLE)
+    lean.start()
+    pub = ros.publisher(String, "lean/fail", RELIABLE)
+    ros.wait_for_subscribers(pub)
+    pub.publish(String(data="x"))
+    assert wait_until(lambda: not lean.spinning, 10.0)
+    assert isinstance(lean.error, ValueError) and "bad message" in str(lean.error)
+
+
+def test_shutdown_from_another_thread_ends_spin(spinning):
+    lean = spinning()
+    lean.node.create_timer(10.0, lambda: None)  # nothing will wake it but the shutdown
+    lean.start()
+    time.sleep(0.2)
+    assert lean.spinning
+    lean.executor.shutdown(timeout_sec=2.0)
+    assert wait_until(lambda: not lean.spinning, 5.0)
+    assert lean.error is None
+
+
+def test_nodes_it_cannot_serve_get_rclpys_executor(spinning):
+    lean = spinning("lean_with_client")
+    node = lean.node
+    assert supports(node)
+    assert isinstance(single_threaded_executor(node), LeanExecutor)
+
+    async def coroutine_callback(_msg):
+        return None
+
+    node.create_subscription(String, "lean/async", coroutine_callback, RELIABLE)
+    assert not supports(node)
+    assert type(single_threaded_executor(node)) is SingleThreadedExecutor
+
+    other = spinning("lean_client_only")
+    other.node.create_client(Trigger, "lean/nobody")
+    assert not supports(other.node)
+    other.executor.add_node(other.node)
+    with pytest.raises(RuntimeError, match="clients or coroutine callbacks"):
+        other.executor.spin_once(timeout_sec=0.1)
