@@ -97,7 +97,12 @@ def robot_main() -> int:
     from rclpy.node import Node
 
     from sim2real_ros import conversions as cv
-    from sim2real_ros.nodes.common import JOINT_STATE_QOS, SENSOR_QOS, single_threaded_executor
+    from sim2real_ros.nodes.common import (
+        JOINT_STATE_QOS,
+        SENSOR_QOS,
+        freeze_startup_objects,
+        single_threaded_executor,
+    )
     from sim2real_ros.sim.params import load_sim_params
     from sim2real_ros.sim.world import SimWorld
 
@@ -144,6 +149,7 @@ def robot_main() -> int:
     node.create_timer(1.0 / CAMERA_HZ, on_camera)
     executor = single_threaded_executor(node)  # as the stack's nodes: a driver in C++ costs less still
     executor.add_node(node)
+    freeze_startup_objects()
     with contextlib.suppress(KeyboardInterrupt, ExternalShutdownException):
         executor.spin()
     print(f"frames {count['frame']}", flush=True)
@@ -153,7 +159,11 @@ def robot_main() -> int:
 # ----------------------------------------------------------------------------------------------
 def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path) -> dict:
     """The robot graph on the wall clock against the stand-in (see the module docstring)."""
+    from rclpy.node import Node
+
     from sim2real_ros.cli.launcher import GraphLauncher
+    from sim2real_ros.nodes.common import freeze_startup_objects
+    from sim2real_ros.nodes.lean_executor import LeanExecutor
     from sim2real_ros.orchestration.probe import RosProbe, wait_until
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -162,12 +172,17 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path) -> dict:
     launcher = GraphLauncher(declare_graph("robot", GraphArgs(checkpoint=str(checkpoint))), echo=False,
                              log_file=tmp / "robot_graph.log")
     launcher.start()
-    probe = RosProbe("bench_e2e_probe")
+    probe = RosProbe("bench_e2e_probe")  # arms the supervisor (a service client: rclpy's executor)
+    # The timing subscriptions take ~300 messages/s: a node of their own on a LeanExecutor, so the
+    # measurement loads the two cores no more than it must.
+    node = Node("bench_e2e_timing", context=probe.context)
+    timing_executor = LeanExecutor(context=probe.context)
+    timing_executor.add_node(node)
+    timing_thread = threading.Thread(target=timing_executor.spin, daemon=True)
     try:
         chunks: list = []
         ticks: list = []
         commands: list = []
-        node = probe.node
         # Receipt in the stamps' clock (the system clock, as the nodes' ROS time off sim time).
         node.create_subscription(JointTrajectory, "policy/action_chunk", lambda m: chunks.append((time.time_ns(), m)),
                                  RELIABLE_LATEST_QOS)
@@ -175,6 +190,8 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path) -> dict:
                                  RELIABLE_LATEST_QOS)
         node.create_subscription(Float64MultiArray, "forward_position_controller/commands",
                                  lambda m: commands.append(time.time_ns()), 100)
+        freeze_startup_objects()  # no full-collection stall in the timing callbacks either
+        timing_thread.start()
         if not wait_until(lambda: len(ticks) > 10, 180.0):
             raise TimeoutError(f"no command/policy from the robot graph within 180 s; node output in {tmp}")
         deadline = time.monotonic() + 60.0
@@ -196,6 +213,9 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path) -> dict:
         latencies = _first_carrier_latencies(chunk_list, tick_t, command_t, lambda t: t)
         command_periods = np.diff(command_t[command_t >= chunk_list[0][0]]) / 1e6 if chunk_list else []
     finally:
+        timing_executor.shutdown(timeout_sec=2.0)
+        timing_thread.join(timeout=2.0)
+        node.destroy_node()
         probe.close()
         launcher.shutdown(timeout_s=8.0)
         robot.send_signal(signal.SIGINT)
