@@ -12,10 +12,14 @@ from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from rclpy.qos_event import SubscriptionEventCallbacks
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import Trigger
 from support import wait_until
+
+try:
+    from rclpy.event_handler import SubscriptionEventCallbacks
+except ImportError:  # Humble
+    from rclpy.qos_event import SubscriptionEventCallbacks
 
 from sim2real_ros.nodes.common import single_threaded_executor
 from sim2real_ros.nodes.lean_executor import LeanExecutor, supports
