@@ -35,6 +35,7 @@ from .. import conversions as cv
 from ..core.actuator import HISTORY, ActuatorConfig, ActuatorCore, Rejection, percentiles_ms
 from ..core.errors import ConfigError, Sim2RealError
 from ..core.safety import limits_from_urdf
+from ..core.tick_phase import TickPhaseLock
 from ..core.urdf import RobotModel
 from ..paths import urdf_path
 from .common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS, declare, declare_array, now_ns, run_node
@@ -120,6 +121,14 @@ class ActuatorNode(Node):
                                  callback_group=io_group)
         self._stop = threading.Event()
         self._control_thread: threading.Thread | None = None
+        self._phase_lock: TickPhaseLock | None = None
+        self._chunk_arrival_ns: int | None = None  # steady clock of the last chunk accepted, for the phase lock
+        if declare(self, "tick_phase_lock", True,
+                   "wall clock: nudge the control schedule (at most 10% of a period per chunk) so the first tick "
+                   "after a typical chunk arrival comes 15% of a period after it; the rate is unchanged"):
+            period_ns = int(round(cfg.control_period_s * 1e9))
+            self._phase_lock = TickPhaseLock(period_ns, lead_ns=int(0.15 * period_ns),
+                                             max_shift_ns=int(0.1 * period_ns))
         if self.get_parameter("use_sim_time").value:
             # Sim time advances with /clock messages, which the executor takes in: a timer on it.
             self.create_timer(cfg.control_period_s, self._on_tick, callback_group=control_group)
@@ -140,7 +149,9 @@ class ActuatorNode(Node):
     # ------------------------------------------------------------------------------------------
     def _wall_clock_loop(self) -> None:
         """Tick at absolute deadlines k * period on the steady clock (no drift); after an overrun of
-        more than one period, skip the missed ticks instead of bursting to catch up."""
+        more than one period, skip the missed ticks instead of bursting to catch up. With
+        tick_phase_lock, the deadline after a chunk's arrival moves by a bounded nudge
+        (core.tick_phase) so that ticks follow arrivals closely."""
         period_ns = int(round(self.config.control_period_s * 1e9))
         deadline_ns = time.monotonic_ns() + period_ns
         while not self._stop.is_set():
@@ -156,6 +167,9 @@ class ActuatorNode(Node):
                     return
                 self.get_logger().error(f"control tick failed: {err!r}", throttle_duration_sec=1.0)
             deadline_ns += period_ns
+            arrival, self._chunk_arrival_ns = self._chunk_arrival_ns, None
+            if arrival is not None and self._phase_lock is not None:
+                deadline_ns += self._phase_lock.shift_ns(arrival, deadline_ns)
             now = time.monotonic_ns()
             if now - deadline_ns > period_ns:
                 deadline_ns = now + period_ns
@@ -192,6 +206,8 @@ class ActuatorNode(Node):
         else:
             with self._lock:
                 rejection = self._core.on_chunk(chunk, received_ns)
+            if rejection is None:
+                self._chunk_arrival_ns = time.monotonic_ns()
         if rejection is not None:
             self.get_logger().warning(f"rejected action chunk ({rejection.reason}): {rejection.text}",
                                    throttle_duration_sec=2.0)
