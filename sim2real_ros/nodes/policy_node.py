@@ -32,6 +32,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
 from trajectory_msgs.msg import JointTrajectory
 
@@ -59,13 +60,18 @@ from ..core.observation_pairing import (
 )
 from ..core.preprocess_config import PreprocessConfig
 from ..core.urdf import RobotModel
-from .common import JOINT_STATE_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS, declare, now_ns, run_node
+from .common import LATCHED_QOS, RELIABLE_LATEST_QOS, declare, now_ns, run_node
+from .polled_subscription import PolledSubscription
 
 NODE_NAME = "policy_node"
 POLICY_ENCODING = "rgb8"
 # A malformed-input warning per drop reason at most this often [s]: a broken publisher at 30 Hz
 # must not flood the log, but must stay visible.
 LOG_THROTTLE_S = 5.0
+# joint_states as ros2_control's broadcaster publishes them (reliable), with the history to hold
+# 1 s at 100 Hz between reads: images come at 10-30 Hz and the diagnostics timer reads at 1 Hz.
+JOINT_STATE_POLL_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100, reliability=ReliabilityPolicy.RELIABLE)
+JOINT_STATE_POLL_S = 0.002  # [s] between reads while an image waits for its joint state
 
 
 @dataclass(frozen=True)
@@ -178,8 +184,9 @@ class PolicyNode(Node):
         self._diag_pub = self.create_publisher(DiagnosticArray, "~/diagnostics", LATCHED_QOS)
         self.create_subscription(Image, "policy/image", self._on_image, RELIABLE_LATEST_QOS,
                                  callback_group=receive_group)
-        self.create_subscription(JointState, "joint_states", self._on_joint_state, JOINT_STATE_QOS,
-                                 callback_group=receive_group)
+        # Joint states are read when an observation needs them, not taken per message (polled_subscription.py).
+        self._joint_states = PolledSubscription(self, JointState, self.resolve_topic_name("joint_states"),
+                                                JOINT_STATE_POLL_QOS, "joint_states")
         self._inference_wake = threading.Event()
         self._stop = threading.Event()
         self._inference_thread = threading.Thread(target=self._inference_loop, name="policy_inference", daemon=True)
@@ -247,10 +254,14 @@ class PolicyNode(Node):
             # (two of every three frames of a 30 Hz camera for a 10 Hz policy). Every image is
             # counted in the same critical section as its outcome, so a report never sees one that
             # is neither waiting nor published nor dropped.
-            if not self._throttle.accept(stamp_ns):
+            throttled = not self._throttle.accept(stamp_ns)
+            if throttled:
                 self._images_received += 1
                 self.drops.add(DropReason.THROTTLED)
-                return
+        if throttled:
+            # Awake anyway: read the joint states now, so the next observation has few left to read.
+            self._joint_states.drain(self._on_joint_state)
+            return
         spec = self.policy.spec
         try:
             if msg.encoding != POLICY_ENCODING:
@@ -280,18 +291,16 @@ class PolicyNode(Node):
             return
         with self._lock:
             self._pairer.add_joint_state(sample.stamp_ns, positions)
-            waiting = self._pending is not None
-        if waiting:
-            self._inference_wake.set()
 
     # -- inference ----------------------------------------------------------------------------------
     def _inference_loop(self) -> None:
+        waiting = False  # an image waits for its joint state: look again soon, not only on the next image
         while not self._stop.is_set():
-            if not self._inference_wake.wait(0.1):
+            if not self._inference_wake.wait(JOINT_STATE_POLL_S if waiting else 0.1) and not waiting:
                 continue
             self._inference_wake.clear()
             try:
-                self._on_inference()
+                waiting = self._on_inference()
             except Exception as err:  # noqa: BLE001 - the context shutting down under us ends the loop
                 if self._stop.is_set() or not self.context.ok():
                     return
@@ -301,29 +310,33 @@ class PolicyNode(Node):
         if hasattr(self, "_stop"):
             self._stop.set()
             self._inference_thread.join(timeout=5.0)
+        if hasattr(self, "_joint_states"):
+            self._joint_states.close()
         super().destroy_node()
 
-    def _on_inference(self) -> None:
+    def _on_inference(self) -> bool:
+        """Pair the pending image and run the policy on it; True if it waits for its joint state."""
+        self._joint_states.drain(self._on_joint_state)
         with self._lock:
             observation = self._pending
             if observation is None:
-                return
+                return False
             self._pending = None
             pairing = self._pairer.pair(observation.stamp_ns, now_ns(self))
             if pairing.wait:
                 self._pending = observation  # the matching joint state may still arrive
-                return
+                return True
             self._in_inference = True
         if pairing.drop is not None or pairing.positions is None:
             reason = pairing.drop or DropReason.UNPAIRED
             self._drop(reason, f"image stamped {observation.stamp_ns * 1e-9:.3f} s", in_inference=True)
-            return
+            return False
         start = time.perf_counter()
         try:
             targets = self.policy.select_action(observation.image, pairing.positions)
         except (ValueError, RuntimeError) as err:
             self._drop(DropReason.INFERENCE_ERROR, str(err), in_inference=True)
-            return
+            return False
         inference_ms = (time.perf_counter() - start) * 1e3
         chunk = ActionChunk(self._joint_names, observation.stamp_ns, self._times_s, targets)
         self._chunk_pub.publish(chunk_to_trajectory(chunk))
@@ -334,9 +347,11 @@ class PolicyNode(Node):
             self._inference_ms.add(inference_ms)
             self._latency_ms.add(latency_ms)
             self._pairing_offset_ms.add((observation.stamp_ns - pairing.joint_stamp_ns) / 1e6)
+        return False
 
     # -- diagnostics --------------------------------------------------------------------------------
     def _on_diagnostics_timer(self) -> None:
+        self._joint_states.drain(self._on_joint_state)  # keeps the count and the history current without images
         with self._lock:
             pending = self._pending is not None
             diagnostics = self.diagnostics()
