@@ -1,6 +1,8 @@
 """policy_node: policy/image + joint_states -> policy/action_chunk (DESIGN.md §2, §3).
 
-Each image is paired with the joint state nearest its capture stamp, the checkpoint's policy runs
+Each image is paired with the joint state nearest its capture stamp (joint states are read from
+the reader's history when an observation needs them, nodes/polled_subscription.py, rather than
+taken one callback per message at 100 Hz), the checkpoint's policy runs
 on the pair, and the chunk is published with header.stamp = the image stamp and point k at
 time_from_start = k * dt. Inference runs in a thread of its own, so receiving (a single-threaded
 executor: no thread pool to dispatch through, a third less CPU than the multi-threaded one) never
