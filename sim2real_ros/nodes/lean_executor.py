@@ -8,7 +8,8 @@ hundred times a second between them, so this overhead, not their own work, loade
 to set the camera-to-command latency tail.
 
 What it does differently: the entities to wait on are collected once and again only when the
-node's entity lists change; each wake adds the same handles to one reused wait set and calls the
+nodes' entities change (rclpy wakes the executor through its guard condition on every create and
+destroy); each wake adds the same handles to one reused wait set and calls the
 callbacks of what is ready directly, in the order rclpy uses (timers, subscriptions, guard
 conditions, services, then waitables such as QoS event handlers).
 
@@ -137,6 +138,10 @@ class LeanExecutor(SingleThreadedExecutor):
         super().__init__(context=context)
         self._plan: _Plan | None = None
         self._plan_lock = threading.RLock()  # reentrant: a callback may shut its own executor down
+        # rclpy triggers the executor's guard condition whenever a node creates or destroys an entity
+        # (and on add_node, wake, shutdown): the plan is rebuilt after such a wake, which catches a
+        # destroy-and-create between two wakes that the entity counts alone would miss.
+        self._plan_stale = False
 
     @property
     def context(self):
@@ -145,7 +150,8 @@ class LeanExecutor(SingleThreadedExecutor):
     def _current_plan(self) -> _Plan:
         nodes = self.get_nodes()
         plan = self._plan
-        if plan is None or plan.signature != _signature(nodes):
+        if plan is None or self._plan_stale or plan.signature != _signature(nodes):
+            self._plan_stale = False
             for node in nodes:
                 if not supports(node):
                     raise RuntimeError(f"node '{node.get_name()}' has clients or coroutine callbacks: "
@@ -208,6 +214,8 @@ class LeanExecutor(SingleThreadedExecutor):
         subs_ready = wait_set.get_ready_entities("subscription")
         guards_ready = wait_set.get_ready_entities("guard_condition")
         services_ready = wait_set.get_ready_entities("service")
+        if guards_ready and self._guard is not None and self._guard.handle.pointer in guards_ready:
+            self._plan_stale = True
         if timers_ready:
             for timer in plan.timers:
                 if timer.handle.pointer in timers_ready:
