@@ -7,13 +7,14 @@ max_file_duration_s.
 Subscriptions are raw (serialized CDR) so recording costs no deserialization, use the QoS the
 publishers offer (latched topics with transient local), and each message's receive time is its
 log time. The writer closes an MCAP chunk about every flush_period_s, so SIGKILL loses at most
-about that much; metadata.yaml is written on a clean shutdown (SIGINT/SIGTERM), and
-`sim2real bag repair` rebuilds it otherwise.
+about that much; on SIGINT/SIGTERM it stops spinning, takes in what the readers already hold, and
+writes metadata.yaml; `sim2real bag repair` rebuilds it after a crash.
 """
 from __future__ import annotations
 
 import datetime as dt
 import importlib
+import signal
 import sys
 import threading
 import time
@@ -30,7 +31,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from ..bags.recording import adapt_qos, select_topics
 from ..bags.writer import BagWriter, qos_profiles_yaml
 from ..core.errors import BagError, ConfigError
-from .common import declare, now_ns, run_node
+from .common import declare, freeze_startup_objects, now_ns, single_threaded_executor
 
 NS_PER_S = 1_000_000_000
 
@@ -178,6 +179,20 @@ class RecorderNode(Node):
     def _report(self) -> None:
         self.get_logger().info(f"{self.received} messages on {len(self._recorded_subs)} topics so far")
 
+    def drain(self) -> int:
+        """Write every message DDS already delivered but no callback took yet; returns how many.
+
+        Called once spinning has stopped, before close(): on Ctrl-C the last messages of a run (an
+        episode's outcome, say) are often still queued in the readers, and stopping must not lose
+        what already arrived."""
+        taken = 0
+        for topic, subscription in list(self._recorded_subs.items()):
+            with subscription.handle:
+                while (message := subscription.handle.take_message(subscription.msg_type, True)) is not None:
+                    self._on_message(topic, message[0])
+                    taken += 1
+        return taken
+
     def close(self) -> None:
         """Finish the bag (MCAP summary, metadata.yaml). Safe to call twice."""
         with self._lock:
@@ -192,43 +207,69 @@ class RecorderNode(Node):
         super().destroy_node()
 
 
-def record(output: str, topics: list[str] | None = None, duration_s: float | None = None,
-           storage: str = "mcap", flush_period_s: float = 1.0, args: list[str] | None = None) -> int:
-    """Run the recorder in this process until `duration_s` passes or Ctrl-C/SIGTERM; returns an exit code."""
-    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-    from rclpy.parameter import Parameter
+def _spin_until_stopped(node: RecorderNode, duration_s: float | None = None) -> None:
+    """Spin `node` until SIGINT/SIGTERM, rclpy shutdown or `duration_s`; then take in what DDS
+    already delivered (RecorderNode.drain) while the context is still valid. rclpy's own signal
+    handler would shut the context down at once and destroy the subscriptions with those messages."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda _signum, _frame: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    executor = single_threaded_executor(node)
+    executor.add_node(node)
+    freeze_startup_objects()
+    deadline = None if duration_s is None else time.monotonic() + duration_s
+    try:
+        while not stop.is_set() and rclpy.ok(context=node.context) and (
+                deadline is None or time.monotonic() < deadline):
+            executor.spin_once(timeout_sec=0.1)
+    finally:
+        executor.shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if rclpy.ok(context=node.context):
+        taken = node.drain()
+        if taken:
+            node.get_logger().info(f"took in {taken} messages still queued at the stop")
+
+
+def _run_recorder(overrides: list | None, args: list[str] | None, duration_s: float | None = None) -> int:
+    """Start rclpy without its signal handlers, record until stopped, finish the bag; exit code."""
+    from rclpy.executors import ExternalShutdownException
 
     from ..core.errors import Sim2RealError
 
-    rclpy.init(args=args)
-    node = None
-    executor = SingleThreadedExecutor()
     try:
-        overrides = [Parameter("output", value=output), Parameter("storage", value=storage),
-                     Parameter("flush_period_s", value=float(flush_period_s))]
-        if topics:
-            overrides.append(Parameter("topics", value=list(topics)))
-        node = RecorderNode(parameter_overrides=overrides)
-        executor.add_node(node)
-        deadline = None if duration_s is None else time.monotonic() + duration_s
-        while rclpy.ok() and (deadline is None or time.monotonic() < deadline):
-            executor.spin_once(timeout_sec=0.1)
+        from rclpy.signals import SignalHandlerOptions
+
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    except ImportError:  # an rclpy without the option: its handler stops us (queued messages are lost)
+        rclpy.init(args=args)
+    node = None
+    try:
+        node = RecorderNode(parameter_overrides=overrides or [])
+        _spin_until_stopped(node, duration_s)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Sim2RealError as err:
         print(f"[ERROR] {err}", file=sys.stderr, flush=True)
         return 2
     finally:
-        executor.shutdown()
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
     return 0
 
 
+def record(output: str, topics: list[str] | None = None, duration_s: float | None = None,
+           storage: str = "mcap", flush_period_s: float = 1.0, args: list[str] | None = None) -> int:
+    """Run the recorder in this process until `duration_s` passes or Ctrl-C/SIGTERM; returns an exit code."""
+    from rclpy.parameter import Parameter
+
+    overrides = [Parameter("output", value=output), Parameter("storage", value=storage),
+                 Parameter("flush_period_s", value=float(flush_period_s))]
+    if topics:
+        overrides.append(Parameter("topics", value=list(topics)))
+    return _run_recorder(overrides, args, duration_s)
+
+
 def main(args: list[str] | None = None) -> None:
-    sys.exit(run_node(lambda: RecorderNode(), args))
-
-
-if __name__ == "__main__":
-    main()
+    sys.exit(_run_recorder(None, args))
