@@ -184,3 +184,43 @@ def test_record_command_and_bad_parameters(ros, tmp_path):
     assert bad.returncode == 2
     assert "field 'storage' = 'floppy'" in bad.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_stopping_takes_in_what_the_readers_already_hold(ros, tmp_path):
+    """What DDS delivered but no callback took yet is written at the stop, not lost with the
+    subscription (the last outcome of a recorded session arrives just before Ctrl-C)."""
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.parameter import Parameter
+
+    from sim2real_ros.nodes.common import RELIABLE_LATEST_QOS, single_threaded_executor
+    from sim2real_ros.nodes.recorder import RecorderNode
+
+    reliable_50 = QoSProfile(depth=50, reliability=RELIABLE_LATEST_QOS.reliability)
+    publisher = ros.publisher(String, "/drain_test", reliable_50)
+    heard = ros.collect(String, "/drain_test", reliable_50)
+    context = Context()
+    rclpy.init(context=context)
+    bag = tmp_path / "bag"
+    node = RecorderNode(context=context, parameter_overrides=[
+        Parameter("output", value=str(bag)), Parameter("topics", value=["/drain_test"])])
+    try:
+        executor = single_threaded_executor(node)
+        executor.add_node(node)
+        deadline = time.monotonic() + 20.0
+        while "/drain_test" not in node._recorded_subs and time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=0.1)
+        assert "/drain_test" in node._recorded_subs
+        ros.wait_for_subscribers(publisher, count=2)
+        executor.shutdown()  # nobody takes messages from here on: they wait in the reader
+
+        for i in range(20):
+            publisher.publish(String(data=f"m{i}"))
+        assert wait_until(lambda: len(heard) == 20, 10.0)  # delivered (the probe's reader has them all)
+        assert wait_until(lambda: node.drain() >= 0 and node.received == 20, 10.0), node.received
+        node.close()
+        with BagReader(bag) as reader:
+            assert [m.msg.data for m in reader.messages(["/drain_test"])] == [f"m{i}" for i in range(20)]
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
