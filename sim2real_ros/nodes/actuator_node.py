@@ -121,14 +121,14 @@ class ActuatorNode(Node):
                                  callback_group=io_group)
         self._stop = threading.Event()
         self._control_thread: threading.Thread | None = None
+        self._period_ns = int(round(cfg.control_period_s * 1e9))
         self._phase_lock: TickPhaseLock | None = None
         self._chunk_arrival_ns: int | None = None  # steady clock of the last chunk accepted, for the phase lock
         if declare(self, "tick_phase_lock", True,
                    "wall clock: nudge the control schedule (at most 10% of a period per chunk) so the first tick "
                    "after a typical chunk arrival comes 15% of a period after it; the rate is unchanged"):
-            period_ns = int(round(cfg.control_period_s * 1e9))
-            self._phase_lock = TickPhaseLock(period_ns, lead_ns=int(0.15 * period_ns),
-                                             max_shift_ns=int(0.1 * period_ns))
+            self._phase_lock = TickPhaseLock(self._period_ns, lead_ns=int(0.15 * self._period_ns),
+                                             max_shift_ns=int(0.1 * self._period_ns))
         if self.get_parameter("use_sim_time").value:
             # Sim time advances with /clock messages, which the executor takes in: a timer on it.
             self.create_timer(cfg.control_period_s, self._on_tick, callback_group=control_group)
@@ -152,7 +152,7 @@ class ActuatorNode(Node):
         more than one period, skip the missed ticks instead of bursting to catch up. With
         tick_phase_lock, the deadline after a chunk's arrival moves by a bounded nudge
         (core.tick_phase) so that ticks follow arrivals closely."""
-        period_ns = int(round(self.config.control_period_s * 1e9))
+        period_ns = self._period_ns
         deadline_ns = time.monotonic_ns() + period_ns
         while not self._stop.is_set():
             delay_ns = deadline_ns - time.monotonic_ns()
