@@ -20,6 +20,14 @@ from sim2real_ros.nodes.actuator_node import ActuatorConfig
 from sim2real_ros.nodes.common import RELIABLE_LATEST_QOS
 
 JOINTS = ["j_a", "j_b", "j_c"]
+# The robot of JOINTS (a node refuses joints its URDF does not move): continuous joints without
+# velocity limits, so joint jumps go unseen and only the chunks decide the commands.
+JOINTS_URDF = """<robot name="three">
+  <link name="base"/><link name="l1"/><link name="l2"/><link name="l3"/>
+  <joint name="j_a" type="continuous"><parent link="base"/><child link="l1"/><axis xyz="0 0 1"/></joint>
+  <joint name="j_b" type="continuous"><parent link="l1"/><child link="l2"/><axis xyz="0 1 0"/></joint>
+  <joint name="j_c" type="continuous"><parent link="l2"/><child link="l3"/><axis xyz="0 1 0"/></joint>
+</robot>"""
 TWO_JOINT_URDF = """<robot name="two">
   <link name="base"/><link name="l1"/><link name="l2"/>
   <joint name="shoulder" type="revolute"><parent link="base"/><child link="l1"/>
@@ -27,6 +35,7 @@ TWO_JOINT_URDF = """<robot name="two">
   <joint name="elbow" type="revolute"><parent link="l1"/><child link="l2"/>
     <axis xyz="0 1 0"/><limit lower="-2" upper="2" velocity="1" effort="5"/></joint>
 </robot>"""
+ROBOT = {"robot_description": JOINTS_URDF, "joints": JOINTS}
 # Keep every message the node sends, not just the newest (the publisher's depth 1 is its own).
 KEEP_ALL = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
 
@@ -52,7 +61,7 @@ def wait_for_diagnostics(received: list, predicate, timeout_s: float = 20.0) -> 
 
 def test_chunks_in_commands_out_at_rate_with_tick_stamps(ros, tmp_path):
     latency_s = 0.05
-    params = {"joints": JOINTS, "control_rate": 100.0, "actuation_latency": latency_s, "interpolation": "cubic"}
+    params = {**ROBOT, "control_rate": 100.0, "actuation_latency": latency_s, "interpolation": "cubic"}
     with running_nodes([node_decl("actuator_node", params)], tmp_path):
         commands = ros.collect(JointState, "command/policy", KEEP_ALL)
         diagnostics = ros.collect(DiagnosticArray, "actuator_node/diagnostics", 10)
@@ -141,7 +150,7 @@ def test_bad_chunks_are_rejected_counted_and_the_node_keeps_going(ros, tmp_path)
 
 
 def test_sim_time_ticks_and_a_clock_jump_back_drops_old_chunks(ros, tmp_path):
-    params = {"joints": JOINTS, "control_rate": 100.0, "actuation_latency": 0.02, "use_sim_time": True}
+    params = {**ROBOT, "control_rate": 100.0, "actuation_latency": 0.02, "use_sim_time": True}
     sim_ns = [1000 * 1_000_000_000]
     stop = threading.Event()
 
@@ -191,7 +200,7 @@ def test_latency_estimate_is_reported_and_optionally_used(ros, tmp_path):
     """
     echo_delay_ns, period_ns = 60_000_000, 10_000_000
     start_ns = 1000 * 1_000_000_000
-    params = {"joints": JOINTS, "control_rate": 100.0, "actuation_latency": 0.0, "use_estimated_latency": True,
+    params = {**ROBOT, "control_rate": 100.0, "actuation_latency": 0.0, "use_estimated_latency": True,
               "latency_window_s": 2.0, "latency_max_s": 0.2, "latency_min_confidence": 0.8, "use_sim_time": True}
     times = np.arange(0.0, 10.0 + 1e-9, 0.05)
     t_abs = start_ns / 1e9 + times
@@ -285,7 +294,7 @@ def test_latency_estimate_is_reported_and_optionally_used(ros, tmp_path):
      ({"control_rate": 100}, ("control_rate", "float", "INTEGER"))],  # an int where a double is declared
 )
 def test_bad_parameter_fails_at_start_naming_field_and_value(tmp_path, bad, expected):
-    decl = node_decl("actuator_node", {"joints": JOINTS, **bad})
+    decl = node_decl("actuator_node", {**ROBOT, **bad})
     with running_nodes([decl], tmp_path) as launcher:
         assert wait_until(lambda: launcher.check() != [], 30.0), "the node did not exit on a bad parameter"
         assert launcher.check()[0][1] == 2

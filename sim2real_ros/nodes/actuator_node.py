@@ -34,6 +34,7 @@ from trajectory_msgs.msg import JointTrajectory
 from .. import conversions as cv
 from ..core.actuator import HISTORY, ActuatorConfig, ActuatorCore, Rejection, percentiles_ms
 from ..core.errors import ConfigError, Sim2RealError
+from ..core.joint_list import resolve_joint_list
 from ..core.safety import limits_from_urdf
 from ..core.tick_phase import TickPhaseLock
 from ..core.urdf import RobotModel
@@ -51,7 +52,8 @@ def declare_parameters(node: Node) -> ActuatorConfig:
     description = declare(node, "robot_description", str(urdf_path()),
                           "URDF XML or a URDF file path; its movable joints are the default `joints`")
     joints = declare_array(node, "joints", Parameter.Type.STRING_ARRAY,
-                           "joint names of the commands, in order (default: the URDF's movable joints)")
+                           "joint names of the commands, in order (default: the URDF's movable joints); each a "
+                           "movable joint of robot_description, named once")
     values = dict(
         control_rate=declare(node, "control_rate", 100.0, "command publication rate [Hz]"),
         actuation_latency=declare(node, "actuation_latency", 0.0,
@@ -79,17 +81,19 @@ def declare_parameters(node: Node) -> ActuatorConfig:
         "a measured step beyond 2 x URDF velocity limit x dt plus this is a jump (teleported sim robot, re-homed "
         "encoder): buffered chunks are dropped, chunks observed before it refused [rad]")
     source = f"{node.get_name()} parameters"
-    velocity: tuple[float, ...] = ()
     try:
         model = RobotModel.from_description(description)
-        if not joints:
-            joints = model.joint_names
+    except Sim2RealError as err:
+        shown = description if len(description) <= 200 else description[:200] + "..."  # XML can be long
+        raise ConfigError(source, "robot_description", shown, str(err)) from err
+    # Chunks are matched by name but commands go out in this order: each joint named once, each one
+    # the URDF moves.
+    joints = list(resolve_joint_list(joints, model, source))
+    velocity: tuple[float, ...] = ()
+    try:
         velocity = tuple(float(v) for v in limits_from_urdf(model, joints, source=source).velocity)
     except Sim2RealError as err:
-        if not joints:
-            shown = description if len(description) <= 200 else description[:200] + "..."  # XML can be long
-            raise ConfigError(source, "robot_description", shown, str(err)) from err
-        # Joints named by parameter that the URDF does not describe: chunks still work, jumps go unseen.
+        # A URDF joint without a finite velocity limit: chunks still work, jumps go unseen.
         node.get_logger().warning(f"no URDF velocity limits for joints {list(joints)} ({err}); "
                                   "joint jumps will not drop buffered chunks")
     return ActuatorConfig(joints=tuple(joints), velocity_limits=velocity, source=source, **values)

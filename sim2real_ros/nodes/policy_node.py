@@ -51,6 +51,7 @@ from ..conversions import (
 )
 from ..core.checkpoint import LoadedPolicy, load_checkpoint
 from ..core.errors import ConfigError
+from ..core.joint_list import resolve_joint_list
 from ..core.observation_pairing import (
     NS_PER_S,
     DropCounter,
@@ -149,7 +150,8 @@ class PolicyNode(Node):
         super().__init__(NODE_NAME)
         self.config = self._read_parameters()
         cfg = self.config
-        graph_joints = list(cfg.joints) or RobotModel.from_description(cfg.robot_description).joint_names
+        graph_joints = list(resolve_joint_list(cfg.joints, RobotModel.from_description(cfg.robot_description),
+                                               f"{NODE_NAME} parameter")) if cfg.robot_description else list(cfg.joints)
         preprocess = PreprocessConfig.from_yaml(cfg.preprocess_config)
         self.policy: LoadedPolicy = load_checkpoint(
             cfg.checkpoint, device=cfg.device, num_threads=cfg.num_threads or None, warmup=True

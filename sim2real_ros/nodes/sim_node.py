@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,8 @@ from std_srvs.srv import Trigger
 from .. import conversions as cv
 from ..core.camera_model import load_calibration_yaml
 from ..core.errors import ConfigError
+from ..core.joint_list import resolve_joint_list
+from ..core.urdf import RobotModel
 from ..paths import config_path, urdf_path
 from ..sim.params import load_sim_params
 from ..sim.world import SimWorld
@@ -100,8 +102,6 @@ class SimNodeConfig:
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise bad(name, "must be >= 0 (0 = the sim params' rate)")
-        if len(set(self.joints)) != len(self.joints) or any(not j for j in self.joints):
-            raise bad("joints", "must be distinct, non-empty joint names (empty list = all movable joints)")
         if self.seed < 0:
             raise bad("seed", "must be >= 0")
 
@@ -159,6 +159,12 @@ class SimNode(Node):
 
     # ------------------------------------------------------------------------------------------
     def _declare(self) -> SimNodeConfig:
+        config = self._declare_parameters()
+        # The command array maps by index: each joint named once, each one the URDF moves.
+        model = RobotModel.from_description(config.robot_description)
+        return replace(config, joints=resolve_joint_list(config.joints, model, f"{NODE_NAME} parameter"))
+
+    def _declare_parameters(self) -> SimNodeConfig:
         return SimNodeConfig(
             robot_description=declare(self, "robot_description", str(urdf_path()),
                                       "URDF XML or URDF file path of the simulated robot"),

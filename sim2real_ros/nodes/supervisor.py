@@ -35,6 +35,7 @@ from std_srvs.srv import Trigger
 
 from .. import conversions as cv
 from ..core.errors import ConfigError
+from ..core.joint_list import resolve_joint_list
 from ..core.joystick import load_joystick_mapping
 from ..core.safety import limits_from_urdf
 from ..core.supervisor import (
@@ -92,7 +93,8 @@ def declare_parameters(node: Node) -> tuple[SupervisorNodeParams, dict]:
         robot_description=str(declare(node, "robot_description", str(urdf_path()),
                                       "URDF XML or URDF file path: joints, limits, Jacobian")),
         joints=tuple(declare_array(node, "joints", Parameter.Type.STRING_ARRAY,
-                                    "command joint order (default: the URDF's movable joints)")),
+                                    "command joint order (default: the URDF's movable joints); each a movable "
+                                    "joint of the URDF, named once")),
         ee_link=str(declare(node, "ee_link", "", "end-effector link for Cartesian jogging ('' = the arm's tip)")),
         joystick_config=str(declare(node, "joystick_config", str(config_path("joystick.yaml")),
                                     "joystick mapping YAML (buttons, axes, scales, deadzone)")),
@@ -255,7 +257,7 @@ class SupervisorNode(Node):
         super().__init__("supervisor")
         params, core_fields = declare_parameters(self)
         model = RobotModel.from_description(params.robot_description)
-        joints = list(params.joints) or model.joint_names
+        joints = list(resolve_joint_list(params.joints, model, SOURCE))
         limits = limits_from_urdf(
             model, joints, lower=core_fields.pop("lower"), upper=core_fields.pop("upper"),
             velocity=core_fields.pop("velocity"), velocity_scale=core_fields.pop("velocity_scale"), source=SOURCE)
