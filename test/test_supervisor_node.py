@@ -6,6 +6,8 @@ import numpy as np
 import pybullet_data
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import ParameterType
+from rcl_interfaces.srv import DescribeParameters
 from sensor_msgs.msg import JointState, Joy
 from std_msgs.msg import Bool, Float64MultiArray
 from std_srvs.srv import Trigger
@@ -14,6 +16,7 @@ from support import node_decl, running_nodes, wait_until
 from sim2real_ros import conversions as cv
 from sim2real_ros.core.joystick import load_joystick_mapping
 from sim2real_ros.core.safety import limits_from_urdf
+from sim2real_ros.core.supervisor import CONFIG_RANGES
 from sim2real_ros.core.urdf import RobotModel
 from sim2real_ros.nodes.common import EVENTS_QOS, JOINT_STATE_QOS, JOY_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS
 from sim2real_ros.nodes.supervisor import CommandOrder
@@ -260,3 +263,52 @@ def test_bad_configuration_fails_at_start_naming_field_and_value(tmp_path):
     log = (tmp_path / "graph.log").read_text()
     for name, (_, expected) in cases.items():
         assert any(line.startswith(f"[{name}]") and expected in line for line in log.splitlines()), log
+
+
+def test_out_of_range_parameters_fail_at_start_naming_parameter_and_value(tmp_path):
+    """Timeouts and limits have upper bounds: a 1e9 s joint-state timeout would switch the watchdog off."""
+    cases = {  # node name -> (parameters, its one error line)
+        "sup_watchdog_off": ({"joint_state_timeout_s": 1e9},
+                             "supervisor parameters: field 'joint_state_timeout_s' = 1000000000.0: "
+                             "must be a finite number in [0.001, 2.0]"),
+        "sup_no_confirm": ({"joint_jump_confirm_samples": 1},
+                           "supervisor parameters: field 'joint_jump_confirm_samples' = 1: "
+                           "must be an integer in [2, 50]"),
+        "sup_rate_high": ({"control_rate_hz": 5000.0},
+                          "supervisor parameters: field 'control_rate_hz' = 5000.0: must be a finite number in "
+                          "[1.0, 2000.0]"),
+    }
+    decls = [node_decl("supervisor", {**PARAMS, **params}, name=name) for name, (params, _) in cases.items()]
+    with running_nodes(decls, tmp_path) as launcher:
+        assert wait_until(lambda: len(launcher.check()) == len(cases), 2 * TIMEOUT), "a node did not exit"
+        assert sorted(launcher.check()) == sorted((name, 2) for name in cases)
+    log = (tmp_path / "graph.log").read_text()
+    assert "Traceback" not in log, log
+    for name, (_, expected) in cases.items():
+        errors = [line for line in log.splitlines() if line.startswith(f"[{name}]") and "[ERROR]" in line]
+        assert len(errors) == 1 and expected in errors[0], log
+
+
+def test_parameter_ranges_are_declared_and_described(ros, tmp_path):
+    """`ros2 param describe` (describe_parameters over DDS) shows every core bound of CONFIG_RANGES."""
+    expected = {name: bounds for name, bounds in CONFIG_RANGES.items() if name != "control_period_s"}
+    low, high = CONFIG_RANGES["control_period_s"]
+    expected["control_rate_hz"] = (1.0 / high, 1.0 / low)
+    names = [*expected, "require_stop_source"]
+    with running_nodes([node_decl("supervisor", PARAMS)], tmp_path):
+        response = ros.call(DescribeParameters, "supervisor/describe_parameters",
+                            DescribeParameters.Request(names=names), timeout_s=TIMEOUT)
+    described = dict(zip(names, response.descriptors, strict=True))
+    for name, (low, high) in expected.items():
+        descriptor = described[name]
+        assert descriptor.name == name and descriptor.description and descriptor.read_only, descriptor
+        if name == "joint_jump_confirm_samples":
+            assert descriptor.type == ParameterType.PARAMETER_INTEGER and not descriptor.floating_point_range
+            assert [(r.from_value, r.to_value) for r in descriptor.integer_range] == [(low, high)], descriptor
+        else:
+            assert descriptor.type == ParameterType.PARAMETER_DOUBLE and not descriptor.integer_range
+            bounds = [(r.from_value, r.to_value) for r in descriptor.floating_point_range]
+            assert bounds == [pytest.approx((low, high))], (name, bounds)
+    stop_source = described["require_stop_source"]
+    assert stop_source.type == ParameterType.PARAMETER_BOOL and "stop source" in stop_source.description
+

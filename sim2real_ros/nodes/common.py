@@ -7,8 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 import rclpy
-from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.exceptions import InvalidParameterTypeException, ParameterUninitializedException
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.exceptions import (
+    InvalidParameterTypeException,
+    InvalidParameterValueException,
+    ParameterUninitializedException,
+)
 from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -54,17 +58,40 @@ EVENTS_QOS = QoSProfile(
 JOY_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE)
 
 
-def declare(node: Node, name: str, default: Any, description: str, read_only: bool = True) -> Any:
+def declare(node: Node, name: str, default: Any, description: str, read_only: bool = True,
+            value_range: tuple[float, float] | None = None, source: str | None = None) -> Any:
     """Declare a parameter with a description (shown by `ros2 param describe`) and return its value.
 
-    A wrongly typed override (`-p period:=1` for a float) becomes a ConfigError naming the
-    parameter, instead of an rclpy traceback.
+    value_range: inclusive (low, high) bounds, declared in the descriptor (an IntegerRange for an int
+    parameter, else a FloatingPointRange), so `ros2 param describe` and describe_parameters show them
+    and rclpy itself refuses a value outside them. A wrongly typed override (`-p period:=1` for a
+    float) or one out of range becomes a ConfigError naming the parameter and the value (source:
+    what the error names as the origin; default "<node name> parameter"), instead of an rclpy traceback.
     """
+    source = source or f"{node.get_name()} parameter"
+    descriptor = ParameterDescriptor(description=description, read_only=read_only)
+    if value_range is not None:
+        low, high = value_range
+        if isinstance(default, bool) or not isinstance(default, (int, float)):
+            raise TypeError(f"parameter {name}: a range needs a numeric default, got {default!r}")
+        if isinstance(default, int):
+            descriptor.integer_range = [IntegerRange(from_value=int(low), to_value=int(high), step=1)]
+        else:
+            descriptor.floating_point_range = [FloatingPointRange(from_value=float(low), to_value=float(high),
+                                                                  step=0.0)]
     try:
-        node.declare_parameter(name, default, ParameterDescriptor(description=description, read_only=read_only))
+        node.declare_parameter(name, default, descriptor)
     except InvalidParameterTypeException as err:
-        raise ConfigError(f"{node.get_name()} parameter", name, None,
+        raise ConfigError(source, name, None,
                           f"must be a {type(default).__name__} (e.g. {default!r}): {err.args[0]}") from err
+    except InvalidParameterValueException as err:
+        # rclpy refused the override against the declared range; it keeps the value to itself.
+        override = getattr(node, "_parameter_overrides", {}).get(name)
+        value = override.value if override is not None else "(out of range)"
+        if value_range is None:
+            raise ConfigError(source, name, value, str(err)) from err
+        what = "an integer" if isinstance(default, int) else "a finite number"
+        raise ConfigError(source, name, value, f"must be {what} in [{value_range[0]}, {value_range[1]}]") from err
     return node.get_parameter(name).value
 
 

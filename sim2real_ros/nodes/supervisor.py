@@ -39,6 +39,7 @@ from ..core.joint_list import resolve_joint_list
 from ..core.joystick import load_joystick_mapping
 from ..core.safety import limits_from_urdf
 from ..core.supervisor import (
+    CONFIG_RANGES,
     InterventionEvent,
     Mode,
     SentCommand,
@@ -66,6 +67,11 @@ COMMAND_TOPIC = "forward_position_controller/commands"
 LEVELS = {Mode.ESTOP: DiagnosticStatus.ERROR, Mode.HOLD: DiagnosticStatus.WARN}
 
 
+# [Hz] control_rate_hz bounds: the core's control period bounds, inverted.
+CONTROL_RATE_RANGE = (1.0 / CONFIG_RANGES["control_period_s"][1], 1.0 / CONFIG_RANGES["control_period_s"][0])
+STATE_RATE_RANGE = (0.1, 100.0)  # [Hz]
+
+
 @dataclass(frozen=True)
 class SupervisorNodeParams:
     """Node-level parameters (the core's timing lives in SupervisorConfig)."""
@@ -79,16 +85,18 @@ class SupervisorNodeParams:
     forward_policy_commands: bool = True
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.control_rate_hz, (int, float)) and 1.0 <= self.control_rate_hz <= 2000.0):
-            raise ConfigError(SOURCE, "control_rate_hz", self.control_rate_hz, "must be in [1, 2000] Hz")
-        if not (isinstance(self.state_rate_hz, (int, float)) and 0.1 <= self.state_rate_hz <= 100.0):
-            raise ConfigError(SOURCE, "state_rate_hz", self.state_rate_hz, "must be in [0.1, 100] Hz")
+        for name, (low, high) in (("control_rate_hz", CONTROL_RATE_RANGE), ("state_rate_hz", STATE_RATE_RANGE)):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and low <= value <= high):
+                raise ConfigError(SOURCE, name, value, f"must be in [{low:g}, {high:g}] Hz")
         if not self.robot_description.strip():
             raise ConfigError(SOURCE, "robot_description", self.robot_description, "is empty")
 
 
 def declare_parameters(node: Node) -> tuple[SupervisorNodeParams, dict]:
-    """Declare every parameter (with descriptions); return node params and the core's config fields."""
+    """Declare every parameter (with descriptions; the numeric ones with the ranges of the core's
+    CONFIG_RANGES, refused outside them); return node params and the core's config fields."""
+    r = CONFIG_RANGES
     params = SupervisorNodeParams(
         robot_description=str(declare(node, "robot_description", str(urdf_path()),
                                       "URDF XML or URDF file path: joints, limits, Jacobian")),
@@ -98,32 +106,58 @@ def declare_parameters(node: Node) -> tuple[SupervisorNodeParams, dict]:
         ee_link=str(declare(node, "ee_link", "", "end-effector link for Cartesian jogging ('' = the arm's tip)")),
         joystick_config=str(declare(node, "joystick_config", str(config_path("joystick.yaml")),
                                     "joystick mapping YAML (buttons, axes, scales, deadzone)")),
-        control_rate_hz=float(declare(node, "control_rate_hz", 100.0, "robot command rate [Hz]")),
-        state_rate_hz=float(declare(node, "state_rate_hz", 5.0, "supervisor/state rate when nothing changes [Hz]")),
+        control_rate_hz=float(declare(node, "control_rate_hz", 100.0, "robot command rate [Hz]",
+                                      value_range=CONTROL_RATE_RANGE, source=SOURCE)),
+        state_rate_hz=float(declare(node, "state_rate_hz", 5.0, "supervisor/state rate when nothing changes [Hz]",
+                                    value_range=STATE_RATE_RANGE, source=SOURCE)),
         forward_policy_commands=bool(declare(
             node, "forward_policy_commands", True,
             "AUTONOMOUS: send each command/policy as it arrives (at most one per half control period) "
             "instead of at the next control tick")),
     )
     core = dict(
-        policy_timeout_s=declare(node, "policy_timeout_s", 0.1, "command/policy silence -> HOLD [s]"),
-        joy_timeout_s=declare(node, "joy_timeout_s", 0.5, "joy silence while the human is in control -> HOLD [s]"),
-        joint_state_timeout_s=declare(node, "joint_state_timeout_s", 0.2, "joint_states silence -> HOLD [s]"),
+        policy_timeout_s=declare(node, "policy_timeout_s", 0.1, "command/policy silence -> HOLD [s]",
+                                 value_range=r["policy_timeout_s"], source=SOURCE),
+        joy_timeout_s=declare(node, "joy_timeout_s", 0.5,
+                              "joy silence while the human is in control -> HOLD; with require_stop_source, how "
+                              "recent the joystick's e-stop button must be to count as a live stop source [s]",
+                              value_range=r["joy_timeout_s"], source=SOURCE),
+        joint_state_timeout_s=declare(node, "joint_state_timeout_s", 0.2, "joint_states silence -> HOLD [s]",
+                                      value_range=r["joint_state_timeout_s"], source=SOURCE),
         estop_heartbeat_timeout_s=declare(node, "estop_heartbeat_timeout_s", 0.0,
-                                          "estop silence -> ESTOP [s]; 0 = no heartbeat required"),
+                                          "estop silence -> ESTOP [s]; 0 = no heartbeat required",
+                                          value_range=r["estop_heartbeat_timeout_s"], source=SOURCE),
         auto_arm=bool(declare(node, "auto_arm", False,
                               "arm automatically once joint states and policy commands are fresh")),
+        require_stop_source=bool(declare(
+            node, "require_stop_source", False,
+            "arming needs a live stop source (estop messages within estop_heartbeat_timeout_s when that is > 0, "
+            "or a joystick whose e-stop button was read within joy_timeout_s); losing it while moving latches "
+            "ESTOP (true in the robot graph)")),
         handover_ramp_s=declare(node, "handover_ramp_s", 1.0,
-                                "ramp time for a gap of handover_max_gap_rad; smaller gaps ramp faster [s]"),
+                                "ramp time for a gap of handover_max_gap_rad; smaller gaps ramp faster [s]",
+                                value_range=r["handover_ramp_s"], source=SOURCE),
         handover_max_gap_rad=declare(node, "handover_max_gap_rad", 0.5,
-                                     "largest policy-vs-measured gap a handover accepts [rad]"),
+                                     "largest policy-vs-measured gap a handover accepts [rad]",
+                                     value_range=r["handover_max_gap_rad"], source=SOURCE),
         max_joint_jump_rad=declare(node, "max_joint_jump_rad", 0.2,
                                    "measured step beyond 2 x velocity limit x dt plus this -> hold at the new "
-                                   "position (re-homed encoder, teleported sim robot) [rad]"),
+                                   "position (re-homed encoder, teleported sim robot) [rad]",
+                                   value_range=r["max_joint_jump_rad"], source=SOURCE),
+        joint_jump_confirm_samples=declare(node, "joint_jump_confirm_samples", 3,
+                                           "consecutive joint states a measured jump must persist over before the "
+                                           "hold moves to it; a shorter excursion is rejected as outliers",
+                                           value_range=r["joint_jump_confirm_samples"], source=SOURCE),
+        joint_state_limit_margin_rad=declare(node, "joint_state_limit_margin_rad", 0.5,
+                                             "a measured position beyond the URDF position limits by more than "
+                                             "this is rejected as implausible [rad]",
+                                             value_range=r["joint_state_limit_margin_rad"], source=SOURCE),
         shared_authority=declare(node, "shared_authority", 0.5,
-                                 "SHARED: fraction of the human's jog velocity added to the policy [0..1]"),
+                                 "SHARED: fraction of the human's jog velocity added to the policy [0..1]",
+                                 value_range=r["shared_authority"], source=SOURCE),
         shared_max_offset_rad=declare(node, "shared_max_offset_rad", 0.3,
-                                      "SHARED: largest human correction per joint [rad]"),
+                                      "SHARED: largest human correction per joint [rad]",
+                                      value_range=r["shared_max_offset_rad"], source=SOURCE),
         lower=declare_array(node, "position_lower_limits", Parameter.Type.DOUBLE_ARRAY,
                              "tighter lower position limits per joint [rad] (empty: URDF)"),
         upper=declare_array(node, "position_upper_limits", Parameter.Type.DOUBLE_ARRAY,
