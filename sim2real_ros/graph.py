@@ -91,8 +91,9 @@ def declare_graph(mode: str, args: GraphArgs | None = None) -> list[NodeDecl]:
         return [sim, *perception, supervisor]
     if mode == "robot":
         # The camera driver and ros2_control (joint_state_broadcaster + forward position controller)
-        # are the robot's own; the supervisor never arms by itself on hardware.
-        supervisor = node("supervisor", {**description, **tool, "auto_arm": False},
+        # are the robot's own; the supervisor never arms by itself on hardware, and arms only while a
+        # stop source is live (an `estop` heartbeat or a joystick; losing it latches ESTOP, DESIGN.md §4).
+        supervisor = node("supervisor", {**description, **tool, "auto_arm": False, "require_stop_source": True},
                           _remaps(args, joints=True, command=True))
         return [*perception, supervisor]
     # replay: a bag player provides camera, joint_states and clock; nothing commands a robot.

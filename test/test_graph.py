@@ -58,3 +58,12 @@ def test_ee_link_reaches_sim_and_supervisor():
     assert nodes["sim_node"].parameters["ee_link"] == "panda_grasptarget"
     assert nodes["supervisor"].parameters["ee_link"] == "panda_grasptarget"
     assert "ee_link" not in by_name("sim")["sim_node"].parameters
+
+
+def test_robot_supervisor_requires_a_live_stop_source_and_the_sim_one_does_not():
+    """DESIGN.md §4: on a robot, arming needs a live stop source (an `estop` heartbeat or a joystick)."""
+    robot_args = GraphArgs(robot_description="/arm.urdf", checkpoint="/p.pt", namespace="arm1", ee_link="tool")
+    for args in (None, robot_args):
+        assert by_name("robot", args)["supervisor"].parameters["require_stop_source"] is True
+    # The sim has no e-stop hardware: its supervisor keeps the default (false).
+    assert "require_stop_source" not in by_name("sim")["supervisor"].parameters

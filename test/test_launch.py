@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from sim2real_ros.graph import GraphArgs
-from sim2real_ros.launch_support import LAUNCH_ARGUMENTS, graph_args_from_launch
+from sim2real_ros.cli.launcher import ros_arguments
+from sim2real_ros.graph import GraphArgs, declare_graph
+from sim2real_ros.launch_support import LAUNCH_ARGUMENTS, _launch_node, graph_args_from_launch
 
 LAUNCH_DIR = Path(__file__).resolve().parent.parent / "launch"
 
@@ -42,3 +43,25 @@ def test_launch_file_builds_on_a_ros_install(mode):
     spec.loader.exec_module(module)
     description = module.generate_launch_description()
     assert len(description.entities) == len(LAUNCH_ARGUMENTS) + 1
+
+
+class _RecordingNode:
+    """Stands in for launch_ros.actions.Node: records the arguments a launch node is built with."""
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+
+def test_robot_launch_parameters_come_after_the_params_file():
+    """A ROS node applies its `parameters` entries in order, the later winning: the graph's own
+    values (the robot supervisor's require_stop_source) must follow the params file, so no
+    params.yaml can switch the stop-source requirement off."""
+    args = graph_args_from_launch({"params_file": "/deploy/params.yaml"})
+    supervisor = {d.name: d for d in declare_graph("robot", args)}["supervisor"]
+    node = _launch_node(_RecordingNode, supervisor, args.namespace)
+    assert node.kwargs["parameters"] == ["/deploy/params.yaml", supervisor.parameters]
+    assert node.kwargs["parameters"][-1]["require_stop_source"] is True
+    # `sim2real launch` (no launch_ros): the node's own overrides file follows the params file too.
+    arguments = ros_arguments(supervisor, args.namespace, Path("/tmp/supervisor.params.yaml"))
+    files = [arguments[i + 1] for i, arg in enumerate(arguments) if arg == "--params-file"]
+    assert files == ["/deploy/params.yaml", "/tmp/supervisor.params.yaml"]

@@ -2,6 +2,8 @@
 bad commands and limits, seen from the robot command topic."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pybullet_data
 import pytest
@@ -18,6 +20,7 @@ from sim2real_ros.core.joystick import load_joystick_mapping
 from sim2real_ros.core.safety import limits_from_urdf
 from sim2real_ros.core.supervisor import CONFIG_RANGES
 from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.graph import declare_graph
 from sim2real_ros.nodes.common import EVENTS_QOS, JOINT_STATE_QOS, JOY_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS
 from sim2real_ros.nodes.supervisor import CommandOrder
 from sim2real_ros.paths import config_path, urdf_path
@@ -312,3 +315,41 @@ def test_parameter_ranges_are_declared_and_described(ros, tmp_path):
     stop_source = described["require_stop_source"]
     assert stop_source.type == ParameterType.PARAMETER_BOOL and "stop source" in stop_source.description
 
+
+
+def robot_supervisor():
+    """The robot graph's supervisor (its parameters and params file), with this module's timeouts."""
+    decl = {d.name: d for d in declare_graph("robot")}["supervisor"]
+    assert decl.parameters["require_stop_source"] is True and decl.parameters["auto_arm"] is False
+    return dataclasses.replace(decl, parameters={**decl.parameters, **PARAMS})
+
+
+def test_robot_supervisor_arms_only_with_a_live_stop_source_and_latches_when_it_goes_silent(rig, tmp_path):
+    with running_nodes([robot_supervisor()], tmp_path):
+        rig.wait_mode("HOLD")
+        responses = []
+
+        def arm() -> Trigger.Response:
+            responses.append(rig.call("supervisor/arm"))
+            return responses[-1]
+
+        # Joint states and policy commands fresh, no joystick and no e-stop heartbeat: refused.
+        assert wait_until(lambda: "no fresh" not in arm().message, TIMEOUT), responses[-1].message
+        assert not responses[-1].success and "no live stop source" in responses[-1].message, responses[-1].message
+        assert rig.state()["mode"] == "HOLD"
+        # A joystick whose e-stop button reads released is a live stop source.
+        rig.joy_on = True
+        assert wait_until(lambda: arm().success, TIMEOUT), responses[-1].message
+        rig.wait_mode("AUTONOMOUS")
+        # The joystick goes silent for longer than joy_timeout_s: ESTOP, latched, holding.
+        rig.joy_on = False
+        rig.wait_mode("ESTOP")
+        assert "stop source" in rig.state()["reason"], rig.state()
+        for q in rig.wait_more_commands(30):
+            assert np.allclose(q, HOME, atol=1e-9), q
+        assert rig.state()["mode"] == "ESTOP"
+        response = rig.call("supervisor/reset")
+        assert not response.success and "no live stop source" in response.message, response.message
+        rig.joy_on = True
+        assert wait_until(lambda: rig.call("supervisor/reset").success, TIMEOUT)
+        rig.wait_mode("HOLD")  # no auto_arm on a robot
