@@ -18,7 +18,7 @@ from support import node_decl, running_nodes, wait_until
 from sim2real_ros import conversions as cv
 from sim2real_ros.core.joystick import load_joystick_mapping
 from sim2real_ros.core.safety import limits_from_urdf
-from sim2real_ros.core.supervisor import CONFIG_RANGES
+from sim2real_ros.core.supervisor import COMMAND_MARGIN_RAD, CONFIG_RANGES
 from sim2real_ros.core.urdf import RobotModel
 from sim2real_ros.graph import declare_graph
 from sim2real_ros.nodes.common import EVENTS_QOS, JOINT_STATE_QOS, JOY_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS
@@ -233,13 +233,14 @@ def test_bad_commands_never_reach_the_robot_and_limits_hold(rig, tmp_path):
             (NAMES, [float("nan")] * len(NAMES)),
             ([*NAMES[:-1], "someone_elses_joint"], list(decoy)),
             (NAMES[:-1], list(decoy[:-1])),
+            (NAMES, list(HOME + 100.0)),  # not a position: beyond the limits by more than COMMAND_MARGIN_RAD
         ]
         assert wait_until(lambda: int(rig.state().get("rejected_policy", "0")) >= 10, TIMEOUT), rig.state()
         for q in rig.wait_more_commands(30):
             assert np.all(np.isfinite(q)) and np.allclose(q, HOME, atol=1e-9), q
         assert rig.state()["mode"] == "AUTONOMOUS"
-        # A policy asking for the impossible: 100 rad on every joint.
-        rig.policy_messages = [(NAMES, list(HOME + 100.0))]
+        # A policy asking for the impossible but still a position: beyond every upper limit.
+        rig.policy_messages = [(NAMES, list(LIMITS.upper + COMMAND_MARGIN_RAD / 2))]
         start = len(rig.commands)
         assert wait_until(lambda: np.allclose(rig.command_array(rig.commands[-1]), LIMITS.upper), TIMEOUT)
         sent = [rig.command_array(m) for m in rig.commands[start - 1:]]
@@ -316,7 +317,6 @@ def test_parameter_ranges_are_declared_and_described(ros, tmp_path):
     assert stop_source.type == ParameterType.PARAMETER_BOOL and "stop source" in stop_source.description
 
 
-
 def robot_supervisor():
     """The robot graph's supervisor (its parameters and params file), with this module's timeouts."""
     decl = {d.name: d for d in declare_graph("robot")}["supervisor"]
@@ -353,3 +353,19 @@ def test_robot_supervisor_arms_only_with_a_live_stop_source_and_latches_when_it_
         rig.joy_on = True
         assert wait_until(lambda: rig.call("supervisor/reset").success, TIMEOUT)
         rig.wait_mode("HOLD")  # no auto_arm on a robot
+
+
+def test_a_joy_message_with_the_estop_pressed_and_a_nan_axis_latches_estop(rig, tmp_path):
+    """A stop request is honoured whenever it can be read: the NaN axis gets the message rejected,
+    the e-stop button in it still stops the arm (nothing in the node drops it before the core)."""
+    with running_nodes([node_decl("supervisor", {**PARAMS, "auto_arm": True})], tmp_path):
+        rig.wait_mode("AUTONOMOUS")
+        rig.joy_buttons = ["estop"]
+        rig.joy_axes = {MAPPING.joint_axes[0]: float("nan")}
+        rig.joy_on = True
+        rig.wait_mode("ESTOP")
+        state = rig.state()
+        assert "e-stop button" in state["reason"] and int(state["rejected_joy"]) >= 1, state
+        for q in rig.wait_more_commands(20):
+            assert np.allclose(q, HOME, atol=1e-9), q
+        assert rig.state()["mode"] == "ESTOP"
