@@ -2,7 +2,10 @@
 
 Each node runs as `python -m sim2real_ros.cli.main node EXECUTABLE --ros-args ...`, the same
 arguments `ros2 launch` would pass. Ctrl-C / SIGTERM stop every node (SIGINT first, as ros2 launch
-does, then SIGTERM, then SIGKILL); a node that dies is reported with its exit code.
+does, then SIGTERM, then SIGKILL); a node that dies is reported with its exit code. A launcher
+that is killed outright (SIGKILL, OOM killer) takes its nodes with it: each node gets the
+launcher's pid and ties its life to it (lifeline.py: parent-death signal on Linux, a getppid
+watchdog everywhere).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import yaml
 
 from ..graph import NodeDecl
 from ..paths import use_dds_profile
+from .lifeline import launcher_environment
 
 
 def ros_arguments(decl: NodeDecl, namespace: str, overrides_file: Path) -> list[str]:
@@ -72,13 +76,17 @@ class GraphLauncher:
         self._lock = threading.Lock()
 
     def start(self) -> None:
+        # The kernel's parent-death signal follows the thread that forks: only ask for it when
+        # that thread is the main one, which lives as long as this process (lifeline.py).
+        lifeline = launcher_environment(os.getpid(), threading.current_thread() is threading.main_thread())
+        env = {**self._env, **lifeline}
         for decl in self._decls:
             overrides = write_overrides(decl, Path(self._tmp.name))
             proc = subprocess.Popen(
                 node_command(decl, self._namespace, overrides),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                env=self._env,
+                env=env,
                 text=True,
                 start_new_session=True,  # our Ctrl-C is forwarded explicitly, once
             )

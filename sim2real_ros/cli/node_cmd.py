@@ -2,11 +2,16 @@
 
 It imports the node module and calls its main() with the same arguments, so it works whether the
 package was installed by colcon (scripts in lib/sim2real_ros) or by pip (scripts in .venv/bin).
+Started by `sim2real launch` (GraphLauncher), the node dies with its launcher (lifeline.py).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import sys
+
+from .lifeline import LAUNCHER_PID_ENV, die_with_launcher
 
 NODES = ("sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder")
 
@@ -17,5 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Before the node's (slow) imports: the launcher may be killed at any moment from here on.
+    launcher = os.environ.get(LAUNCHER_PID_ENV)
+    if not die_with_launcher():
+        print(f"[ERROR] {args.name}: the launcher (pid {launcher}) is gone; not starting", file=sys.stderr, flush=True)
+        return 1
     module = importlib.import_module(f"sim2real_ros.nodes.{args.name}")
     return int(module.main([f"sim2real_ros.{args.name}", *args.ros_args]) or 0)
