@@ -11,10 +11,18 @@ from sim2real_ros.core.checkpoint import make_policy_spec
 from sim2real_ros.core.errors import ConfigError
 from sim2real_ros.core.policy_model import (
     ARCHITECTURES,
+    MAX_ACTIVATIONS,
+    MAX_CHUNK_LENGTH,
+    MAX_IMAGE_SIDE,
+    MAX_JOINTS,
+    MAX_LAYER_WIDTH,
+    MAX_LAYERS,
+    MAX_PARAMETERS,
     UNTRAINED_ACTION_STD,
     CnnMlpPolicy,
     PolicySpec,
     build_model,
+    plan_model,
 )
 from sim2real_ros.core.preprocess_config import PreprocessConfig
 from sim2real_ros.paths import config_path
@@ -144,3 +152,45 @@ def test_policy_spec_validates_fields_and_round_trips(spec):
     del data["preprocess_hash"]
     with pytest.raises(ConfigError, match="my.ckpt: field 'preprocess_hash'.*missing"):
         PolicySpec.from_dict(data, source="my.ckpt")
+
+
+# ----------------------------------------------------------------------------------------------
+# Size caps (a checkpoint's spec is untrusted: each size becomes an allocation)
+@pytest.mark.parametrize("architecture", sorted(ARCHITECTURES))
+def test_the_plan_is_what_building_allocates(architecture, spec):
+    """plan_model (meta device, nothing allocated) gives the real model's state shapes and dtypes."""
+    plan = plan_model(architecture, spec)
+    state = build_model(architecture, spec).state_dict()
+    assert plan.state == {name: (tuple(t.shape), t.dtype) for name, t in state.items()}
+    assert plan.parameters == sum(t.numel() for t in state.values())
+    assert 0 < plan.activations < MAX_ACTIVATIONS
+
+
+def test_spec_sizes_over_their_caps_are_refused_naming_the_field(spec):
+    for field, value, cap in (("image_width", MAX_IMAGE_SIDE + 1, "MAX_IMAGE_SIDE"),
+                              ("image_height", 10**9, "MAX_IMAGE_SIDE"),
+                              ("chunk_length", MAX_CHUNK_LENGTH + 1, "MAX_CHUNK_LENGTH")):
+        with pytest.raises(ConfigError, match=f"field '{field}' = {value}: more than {cap}"):
+            dataclasses.replace(spec, **{field: value})
+    with pytest.raises(ConfigError, match="joint_names.*MAX_JOINTS"):
+        dataclasses.replace(spec, joint_names=tuple(f"j{i}" for i in range(MAX_JOINTS + 1)))
+    with pytest.raises(ConfigError, match="'dt_s' = 3600"):
+        dataclasses.replace(spec, dt_s=3600)
+    # At the caps: accepted.
+    dataclasses.replace(spec, image_width=MAX_IMAGE_SIDE, chunk_length=MAX_CHUNK_LENGTH,
+                        joint_names=tuple(f"j{i}" for i in range(MAX_JOINTS)))
+
+
+def test_hparams_over_their_caps_are_refused_before_allocating(spec):
+    """Each refused in milliseconds by the plan; built, the last two would take 1 GiB and 4 GiB."""
+    cases = [({"hidden": [MAX_LAYER_WIDTH + 1]}, "hparams.hidden' = 4097"),
+             ({"hidden": [64] * (MAX_LAYERS + 1)}, "hparams.hidden' = <17 entries>"),
+             ({"pool_size": 2.0}, "hparams.pool_size' = 2.0"),
+             ({"channels": [True]}, "hparams.channels' = True"),
+             ({"hidden": [MAX_LAYER_WIDTH] * MAX_LAYERS}, "MAX_PARAMETERS"),
+             ({"channels": [MAX_LAYER_WIDTH]}, "MAX_ACTIVATIONS")]
+    big_image = dataclasses.replace(spec, image_width=MAX_IMAGE_SIDE, image_height=MAX_IMAGE_SIDE)
+    for hparams, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            build_model("cnn_mlp", big_image, **hparams)
+    assert MAX_PARAMETERS < MAX_LAYER_WIDTH**2 * MAX_LAYERS  # the caps on each size alone do not bound the model

@@ -40,6 +40,23 @@ MIN_JOINT_STD = 0.05  # [rad] floor of the joint-position std learned from data
 # position, i.e. it holds still.
 UNTRAINED_ACTION_STD = 1e-3
 
+# Caps on every size a spec gives (DESIGN.md §5: a checkpoint is untrusted input, and each of these
+# sizes becomes an allocation when the model is built or warmed up). Generous: each is 10x or more
+# what this stack uses, and far below what would take a machine's memory.
+MAX_JOINTS = 64  # joints per policy: the arms here have 6-9, a humanoid about 40
+MAX_NAME_LENGTH = 256  # characters of a joint or architecture name (URDF names are short)
+MAX_IMAGE_SIDE = 1024  # [px] policy image width and height: policy images are downscaled (96x96 here)
+MAX_CHUNK_LENGTH = 1000  # points per action chunk: 10 here, action-chunking policies use about 100
+MAX_DT_S = 10.0  # [s] between chunk points: 0.05 here; a chunk point 10 s away is no control any more
+MAX_LAYER_WIDTH = 4096  # any integer hyperparameter (conv channels, MLP widths, keypoints, pool size)
+MAX_LAYERS = 16  # entries of a list hyperparameter (convs, MLP layers): 2-4 here
+# Elements of the model's state (parameters + buffers): 64 Mi = 256 MiB float32; the models here
+# have about 0.1 Mi.
+MAX_PARAMETERS = 64 * 1024 * 1024
+# Elements of the intermediate results of one batch-1 inference (the warm-up): 64 Mi = 256 MiB
+# float32; 0.2 Mi here at 96x96.
+MAX_ACTIVATIONS = 64 * 1024 * 1024
+
 
 @dataclass(frozen=True)
 class PolicySpec:
@@ -74,14 +91,29 @@ class PolicySpec:
             raise ConfigError(source, "architecture", self.architecture, "must be a non-empty name")
         if not self.joint_names:
             raise ConfigError(source, "joint_names", list(self.joint_names), "needs at least one joint")
+        if len(self.joint_names) > MAX_JOINTS:
+            raise ConfigError(source, "joint_names", _Shown(f"<{len(self.joint_names)} names>"),
+                              f"more than MAX_JOINTS = {MAX_JOINTS} joints")
         if len(set(self.joint_names)) != len(self.joint_names):
             raise ConfigError(source, "joint_names", list(self.joint_names), "contains duplicate names")
-        for name in ("image_width", "image_height", "chunk_length"):
+        if len(self.architecture) > MAX_NAME_LENGTH:
+            raise ConfigError(source, "architecture", abbreviate(self.architecture),
+                              f"longer than {MAX_NAME_LENGTH} characters")
+        for joint in self.joint_names:
+            if not joint or len(joint) > MAX_NAME_LENGTH:
+                raise ConfigError(source, "joint_names", abbreviate(joint),
+                                  f"a joint name must have 1 to {MAX_NAME_LENGTH} characters")
+        caps = {"image_width": (MAX_IMAGE_SIDE, "MAX_IMAGE_SIDE", " [px]"),
+                "image_height": (MAX_IMAGE_SIDE, "MAX_IMAGE_SIDE", " [px]"),
+                "chunk_length": (MAX_CHUNK_LENGTH, "MAX_CHUNK_LENGTH", " points")}
+        for name, (cap, cap_name, unit) in caps.items():
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(source, name, value, "must be a positive integer")
-        if not (isinstance(self.dt_s, (int, float)) and np.isfinite(self.dt_s) and self.dt_s > 0):
-            raise ConfigError(source, "dt_s", self.dt_s, "must be a positive number of seconds")
+            if value > cap:
+                raise ConfigError(source, name, value, f"more than {cap_name} = {cap}{unit}")
+        if not (isinstance(self.dt_s, (int, float)) and np.isfinite(self.dt_s) and 0 < self.dt_s <= MAX_DT_S):
+            raise ConfigError(source, "dt_s", self.dt_s, f"must be a positive number of seconds <= {MAX_DT_S}")
         for name in ("hparams", "policy_camera", "preprocess", "provenance"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(source, name, getattr(self, name), "must be a mapping")
@@ -106,6 +138,21 @@ class PolicySpec:
         for key in required:
             if key not in data:
                 raise ConfigError(source, key, None, "missing")
+        # A spec read from a file is untrusted: every field must already have its type (str() or
+        # dict() of a wrong type would turn garbage into something plausible).
+        types = {"architecture": (str,), "hparams": (Mapping,), "joint_names": (list, tuple),
+                 "policy_camera": (Mapping,), "dt_s": (int, float), "preprocess": (Mapping,),
+                 "preprocess_hash": (str,), "sim_params_version": (str,), "provenance": (Mapping,)}
+        for key, allowed in types.items():
+            if key in data and (not isinstance(data[key], allowed) or isinstance(data[key], bool)):
+                raise ConfigError(source, key, abbreviate(data[key]),
+                                  f"must be of type {' or '.join(t.__name__ for t in allowed)}")
+        names = data["joint_names"]
+        if len(names) > MAX_JOINTS:  # before looking at each one: the list may be huge
+            raise ConfigError(source, "joint_names", _Shown(f"<{len(names)} names>"),
+                              f"more than MAX_JOINTS = {MAX_JOINTS} joints")
+        if not all(isinstance(n, str) for n in names):
+            raise ConfigError(source, "joint_names", abbreviate(names), "must be a list of strings")
         try:
             return cls(
                 architecture=str(data["architecture"]),
@@ -123,8 +170,8 @@ class PolicySpec:
             )
         except ConfigError as err:
             raise ConfigError(source, err.field, err.value, err.problem) from err
-        except (TypeError, ValueError) as err:
-            raise ConfigError(source, "<spec>", dict(data), str(err)) from err
+        except (TypeError, ValueError, OverflowError) as err:
+            raise ConfigError(source, "<spec>", sorted(str(k) for k in data), str(err)) from err
 
 
 # ----------------------------------------------------------------------------------------------
@@ -371,21 +418,135 @@ class SpatialSoftmaxPolicy(PolicyModel):
         return self.head(torch.cat([points, joints_normalized], dim=1))
 
 
+def _architecture_class(architecture: str) -> type[PolicyModel]:
+    cls = ARCHITECTURES.get(architecture)
+    if cls is None:
+        raise ConfigError("policy", "architecture", abbreviate(architecture),
+                          f"unknown; registered: {sorted(ARCHITECTURES)}")
+    return cls
+
+
+def _check_size(key: str, value: Any) -> None:
+    """One integer hyperparameter: a real int (not a bool, not 3.0) in 1..MAX_LAYER_WIDTH."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 1 <= value <= MAX_LAYER_WIDTH:
+        raise ConfigError("policy", f"hparams.{key}", abbreviate(value),
+                          f"must be an integer from 1 to MAX_LAYER_WIDTH = {MAX_LAYER_WIDTH}")
+
+
+def resolve_hparams(architecture: str, hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """`hparams` over the architecture's DEFAULT_HPARAMS, with every size bounded: an integer
+    default takes an int in 1..MAX_LAYER_WIDTH, a list default a list of 1..MAX_LAYERS such ints.
+    Raises ConfigError naming the hyperparameter for an unknown architecture or hyperparameter,
+    a wrong type or a size out of bounds."""
+    cls = _architecture_class(architecture)
+    unknown = sorted(str(k) for k in set(hparams) - set(cls.DEFAULT_HPARAMS))
+    if unknown:
+        raise ConfigError("policy", "hparams", abbreviate(unknown),
+                          f"unknown for {architecture}: {abbreviate(unknown)}; known: {sorted(cls.DEFAULT_HPARAMS)}")
+    merged = {**cls.DEFAULT_HPARAMS, **hparams}
+    for key, default in cls.DEFAULT_HPARAMS.items():
+        value = merged[key]
+        if isinstance(default, (list, tuple)):
+            if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= MAX_LAYERS:
+                shown = _Shown(f"<{len(value)} entries>") if isinstance(value, (list, tuple)) else abbreviate(value)
+                raise ConfigError("policy", f"hparams.{key}", shown,
+                                  f"must be a list of 1 to MAX_LAYERS = {MAX_LAYERS} sizes")
+            for item in value:
+                _check_size(key, item)
+        elif isinstance(default, int) and not isinstance(default, bool):
+            _check_size(key, value)
+    return merged
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """What building a model for a spec would allocate, found without allocating it (the model is
+    built on torch's "meta" device, which records shapes only).
+
+    state: name -> (shape, dtype) of every state_dict entry (what a checkpoint must hold).
+    parameters: elements in the state. activations: elements of the intermediate results of one
+    batch-1 inference (every module's output plus the image as uint8 and float: the measure of
+    what the warm-up needs; it holds fewer at once, but convolutions add some workspace)."""
+
+    state: dict[str, tuple[tuple[int, ...], torch.dtype]]
+    parameters: int
+    activations: int
+
+
+def plan_model(architecture: str, spec: PolicySpec, **hparams: Any) -> ModelPlan:
+    """The ModelPlan of build_model(architecture, spec, **hparams); raises ConfigError when the
+    hyperparameters are bad or the model would exceed MAX_PARAMETERS or MAX_ACTIVATIONS."""
+    cls = _architecture_class(architecture)
+    merged = resolve_hparams(architecture, hparams)
+    try:
+        with torch.device("meta"):
+            model = cls(spec.joint_count, spec.chunk_length, spec.image_height, spec.image_width, **merged)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ConfigError("policy", "hparams", merged, str(err)) from err
+    state = {name: (tuple(t.shape), t.dtype) for name, t in model.state_dict().items()}
+    parameters = sum(t.numel() for t in model.state_dict().values())
+    if parameters > MAX_PARAMETERS:
+        raise ConfigError("policy", "hparams", merged,
+                          f"the model for a {spec.image_width}x{spec.image_height} image, {spec.joint_count} joints "
+                          f"and {spec.chunk_length} points would have {parameters} parameters, more than "
+                          f"MAX_PARAMETERS = {MAX_PARAMETERS}")
+    activations = _meta_activations(model, spec)
+    if activations > MAX_ACTIVATIONS:
+        raise ConfigError("policy", "hparams", merged,
+                          f"one inference on a {spec.image_width}x{spec.image_height} image would hold {activations} "
+                          f"intermediate values, more than MAX_ACTIVATIONS = {MAX_ACTIVATIONS}")
+    return ModelPlan(state, parameters, activations)
+
+
+def _meta_activations(model: PolicyModel, spec: PolicySpec) -> int:
+    """Elements of every leaf module's output in one batch-1 inference of a meta-device model."""
+    total = 2 * spec.image_height * spec.image_width * 3  # the image, as uint8 and as float
+
+    def count(_module: nn.Module, _inputs: Any, output: Any) -> None:
+        nonlocal total
+        if isinstance(output, torch.Tensor):
+            total += output.numel()
+
+    leaves = [m for m in model.modules() if not any(True for _ in m.children())]
+    handles = [m.register_forward_hook(count) for m in leaves]
+    try:
+        images = torch.zeros((1, spec.image_height, spec.image_width, 3), dtype=torch.uint8, device="meta")
+        joints = torch.zeros((1, spec.joint_count), device="meta")
+        with torch.no_grad():
+            model.forward_normalized(images, joints)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ConfigError("policy", "hparams", model.hparams, f"the model cannot run: {err}") from err
+    finally:
+        for handle in handles:
+            handle.remove()
+    return total
+
+
 def build_model(architecture: str, spec: PolicySpec, **hparams: Any) -> PolicyModel:
     """Build an (untrained) model for `spec`'s joints, image size and chunk length.
 
     hparams override the architecture's DEFAULT_HPARAMS; the resolved values are in model.hparams
-    (save_checkpoint records them). Raises ConfigError for an unknown architecture or bad hparams.
+    (save_checkpoint records them). Raises ConfigError for an unknown architecture, bad hparams or
+    a model over the size caps (plan_model), before allocating anything.
     """
-    cls = ARCHITECTURES.get(architecture)
-    if cls is None:
-        raise ConfigError("policy", "architecture", architecture, f"unknown; registered: {sorted(ARCHITECTURES)}")
-    unknown = sorted(set(hparams) - set(cls.DEFAULT_HPARAMS))
-    if unknown:
-        raise ConfigError("policy", "hparams", hparams,
-                          f"unknown for {architecture}: {unknown}; known: {sorted(cls.DEFAULT_HPARAMS)}")
-    merged = {**cls.DEFAULT_HPARAMS, **hparams}
+    cls = _architecture_class(architecture)
+    merged = resolve_hparams(architecture, hparams)
+    plan_model(architecture, spec, **merged)
     try:
         return cls(spec.joint_count, spec.chunk_length, spec.image_height, spec.image_width, **merged)
     except (TypeError, ValueError) as err:
         raise ConfigError("policy", "hparams", merged, str(err)) from err
+
+
+class _Shown(str):
+    """A value's text as an error message shows it (its repr is itself: no added quotes)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def abbreviate(value: Any, limit: int = 120) -> _Shown:
+    """repr(value), cut to about `limit` characters: a hostile file's value may be megabytes long
+    and must not become a megabyte error line."""
+    text = repr(value)
+    return _Shown(text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)")
