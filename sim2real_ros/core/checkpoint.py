@@ -12,12 +12,19 @@ The spec carries architecture + hparams, joint names, image size and intrinsics,
 dt, the preprocessing config and its hash, the sim params version and the training provenance;
 the tensors are the model's state_dict, which includes the normalization statistics (buffers).
 The checkpoint hash is the sha256 of the file bytes (16 hex digits), what "parent hash" refers to.
+
+Reading checks everything before allocating (read_checkpoint, the one way in): the file size, the
+header (bounded, no NaN/Infinity), the spec's sizes (caps in policy_model.py), the tensor table
+(integer sizes, dtype allowlist, every tensor inside the file) and the table against what the
+spec's architecture needs (built on the meta device); load_checkpoint checks the running graph
+before building and warming up the model.
 """
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
 import hashlib
+import io
 import json
 import math
 import os
@@ -27,28 +34,39 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
 import yaml
 
+from .camera_model import CameraModel
 from .errors import CheckpointError, ConfigError
 from .hashing import content_hash
 from .policy_model import (
     DEFAULT_ARCHITECTURE,
     DEFAULT_CHUNK_LENGTH,
     DEFAULT_DT_S,
+    MAX_PARAMETERS,
+    ModelPlan,
     PolicyModel,
     PolicySpec,
+    abbreviate,
     build_model,
+    plan_model,
 )
 from .preprocess_config import PreprocessConfig
 
 MAGIC = b"SIM2REAL-POLICY\n"
 FORMAT_VERSION = 1
 _LENGTH = struct.Struct("<Q")
-_MAX_HEADER_BYTES = 64 * 1024 * 1024
+# Caps on the file's own structure (the spec's sizes are capped in policy_model.py). A real header
+# is about 4 KB (a fine-tuned one with its bag list some tens of KB); 4 MiB of JSON parses into at
+# most ~100 MB of Python objects.
+_MAX_HEADER_BYTES = 4 * 1024 * 1024
+_MAX_TENSORS = 1024  # tensor table rows: ~20 for the models here, 4 per layer at most
+_MAX_TENSOR_DIMS = 8  # dimensions of one tensor: weights here have at most 4
+_MAX_TENSOR_NAME = 256  # characters of a tensor name ("image_encoder.0.weight")
 # Tensor dtypes the format stores (numpy has no bfloat16, so it is not among them).
 _DTYPES: dict[str, tuple[torch.dtype, np.dtype]] = {
     "float32": (torch.float32, np.dtype("<f4")),
@@ -60,6 +78,9 @@ _DTYPES: dict[str, tuple[torch.dtype, np.dtype]] = {
     "bool": (torch.bool, np.dtype("?")),
 }
 _DTYPE_NAMES = {torch_dtype: name for name, (torch_dtype, _) in _DTYPES.items()}
+# The largest file a checkpoint within the caps can be: a bigger one is refused before it is read.
+_MAX_FILE_BYTES = len(MAGIC) + _LENGTH.size + _MAX_HEADER_BYTES + MAX_PARAMETERS * max(
+    np_dtype.itemsize for _, np_dtype in _DTYPES.values())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -184,82 +205,265 @@ def _architecture_name(model: PolicyModel) -> str:
 
 # ----------------------------------------------------------------------------------------------
 # Reading
+#
+# A checkpoint is untrusted input (DESIGN.md §5): every size it gives is checked against the file's
+# real size and the caps at the top of this module (the spec's against those in policy_model.py)
+# before anything is allocated, so a hostile or damaged file fails with a CheckpointError naming the
+# file, the field and the value: never a traceback, a hang or gigabytes of memory.
+_HASH_BLOCK_BYTES = 1 << 20
+
+
+class _NonFinite:
+    """What the header parser makes of a NaN/Infinity literal: not a number, so that no check can
+    take it for one; _find_non_finite reports where it is."""
+
+    def __init__(self, literal: str) -> None:
+        self.literal = literal
+
+
 def _hash_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _hash_file(handle: BinaryIO) -> str:
+    """sha256 (16 hex digits) of an open file's bytes, read in blocks (memory stays bounded)."""
+    digest = hashlib.sha256()
+    handle.seek(0)
+    for block in iter(lambda: handle.read(_HASH_BLOCK_BYTES), b""):
+        digest.update(block)
+    return digest.hexdigest()[:16]
 
 
 def checkpoint_hash(path: str | Path) -> str:
     """Content hash of a checkpoint file (sha256 of its bytes, 16 hex digits)."""
     try:
-        return _hash_bytes(Path(path).read_bytes())
+        with open(path, "rb") as handle:
+            return _hash_file(handle)
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read checkpoint: {err}") from err
 
 
-def _read_bytes(path: Path) -> bytes:
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint file {path} does not exist; create an untrained one with "
-                              f"`sim2real policy init --robot URDF --out {path}` or train one")
+def _parse_header(raw: bytes, source: str) -> dict[str, Any]:
+    """The header JSON as a dict; NaN, Infinity and numbers too large for a float are refused
+    naming the field (json.loads would take them as floats, and a size of inf overflows int())."""
     try:
-        return path.read_bytes()
-    except OSError as err:
-        raise CheckpointError(f"{path}: cannot read checkpoint: {err}") from err
+        header = json.loads(raw.decode("utf-8"), parse_constant=_NonFinite)
+    except RecursionError as err:
+        raise CheckpointError(f"{source}: header is nested too deeply to be a checkpoint header") from err
+    except (UnicodeDecodeError, ValueError) as err:  # JSONDecodeError, and ints over Python's digit limit
+        raise CheckpointError(f"{source}: header is not valid JSON: {err}") from err
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{source}: header is a JSON {type(header).__name__}, not an object")
+    found = _find_non_finite(header, "header")
+    if found is not None:
+        where, literal = found
+        raise CheckpointError(f"{source}: field {where} = {literal}: NaN and infinite numbers are not allowed "
+                              f"in a checkpoint header")
+    return header
+
+
+def _find_non_finite(value: Any, where: str) -> tuple[str, str] | None:
+    """(path, literal) of the first NaN/Infinity in a parsed header, else None. Iterative: the
+    header's nesting depth is whatever the JSON parser accepted."""
+    stack = [(value, where)]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, _NonFinite):
+            return path, item.literal
+        if isinstance(item, float) and not math.isfinite(item):
+            return path, repr(item)  # a literal like 1e999
+        if isinstance(item, dict):
+            stack.extend((v, f"{path}.{k}") for k, v in reversed(list(item.items())))
+        elif isinstance(item, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(item))))
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class _TensorEntry:
+    """One row of the tensor table, checked: offset and nbytes [bytes] from the data block start."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+
+
+def _is_size(value: Any) -> bool:
+    """A JSON integer >= 0 (not a bool, not 3.0: a size written as a float was not written by us)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _parse_entry(entry: Any, index: int, data_bytes: int, source: str) -> _TensorEntry:
+    """Check one tensor table row: types, dtype allowlist, shape bounds, nbytes = elements x
+    itemsize, and [offset, offset + nbytes) inside the data block of `data_bytes` bytes."""
+    where = f"{source}: tensor table entry {index}"
+    if not isinstance(entry, dict):
+        raise CheckpointError(f"{where} is a {type(entry).__name__}, not an object")
+    missing = [k for k in ("name", "dtype", "shape", "offset", "nbytes") if k not in entry]
+    if missing:
+        raise CheckpointError(f"{where} lacks {missing}")
+    name = entry["name"]
+    if not isinstance(name, str) or not 0 < len(name) <= _MAX_TENSOR_NAME:
+        raise CheckpointError(f"{where}: field 'name' = {abbreviate(name)}: must be a string of 1 to "
+                              f"{_MAX_TENSOR_NAME} characters")
+    where = f"{source}: tensor '{name}'"
+    dtype_name = entry["dtype"]
+    if not isinstance(dtype_name, str) or dtype_name not in _DTYPES:
+        raise CheckpointError(f"{where}: field 'dtype' = {abbreviate(dtype_name)}: not a stored dtype "
+                              f"(supported: {sorted(_DTYPES)})")
+    shape = entry["shape"]
+    if (not isinstance(shape, list) or len(shape) > _MAX_TENSOR_DIMS
+            or not all(_is_size(d) and d <= MAX_PARAMETERS for d in shape)):
+        raise CheckpointError(f"{where}: field 'shape' = {abbreviate(shape)}: must be a list of at most "
+                              f"{_MAX_TENSOR_DIMS} integers from 0 to MAX_PARAMETERS = {MAX_PARAMETERS}")
+    elements = math.prod(shape)
+    if elements > MAX_PARAMETERS:
+        raise CheckpointError(f"{where}: field 'shape' = {shape}: {elements} elements, more than "
+                              f"MAX_PARAMETERS = {MAX_PARAMETERS}")
+    for key in ("offset", "nbytes"):
+        if not _is_size(entry[key]):
+            raise CheckpointError(f"{where}: field '{key}' = {abbreviate(entry[key])}: must be an integer >= 0")
+    offset, nbytes = entry["offset"], entry["nbytes"]
+    expected = elements * _DTYPES[dtype_name][1].itemsize
+    if nbytes != expected:
+        raise CheckpointError(f"{where}: field 'nbytes' = {nbytes}: shape {shape} of {dtype_name} takes "
+                              f"{expected} bytes")
+    if offset + nbytes > data_bytes:
+        raise CheckpointError(f"{where}: field 'offset' = {offset}: its {nbytes} bytes lie outside the file (they "
+                              f"end at byte {offset + nbytes} of a data block of {data_bytes}; truncated file?)")
+    return _TensorEntry(name, dtype_name, tuple(shape), offset, nbytes)
+
+
+def _parse_table(entries: Any, data_bytes: int, source: str) -> dict[str, _TensorEntry]:
+    """The checked tensor table by name (see _parse_entry); names must be unique."""
+    if not isinstance(entries, list):
+        raise CheckpointError(f"{source}: field 'tensors' = {abbreviate(entries)}: the header has no tensor table")
+    if len(entries) > _MAX_TENSORS:
+        raise CheckpointError(f"{source}: field 'tensors' has {len(entries)} entries, more than {_MAX_TENSORS}")
+    table: dict[str, _TensorEntry] = {}
+    for index, raw in enumerate(entries):
+        entry = _parse_entry(raw, index, data_bytes, source)
+        if entry.name in table:
+            raise CheckpointError(f"{source}: tensor '{entry.name}' appears twice in the tensor table")
+        table[entry.name] = entry
+    return table
+
+
+def _parse_spec(header: dict[str, Any], source: str) -> tuple[PolicySpec, ModelPlan]:
+    """The header's spec, with every size within the caps, and the plan of the model it builds
+    (made on the meta device: nothing allocated). Its camera must parse, since the graph check
+    reads its intrinsics."""
+    try:
+        spec = PolicySpec.from_dict(header.get("spec"), source=f"{source} spec")
+        CameraModel.from_dict(spec.policy_camera, source=f"{source} spec policy_camera")
+        plan = plan_model(spec.architecture, spec, **spec.hparams)
+    except ConfigError as err:
+        # The same field, value and problem, told as this file's (plan_model names "policy").
+        raise CheckpointError(str(ConfigError(err.source if err.source.startswith(source) else f"{source} spec",
+                                              err.field, err.value, err.problem))) from err
+    return spec, plan
+
+
+def _check_against_plan(table: dict[str, _TensorEntry], plan: ModelPlan, spec: PolicySpec, source: str) -> None:
+    """Every tensor the spec's architecture needs, no other, each with the shape it needs (and a
+    floating dtype where it needs one): checked before any tensor data is read."""
+    problems = []
+    missing = sorted(set(plan.state) - set(table))
+    unexpected = sorted(set(table) - set(plan.state))
+    if missing:
+        problems.append(f"missing tensors {abbreviate(missing)}")
+    if unexpected:
+        problems.append(f"unexpected tensors {abbreviate(unexpected)}")
+    for name in sorted(set(plan.state) & set(table)):
+        shape, dtype = plan.state[name]
+        entry = table[name]
+        if entry.shape != shape:
+            problems.append(f"tensor '{name}' field 'shape' = {list(entry.shape)}, "
+                            f"the architecture needs {list(shape)}")
+        elif dtype.is_floating_point and not _DTYPES[entry.dtype][0].is_floating_point:
+            problems.append(f"tensor '{name}' field 'dtype' = {entry.dtype!r}, the architecture needs {dtype}")
+    if problems:
+        raise CheckpointError(f"{source}: weights do not fit architecture {spec.architecture!r} "
+                              f"{spec.hparams}: " + "; ".join(problems[:5])
+                              + (f"; and {len(problems) - 5} more" if len(problems) > 5 else ""))
+
+
+def _read_tensor(handle: BinaryIO, data_start: int, entry: _TensorEntry, source: str) -> torch.Tensor:
+    """Read one checked tensor straight into its array (no copy of the file in memory)."""
+    array = np.empty(entry.shape, dtype=_DTYPES[entry.dtype][1])
+    if entry.nbytes:
+        handle.seek(data_start + entry.offset)
+        read = handle.readinto(array.reshape(-1).view(np.uint8))
+        if read != entry.nbytes:  # the file shrank since its size was taken
+            raise CheckpointError(f"{source}: tensor '{entry.name}': read {read} of its {entry.nbytes} bytes "
+                                  f"(truncated file?)")
+    return torch.from_numpy(array)
+
+
+def _decode(handle: BinaryIO, size: int, source: str) -> tuple[PolicySpec, dict[str, torch.Tensor]]:
+    """Parse and check an open checkpoint of `size` bytes: header, spec, tensor table and the
+    table against the spec's architecture, all before reading (allocating) any tensor."""
+    prefix = handle.read(len(MAGIC) + _LENGTH.size)
+    if len(prefix) < len(MAGIC) and MAGIC.startswith(prefix):
+        raise CheckpointError(f"{source}: truncated checkpoint ({size} bytes: it ends inside the {MAGIC!r} header)")
+    if not prefix.startswith(MAGIC):
+        hint = " (it looks like a pickle, which could run code when loaded)" if prefix[:1] in (b"\x80", b"PK") else ""
+        raise CheckpointError(f"{source}: not a sim2real policy checkpoint (missing the {MAGIC!r} header){hint}; "
+                              f"refusing to load it")
+    start = len(MAGIC) + _LENGTH.size
+    if len(prefix) < start:
+        raise CheckpointError(f"{source}: truncated checkpoint ({size} bytes: it ends inside the header length)")
+    (header_length,) = _LENGTH.unpack_from(prefix, len(MAGIC))
+    if header_length > _MAX_HEADER_BYTES:
+        raise CheckpointError(f"{source}: field 'header length' = {header_length}: more than the "
+                              f"{_MAX_HEADER_BYTES} bytes a checkpoint header may have")
+    if start + header_length > size:
+        raise CheckpointError(f"{source}: field 'header length' = {header_length}: the header would end at byte "
+                              f"{start + header_length} of a {size}-byte file (truncated file?)")
+    raw = handle.read(header_length)
+    if len(raw) != header_length:
+        raise CheckpointError(f"{source}: truncated header ({len(raw)} of {header_length} bytes)")
+    header = _parse_header(raw, source)
+    if header.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{source}: checkpoint format version {abbreviate(header.get('format_version'))}, "
+                              f"this code reads {FORMAT_VERSION}")
+    spec, plan = _parse_spec(header, source)
+    data_start = start + header_length
+    table = _parse_table(header.get("tensors"), size - data_start, source)
+    _check_against_plan(table, plan, spec, source)
+    state = {name: _read_tensor(handle, data_start, entry, source) for name, entry in sorted(table.items())}
+    return spec, state
 
 
 def decode_checkpoint(data: bytes, source: str) -> tuple[PolicySpec, dict[str, torch.Tensor]]:
     """Parse checkpoint bytes into (spec, state_dict). Nothing is unpickled or executed: a file
-    that is not in this format (a torch.save pickle, say) is refused, never loaded."""
-    if not data.startswith(MAGIC):
-        hint = " (it looks like a pickle, which could run code when loaded)" if data[:1] in (b"\x80", b"PK") else ""
-        raise CheckpointError(f"{source}: not a sim2real policy checkpoint (missing the {MAGIC!r} header){hint}; "
-                              f"refusing to load it")
-    start = len(MAGIC) + _LENGTH.size
-    if len(data) < start:
-        raise CheckpointError(f"{source}: truncated checkpoint ({len(data)} bytes)")
-    (header_length,) = _LENGTH.unpack_from(data, len(MAGIC))
-    if header_length > _MAX_HEADER_BYTES or start + header_length > len(data):
-        raise CheckpointError(f"{source}: header length {header_length} does not fit the file ({len(data)} bytes)")
-    try:
-        header = json.loads(data[start:start + header_length].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{source}: header is not valid JSON: {err}") from err
-    if not isinstance(header, dict) or header.get("format_version") != FORMAT_VERSION:
-        version = header.get("format_version") if isinstance(header, dict) else None
-        raise CheckpointError(f"{source}: checkpoint format version {version!r}, this code reads {FORMAT_VERSION}")
-    try:
-        spec = PolicySpec.from_dict(header.get("spec"), source=f"{source} spec")
-    except ConfigError as err:
-        raise CheckpointError(str(err)) from err
-    blob = memoryview(data)[start + header_length:]
-    state: dict[str, torch.Tensor] = {}
-    entries = header.get("tensors")
-    if not isinstance(entries, list):
-        raise CheckpointError(f"{source}: header has no tensor table")
-    for entry in entries:
-        try:
-            name, dtype_name = str(entry["name"]), str(entry["dtype"])
-            shape = [int(v) for v in entry["shape"]]
-            offset, nbytes = int(entry["offset"]), int(entry["nbytes"])
-        except (KeyError, TypeError, ValueError) as err:
-            raise CheckpointError(f"{source}: malformed tensor entry {entry!r}") from err
-        if dtype_name not in _DTYPES:
-            raise CheckpointError(f"{source}: tensor '{name}' has unsupported dtype {dtype_name!r}")
-        np_dtype = _DTYPES[dtype_name][1]
-        if min(shape, default=0) < 0 or nbytes != math.prod(shape) * np_dtype.itemsize:
-            raise CheckpointError(f"{source}: tensor '{name}' shape {shape} does not match its {nbytes} bytes")
-        if offset < 0 or offset + nbytes > len(blob):
-            raise CheckpointError(f"{source}: tensor '{name}' lies outside the file (truncated?)")
-        array = np.frombuffer(blob[offset:offset + nbytes], dtype=np_dtype).reshape(shape).copy()
-        state[name] = torch.from_numpy(array)
-    return spec, state
+    that is not in this format (a torch.save pickle, say) is refused, never loaded. Every size is
+    checked (see _decode) before anything is allocated; CheckpointError names `source`."""
+    return _decode(io.BytesIO(data), len(data), source)
 
 
 def read_checkpoint(path: str | Path) -> tuple[PolicySpec, dict[str, torch.Tensor], str]:
-    """(spec, state_dict, checkpoint hash) of a checkpoint file, without building a model."""
+    """(spec, state_dict, checkpoint hash) of a checkpoint file, without building a model.
+
+    The one way into a checkpoint file: everything that loads one (the policy node, evaluation,
+    fine-tuning, `sim2real policy info`) comes through here, so all get the same checks."""
     path = Path(path)
-    data = _read_bytes(path)
-    spec, state = decode_checkpoint(data, str(path))
-    return spec, state, _hash_bytes(data)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint file {path} does not exist; create an untrained one with "
+                              f"`sim2real policy init --robot URDF --out {path}` or train one")
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > _MAX_FILE_BYTES:
+                raise CheckpointError(f"{path}: file size {size} bytes is more than a checkpoint within the "
+                                      f"caps can be ({_MAX_FILE_BYTES} bytes)")
+            spec, state = _decode(handle, size, str(path))
+            digest = _hash_file(handle)
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot read checkpoint: {err}") from err
+    return spec, state, digest
 
 
 # ----------------------------------------------------------------------------------------------
@@ -301,30 +505,44 @@ class LoadedPolicy:
         return q[None, :] + deltas.astype(np.float64)
 
     def check_compatible(self, joint_names: Sequence[str], preprocess: PreprocessConfig) -> None:
-        """Refuse (CheckpointError) to run in a graph whose joints, image size, intrinsics or
-        preprocessing differ from what the policy was trained with; the message names both sides
-        of every mismatch."""
-        spec = self.spec
-        problems = []
-        graph_joints = list(joint_names)
-        if list(spec.joint_names) != graph_joints:
-            same_set = sorted(spec.joint_names) == sorted(graph_joints)
-            what = "joint order" if same_set else "joints"
-            problems.append(f"{what}: checkpoint expects joints {list(spec.joint_names)}, graph has {graph_joints}")
-        camera = preprocess.policy_camera
-        if (spec.image_width, spec.image_height) != (camera.width, camera.height):
-            problems.append(f"image size: checkpoint expects {spec.image_width}x{spec.image_height}, "
-                            f"graph has {camera.width}x{camera.height}")
-        intrinsics_keys = ("fx", "fy", "cx", "cy")
-        trained = {k: float(spec.policy_camera.get(k, math.nan)) for k in intrinsics_keys}
-        running = {k: float(getattr(camera, k)) for k in intrinsics_keys}
-        if not all(math.isclose(trained[k], running[k], rel_tol=1e-9, abs_tol=1e-9) for k in intrinsics_keys):
-            problems.append(f"intrinsics: checkpoint expects {trained}, graph has {running}")
-        if spec.preprocess_hash != preprocess.content_hash:
-            problems.append(f"preprocessing: checkpoint was trained with preprocess hash {spec.preprocess_hash} "
-                            f"({spec.preprocess}), graph has {preprocess.content_hash} ({preprocess.to_dict()})")
-        if problems:
-            raise CheckpointError(f"{self.source} does not match the running graph: " + "; ".join(problems))
+        """Refuse (CheckpointError) to run in a graph that differs from what the policy was
+        trained with; see check_compatible."""
+        check_compatible(self.spec, joint_names, preprocess, self.source)
+
+
+def check_compatible(spec: PolicySpec, joint_names: Sequence[str], preprocess: PreprocessConfig,
+                     source: str) -> None:
+    """Refuse (CheckpointError naming `source`) a spec whose joints, image size, intrinsics or
+    preprocessing differ from the running graph's; the message names both sides of every
+    mismatch. Needs only the spec: run it before building (and warming up) the model."""
+    problems = []
+    graph_joints = list(joint_names)
+    if list(spec.joint_names) != graph_joints:
+        same_set = sorted(spec.joint_names) == sorted(graph_joints)
+        what = "joint order" if same_set else "joints"
+        problems.append(f"{what}: checkpoint expects joints {list(spec.joint_names)}, graph has {graph_joints}")
+    camera = preprocess.policy_camera
+    if (spec.image_width, spec.image_height) != (camera.width, camera.height):
+        problems.append(f"image size: checkpoint expects {spec.image_width}x{spec.image_height}, "
+                        f"graph has {camera.width}x{camera.height}")
+    intrinsics_keys = ("fx", "fy", "cx", "cy")
+    trained = {k: _number(spec.policy_camera.get(k)) for k in intrinsics_keys}
+    running = {k: float(getattr(camera, k)) for k in intrinsics_keys}
+    if not all(math.isclose(trained[k], running[k], rel_tol=1e-9, abs_tol=1e-9) for k in intrinsics_keys):
+        problems.append(f"intrinsics: checkpoint expects {trained}, graph has {running}")
+    if spec.preprocess_hash != preprocess.content_hash:
+        problems.append(f"preprocessing: checkpoint was trained with preprocess hash {spec.preprocess_hash} "
+                        f"({abbreviate(spec.preprocess, 2000)}), graph has {preprocess.content_hash} "
+                        f"({preprocess.to_dict()})")
+    if problems:
+        raise CheckpointError(f"{source} does not match the running graph: " + "; ".join(problems))
+
+
+def _number(value: Any) -> float:
+    """A recorded intrinsic as a float; NaN (never equal) if it is not a number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    return float(value)
 
 
 def _resolve_device(device: str) -> torch.device:
@@ -340,20 +558,32 @@ def _resolve_device(device: str) -> torch.device:
 
 
 def load_checkpoint(path: str | Path, device: str = "cpu", num_threads: int | None = None,
-                    warmup: bool = True) -> LoadedPolicy:
+                    warmup: bool = True, joint_names: Sequence[str] | None = None,
+                    preprocess: PreprocessConfig | None = None) -> LoadedPolicy:
     """Read a checkpoint, rebuild its model and make it ready to run.
 
     device: "cpu" or "cuda[:i]". num_threads: torch intra-op threads (process-wide setting; None
     leaves torch's default). warmup: run one inference now so the first real observation does not
-    pay the cold start. Raises CheckpointError for a missing, unsafe, damaged or inconsistent file.
+    pay the cold start. joint_names and preprocess (both or neither): the running graph's; the
+    checkpoint is checked against them (check_compatible) before its model is built.
+    Raises CheckpointError for a missing, unsafe, damaged, oversized, inconsistent or (given the
+    graph) incompatible file, before allocating more than the checked tensors.
     """
+    if (joint_names is None) != (preprocess is None):
+        raise ValueError("load_checkpoint: give both joint_names and preprocess, or neither")
     path = Path(path)
     spec, state, digest = read_checkpoint(path)
+    if joint_names is not None and preprocess is not None:
+        check_compatible(spec, joint_names, preprocess, str(path))
     torch_device = _resolve_device(device)
     if num_threads is not None:
         if int(num_threads) <= 0:
             raise CheckpointError(f"num_threads must be positive, got {num_threads}")
         torch.set_num_threads(int(num_threads))
+    bad = [name for name, tensor in state.items()
+           if tensor.is_floating_point() and not bool(torch.all(torch.isfinite(tensor)))]
+    if bad:
+        raise CheckpointError(f"{path}: tensors {abbreviate(bad)} contain NaN/Inf; refusing to run them")
     try:
         model = build_model(spec.architecture, spec, **spec.hparams)
     except ConfigError as err:
@@ -362,15 +592,14 @@ def load_checkpoint(path: str | Path, device: str = "cpu", num_threads: int | No
         model.load_state_dict(state, strict=True)
     except RuntimeError as err:
         raise CheckpointError(f"{path}: weights do not fit architecture {spec.architecture!r}: {err}") from err
-    bad = [name for name, tensor in state.items()
-           if tensor.is_floating_point() and not bool(torch.all(torch.isfinite(tensor)))]
-    if bad:
-        raise CheckpointError(f"{path}: tensors {bad} contain NaN/Inf; refusing to run them")
     model.eval().to(torch_device)
     policy = LoadedPolicy(spec, model, digest, str(path), torch_device)
     if warmup:
         image = np.zeros((spec.image_height, spec.image_width, 3), dtype=np.uint8)
-        policy.select_action(image, model.joint_mean.to("cpu").numpy().astype(np.float64))
+        try:
+            policy.select_action(image, model.joint_mean.to("cpu").numpy().astype(np.float64))
+        except (ValueError, RuntimeError) as err:
+            raise CheckpointError(f"{path}: the warm-up inference failed: {err}") from err
     return policy
 
 

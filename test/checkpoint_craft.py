@@ -1,0 +1,75 @@
+"""Crafting checkpoint files byte by byte, for the tests of hostile and damaged checkpoints.
+
+Independent of the reader's checks (it writes what a hostile file would hold): the tensors of a
+spec's architecture come from the model built on torch's "meta" device (shapes only, nothing
+allocated), so a file can hold a model far too big to build.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sim2real_ros.core.checkpoint import MAGIC, encode_checkpoint
+from sim2real_ros.core.policy_model import ARCHITECTURES, PolicySpec
+
+
+def zero_weights_checkpoint(spec: PolicySpec) -> bytes:
+    """The bytes of a well-formed checkpoint of `spec` (its architecture and hparams) whose
+    tensors are all zeros (the normalization's standard deviations ones: it holds still),
+    written without building the model in memory."""
+    cls = ARCHITECTURES[spec.architecture]
+    with torch.device("meta"):
+        model = cls(spec.joint_count, spec.chunk_length, spec.image_height, spec.image_width,
+                    **{**cls.DEFAULT_HPARAMS, **spec.hparams})
+    state = {name: (torch.ones if name.endswith("_std") else torch.zeros)(tuple(t.shape), dtype=t.dtype)
+             for name, t in model.state_dict().items()}
+    return encode_checkpoint(spec, state)
+
+
+def split_checkpoint(data: bytes) -> tuple[dict[str, Any], bytes]:
+    """(header as a dict, tensor data block) of checkpoint bytes."""
+    length = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "little")
+    start = len(MAGIC) + 8
+    return json.loads(data[start:start + length]), data[start + length:]
+
+
+def join_checkpoint(header: dict[str, Any] | str | bytes, blob: bytes) -> bytes:
+    """Checkpoint bytes of a header (a dict, written as Python's json writes it, NaN and Infinity
+    included; or the header's raw text/bytes) and a data block."""
+    if isinstance(header, dict):
+        header = json.dumps(header)
+    raw = header.encode() if isinstance(header, str) else header
+    return MAGIC + len(raw).to_bytes(8, "little") + raw + blob
+
+
+def run_measured(args: list[str], limit_bytes: int, timeout_s: float, cwd: Path,
+                 stdout: Path, stderr: Path, stdin: Path | None = None) -> tuple[int, int]:
+    """Run `args` with its address space limited to `limit_bytes` (a safety net: a process that
+    tried to allocate tens of GB fails instead of taking the machine). Returns (exit code, peak
+    resident set size [bytes] of that process alone, from wait4). Kills it after timeout_s [s]."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+    with open(stdout, "wb") as out, open(stderr, "wb") as err, open(stdin or os.devnull, "rb") as inp:
+        proc = subprocess.Popen(args, stdin=inp, stdout=out, stderr=err, cwd=cwd, preexec_fn=limit)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:
+            proc.kill()
+            os.wait4(proc.pid, 0)
+            proc.returncode = -9
+            raise TimeoutError(f"{args} still running after {timeout_s} s")
+        time.sleep(0.05)
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: tell Popen
+    return proc.returncode, usage.ru_maxrss * 1024
