@@ -1,6 +1,7 @@
 """Observation pairing (pure, at fixed times) and policy_node over real DDS, as a process."""
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pybullet_data
 import pytest
+from checkpoint_craft import join_checkpoint, run_measured, split_checkpoint, zero_weights_checkpoint
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
@@ -20,7 +22,7 @@ from sim2real_ros.conversions import (
     make_joint_state,
     stamp_to_ns,
 )
-from sim2real_ros.core.checkpoint import init_checkpoint, load_checkpoint
+from sim2real_ros.core.checkpoint import init_checkpoint, load_checkpoint, make_policy_spec
 from sim2real_ros.core.errors import ConfigError
 from sim2real_ros.core.observation_pairing import (
     DropCounter,
@@ -302,3 +304,80 @@ def test_bad_parameters_are_refused_naming_them():
             PolicyNodeConfig(**{**good, field: value})
     with pytest.raises(ConfigError, match="robot_description"):
         PolicyNodeConfig(**{**good, "robot_description": ""})
+
+
+# ----------------------------------------------------------------------------------------------
+# Hostile and incompatible checkpoints at start-up (issue 18, item 10)
+NODE_ADDRESS_SPACE_LIMIT = 3 << 30  # [bytes] a safety net: a node that asked for tens of GB fails instead
+
+
+def run_policy_node_measured(params: dict[str, str], folder: Path) -> tuple[int, str, int]:
+    """(exit code, stderr, peak RSS [bytes]) of policy_node started with `params`, which must exit
+    at start-up, run with its address space limited to NODE_ADDRESS_SPACE_LIMIT."""
+    args = [sys.executable, "-m", "sim2real_ros.cli.main", "node", "policy_node", "--ros-args"]
+    for key, value in params.items():
+        args += ["-p", f"{key}:={value}"]
+    code, peak = run_measured(args, NODE_ADDRESS_SPACE_LIMIT, timeout_s=120.0, cwd=REPO_ROOT,
+                              stdout=folder / "stdout.txt", stderr=folder / "stderr.txt")
+    return code, (folder / "stderr.txt").read_text(), peak
+
+
+def panda_spec(**changes):
+    joints = RobotModel.from_file(PANDA_URDF).joint_names
+    spec = make_policy_spec(joints, PreprocessConfig.from_yaml(config_path("preprocess.yaml")))
+    return dataclasses.replace(spec, **changes)
+
+
+def assert_one_error_line(stderr: str, *fragments: str) -> None:
+    assert "Traceback" not in stderr, stderr
+    errors = [line for line in stderr.splitlines() if "[ERROR]" in line]
+    assert len(errors) == 1, stderr
+    for fragment in fragments:
+        assert fragment in errors[0], stderr
+
+
+def test_node_refuses_a_hostile_checkpoint_in_one_line_without_allocating(tmp_path):
+    """A spec asking for a 100000x100000 image (a 120 GB warm-up) is refused by the reader."""
+    header, blob = split_checkpoint(zero_weights_checkpoint(panda_spec()))
+    header["spec"].update(image_width=100_000, image_height=100_000)
+    hostile = tmp_path / "hostile.pt"
+    hostile.write_bytes(join_checkpoint(header, blob))
+    code, stderr, peak = run_policy_node_measured(
+        {"checkpoint": str(hostile), "robot_description": str(PANDA_URDF)}, tmp_path)
+    assert code == 2, stderr
+    assert_one_error_line(stderr, str(hostile), "field 'image_width' = 100000", "MAX_IMAGE_SIDE")
+    assert peak < 1 << 30, f"peak RSS {peak / 2**20:.0f} MiB"
+
+
+def test_node_checks_the_graph_before_building_and_warming_up(tmp_path):
+    """Two checkpoints the graph refuses for the same reason (1024x1024 images, the graph has
+    96x96), one of them a model whose warm-up takes ~300 MB: the node's peak memory must not tell
+    them apart, since neither model may be built."""
+    peaks = {}
+    for name, channels in (("cheap", [2, 2]), ("costly", [96, 16])):
+        spec = panda_spec(image_width=1024, image_height=1024, hparams={"channels": channels})
+        path = tmp_path / f"{name}.pt"
+        path.write_bytes(zero_weights_checkpoint(spec))
+        folder = tmp_path / name
+        folder.mkdir()
+        code, stderr, peaks[name] = run_policy_node_measured(
+            {"checkpoint": str(path), "robot_description": str(PANDA_URDF)}, folder)
+        assert code == 2, stderr
+        assert_one_error_line(stderr, str(path), "does not match the running graph",
+                              "image size: checkpoint expects 1024x1024, graph has 96x96")
+    assert peaks["costly"] - peaks["cheap"] < 64 << 20, {k: f"{v / 2**20:.0f} MiB" for k, v in peaks.items()}
+
+
+def test_node_runs_a_checkpoint_whose_provenance_is_not_the_expected_shape(ros, tmp_path, panda_checkpoint):
+    """Provenance is free-form: a 'config' that is a list (not the trainer's mapping) means "no
+    training observation period", not an AttributeError at start-up."""
+    header, blob = split_checkpoint(panda_checkpoint.read_bytes())
+    header["spec"]["provenance"]["config"] = ["rollout", {"obs_period_s": 0.1}]
+    odd = tmp_path / "odd_provenance.pt"
+    odd.write_bytes(join_checkpoint(header, blob))
+    diagnostics = ros.collect(DiagnosticArray, "policy_node/diagnostics", LATCHED_QOS)
+    params = {"checkpoint": str(odd), "robot_description": str(PANDA_URDF), "diagnostics_period_s": 0.2}
+    with running_nodes([node_decl("policy_node", params)], tmp_path):
+        assert wait_until(lambda: len(diagnostics) > 0, 60.0), (tmp_path / "graph.log").read_text()
+    assert diagnostics_values(diagnostics[-1])["checkpoint"] == str(odd)
+    assert "Traceback" not in (tmp_path / "graph.log").read_text()

@@ -153,10 +153,12 @@ class PolicyNode(Node):
         graph_joints = list(resolve_joint_list(cfg.joints, RobotModel.from_description(cfg.robot_description),
                                                f"{NODE_NAME} parameter")) if cfg.robot_description else list(cfg.joints)
         preprocess = PreprocessConfig.from_yaml(cfg.preprocess_config)
+        # The checkpoint is checked against the graph before its model is built and warmed up: an
+        # incompatible or hostile file costs the start-up nothing but reading its header.
         self.policy: LoadedPolicy = load_checkpoint(
-            cfg.checkpoint, device=cfg.device, num_threads=cfg.num_threads or None, warmup=True
+            cfg.checkpoint, device=cfg.device, num_threads=cfg.num_threads or None, warmup=True,
+            joint_names=graph_joints, preprocess=preprocess,
         )
-        self.policy.check_compatible(graph_joints, preprocess)
         spec = self.policy.spec
         self._joint_names = spec.joint_names
         self._times_s = np.arange(spec.chunk_length, dtype=float) * spec.dt_s
@@ -207,8 +209,13 @@ class PolicyNode(Node):
         """[s] between observations: the parameter, or (< 0) the checkpoint's training period."""
         if configured_s >= 0:
             return configured_s
-        trained = self.policy.spec.provenance.get("config", {}).get("rollout", {}).get("obs_period_s")
-        return float(trained) if isinstance(trained, (int, float)) and 0 < trained <= 10 else 0.0
+        # Provenance is free-form (whatever trained the checkpoint wrote): any other shape means "none".
+        config = self.policy.spec.provenance.get("config")
+        rollout = config.get("rollout") if isinstance(config, dict) else None
+        trained = rollout.get("obs_period_s") if isinstance(rollout, dict) else None
+        if isinstance(trained, bool) or not isinstance(trained, (int, float)):
+            return 0.0
+        return float(trained) if 0 < trained <= 10 else 0.0
 
     # -- parameters -------------------------------------------------------------------------------
     def _read_parameters(self) -> PolicyNodeConfig:
