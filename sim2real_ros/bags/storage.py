@@ -99,9 +99,72 @@ class StorageFile(Protocol):
         ...
 
 
+# Untrusted bytes may claim (or expand to) any size: nothing a bag declares is allocated or
+# decompressed beyond this. rosbag2 chunks are ~1 MiB and one message rarely passes 100 MiB
+# (a 4K RGB image is 25 MiB), so real bags stay far below it.
+MAX_DECOMPRESSED_BYTES = 256 * 2**20  # [bytes], one MCAP chunk or one compressed message
+
+
+class SizeError(ValueError):
+    """Compressed data that would expand beyond its declared size or the cap."""
+
+
+def zstd_decompress_bounded(data: bytes | memoryview, declared: int | None,
+                            cap: int = MAX_DECOMPRESSED_BYTES) -> bytes:
+    """Decompress one zstd frame of at most `cap` bytes; exactly `declared` bytes when given.
+
+    Never produces more than min(declared, cap) + 1 bytes, so a frame that expands to gigabytes
+    (a decompression bomb) costs no more memory than an honest one. Raises SizeError when the
+    output differs from `declared` or passes `cap`, zstd.ZstdError when the frame is damaged.
+    """
+    limit = _checked_limit(declared, cap)
+    if declared is None:
+        # The frame header usually states the size: refuse before decompressing anything.
+        stated = zstd.get_frame_info(bytes(data[:18])).decompressed_size
+        if stated is not None and stated > cap:
+            raise SizeError(f"declares {stated} bytes decompressed, more than the {cap} byte limit")
+    decompressor = zstd.ZstdDecompressor()
+    out = decompressor.decompress(data, max_length=limit + 1)
+    _check_output(len(out), declared, limit, complete=decompressor.eof)
+    return out
+
+
+def lz4_decompress_bounded(data: bytes | memoryview, declared: int | None,
+                           cap: int = MAX_DECOMPRESSED_BYTES) -> bytes:
+    """Decompress one LZ4 frame like zstd_decompress_bounded (same limits, same errors)."""
+    import lz4.frame  # only MCAP files with lz4 chunks need it
+
+    limit = _checked_limit(declared, cap)
+    decompressor = lz4.frame.LZ4FrameDecompressor()
+    out = decompressor.decompress(bytes(data), max_length=limit + 1)
+    _check_output(len(out), declared, limit, complete=decompressor.eof)
+    return out
+
+
+def _checked_limit(declared: int | None, cap: int) -> int:
+    """Most bytes the output may have [bytes]; SizeError when `declared` passes `cap`."""
+    if declared is None:
+        return cap
+    if declared > cap:
+        raise SizeError(f"declares {declared} bytes decompressed, more than the {cap} byte limit")
+    return declared
+
+
+def _check_output(size: int, declared: int | None, limit: int, complete: bool) -> None:
+    """SizeError unless `size` [bytes] of output is a whole frame within `limit` and `declared`."""
+    if size > limit:
+        what = f"the {declared} bytes it declares" if declared is not None else f"the {limit} byte limit"
+        raise SizeError(f"decompresses to more than {what}")
+    if not complete:
+        raise SizeError(f"the compressed frame ends early, after {size} bytes (cut short or damaged)")
+    if declared is not None and size != declared:
+        raise SizeError(f"decompresses to {size} bytes, not the {declared} it declares (damaged)")
+
+
 def zstd_decompress(data: bytes | memoryview) -> bytes:
-    """Decompress one zstd frame (rosbag2 message compression, MCAP chunk compression)."""
-    return zstd.decompress(bytes(data))
+    """Decompress one rosbag2 message compressed with zstd (compression_mode: message), at most
+    MAX_DECOMPRESSED_BYTES; raises SizeError or zstd.ZstdError for a damaged or oversized frame."""
+    return zstd_decompress_bounded(data, None)
 
 
 def zstd_decompress_file(src: Path, dst: Path) -> None:
