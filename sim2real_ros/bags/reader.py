@@ -14,6 +14,8 @@ from __future__ import annotations
 import heapq
 import logging
 import re
+import sqlite3
+import struct
 import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -21,14 +23,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+from mcap.exceptions import McapError
+
 from ..core.errors import BagError
 from .mcap_storage import McapFile
 from .metadata import METADATA_FILE, BagMetadata, read_metadata
 from .sqlite_storage import SqliteFile
-from .storage import Connection, FileSummary, StorageFile, TopicStats, zstd_decompress, zstd_decompress_file
+from .storage import (
+    Connection,
+    FileSummary,
+    StorageFile,
+    TopicStats,
+    zstd,
+    zstd_decompress,
+    zstd_decompress_file,
+)
 from .typestores import BagTypes
 
 _log = logging.getLogger(__name__)
+
+# What parsing untrusted bytes can raise beyond BagError; each becomes a BagError naming the file
+# (a user gets one line saying which bag is bad, not a traceback).
+_PARSE_ERRORS = (ValueError, KeyError, IndexError, TypeError, OverflowError, RecursionError, struct.error,
+                 EOFError, OSError, sqlite3.Error, yaml.YAMLError, McapError)
 
 STORAGE_SUFFIXES = {".db3": "sqlite3", ".mcap": "mcap"}
 
@@ -62,6 +80,12 @@ class TopicInfo:
     type_hash: str = ""
     metadata_count: int | None = None  # what metadata.yaml claims, None without metadata
     note: str = ""
+
+
+def _describe(err: BaseException, limit: int = 300) -> str:
+    """An unexpected parse error on one line (CLI output), cut to `limit` characters."""
+    text = " ".join(f"{type(err).__name__}: {err}".split())
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _split_index(path: Path) -> tuple[int, str]:
@@ -117,6 +141,10 @@ class BagReader:
         self.skipped_undecodable: Counter[str] = Counter()
         try:
             self._open()
+        except _PARSE_ERRORS as err:
+            self.close()
+            _log.debug("%s: open failed", self.path, exc_info=True)
+            raise BagError(f"{self.path}: unreadable bag ({_describe(err)})") from err
         except BaseException:
             self.close()
             raise
@@ -149,12 +177,7 @@ class BagReader:
                 raise BagError(f"{meta_path}: lists no storage files (relative_file_paths is empty)")
             paths = []
             for rel in self.metadata.relative_file_paths:
-                candidate = self.path / rel
-                if not candidate.is_file() and (self.path / Path(rel).name).is_file():
-                    candidate = self.path / Path(rel).name  # older rosbag2 wrote the folder into the path
-                if not candidate.is_file():
-                    raise BagError(f"{candidate}: listed in {meta_path} but missing")
-                paths.append(candidate)
+                paths.append(self._listed_file(rel, meta_path))
             return paths
         paths = storage_files_in(self.path)
         if not paths:
@@ -163,6 +186,19 @@ class BagReader:
             f"{meta_path.name} is missing (the recorder never closed the bag); the files were read directly. "
             f"`sim2real bag repair {self.path}` rebuilds it")
         return paths
+
+    def _listed_file(self, rel: str, meta_path: Path) -> Path:
+        """The storage file `rel` of metadata.yaml, inside the bag folder (never outside it: an
+        absolute path or '..' is refused, so a bag cannot make the tools read other files)."""
+        rel_path = Path(rel)
+        escapes = rel_path.is_absolute() or ".." in rel_path.parts
+        if not escapes and (self.path / rel_path).is_file():
+            return self.path / rel_path
+        if (self.path / rel_path.name).is_file():
+            return self.path / rel_path.name  # older rosbag2 wrote the folder into the path
+        if escapes:
+            raise BagError(f"{meta_path}: lists '{rel}', outside the bag folder {self.path}")
+        raise BagError(f"{self.path / rel_path}: listed in {meta_path} but missing")
 
     def _decompressed(self, path: Path) -> Path:
         if not path.name.endswith(".zstd"):
@@ -260,7 +296,14 @@ class BagReader:
                 yield from merged
                 return
             for log_time, topic, data in merged:
-                yield log_time, topic, zstd_decompress(data)
+                try:
+                    plain = zstd_decompress(data)
+                except (ValueError, zstd.ZstdError) as err:  # SizeError is a ValueError
+                    self._count_bad_message(topic, f"does not decompress ({err})")
+                    continue
+                yield log_time, topic, plain
+        except _PARSE_ERRORS as err:
+            raise BagError(f"{self.path}: unreadable messages ({_describe(err)})") from err
         finally:
             for f in self._files:  # damaged chunks found (and skipped) while reading
                 self.problems.extend(p for p in getattr(f, "damaged", ()) if p not in self.problems)
@@ -300,12 +343,16 @@ class BagReader:
             try:
                 msg = decoder.decode(data)
             except Exception as err:  # noqa: BLE001 - one bad message must not end the read
-                self.decode_errors[topic] += 1
-                if self.decode_errors[topic] in (1, 10, 100, 1000):
-                    _log.warning("%s: %d message(s) on %s do not decode as %s: %s", self.path,
-                                 self.decode_errors[topic], topic, msgtype, err)
+                self._count_bad_message(topic, f"does not decode as {msgtype}: {err}")
                 continue
             yield BagMessage(topic, msgtype, log_time, msg, data)
+
+    def _count_bad_message(self, topic: str, why: str) -> None:
+        """Count a message that cannot be used in `decode_errors`; log the 1st, 10th, 100th, 1000th."""
+        self.decode_errors[topic] += 1
+        if self.decode_errors[topic] in (1, 10, 100, 1000):
+            _log.warning("%s: %d message(s) on %s skipped; the last %s", self.path, self.decode_errors[topic],
+                         topic, why)
 
     def check_decoding(self, topic: str) -> str:
         """Decode the first message of `topic`; '' when it decodes (or has no messages), else why not."""

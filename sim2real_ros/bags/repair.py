@@ -105,8 +105,15 @@ def _metadata_is_consistent(bag: Path, reader: BagReader) -> str:
 
 def repair_bag(path: str | Path, keep_originals: bool = True) -> RepairReport:
     """Repair the bag folder at `path` in place; see the module docstring. Raises BagError when
-    the bag is damaged beyond what repair can do (not a bag, a file that is not MCAP/sqlite3)."""
-    bag = Path(path)
+    the bag is damaged beyond what repair can do (not a bag, a file that is not MCAP/sqlite3) or
+    the folder cannot be written."""
+    try:
+        return _repair(Path(path), keep_originals)
+    except OSError as err:  # a read-only folder, a full disk: name the file, no traceback
+        raise BagError(f"{err.filename or path}: cannot repair ({err.strerror or err})") from err
+
+
+def _repair(bag: Path, keep_originals: bool) -> RepairReport:
     if not bag.is_dir():
         raise BagError(f"{bag}: repair works on a bag folder (the one holding metadata.yaml and the files)")
     report = RepairReport(bag)
