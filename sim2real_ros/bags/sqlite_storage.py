@@ -17,6 +17,20 @@ from .storage import Connection, FileSummary, RawMessage, TopicStats
 _REQUIRED_TABLES = ("topics", "messages")
 
 
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_WAL_VERSION = 2  # file format write/read version bytes (offsets 18, 19) of a WAL-mode database
+
+
+def _wal_mode(path: Path) -> bool:
+    """Whether `path` is an SQLite file in WAL journal mode (from its 100-byte header)."""
+    try:
+        with open(path, "rb") as stream:
+            header = stream.read(20)
+    except OSError:
+        return False  # the connection attempt reports it
+    return header[:16] == _SQLITE_MAGIC and len(header) == 20 and _WAL_VERSION in (header[18], header[19])
+
+
 class SqliteFile:
     """One rosbag2 `.db3` file opened read-only."""
 
@@ -44,6 +58,14 @@ class SqliteFile:
 
     def _connect(self) -> sqlite3.Connection:
         uri = self.path.resolve().as_uri()
+        if _wal_mode(self.path) and not self.path.with_name(self.path.name + "-wal").exists():
+            # Every committed page is in the main file. Opened any other way (mode=ro too), SQLite
+            # creates -wal and -shm beside a WAL-mode file and a reader cannot remove them again;
+            # immutable=1 reads without creating, locking or changing anything.
+            try:
+                return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+            except sqlite3.Error as err:
+                raise BagError(f"{self.path}: not a readable rosbag2 sqlite3 file ({err})") from err
         try:
             db = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False)
             db.execute("SELECT count(*) FROM sqlite_master").fetchone()
