@@ -368,7 +368,13 @@ def test_core_a_measured_joint_jump_drops_chunks_planned_before_it():
         assert core.tick(now) is not None
         assert core.on_joint_state(JOINTS, q + 0.01 * k, now, now) is None
     jump_ns = start_ns + 10 * period_ns
-    core.on_joint_state(JOINTS, q + np.array([0.0, 0.6, 0.0]), jump_ns, jump_ns)
+    # One sample off is an outlier (a glitching encoder): nothing is dropped.
+    core.on_joint_state(JOINTS, q + np.array([0.0, 2.5, 0.0]), jump_ns - period_ns // 2, jump_ns - period_ns // 2)
+    assert core.joint_jumps == 0 and len(core) == 1
+    # A jump persists over several samples; it counts from its first sample.
+    for k in range(3):
+        assert core.joint_jumps == 0
+        core.on_joint_state(JOINTS, q + np.array([0.0, 0.6, 0.0]), jump_ns + k, jump_ns + k)
     assert core.joint_jumps == 1 and len(core) == 0
     assert core.tick(jump_ns + period_ns) is None  # stale until a chunk from after the jump
     # A chunk from an image taken before the jump, delivered late, is refused and counted.

@@ -251,7 +251,9 @@ class ActuatorCore:
             # Everything planned so far assumed the old position; so did the latency history.
             self._buffer.clear()
             self._estimator.clear()
-            self._jump_stamp_ns = stamp
+            self._jump_stamp_ns = self._jumps.jump_stamp_ns
+        if self._jumps is not None and self._jumps.pending:
+            return None  # held back: an outlier or the start of a jump, not a measurement to trust yet
         if self.config.estimate_latency:
             self._estimator.add_measurement(stamp, ordered)
         return None

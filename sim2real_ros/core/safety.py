@@ -20,16 +20,25 @@ class SafetyLimits:
     """Per-joint limits in the configured joint order, all arrays of shape (n,).
 
     lower, upper: position limits [rad or m]; velocity: speed limits [rad/s or m/s], finite and > 0.
+    physical_lower, physical_upper: the robot's own (URDF) position limits, which a configuration may
+    have tightened into lower/upper; a measured position far outside them is not a measurement
+    (None: the same as lower/upper).
     """
 
     joint_names: tuple[str, ...]
     lower: np.ndarray
     upper: np.ndarray
     velocity: np.ndarray
+    physical_lower: np.ndarray | None = None
+    physical_upper: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.joint_names)
-        for field in ("lower", "upper", "velocity"):
+        if self.physical_lower is None:
+            object.__setattr__(self, "physical_lower", self.lower)
+        if self.physical_upper is None:
+            object.__setattr__(self, "physical_upper", self.upper)
+        for field in ("lower", "upper", "velocity", "physical_lower", "physical_upper"):
             value = np.asarray(getattr(self, field), dtype=float)
             if value.shape != (n,):
                 raise ConfigError("limits", field, value.tolist(), f"needs {n} values, one per joint")
@@ -99,7 +108,7 @@ def limits_from_urdf(
         if not (math.isfinite(vel[i]) and vel[i] > 0):
             raise ConfigError(source, "velocity_limits", vel.tolist(),
                               f"joint '{name}' has no finite velocity limit > 0 (URDF {model.source}); set one")
-    return SafetyLimits(tuple(names), lo, hi, vel * velocity_scale)
+    return SafetyLimits(tuple(names), lo, hi, vel * velocity_scale, urdf["lower"], urdf["upper"])
 
 
 def clamp_command(
