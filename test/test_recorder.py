@@ -2,6 +2,7 @@
 QoS, keeps discovering topics, survives SIGKILL up to its last flush, and the bag gets repaired."""
 from __future__ import annotations
 
+import itertools
 import signal
 import subprocess
 import sys
@@ -111,33 +112,95 @@ def test_recorder_records_every_topic_with_publisher_qos(ros, tmp_path):
     assert [m.msg.data for m in recorded if m.topic == "/sim/episode"] == [f"episode {i}" for i in range(3)]
 
 
-def test_sigkill_loses_at_most_the_last_second_and_repair_fixes_it(ros, tmp_path, capsys):
+# The SIGKILL test's bound. FLUSH_PERIOD_S is the recorder's declared flush_period_s: nothing it
+# received waits longer to be handed to the OS. KILL_MARGIN_S is for what the recorder does not
+# control, on a loaded 2-core machine shared with other test runs: DDS delivery and the recorder
+# getting the CPU for its callback and its flush check (stalls of several hundred ms happen: the
+# earlier version of this test allowed 0.5 s for delivery and scheduling and needed a rerun in CI):
+# three times that.
+FLUSH_PERIOD_S = 1.0
+KILL_MARGIN_S = 1.5
+# The kill comes this long (3 s) after a flush was seen: a recorder whose flushes are further apart
+# than that keeps nothing published after the seen flush, and fails the bound (seen: flushing at
+# 5x the declared period misses 25 messages).
+KILL_AFTER_FLUSH_S = FLUSH_PERIOD_S + KILL_MARGIN_S + 0.5
+
+
+def test_flush_timing_keeps_every_message_within_one_flush_period(tmp_path):
+    """The recorder's flush timing on a real BagWriter, driven with given times: checks every
+    check period at any phase, irregular traffic (bursts, pauses longer than a period). No message
+    waits longer than flush_period_s for the flush that puts it in the file, and flushes are no
+    more frequent than the writer's period."""
+    import random
+
+    from sim2real_ros.bags.writer import BagWriter
+    from sim2real_ros.nodes.recorder import flush_timing
+
+    period_s = 1.0
+    period = int(period_s * 1e9)
+    writer_period, check_s = flush_timing(period_s)
+    check = int(check_s * 1e9)
+    rng = random.Random(18)
+    for case in range(20):
+        writer = BagWriter(tmp_path / f"bag{case}", flush_period_ns=writer_period)
+        writer.add_topic("/t", "std_msgs/msg/String")
+        arrivals, t = [], rng.randrange(period)
+        while t < 15 * period:
+            arrivals.append(t)
+            t += rng.choice([rng.randrange(1, 30_000_000), rng.randrange(1, 30_000_000),
+                             rng.randrange(period // 2, 3 * period)])
+        checks = range(case * check // 20, 20 * period, check)  # the recorder's timer, at any phase
+        events = sorted([(a, "write") for a in arrivals] + [(c, "check") for c in checks])
+        size = writer.file_paths[0].stat().st_size
+        waiting: list[int] = []
+        worst, flushes = 0, []
+        for now, kind in events:
+            if kind == "write":
+                waiting.append(now)
+                writer.write("/t", now, b"\x00\x01\x00\x00\x02\x00\x00\x00x\x00", now_ns=now)
+            else:
+                writer.maybe_flush(now)
+            if (grown := writer.file_paths[0].stat().st_size) > size:  # a flush reached the file
+                size = grown
+                worst = max(worst, now - waiting[0])
+                flushes.append(now)
+                waiting.clear()
+        writer.close()
+        assert not waiting and len(flushes) > 5, (case, len(flushes))
+        assert worst <= period, f"case {case}: a message waited {worst / period:.2f} flush periods"
+        assert all(b - a >= writer_period for a, b in itertools.pairwise(flushes)), case
+
+
+def test_sigkill_loses_at_most_the_flush_period_and_repair_fixes_it(ros, tmp_path, capsys):
+    """SIGKILL at a time T: everything published before T - flush_period_s - KILL_MARGIN_S is in
+    the bag, in order and without gaps; `sim2real bag repair` then makes the bag whole."""
     bag = tmp_path / "killed"
-    joints = ros.publisher(JointState, "joint_states", JOINT_STATE_QOS)
-    decl = node_decl("recorder", {"output": str(bag), "topics": ["joint_states"], "flush_period_s": 1.0})
+    # Deep enough that a recorder stalled for a while loses nothing to the publisher's history.
+    joints = ros.publisher(JointState, "joint_states", QoSProfile(depth=500, reliability=JOINT_STATE_QOS.reliability))
+    decl = node_decl("recorder", {"output": str(bag), "topics": ["joint_states"], "flush_period_s": FLUSH_PERIOD_S})
+    sent: list[float] = []  # publish time [s, monotonic] of message i
     with running_nodes([decl], tmp_path) as launcher:
         ros.wait_for_subscribers(joints, timeout_s=30.0)
-        i = 0
 
-        def publish_for(seconds: float) -> None:
-            nonlocal i
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:  # ~50 Hz
-                joints.publish(_joint_state(i, 0))
-                i += 1
-                time.sleep(0.02)
+        def publish() -> None:
+            joints.publish(_joint_state(len(sent), 0))
+            sent.append(time.monotonic())
+            time.sleep(0.02)  # ~50 Hz; the times are measured, the rate need not be exact
 
-        # 1. Everything the recorder received reaches the disk while it runs, chunk by chunk (the
-        #    file is never closed): waiting for it, not a fixed delay, so a loaded machine that
-        #    delivers late cannot fail this.
-        publish_for(3.0)
-        flushed = i
-        started = time.monotonic()
-        assert wait_until(lambda: _count_in_bag(bag, "/joint_states") >= flushed, 30.0), (
-            f"{_count_in_bag(bag, '/joint_states')} of {flushed} messages on disk after 30 s")
-        print(f"all {flushed} messages on disk {time.monotonic() - started:.2f} s after the last one was sent")
-        # 2. More messages, then SIGKILL with some of them only in memory.
-        publish_for(0.5)
+        # 1. Publish until a flush is seen on disk (the file is never closed: it is read chunk by chunk).
+        on_disk, seen_at = 0, None
+        deadline = time.monotonic() + 30.0
+        while seen_at is None and time.monotonic() < deadline:
+            for _ in range(5):
+                publish()
+            count = _count_in_bag(bag, "/joint_states")
+            if count > on_disk:  # a flush happened since the last look
+                on_disk, seen_at = count, time.monotonic()
+        assert seen_at is not None, f"no flush on disk after 30 s ({on_disk} of {len(sent)} messages)"
+        # 2. Keep publishing, then SIGKILL at a known time with the last ones only in memory.
+        while time.monotonic() < seen_at + KILL_AFTER_FLUSH_S:
+            publish()
+        killed_at = time.monotonic()
         launcher.nodes[0].process.send_signal(signal.SIGKILL)
         launcher.nodes[0].process.wait(timeout=10)
     assert not (bag / "metadata.yaml").exists()
@@ -146,8 +209,15 @@ def test_sigkill_loses_at_most_the_last_second_and_repair_fixes_it(ros, tmp_path
     assert info.needs_repair and any("metadata.yaml is missing" in p for p in info.problems)
     got = [int(m.msg.position[0]) for m in iter_messages(bag)]
     assert got == list(range(len(got)))  # in order, nothing missing in between
-    # What was on disk before the kill survived it; at most the unflushed tail is lost.
-    assert flushed <= len(got) <= i, (len(got), flushed, i)
+    must_have = sum(t < killed_at - FLUSH_PERIOD_S - KILL_MARGIN_S for t in sent)
+    with capsys.disabled():
+        print(f"{len(got)} of {len(sent)} messages survived the SIGKILL; {must_have} had to, {on_disk} were "
+              f"seen on disk {killed_at - seen_at:.2f} s before it")
+    assert must_have > on_disk  # the bound covers messages published after the flush that was seen
+    assert len(got) >= must_have, (
+        f"{must_have - len(got)} messages published more than {FLUSH_PERIOD_S} + {KILL_MARGIN_S} s before the "
+        f"SIGKILL are missing")
+    assert on_disk <= len(got) <= len(sent)  # what was on disk survived; at most the unflushed tail is lost
 
     assert cli_main(["bag", "info", str(bag)]) == 0
     assert f"sim2real bag repair {bag}" in capsys.readouterr().out

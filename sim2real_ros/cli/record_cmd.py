@@ -10,7 +10,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds [s]")
     parser.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="storage plugin")
     parser.add_argument("--flush-period", type=float, default=1.0,
-                        help="close an MCAP chunk this often [s]: the most a crash can lose")
+                        help="the longest a received message waits to be handed to the OS [s]: the most a "
+                             "killed recorder loses (a flush is no fsync: a power loss can lose more)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,9 +6,13 @@ max_file_duration_s.
 
 Subscriptions are raw (serialized CDR) so recording costs no deserialization, use the QoS the
 publishers offer (latched topics with transient local), and each message's receive time is its
-log time. The writer closes an MCAP chunk about every flush_period_s, so SIGKILL loses at most
-about that much; on SIGINT/SIGTERM it stops spinning, takes in what the readers already hold, and
-writes metadata.yaml; `sim2real bag repair` rebuilds it after a crash.
+log time. No message waits longer than flush_period_s (plus however late the recorder gets the
+CPU) before its MCAP chunk is closed and handed to the operating system (flush_timing), so a
+recorder killed with SIGKILL, or by the OOM killer, loses at most the last flush_period_s of what
+it received. A flush is not an fsync: the data is in the OS page cache, which survives the
+recorder process dying but not a power loss or a kernel crash. On SIGINT/SIGTERM it stops
+spinning, takes in what the readers already hold, and writes metadata.yaml; `sim2real bag repair`
+rebuilds it after a crash.
 """
 from __future__ import annotations
 
@@ -67,6 +71,23 @@ class RecorderConfig:
             raise ConfigError(self.source, "topics", list(self.topics), "every entry must be a non-empty topic name")
 
 
+FLUSH_CHECKS_PER_PERIOD = 4
+
+
+def flush_timing(flush_period_s: float) -> tuple[int, float]:
+    """(the writer's flush_period_ns [ns], the recorder's flush-check period [s]) that keep every
+    message's wait for a flush within `flush_period_s` [s].
+
+    The writer flushes at a check once its own period has passed since its last flush. With checks
+    every quarter period and the writer's period three quarters of it, a message written at t after
+    a flush at t0 <= t is flushed by the first check at or after t0 + 3/4 period, which comes
+    before t0 + period <= t + period (a write after a longer pause flushes at once). Checking every
+    half period against the full period let a message that came just after a flush wait 1.5 periods.
+    """
+    check_s = flush_period_s / FLUSH_CHECKS_PER_PERIOD
+    return int(round((flush_period_s - check_s) * NS_PER_S)), check_s
+
+
 def default_output() -> str:
     """rosbag2's default folder name: rosbag2_YYYY_MM_DD-HH_MM_SS."""
     return f"rosbag2_{dt.datetime.now():%Y_%m_%d-%H_%M_%S}"
@@ -98,7 +119,8 @@ class RecorderNode(Node):
         output = declare(self, "output", "", "bag folder to create (empty: rosbag2_<date> in the working directory)")
         topics = declare(self, "topics", [""], "topics to record; empty = every topic, discovered continuously")
         storage = declare(self, "storage", "mcap", "storage plugin: mcap (default) or sqlite3")
-        flush = declare(self, "flush_period_s", 1.0, "close an MCAP chunk this often [s]: the most a crash loses")
+        flush = declare(self, "flush_period_s", 1.0, "the longest a received message waits to be handed to "
+                        "the OS [s]: the most a killed recorder loses (a flush is no fsync: a power loss loses more)")
         discovery = declare(self, "discovery_period_s", 0.5, "how often to look for new topics [s]")
         max_mb = declare(self, "max_file_size_mb", 0.0, "split into a new file past this size [MB]; 0 = never")
         max_s = declare(self, "max_file_duration_s", 0.0, "split into a new file past this duration [s]; 0 = never")
@@ -106,10 +128,10 @@ class RecorderNode(Node):
             output=output or default_output(), topics=tuple(t for t in (topics or []) if t), storage=storage,
             flush_period_s=float(flush), discovery_period_s=float(discovery), max_file_size_mb=float(max_mb),
             max_file_duration_s=float(max_s), source=f"node '{self.get_name()}' parameters")
+        writer_flush_period_ns, self._flush_check_s = flush_timing(self.config.flush_period_s)
         try:
             self.writer = BagWriter(
-                Path(self.config.output), storage=self.config.storage,
-                flush_period_ns=int(self.config.flush_period_s * NS_PER_S),
+                Path(self.config.output), storage=self.config.storage, flush_period_ns=writer_flush_period_ns,
                 max_file_bytes=int(self.config.max_file_size_mb * 1e6),
                 max_file_duration_ns=int(self.config.max_file_duration_s * NS_PER_S))
         except (BagError, OSError) as err:
@@ -124,7 +146,7 @@ class RecorderNode(Node):
         self.received = 0
         self._closed = False
         self.create_timer(self.config.discovery_period_s, self._discover, callback_group=self._group)
-        self.create_timer(self.config.flush_period_s / 2, self._flush_tick, callback_group=self._group)
+        self.create_timer(self._flush_check_s, self._flush_tick, callback_group=self._group)
         self.create_timer(10.0, self._report, callback_group=self._group)
         self.get_logger().info(
             f"recording {'every topic' if self._requested is None else sorted(self._requested)} "
