@@ -692,3 +692,102 @@ def test_bad_config_names_the_field_and_value(field, value):
     with pytest.raises(ConfigError) as info:
         SupervisorConfig(**{field: value})
     assert info.value.field in (field, "policy_timeout_s")
+
+
+@pytest.mark.parametrize("problem", ["nan_axis", "inf_axis", "few_axes", "few_buttons_but_estop_readable"])
+def test_an_estop_press_inside_a_rejected_joy_message_still_latches(problem):
+    sup = armed()
+    axes, buttons = joy("estop")
+    if problem == "nan_axis":
+        axes[0] = float("nan")
+    elif problem == "inf_axis":
+        axes[3] = float("inf")
+    elif problem == "few_axes":
+        axes = axes[:1]
+    else:
+        buttons = buttons[:MAPPING.button("estop") + 1]
+    hold = sup.on_joy(axes, buttons, T0 + 10 * MS)
+    assert sup.mode == Mode.ESTOP and hold is not None and hold.hold
+    assert sup.counters["rejected_joy"] == 1 and "joystick e-stop button is pressed" in sup.reason
+
+
+def test_a_joy_message_too_short_to_read_the_estop_button_is_a_pressed_stop():
+    sup = armed()
+    hold = sup.on_joy([0.0] * N_AXES, [0] * MAPPING.button("estop"), T0 + 10 * MS)
+    assert sup.mode == Mode.ESTOP and hold.hold and "unreadable" in sup.reason
+    assert not sup.request_reset(T0 + 20 * MS)[0]  # the stop source is still faulty
+    sup.on_joy(*joy(), T0 + 30 * MS)  # a readable message with the button released
+    assert sup.request_reset(T0 + 40 * MS)[0]
+
+
+@pytest.mark.parametrize("step_back_s", [0.05, 30.0])
+def test_a_clock_step_back_makes_every_input_stale_and_holds(step_back_s):
+    sup = armed(estop_heartbeat_timeout_s=0.3)
+    sup.on_estop(False, T0)
+    assert not sup.tick(T0 + 10 * MS).hold
+    back = T0 + 10 * MS - int(step_back_s * 1e9)
+    cmd = sup.tick(back)
+    assert sup.mode == Mode.HOLD and cmd.hold and "clock stepped back" in sup.reason
+    assert sup.counters["clock_steps_back"] == 1 and sup.counters["watchdog_holds"] == 1
+    assert not sup.request_arm(back + MS)[0]  # nothing counts as fresh until it arrives again
+    # The e-stop heartbeat counts again from the step: silent for its timeout, it latches (it used
+    # to stay quiet for the whole step).
+    sup.tick(back + 250 * MS)
+    assert sup.mode == Mode.HOLD
+    sup.tick(back + 310 * MS)
+    assert sup.mode == Mode.ESTOP and "heartbeat" in sup.reason
+
+
+def test_after_a_clock_step_back_fresh_inputs_arm_again():
+    sup = armed()
+    back = T0 - 5_000 * MS
+    sup.tick(back)
+    assert sup.mode == Mode.HOLD
+    feed(sup, back + 10 * MS)
+    assert sup.request_arm(back + 10 * MS)[0] and not sup.tick(back + 20 * MS).hold
+
+
+def test_require_stop_source_arms_only_with_a_live_stop_source_and_latches_when_it_goes():
+    sup = make(require_stop_source=True, handover_ramp_s=0.0)
+    feed(sup, T0)
+    ok, message = sup.request_arm(T0)
+    assert not ok and "no live stop source" in message
+    sup.on_joy(*joy(), T0)
+    assert sup.request_arm(T0)[0]
+    t = T0
+    for _ in range(int(sup.config.joy_timeout_s / 0.01) + 5):  # the joystick goes quiet
+        t += 10 * MS
+        feed(sup, t)
+        cmd = sup.tick(t)
+    assert sup.mode == Mode.ESTOP and cmd.hold and "stop source lost" in sup.reason
+    ok, message = sup.request_reset(t)
+    assert not ok and "no live stop source" in message
+    sup.on_joy(*joy(), t + MS)
+    assert sup.request_reset(t + 2 * MS)[0]
+    # A heartbeat on `estop` is a stop source too.
+    sup = make(require_stop_source=True, estop_heartbeat_timeout_s=0.2, handover_ramp_s=0.0)
+    feed(sup, T0)
+    sup.on_estop(False, T0)
+    assert sup.request_arm(T0)[0]
+
+
+def test_require_stop_source_needs_a_stop_source_to_exist():
+    no_button = load_joystick_mapping(config_path("joystick.yaml"))
+    from dataclasses import replace
+
+    no_button = replace(no_button, buttons={**no_button.buttons, "estop": -1})
+    with pytest.raises(ConfigError) as info:
+        Supervisor(SupervisorConfig(require_stop_source=True), LIMITS, Jogger(no_button, LIMITS, MODEL))
+    assert info.value.field == "require_stop_source"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("joint_state_timeout_s", 1e9), ("policy_timeout_s", 10.0), ("joy_timeout_s", 60.0),
+     ("estop_heartbeat_timeout_s", 1e6), ("handover_ramp_s", 100.0), ("max_joint_jump_rad", 50.0),
+     ("joint_jump_confirm_samples", 1), ("joint_jump_confirm_samples", 2.5), ("joint_state_limit_margin_rad", 5.0)],
+)
+def test_config_values_beyond_their_range_are_refused(field, value):
+    with pytest.raises(ConfigError) as info:
+        SupervisorConfig(**{field: value})
+    assert info.value.field == field and "must be" in str(info.value)
