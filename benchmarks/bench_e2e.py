@@ -8,8 +8,9 @@ publishing 320x240 rgb8 frames at 30 Hz, stamped at publication (a real driver s
 so its own readout latency comes on top and is not the stack's), pre-rendered by the PyBullet sim
 at start-up so that rendering does not load the machine during the measurement (on a robot the
 camera does its own imaging), and a position-controlled arm publishing joint_states at 100 Hz that
-follows the commands with a 50 ms first-order lag (a ros2_control forward position controller). The
-supervisor is armed through supervisor/arm, as an operator would.
+follows the commands with a 50 ms first-order lag (a ros2_control forward position controller), and
+an idle joystick publishing Joy at 20 Hz (the robot graph's supervisor arms only with a live stop
+source, `require_stop_source`). The supervisor is armed through supervisor/arm, as an operator would.
 
 `e2e_latency_sim_graph_ms`: the full sim graph (sim node rendering at 30 Hz on this same machine,
 plus the four nodes), on sim time. Receipt times are converted to sim time through the clock
@@ -42,7 +43,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from rosgraph_msgs.msg import Clock  # noqa: E402
-from sensor_msgs.msg import CameraInfo, Image, JointState  # noqa: E402
+from sensor_msgs.msg import CameraInfo, Image, JointState, Joy  # noqa: E402
 from std_msgs.msg import Float64MultiArray  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory  # noqa: E402
@@ -56,6 +57,7 @@ from sim2real_ros.paths import config_path, default_policy_path, urdf_path  # no
 
 CAMERA_HZ = 30.0  # [Hz]
 JOINT_STATE_HZ = 100.0  # [Hz]
+JOY_HZ = 20.0  # [Hz] the joy node's autorepeat rate, well above 1 / joy_timeout_s
 ARM_LAG_S = 0.05  # [s] first-order lag of the stand-in arm's position controller
 
 
@@ -99,6 +101,7 @@ def robot_main() -> int:
     from sim2real_ros import conversions as cv
     from sim2real_ros.nodes.common import (
         JOINT_STATE_QOS,
+        JOY_QOS,
         SENSOR_QOS,
         freeze_startup_objects,
         single_threaded_executor,
@@ -120,6 +123,7 @@ def robot_main() -> int:
     image_pub = node.create_publisher(Image, "camera/image_raw", SENSOR_QOS)
     info_pub = node.create_publisher(CameraInfo, "camera/camera_info", SENSOR_QOS)
     joint_pub = node.create_publisher(JointState, "joint_states", JOINT_STATE_QOS)
+    joy_pub = node.create_publisher(Joy, "joy", JOY_QOS)
     state = {"q": q.copy(), "target": q.copy()}
     lock = threading.Lock()
 
@@ -147,6 +151,8 @@ def robot_main() -> int:
 
     node.create_timer(dt, on_joints)
     node.create_timer(1.0 / CAMERA_HZ, on_camera)
+    # An idle joystick, as the joy node with autorepeat: the supervisor's live stop source.
+    node.create_timer(1.0 / JOY_HZ, lambda: joy_pub.publish(Joy(axes=[0.0] * 6, buttons=[0] * 15)))
     executor = single_threaded_executor(node)  # as the stack's nodes: a driver in C++ costs less still
     executor.add_node(node)
     freeze_startup_objects()
