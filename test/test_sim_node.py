@@ -1,6 +1,7 @@
 """sim_node as a real process over DDS: topics, camera, commands, latency, episodes, bad input."""
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pybullet_data
@@ -180,6 +181,43 @@ def test_reaching_the_target_ends_the_episode_and_reset_draws_a_new_target(arm6_
     assert wait_until(lambda: len(targets) >= 3, 45)
     third = np.array([targets[-1].point.x, targets[-1].point.y, targets[-1].point.z])
     assert not np.allclose(third, second)
+
+
+def test_after_a_reset_commands_wait_until_one_rejoins_the_home_pose(arm6_node, ros):
+    """The reset teleports the arm home; commands aimed at the old pose must not drag it back."""
+    states = ros.collect(JointState, "joint_states", JOINT_STATE_QOS)
+    status = ros.collect(DiagnosticArray, "sim/status", LATCHED_QOS)
+    pub = ros.publisher(Float64MultiArray, "forward_position_controller/commands", RELIABLE_LATEST_QOS)
+    ros.wait_for_subscribers(pub, timeout_s=45)
+    assert ros.call(Trigger, "sim/reset", timeout_s=45).success
+    ros.wait_for_messages(states, 5, timeout_s=45)
+    home = np.array(states[-1].position)
+    old_pose = home.copy()
+    old_pose[0] += 0.5
+    ignored0 = int(latest_status(ros, status, lambda v: True)["commands_ignored_after_reset"])
+    for _ in range(20):  # 1 s of commands still aiming where the arm was before the reset
+        pub.publish(cv.make_position_command(old_pose))
+        time.sleep(0.05)
+    latest_status(ros, status, lambda v: int(v["commands_ignored_after_reset"]) >= ignored0 + 15)
+    assert abs(states[-1].position[0] - home[0]) < 0.01, "the arm was dragged back toward the old pose"
+    # A command at the home pose (the supervisor's hold, converged) rejoins; then commands are followed.
+    accepted0 = int(latest_status(ros, status, lambda v: True)["commands_accepted"])
+
+    def rejoined() -> bool:
+        pub.publish(cv.make_position_command(home))
+        time.sleep(0.05)
+        return int(status_values(status[-1])["commands_accepted"]) > accepted0
+
+    assert wait_until(rejoined, 45), "a command at the home pose was not accepted"
+    goal = home.copy()
+    goal[0] += 0.2
+
+    def follows_goal() -> bool:
+        pub.publish(cv.make_position_command(goal))
+        time.sleep(0.05)
+        return abs(states[-1].position[0] - goal[0]) < 0.02
+
+    assert wait_until(follows_goal, 45), "commands not followed after the resync"
 
 
 def test_panda_runs_with_the_same_node(ros, tmp_path):

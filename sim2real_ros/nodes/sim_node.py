@@ -9,6 +9,9 @@ Subscribes  forward_position_controller/commands (std_msgs/Float64MultiArray ove
             what a ros2_control forward position controller accepts. Wrong-length or NaN/Inf commands
             are rejected, counted and reported; they never move the robot.
 Services    sim/reset (std_srvs/Trigger): new episode (robot home, new target, new randomization).
+            After every episode reset (the service or auto_reset) commands are ignored, and counted
+            (`commands_ignored_after_reset`), until one comes within RESYNC_TOLERANCE_RAD of the home
+            pose: the commands still in flight aim at the pose before the teleport.
 
 Physics runs in its own thread, paced to wall-clock time by default (`pacing`: realtime, lockstep:
 each camera frame waits for a command, fast: as fast as the CPU allows). Lens distortion and noise
@@ -61,6 +64,9 @@ CLOCK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
 MAX_LAG_S = 0.25  # [s] behind wall time by more than this: stop catching up (the RTF shows it)
 STATUS_PERIOD_S = 1.0  # [s] wall time between sim/status messages
 RTF_LOG_PERIOD_S = 10.0  # [s] wall time between real-time factor log lines
+# [rad] how near the home pose a command must come after an episode reset to be followed again: the
+# supervisor's hold converges on the measured (home) position exactly, a stale policy command does not.
+RESYNC_TOLERANCE_RAD = 0.05
 
 
 @dataclass(frozen=True)
@@ -128,7 +134,9 @@ class SimNode(Node):
         self._stop = threading.Event()
         self._command_after_frame = threading.Event()
         self._counters = {"commands_accepted": 0, "commands_rejected": 0, "frames_published": 0,
-                          "frames_dropped": 0, "wall_lag_resets": 0, "episodes_finished": 0}
+                          "frames_dropped": 0, "wall_lag_resets": 0, "episodes_finished": 0,
+                          "commands_ignored_after_reset": 0}
+        self._resync_home: np.ndarray | None = None  # set by an episode reset until a command rejoins it
         self._last_rejection = ""
         self._last_command_ns = -1
         self._published_outcome_episode = -1
@@ -204,10 +212,32 @@ class SimNode(Node):
             self._reject(str(err))
             return
         with self._lock:
-            self.world.set_command(q)
-            self._last_command_ns = self.world.time_ns
-            self._counters["commands_accepted"] += 1
+            if self._awaiting_resync(q):
+                self._counters["commands_ignored_after_reset"] += 1
+            else:
+                self.world.set_command(q)
+                self._last_command_ns = self.world.time_ns
+                self._counters["commands_accepted"] += 1
         self._command_after_frame.set()
+
+    def _awaiting_resync(self, q: np.ndarray) -> bool:
+        """After an episode reset, commands are ignored until one comes within RESYNC_TOLERANCE_RAD
+        of the home pose. Why: the reset teleports the arm, but the commands in flight (and the
+        supervisor's hold, which moves to the new position only through its step limit, DESIGN.md §4)
+        still aim at the old pose; followed, they would drag the arm back. A real robot is reset by
+        something that owns the arm until the controller's command has caught up; this is that."""
+        if self._resync_home is None:
+            return False
+        if float(np.max(np.abs(q - self._resync_home))) > RESYNC_TOLERANCE_RAD:
+            return True
+        self._resync_home = None
+        return False
+
+    def _reset_world(self) -> dict[str, Any]:
+        """A new episode (call with the lock held); commands wait for the resync (_awaiting_resync)."""
+        info = self.world.reset(randomize=self.config.randomize)
+        self._resync_home = self.world.home_command
+        return info
 
     def _reject(self, reason: str) -> None:
         self._counters["commands_rejected"] += 1
@@ -218,7 +248,7 @@ class SimNode(Node):
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         del request
         with self._lock:
-            info = self.world.reset(randomize=self.config.randomize)
+            info = self._reset_world()
         self._publish_target()
         response.success = True
         target = np.round(info["target"], 4).tolist()
@@ -319,7 +349,7 @@ class SimNode(Node):
             f"(final distance {outcome['final_distance_m']:.3f} m, seed {outcome['seed']})")
         if self.config.auto_reset:
             with self._lock:
-                world.reset(randomize=self.config.randomize)
+                self._reset_world()
             self._publish_target()
 
     def _publish_target(self) -> None:
