@@ -7,8 +7,9 @@ isolated DDS domain. A traffic process (this script with --traffic) plays the ro
 at HOME, 100 Hz), the policy (command/policy at HOME + 0.05 rad on the first joint, 100 Hz) and a
 camera (camera/image_raw 320x240 rgb8 at 30 Hz, subscribed there too so the images really flow).
 The probe, in this process, is the e-stop button. One trial: wait until the robot command shows
-the policy's target (AUTONOMOUS), publish estop=true, and time until the first command equal to the
-hold (HOME, the measured position) arrives on forward_position_controller/commands; then
+the policy's target (AUTONOMOUS), publish estop=true, and time until the first hold command arrives
+on forward_position_controller/commands (the first command off the policy's target, heading for
+HOME, the measured position, at the velocity limit: holds are step-limited too); then
 estop=false and supervisor/reset (retried until the release has arrived) re-arm for the next
 trial. Both times are taken in this process with time.perf_counter_ns: the figure is publication
 to receipt over real DDS between two processes, with a Python callback at each end.
@@ -180,9 +181,12 @@ class Probe(Node):
     def _on_command(self, msg: Float64MultiArray) -> None:
         received = time.perf_counter_ns()
         q = np.asarray(msg.data, dtype=float)
-        if q[0] > self.home[0] + 0.8 * POLICY_OFFSET_RAD:
-            self.armed.set()
-        elif np.array_equal(q, self.home):
+        target = self.home[0] + POLICY_OFFSET_RAD
+        if abs(q[0] - target) <= 1e-9:
+            self.armed.set()  # AUTONOMOUS: the command is the policy's target
+        elif q[0] < target:
+            # The hold heads for HOME at the velocity limit (holds are step-limited too): the first
+            # command off the policy's target after the e-stop is the hold.
             self.estop.stop(received)
 
     def _on_pong(self, _msg: UInt64) -> None:

@@ -64,9 +64,9 @@ CLOCK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
 MAX_LAG_S = 0.25  # [s] behind wall time by more than this: stop catching up (the RTF shows it)
 STATUS_PERIOD_S = 1.0  # [s] wall time between sim/status messages
 RTF_LOG_PERIOD_S = 10.0  # [s] wall time between real-time factor log lines
-# [rad] how near the home pose a command must come after an episode reset to be followed again: the
-# supervisor's hold converges on the measured (home) position exactly, a stale policy command does not.
-RESYNC_TOLERANCE_RAD = 0.05
+# [rad] how near the arm a command must come after an episode reset that moved it to be followed
+# again: the supervisor's hold converges on the measured position, a stale policy command does not.
+RESYNC_TOLERANCE_RAD = 0.1
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class SimNode(Node):
         self._counters = {"commands_accepted": 0, "commands_rejected": 0, "frames_published": 0,
                           "frames_dropped": 0, "wall_lag_resets": 0, "episodes_finished": 0,
                           "commands_ignored_after_reset": 0}
-        self._resync_home: np.ndarray | None = None  # set by an episode reset until a command rejoins it
+        self._resync = False  # an episode reset moved the arm; commands wait until one rejoins it
         self._last_rejection = ""
         self._last_command_ns = -1
         self._published_outcome_episode = -1
@@ -221,22 +221,25 @@ class SimNode(Node):
         self._command_after_frame.set()
 
     def _awaiting_resync(self, q: np.ndarray) -> bool:
-        """After an episode reset, commands are ignored until one comes within RESYNC_TOLERANCE_RAD
-        of the home pose. Why: the reset teleports the arm, but the commands in flight (and the
-        supervisor's hold, which moves to the new position only through its step limit, DESIGN.md §4)
-        still aim at the old pose; followed, they would drag the arm back. A real robot is reset by
-        something that owns the arm until the controller's command has caught up; this is that."""
-        if self._resync_home is None:
+        """After an episode reset that moved the arm, commands are ignored until one comes within
+        RESYNC_TOLERANCE_RAD of where the arm is. Why: the reset teleports the arm, but the commands
+        in flight (and the supervisor's hold, which moves to the new position only through its step
+        limit, DESIGN.md §4) still aim at the old pose; followed, they would drag the arm back. A
+        real robot is reset by something that owns the arm until the controller's command has caught
+        up; this is that. Call with the lock held."""
+        if not self._resync:
             return False
-        if float(np.max(np.abs(q - self._resync_home))) > RESYNC_TOLERANCE_RAD:
+        if float(np.max(np.abs(q - self.world.joint_positions()))) > RESYNC_TOLERANCE_RAD:
             return True
-        self._resync_home = None
+        self._resync = False
         return False
 
     def _reset_world(self) -> dict[str, Any]:
-        """A new episode (call with the lock held); commands wait for the resync (_awaiting_resync)."""
+        """A new episode (call with the lock held); when it moved the arm, commands wait for the
+        resync (_awaiting_resync)."""
+        before = self.world.joint_positions()
         info = self.world.reset(randomize=self.config.randomize)
-        self._resync_home = self.world.home_command
+        self._resync = float(np.max(np.abs(before - self.world.joint_positions()))) > RESYNC_TOLERANCE_RAD
         return info
 
     def _reject(self, reason: str) -> None:

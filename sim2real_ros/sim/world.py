@@ -259,11 +259,6 @@ class SimWorld:
         return {"episode": self.episode_index, "seed": self.episode_seed, "randomized": self.randomized,
                 **task_info, "randomization": self.randomization.summary()}
 
-    @property
-    def home_command(self) -> np.ndarray:
-        """The commanded joints' home positions (n,) [rad]: where reset puts them."""
-        return self._home_all[self._cmd_pos].copy()
-
     def episode_elapsed_s(self) -> float:
         """Sim time since the episode started [s]."""
         return (self.time_ns - self.episode_start_ns) / NS_PER_S
