@@ -791,3 +791,31 @@ def test_config_values_beyond_their_range_are_refused(field, value):
     with pytest.raises(ConfigError) as info:
         SupervisorConfig(**{field: value})
     assert info.value.field == field and "must be" in str(info.value)
+
+
+def test_teleop_jogging_after_a_jump_waits_for_the_hold_to_reach_the_arm():
+    """The human keeps jogging through an episode reset: the jog resumes where the arm now is, not
+    from the old pose the hold is still leaving (a recorded takeover would teach that pose)."""
+    sup = armed()
+    stick = {MAPPING.joint_axes[0]: 1.0}
+    sup.on_joy(*joy(), T0)
+    sup.on_joy(*joy("takeover"), T0)
+    t = T0
+    for _ in range(5):
+        t += 10 * MS
+        sup.on_joy(*joy("deadman", axes=stick), t)
+        feed(sup, t, q_policy=None)
+        jogging = sup.tick(t)
+    assert not jogging.hold
+    t = jump_to(sup, t + 10 * MS, q_policy=None)
+    sup.on_joy(*joy("deadman", axes=stick), t)
+    commands = [sup.tick(t)]
+    while commands[-1].hold:
+        t += 10 * MS
+        sup.on_joy(*joy("deadman", axes=stick), t)
+        sup.on_joint_state(NAMES, JUMP, t)
+        commands.append(sup.tick(t))
+        assert len(commands) < 100
+    holds, jog = commands[:-1], commands[-1]
+    assert np.allclose(holds[-1].positions, JUMP)  # the hold got to the arm first
+    assert np.abs(jog.positions - JUMP).max() <= LIMITS.velocity.max() * 0.01 + 1e-9

@@ -25,7 +25,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"episodes        {report['episodes']}, successes {report['successes']} (95% CI {lo:.2f}-{hi:.2f})")
     print(f"interventions   {len(report['interventions'])} events (takeover accepted "
           f"{report['takeover']['accepted']}, handed back {report['takeover']['handed_back']})")
-    print(f"e-stop          reaction {report['estop']['reaction_ms']} ms, held {report['estop']['held_position']}, "
+    print(f"e-stop          reaction {report['estop']['reaction_ms']} ms (hold reached after "
+          f"{report['estop']['hold_reached_ms']} ms), held {report['estop']['held_position']}, "
           f"reset refused while pressed {report['estop']['reset_refused_while_pressed']}")
     print(f"replay error    {'n/a' if replay_err is None else f'{replay_err:.4f} rad MAE'} "
           "(policy vs the human's commands during the takeover)")

@@ -583,11 +583,16 @@ class Supervisor:
                 self._capture_hold(now_ns)
             return self._emit_hold(now_ns)
         if self._teleop_holding or self._last_sent is None:
-            self._teleop_holding = False
-            self._reason = "TELEOP: jogging"
             if self._last_sent is None:
                 self._capture_hold(now_ns)
                 return self._emit_hold(now_ns)
+            if self._hold_target is not None and not np.allclose(self._last_sent, self._hold_target,
+                                                                 rtol=0.0, atol=1e-9):
+                # Jogging starts where the arm is: first the hold reaches it (after a jump it is
+                # still on its way from the old position, through the step limit).
+                return self._emit_hold(now_ns)
+            self._teleop_holding = False
+            self._reason = "TELEOP: jogging"
         velocity = self.jogger.joint_velocity(sample, self._last_sent)
         return self._send(self._last_sent + velocity * self._dt, now_ns)
 

@@ -126,13 +126,19 @@ class Demo:
         latched = session.wait_for_mode("ESTOP", 3.0)
         time.sleep(self.config.estop_hold_s)
         during = [(t, np.asarray(m.data)) for t, m in list(session.commands)[before:] if t >= pressed_at]
-        reaction_ms, held = float("nan"), False
+        reaction_ms, reached_ms, held = float("nan"), float("nan"), False
         if during:
             hold = during[-1][1]
-            # The hold is the first command from which on every command equals the final hold.
-            first = next(i for i in range(len(during)) if all(np.array_equal(c, hold) for _, c in during[i:]))
+            # Holds are step-limited (DESIGN.md §4): from the first hold command on, every command
+            # comes nearer the final hold (the measured position at the press) until it is there;
+            # before it the policy's commands lead away from it.
+            distance = [float(np.max(np.abs(c - hold))) for _, c in during]
+            first = next(i for i in range(len(during))
+                         if all(b <= a + 1e-12 for a, b in zip(distance[i:], distance[i + 1:], strict=False)))
+            reached = next(i for i in range(len(during)) if all(np.array_equal(c, hold) for _, c in during[i:]))
             reaction_ms = (during[first][0] - pressed_at) * 1e3
-            held = len(during) - first >= 2
+            reached_ms = (during[reached][0] - pressed_at) * 1e3
+            held = len(during) - reached >= 2
         refused, refused_msg = session.call("supervisor/reset")  # e-stop still pressed: must refuse
         session.press_estop(False)
         time.sleep(0.2)
@@ -141,7 +147,8 @@ class Demo:
         if not rearmed:
             session.call("supervisor/arm")
             rearmed = session.wait_for_mode("AUTONOMOUS", 5.0)
-        result = {"latched": latched, "reaction_ms": round(reaction_ms, 2), "held_position": held,
+        result = {"latched": latched, "reaction_ms": round(reaction_ms, 2),
+                  "hold_reached_ms": round(reached_ms, 2), "held_position": held,
                   "reset_refused_while_pressed": not refused, "refusal": refused_msg, "reset": reset_ok,
                   "reset_message": reset_msg, "rearmed": rearmed}
         self._event("estop", **result)
@@ -229,8 +236,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"| successes | {report['successes']} (95% CI {lo:.2f}-{hi:.2f}) |",
         f"| interventions (events) | {len(report['interventions'])} |",
         f"| takeover accepted / handed back | {takeover['accepted']} / {takeover['handed_back']} |",
-        f"| e-stop reaction [ms] | {estop['reaction_ms']} (latched {estop['latched']}, "
-        f"held {estop['held_position']}) |",
+        f"| e-stop reaction [ms] (first hold command; hold reached) | {estop['reaction_ms']}; "
+        f"{estop.get('hold_reached_ms')} (latched {estop['latched']}, held {estop['held_position']}) |",
         f"| reset refused while pressed / reset after release | {estop['reset_refused_while_pressed']} / "
         f"{estop['reset']} |",
         f"| replay error: policy vs human (TELEOP) commands, MAE [rad] | "
