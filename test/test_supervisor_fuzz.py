@@ -204,18 +204,20 @@ class Harness:
                 assert np.array_equal(target, self.latched_target), "the e-stop hold moved while latched"
         else:
             self.latched_target = None
-        if sup.mode in (Mode.AUTONOMOUS, Mode.SHARED):
+        if cmd is None:
+            return
+        # A command that moves the arm is sent only on fresh inputs and, where required, with a live
+        # stop source (the mode may still read AUTONOMOUS between two ticks; the next tick holds).
+        if not cmd.hold and cmd.mode in (Mode.AUTONOMOUS, Mode.SHARED):
             for received, timeout in ((self.meas_t, self.cfg.joint_state_timeout_s),
                                       (self.policy_t, self.cfg.policy_timeout_s)):
                 assert received is not None and 0 <= self.t - received <= timeout * 1e9, (
                     "moving on a stale input", sup.mode, sup.reason)
-        if sup.mode in (Mode.AUTONOMOUS, Mode.SHARED, Mode.TELEOP) and self.cfg.require_stop_source:
+        if not cmd.hold and cmd.mode != Mode.ESTOP and self.cfg.require_stop_source:
             heartbeat = self.cfg.estop_heartbeat_timeout_s
             live = [(self.joy_estop_t, self.cfg.joy_timeout_s)] + ([(self.estop_t, heartbeat)] if heartbeat else [])
             assert any(t is not None and 0 <= self.t - t <= timeout * 1e9 for t, timeout in live), (
                 "moving without a live stop source", sup.mode, sup.reason)
-        if cmd is None:
-            return
         q = cmd.positions
         assert np.all(np.isfinite(q)), q
         assert np.all(q >= LIMITS.lower) and np.all(q <= LIMITS.upper), q
