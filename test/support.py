@@ -4,16 +4,26 @@ No sleeps-and-hope: every wait is a deadline loop on a condition.
 """
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from sim2real_ros.cli.launcher import GraphLauncher
 from sim2real_ros.graph import NodeDecl
 from sim2real_ros.orchestration.probe import RosProbe, wait_until  # noqa: F401 - re-exported for tests
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED_BAGS = REPO_ROOT.parent / "shared" / "data" / "bags"
+# Apache-2.0 bags recorded by `ros2 bag record` (rosbag2's test resources), vendored with their notice.
+TALKER_BAGS = REPO_ROOT / "test" / "data" / "bags"
+# Bags whose licence keeps them out of the repository (GPL-3.0): read where present, else skipped.
+SHARED_BAGS = Path(os.environ.get("SIM2REAL_SHARED_BAGS", REPO_ROOT.parent / "shared" / "data" / "bags"))
+SERVO_BAG = SHARED_BAGS / "real_servo_arm_a"
+needs_servo_bag = pytest.mark.skipif(
+    not SERVO_BAG.is_dir(),
+    reason=f"the real servo-arm bag (GPL-3.0, not vendored) is not at {SERVO_BAG}; set SIM2REAL_SHARED_BAGS")
 
 
 @contextmanager

@@ -5,7 +5,7 @@ import json
 import shutil
 
 import pytest
-from support import SHARED_BAGS
+from support import SERVO_BAG, TALKER_BAGS, needs_servo_bag
 
 from sim2real_ros.bags import BagReader, iter_messages, topic_types
 from sim2real_ros.bags.info import bag_info, format_info
@@ -13,7 +13,7 @@ from sim2real_ros.cli.main import main as cli_main
 from sim2real_ros.core.errors import BagError
 
 TALKERS = ["rosbag2_talker_sqlite3", "rosbag2_talker_mcap"]
-SERVO = SHARED_BAGS / "real_servo_arm_a"
+SERVO = SERVO_BAG
 SERVO_COUNTS = {
     "/controller/out/error": 1348, "/controller/out/forward_kinematics": 1348, "/servo/out/state": 1280,
     "/rosout": 30, "/parameter_events": 12, "/md/input": 1, "/events/write_split": 0, "/md/state": 1354,
@@ -26,7 +26,7 @@ SERVO_COUNTS = {
 
 @pytest.mark.parametrize("name", TALKERS)
 def test_talker_bags_hold_20_messages_and_all_decode(name, capsys):
-    assert cli_main(["bag", "info", str(SHARED_BAGS / name), "--json"]) == 0
+    assert cli_main(["bag", "info", str(TALKER_BAGS / name), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["storage"] == ("sqlite3" if "sqlite" in name else "mcap")
     assert info["message_count"] == 20
@@ -39,7 +39,7 @@ def test_talker_bags_hold_20_messages_and_all_decode(name, capsys):
         "/parameter_events": ("rcl_interfaces/msg/ParameterEvent", 0, True),
     }
 
-    messages = list(iter_messages(SHARED_BAGS / name))
+    messages = list(iter_messages(TALKER_BAGS / name))
     assert len(messages) == 20
     times = [m.log_time_ns for m in messages]
     assert times == sorted(times)
@@ -51,11 +51,12 @@ def test_talker_bags_hold_20_messages_and_all_decode(name, capsys):
 
 def test_stored_stub_definitions_fall_back_to_the_standard_ones():
     # rosbag2's sqlite3 test bag stores stub definitions ("uint8 level" for Log): the data must win.
-    info = bag_info(SHARED_BAGS / "rosbag2_talker_sqlite3")
+    info = bag_info(TALKER_BAGS / "rosbag2_talker_sqlite3")
     rosout = next(t for t in info.topics if t.name == "/rosout")
     assert rosout.decodable and "does not match" in rosout.note
 
 
+@needs_servo_bag
 def test_real_servo_arm_bag_counts_types_and_unknown_types():
     info = bag_info(SERVO)
     assert info.storage == "sqlite3" and info.metadata_version == 5
@@ -77,6 +78,7 @@ def test_real_servo_arm_bag_counts_types_and_unknown_types():
     assert len(commanded) == 893
 
 
+@needs_servo_bag
 def test_undecodable_types_are_skipped_or_yielded_raw_never_fatal():
     with BagReader(SERVO) as reader:
         decoded = list(reader.messages(["/fmu/in/offboard_control_mode", "/md/state"]))
@@ -89,33 +91,33 @@ def test_undecodable_types_are_skipped_or_yielded_raw_never_fatal():
 
 
 def test_single_storage_file_is_a_bag_too():
-    info = bag_info(SHARED_BAGS / "rosbag2_talker_mcap" / "talker.mcap")
+    info = bag_info(TALKER_BAGS / "rosbag2_talker_mcap" / "talker.mcap")
     assert info.message_count == 20 and info.metadata_version is None
 
 
 def test_damaged_bags_name_the_file_and_the_problem(tmp_path, capsys):
     missing = tmp_path / "missing_file"
-    shutil.copytree(SHARED_BAGS / "rosbag2_talker_sqlite3", missing)
+    shutil.copytree(TALKER_BAGS / "rosbag2_talker_sqlite3", missing)
     (missing / "talker.db3").unlink()
     with pytest.raises(BagError, match=r"talker\.db3: listed in .*metadata\.yaml but missing"):
         bag_info(missing)
 
     garbage_db = tmp_path / "garbage_db"
-    shutil.copytree(SHARED_BAGS / "rosbag2_talker_sqlite3", garbage_db)
+    shutil.copytree(TALKER_BAGS / "rosbag2_talker_sqlite3", garbage_db)
     (garbage_db / "talker.db3").chmod(0o644)
     (garbage_db / "talker.db3").write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(BagError, match=r"talker\.db3: not a readable rosbag2 sqlite3 file"):
         bag_info(garbage_db)
 
     bad_magic = tmp_path / "bad_magic"
-    shutil.copytree(SHARED_BAGS / "rosbag2_talker_mcap", bad_magic)
+    shutil.copytree(TALKER_BAGS / "rosbag2_talker_mcap", bad_magic)
     (bad_magic / "talker.mcap").chmod(0o644)
     (bad_magic / "talker.mcap").write_bytes(b"NOTMCAP!" + b"\0" * 64)
     with pytest.raises(BagError, match=r"talker\.mcap: not an MCAP file"):
         bag_info(bad_magic)
 
     bad_yaml = tmp_path / "bad_yaml"
-    shutil.copytree(SHARED_BAGS / "rosbag2_talker_mcap", bad_yaml)
+    shutil.copytree(TALKER_BAGS / "rosbag2_talker_mcap", bad_yaml)
     (bad_yaml / "metadata.yaml").chmod(0o644)
     (bad_yaml / "metadata.yaml").write_text("rosbag2_bagfile_information: [unclosed")
     with pytest.raises(BagError, match=r"metadata\.yaml: unreadable metadata"):
@@ -132,7 +134,7 @@ def test_corrupted_bytes_give_a_bag_error_or_a_partial_read_never_a_crash(tmp_pa
     import random
 
     rng = random.Random(7)
-    original = (SHARED_BAGS / name).read_bytes()
+    original = (TALKER_BAGS / name).read_bytes()
     outcomes = {"read": 0, "bag_error": 0}
     for trial in range(40):
         damaged = bytearray(original)

@@ -17,7 +17,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message, serialize_message
 from rosgraph_msgs.msg import Clock
 from std_msgs.msg import Float64MultiArray
-from support import SHARED_BAGS, RosProbe, node_decl, running_nodes, wait_until
+from support import TALKER_BAGS, RosProbe, node_decl, running_nodes, wait_until
 from trajectory_msgs.msg import JointTrajectory
 
 from sim2real_ros.bags import BagReader
@@ -218,7 +218,7 @@ def test_default_compares_only_human_commands_and_the_cli_says_none_were(sim, tm
 
 
 def test_a_bag_without_the_needed_topics_fails_fast_naming_both_sides(tmp_path, capsys):
-    bag = SHARED_BAGS / "rosbag2_talker_mcap"
+    bag = TALKER_BAGS / "rosbag2_talker_mcap"
     checkpoint = tmp_path / "p.pt"
     init_checkpoint(checkpoint, JOINTS, PreprocessConfig.from_yaml(config_path("preprocess.yaml")))
     with pytest.raises(MissingTopicsError) as err:

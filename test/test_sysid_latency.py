@@ -16,7 +16,7 @@ from rosbags.rosbag2 import Writer
 from rosbags.typesys import Stores, get_typestore
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
-from support import REPO_ROOT, SHARED_BAGS
+from support import REPO_ROOT, SERVO_BAG, needs_servo_bag
 
 from sim2real_ros.core.urdf import JointLimits
 from sim2real_ros.sysid.bag_io import load_streams
@@ -24,7 +24,7 @@ from sim2real_ros.sysid.excite import ExciteOptions, excitation, excitation_for_
 from sim2real_ros.sysid.latency import LatencyOptions, SysidError, estimate_latency
 from sim2real_ros.sysid.signals import JointStream, choose_time_source, stream_from_messages, wrap_period
 
-REAL_BAG = SHARED_BAGS / "real_servo_arm_a"
+REAL_BAG = SERVO_BAG
 T0_NS = 1_700_000_000 * 10**9
 
 
@@ -205,6 +205,7 @@ def real_streams() -> dict[str, JointStream]:
     return load_streams(REAL_BAG, ["/servo/in/state", "/servo/out/state"])
 
 
+@needs_servo_bag
 def test_real_servo_bag_whole_and_halves_agree(real_streams) -> None:
     command, state = real_streams["/servo/in/state"], real_streams["/servo/out/state"]
     whole = estimate_latency(command, state)
@@ -224,6 +225,7 @@ def test_real_servo_bag_whole_and_halves_agree(real_streams) -> None:
         assert abs(half.joints[0].latency_s - q1.latency_s) <= max(half.joints[0].uncertainty_s, q1.uncertainty_s)
 
 
+@needs_servo_bag
 def test_cli_json() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "sim2real_ros.cli.main", "sysid", "latency", "--bag", str(REAL_BAG),
@@ -239,6 +241,7 @@ def test_cli_json() -> None:
     assert [j["name"] for j in data["joints"]] == ["q1", "q2", "q3"]
 
 
+@needs_servo_bag
 def test_cli_names_a_missing_topic() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "sim2real_ros.cli.main", "sysid", "latency", "--bag", str(REAL_BAG),
