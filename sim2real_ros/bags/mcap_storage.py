@@ -252,13 +252,9 @@ class McapFile:
         index = _Index(has_summary=True)
         chunk_indexes: list[ChunkIndex] = []
         stats: Statistics | None = None
-        for opcode, _offset, body in self._summary_records(*bounds):
-            if opcode == OP_SCHEMA:
-                schema = _parse_schema(body)
-                index.schemas[schema.id] = schema
-            elif opcode == OP_CHANNEL:
-                channel = _parse_channel(body)
-                index.channels[channel.id] = channel
+        for opcode, offset, body in self._summary_records(*bounds):
+            if opcode in (OP_SCHEMA, OP_CHANNEL):
+                self._index_record(index, opcode, body, offset, len(body))
             elif opcode == OP_CHUNK_INDEX:
                 chunk_indexes.append(_parse_record(ChunkIndex, body))
             elif opcode == OP_STATISTICS:
