@@ -7,14 +7,10 @@ allocated), so a file can hold a model far too big to build.
 from __future__ import annotations
 
 import json
-import os
-import resource
-import subprocess
-import time
-from pathlib import Path
 from typing import Any
 
 import torch
+from support import run_measured  # noqa: F401 - re-exported for the checkpoint tests
 
 from sim2real_ros.core.checkpoint import MAGIC, encode_checkpoint
 from sim2real_ros.core.policy_model import ARCHITECTURES, PolicySpec
@@ -47,29 +43,3 @@ def join_checkpoint(header: dict[str, Any] | str | bytes, blob: bytes) -> bytes:
         header = json.dumps(header)
     raw = header.encode() if isinstance(header, str) else header
     return MAGIC + len(raw).to_bytes(8, "little") + raw + blob
-
-
-def run_measured(args: list[str], limit_bytes: int, timeout_s: float, cwd: Path,
-                 stdout: Path, stderr: Path, stdin: Path | None = None) -> tuple[int, int]:
-    """Run `args` with its address space limited to `limit_bytes` (a safety net: a process that
-    tried to allocate tens of GB fails instead of taking the machine). Returns (exit code, peak
-    resident set size [bytes] of that process alone, from wait4). Kills it after timeout_s [s]."""
-
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
-
-    with open(stdout, "wb") as out, open(stderr, "wb") as err, open(stdin or os.devnull, "rb") as inp:
-        proc = subprocess.Popen(args, stdin=inp, stdout=out, stderr=err, cwd=cwd, preexec_fn=limit)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() > deadline:
-            proc.kill()
-            os.wait4(proc.pid, 0)
-            proc.returncode = -9
-            raise TimeoutError(f"{args} still running after {timeout_s} s")
-        time.sleep(0.05)
-    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: tell Popen
-    return proc.returncode, usage.ru_maxrss * 1024

@@ -13,13 +13,10 @@ import dataclasses
 import io
 import json
 import os
-import resource
 import shutil
 import sqlite3
 import struct
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,13 +26,13 @@ from mcap.records import Channel, Chunk, ChunkIndex, DataEnd, Footer, Header, Mc
 from mcap.stream_reader import StreamReader
 from mcap.writer import CompressionType
 from mcap.writer import Writer as McapWriter
+from support import REPO_ROOT, run_measured
 
 from sim2real_ros.bags.info import bag_info
 from sim2real_ros.bags.storage import zstd
 from sim2real_ros.bags.writer import BagWriter
 from sim2real_ros.cli.main import main as cli_main
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 MAGIC = b"\x89MCAP0\r\n"
 T0 = 1_700_000_000_000_000_000  # log time of the first message [ns]
 N_MESSAGES = 3
@@ -83,34 +80,19 @@ class Outcome:
     stderr: str
 
 
-def _limit_address_space() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (CHILD_ADDRESS_SPACE, CHILD_ADDRESS_SPACE))
-
-
 def probe(bag: Path) -> Outcome:
     """Open `bag` every public way in a child process; fail on a traceback, a hang or a memory peak."""
     out_file, err_file = bag.parent / f"{bag.name}.out", bag.parent / f"{bag.name}.err"
     # One BLAS thread: its per-thread buffers would count against the address-space limit.
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    with open(out_file, "wb") as stdout, open(err_file, "wb") as stderr:
-        child = subprocess.Popen([sys.executable, "-c", PROBE, str(bag)], stdout=stdout, stderr=stderr, env=env,
-                                 cwd=REPO_ROOT, preexec_fn=_limit_address_space)  # noqa: PLW1509 - no threads here
-    deadline = time.monotonic() + CHILD_DEADLINE
-    while True:
-        # wait4 gives this child's own peak memory (not the maximum over every child of the test run).
-        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() > deadline:
-            child.kill()
-            child.wait()
-            pytest.fail(f"{bag}: still running after {CHILD_DEADLINE} s (a hang)")
-        time.sleep(0.02)
-    child.returncode = os.waitstatus_to_exitcode(status)
+    try:
+        returncode, max_rss = run_measured([sys.executable, "-c", PROBE, str(bag)], CHILD_ADDRESS_SPACE,
+                                           CHILD_DEADLINE, REPO_ROOT, out_file, err_file, env=env)
+    except TimeoutError:
+        pytest.fail(f"{bag}: still running after {CHILD_DEADLINE} s (a hang)")
     errors = err_file.read_text()
-    assert child.returncode == 0 and "Traceback" not in errors, f"{bag}: the child crashed:\n{errors}"
+    assert returncode == 0 and "Traceback" not in errors, f"{bag}: the child crashed:\n{errors}"
     report = json.loads(out_file.read_text())
-    max_rss = usage.ru_maxrss * 1024  # Linux reports KiB
     assert max_rss < MAX_RSS, f"{bag}: peak memory {max_rss / 2**20:.0f} MiB"
     assert report["seconds"] < MAX_SECONDS, f"{bag}: took {report['seconds']:.1f} s"
     return Outcome(report, max_rss, errors)
