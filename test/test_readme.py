@@ -12,7 +12,7 @@ from sim2real_ros.cli.main import available_commands
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 NODES = ("sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder")
-DECLARERS = {"declare", "declare_array", "declare_parameter", "_declare_string_array"}
+DECLARERS = {"declare", "declare_array", "declare_parameter", "_declare_string_array", "bounded"}
 
 
 def declared_parameters(node: str) -> set[str]:

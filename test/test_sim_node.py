@@ -59,6 +59,17 @@ def latest_status(ros, received: list, predicate, timeout_s: float = 45.0) -> di
     return next(status_values(m) for m in reversed(list(received)) if predicate(status_values(m)))
 
 
+def commanding(ros):
+    """Joint states and sim/status being collected, and a command publisher the sim node hears:
+    (states, status, pub), once the first joint states are in."""
+    states = ros.collect(JointState, "joint_states", JOINT_STATE_QOS)
+    status = ros.collect(DiagnosticArray, "sim/status", LATCHED_QOS)
+    pub = ros.publisher(Float64MultiArray, "forward_position_controller/commands", RELIABLE_LATEST_QOS)
+    ros.wait_for_subscribers(pub, timeout_s=45)
+    ros.wait_for_messages(states, 5, timeout_s=45)
+    return states, status, pub
+
+
 def test_topics_follow_the_contract(arm6_node, ros):
     states = ros.collect(JointState, "joint_states", JOINT_STATE_QOS)
     images = ros.collect(Image, "camera/image_raw", SENSOR_QOS)
@@ -94,11 +105,7 @@ def test_topics_follow_the_contract(arm6_node, ros):
 
 
 def test_bad_commands_are_rejected_counted_and_never_move_the_robot(arm6_node, ros):
-    states = ros.collect(JointState, "joint_states", JOINT_STATE_QOS)
-    status = ros.collect(DiagnosticArray, "sim/status", LATCHED_QOS)
-    pub = ros.publisher(Float64MultiArray, "forward_position_controller/commands", RELIABLE_LATEST_QOS)
-    ros.wait_for_subscribers(pub, timeout_s=45)
-    ros.wait_for_messages(states, 5, timeout_s=45)
+    states, status, pub = commanding(ros)
     before = latest_status(ros, status, lambda v: True)
     q0 = np.array(states[-1].position)
     bad = [np.zeros(5), np.array([0.5, 0, 0, np.nan, 0, 0]), np.array([np.inf, 0, 0, 0, 0, 0]), np.zeros(7)]
@@ -117,11 +124,7 @@ def test_bad_commands_are_rejected_counted_and_never_move_the_robot(arm6_node, r
 
 
 def test_step_command_shows_the_latency_then_reaches_the_target(arm6_node, ros):
-    states = ros.collect(JointState, "joint_states", JOINT_STATE_QOS)
-    status = ros.collect(DiagnosticArray, "sim/status", LATCHED_QOS)
-    pub = ros.publisher(Float64MultiArray, "forward_position_controller/commands", RELIABLE_LATEST_QOS)
-    ros.wait_for_subscribers(pub, timeout_s=45)
-    ros.wait_for_messages(states, 5, timeout_s=45)
+    states, status, pub = commanding(ros)
     accepted0 = int(latest_status(ros, status, lambda v: True)["commands_accepted"])
     q0 = np.array(states[-1].position)
     goal = q0.copy()
@@ -185,11 +188,7 @@ def test_reaching_the_target_ends_the_episode_and_reset_draws_a_new_target(arm6_
 
 def test_after_a_reset_commands_wait_until_one_rejoins_the_arm(arm6_node, ros):
     """The reset teleports the arm home; commands aimed at the old pose must not drag it back."""
-    states = ros.collect(JointState, "joint_states", JOINT_STATE_QOS)
-    status = ros.collect(DiagnosticArray, "sim/status", LATCHED_QOS)
-    pub = ros.publisher(Float64MultiArray, "forward_position_controller/commands", RELIABLE_LATEST_QOS)
-    ros.wait_for_subscribers(pub, timeout_s=45)
-    ros.wait_for_messages(states, 5, timeout_s=45)
+    states, status, pub = commanding(ros)
 
     def drive_to(goal: np.ndarray) -> bool:
         """Command `goal` (from where the arm is, so an earlier reset's resync is satisfied first)."""

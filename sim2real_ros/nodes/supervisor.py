@@ -96,7 +96,11 @@ class SupervisorNodeParams:
 def declare_parameters(node: Node) -> tuple[SupervisorNodeParams, dict]:
     """Declare every parameter (with descriptions; the numeric ones with the ranges of the core's
     CONFIG_RANGES, refused outside them); return node params and the core's config fields."""
-    r = CONFIG_RANGES
+
+    def bounded(name: str, default: float, description: str) -> Any:
+        """A core timing or limit parameter, declared with its CONFIG_RANGES bounds."""
+        return declare(node, name, default, description, value_range=CONFIG_RANGES[name], source=SOURCE)
+
     params = SupervisorNodeParams(
         robot_description=str(declare(node, "robot_description", str(urdf_path()),
                                       "URDF XML or URDF file path: joints, limits, Jacobian")),
@@ -116,17 +120,13 @@ def declare_parameters(node: Node) -> tuple[SupervisorNodeParams, dict]:
             "instead of at the next control tick")),
     )
     core = dict(
-        policy_timeout_s=declare(node, "policy_timeout_s", 0.1, "command/policy silence -> HOLD [s]",
-                                 value_range=r["policy_timeout_s"], source=SOURCE),
-        joy_timeout_s=declare(node, "joy_timeout_s", 0.5,
+        policy_timeout_s=bounded("policy_timeout_s", 0.1, "command/policy silence -> HOLD [s]"),
+        joy_timeout_s=bounded("joy_timeout_s", 0.5,
                               "joy silence while the human is in control -> HOLD; with require_stop_source, how "
-                              "recent the joystick's e-stop button must be to count as a live stop source [s]",
-                              value_range=r["joy_timeout_s"], source=SOURCE),
-        joint_state_timeout_s=declare(node, "joint_state_timeout_s", 0.2, "joint_states silence -> HOLD [s]",
-                                      value_range=r["joint_state_timeout_s"], source=SOURCE),
-        estop_heartbeat_timeout_s=declare(node, "estop_heartbeat_timeout_s", 0.0,
-                                          "estop silence -> ESTOP [s]; 0 = no heartbeat required",
-                                          value_range=r["estop_heartbeat_timeout_s"], source=SOURCE),
+                              "recent the joystick's e-stop button must be to count as a live stop source [s]"),
+        joint_state_timeout_s=bounded("joint_state_timeout_s", 0.2, "joint_states silence -> HOLD [s]"),
+        estop_heartbeat_timeout_s=bounded("estop_heartbeat_timeout_s", 0.0,
+                                          "estop silence -> ESTOP [s]; 0 = no heartbeat required"),
         auto_arm=bool(declare(node, "auto_arm", False,
                               "arm automatically once joint states and policy commands are fresh")),
         require_stop_source=bool(declare(
@@ -134,30 +134,23 @@ def declare_parameters(node: Node) -> tuple[SupervisorNodeParams, dict]:
             "arming needs a live stop source (estop messages within estop_heartbeat_timeout_s when that is > 0, "
             "or a joystick whose e-stop button was read within joy_timeout_s); losing it while moving latches "
             "ESTOP (true in the robot graph)")),
-        handover_ramp_s=declare(node, "handover_ramp_s", 1.0,
-                                "ramp time for a gap of handover_max_gap_rad; smaller gaps ramp faster [s]",
-                                value_range=r["handover_ramp_s"], source=SOURCE),
-        handover_max_gap_rad=declare(node, "handover_max_gap_rad", 0.5,
-                                     "largest policy-vs-measured gap a handover accepts [rad]",
-                                     value_range=r["handover_max_gap_rad"], source=SOURCE),
-        max_joint_jump_rad=declare(node, "max_joint_jump_rad", 0.2,
+        handover_ramp_s=bounded("handover_ramp_s", 1.0,
+                                "ramp time for a gap of handover_max_gap_rad; smaller gaps ramp faster [s]"),
+        handover_max_gap_rad=bounded("handover_max_gap_rad", 0.5,
+                                     "largest policy-vs-measured gap a handover accepts [rad]"),
+        max_joint_jump_rad=bounded("max_joint_jump_rad", 0.2,
                                    "measured step beyond 2 x velocity limit x dt plus this -> hold at the new "
-                                   "position (re-homed encoder, teleported sim robot) [rad]",
-                                   value_range=r["max_joint_jump_rad"], source=SOURCE),
-        joint_jump_confirm_samples=declare(node, "joint_jump_confirm_samples", 3,
+                                   "position (re-homed encoder, teleported sim robot) [rad]"),
+        joint_jump_confirm_samples=bounded("joint_jump_confirm_samples", 3,
                                            "consecutive joint states a measured jump must persist over before the "
-                                           "hold moves to it; a shorter excursion is rejected as outliers",
-                                           value_range=r["joint_jump_confirm_samples"], source=SOURCE),
-        joint_state_limit_margin_rad=declare(node, "joint_state_limit_margin_rad", 0.5,
+                                           "hold moves to it; a shorter excursion is rejected as outliers"),
+        joint_state_limit_margin_rad=bounded("joint_state_limit_margin_rad", 0.5,
                                              "a measured position beyond the URDF position limits by more than "
-                                             "this is rejected as implausible [rad]",
-                                             value_range=r["joint_state_limit_margin_rad"], source=SOURCE),
-        shared_authority=declare(node, "shared_authority", 0.5,
-                                 "SHARED: fraction of the human's jog velocity added to the policy [0..1]",
-                                 value_range=r["shared_authority"], source=SOURCE),
-        shared_max_offset_rad=declare(node, "shared_max_offset_rad", 0.3,
-                                      "SHARED: largest human correction per joint [rad]",
-                                      value_range=r["shared_max_offset_rad"], source=SOURCE),
+                                             "this is rejected as implausible [rad]"),
+        shared_authority=bounded("shared_authority", 0.5,
+                                 "SHARED: fraction of the human's jog velocity added to the policy [0..1]"),
+        shared_max_offset_rad=bounded("shared_max_offset_rad", 0.3,
+                                      "SHARED: largest human correction per joint [rad]"),
         lower=declare_array(node, "position_lower_limits", Parameter.Type.DOUBLE_ARRAY,
                              "tighter lower position limits per joint [rad] (empty: URDF)"),
         upper=declare_array(node, "position_upper_limits", Parameter.Type.DOUBLE_ARRAY,
