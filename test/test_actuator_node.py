@@ -386,3 +386,29 @@ def test_core_a_measured_joint_jump_drops_chunks_planned_before_it():
     assert core.tick(jump_ns + 4 * period_ns) is not None
     values, _, _ = core.report()
     assert values["joint_jumps"] == 1 and values["rejected_before_joint_jump"] == 1
+
+
+def test_core_sends_nothing_while_a_jump_awaits_confirmation_and_one_outlier_costs_one_tick():
+    """The supervisor confirms jumps on the same samples: a command sent between a jump's first sample
+    and its confirmation would be a plan for the old position that it could take for a new one."""
+    from sim2real_ros.core.actuator import ActuatorCore
+
+    core = ActuatorCore(ActuatorConfig(joints=tuple(JOINTS), velocity_limits=(2.0, 2.0, 2.0)))
+    start_ns, period_ns = 5_000_000_000, 10_000_000
+    assert core.on_chunk(cv.trajectory_to_chunk(ramp_chunk(JOINTS, start_ns, 3.0)), start_ns) is None
+    q = np.array([0.0, 0.1, 0.2])
+    core.on_joint_state(JOINTS, q, start_ns, start_ns)
+    assert core.tick(start_ns) is not None
+    # One sample off: the next tick waits, the one after (the sample came back) commands again.
+    core.on_joint_state(JOINTS, q + np.array([0.0, 2.5, 0.0]), start_ns + period_ns, start_ns + period_ns)
+    assert core.tick(start_ns + period_ns) is None
+    core.on_joint_state(JOINTS, q, start_ns + 2 * period_ns, start_ns + 2 * period_ns)
+    assert core.tick(start_ns + 2 * period_ns) is not None
+    # A real jump: silent from its first sample on, through the confirmation, until a new chunk.
+    for k in range(3, 6):
+        now = start_ns + k * period_ns
+        core.on_joint_state(JOINTS, q + np.array([0.0, 0.6, 0.0]), now, now)
+        assert core.tick(now) is None
+    assert core.joint_jumps == 1 and core.jump_pending_ticks == 3  # the outlier's tick and two of the jump's
+    values, _, _ = core.report()
+    assert values["jump_pending_ticks"] == 3

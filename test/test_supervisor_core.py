@@ -202,6 +202,39 @@ def test_a_measured_jump_holds_at_the_new_position_and_auto_arm_ramps_from_there
     assert sup.counters["watchdog_holds"] == 0
 
 
+def test_after_a_jump_auto_arm_waits_for_a_plan_made_after_it_without_counting_a_refusal():
+    """A sim episode reset: the policy's last command (received before the jump) was planned for the old
+    pose, so auto_arm never arms on it; it waits, quietly, for the first command after the jump."""
+    sup = make(auto_arm=True, handover_ramp_s=0.5, handover_max_gap_rad=0.5)
+    feed(sup, T0)
+    assert not sup.tick(T0).hold and sup.mode == Mode.AUTONOMOUS
+    t = jump_to(sup, T0 + 10 * MS, q_policy=None)  # the policy says nothing after the jump's samples
+    assert sup.tick(t).hold and sup.mode == Mode.HOLD
+    for _ in range(5):  # the old command would still be "fresh" (policy_timeout_s 0.1 s) here
+        t += 10 * MS
+        sup.on_joint_state(NAMES, JUMP, t)
+        assert sup.tick(t).hold and sup.mode == Mode.HOLD
+        assert "auto_arm waiting: no fresh command/policy" in sup.reason
+    assert sup.counters["arm_refused"] == 0
+    t += 10 * MS
+    feed(sup, t, q_meas=JUMP, q_policy=JUMP + 0.05)  # the first plan made at the new pose
+    sup.tick(t)
+    assert sup.mode == Mode.AUTONOMOUS and sup.counters["arm_refused"] == 0
+
+
+def test_a_stale_plan_received_after_a_jump_is_a_counted_refusal_once():
+    sup = make(auto_arm=True, handover_ramp_s=0.5, handover_max_gap_rad=0.5)
+    feed(sup, T0)
+    sup.tick(T0)
+    t = jump_to(sup, T0 + 10 * MS)
+    sup.tick(t)
+    for _ in range(3):
+        t += 10 * MS
+        feed(sup, t, q_meas=JUMP, q_policy=HOME)
+        sup.tick(t)
+    assert sup.mode == Mode.HOLD and "handover gap" in sup.reason and sup.counters["arm_refused"] == 1
+
+
 def test_a_jump_re_armed_at_once_commands_from_the_new_position():
     sup = make(auto_arm=True, handover_ramp_s=0.5, handover_max_gap_rad=1.0)
     feed(sup, T0)

@@ -13,7 +13,11 @@ configured `actuation_latency` once its confidence reaches `latency_min_confiden
 With the joints' velocity limits configured, a measured joint jump (core.joint_jump: a teleported sim
 robot at an episode reset, a re-homed encoder) drops the buffered chunks and refuses chunks observed
 before it: they were planned for a position the arm is no longer at. Until a chunk observed after the
-jump arrives, the actuator is stale and the supervisor holds.
+jump arrives, the actuator is stale and the supervisor holds. While a possible jump awaits
+confirmation (its first samples, held back) the actuator sends nothing either (`jump_pending_ticks`):
+if it is real, the commands of those ticks were planned for where the arm no longer is, and the
+supervisor, which confirms jumps on the same samples, would otherwise take one of them for the
+policy's first plan at the new position. One outlier sample costs one tick.
 """
 from __future__ import annotations
 
@@ -165,6 +169,7 @@ class ActuatorCore:
         self.ticks = 0
         self.published = 0
         self.stale_ticks = 0
+        self.jump_pending_ticks = 0
         self.chunks_received = 0
         self.chunks_accepted = 0
         self.rejected: Counter[str] = Counter({reason: 0 for reason in REJECT_REASONS})
@@ -197,6 +202,10 @@ class ActuatorCore:
             self._estimator.clear()
             self.clock_jumps += 1
         self._last_tick_ns = now_ns
+        if self._jumps is not None and self._jumps.pending:
+            self.stale_ticks += 1
+            self.jump_pending_ticks += 1
+            return None
         sample = self._buffer.sample(now_ns, self.latency_in_use_s)
         if sample is None:
             self.stale_ticks += 1
@@ -303,6 +312,7 @@ class ActuatorCore:
             "ticks": self.ticks,
             "published": self.published,
             "stale_ticks": self.stale_ticks,
+            "jump_pending_ticks": self.jump_pending_ticks,
             "chunks_received": self.chunks_received,
             "chunks_accepted": self.chunks_accepted,
             "chunks_rejected": rejected_total,

@@ -13,7 +13,8 @@ Modes and how they are entered
   and the measured position <= handover_max_gap_rad; then it ramps from the measured position to the
   policy's command, over handover_ramp_s for a gap of handover_max_gap_rad and proportionally faster
   for a smaller one (a policy already where the arm is takes over at once rather than lagging for
-  the full ramp). A refused arm stays where it was and says why.
+  the full ramp). A refused arm stays where it was and says why; `arm_refused` counts refusals (a
+  failed check), not auto_arm waiting for its inputs to arrive.
 - SHARED: the policy's command plus the human's correction (an offset integrated from the jog
   velocity times shared_authority while the deadman is held). `shared` button toggles it with
   AUTONOMOUS; leaving it is a hand-back (ramped, gap-checked).
@@ -44,7 +45,8 @@ joint_jump_confirm_samples consecutive samples (core.joint_jump): a re-homed enc
 driver or a teleported sim robot (a sim episode reset). Until confirmed the new samples are held
 back; a sample that comes back makes them outliers, rejected and counted, never used. A confirmed
 jump re-captures the hold at the new measured position (reached through the step limit):
-AUTONOMOUS and SHARED go to HOLD (auto_arm re-arms with the usual gap check and ramp), TELEOP holds
+AUTONOMOUS and SHARED go to HOLD (auto_arm re-arms with the usual gap check and ramp, on a policy
+command received after the jump: the last one before it was planned for the old position), TELEOP holds
 until the deadman is pressed again, HOLD holds where the arm now is. While ESTOP is latched a jump
 never moves the hold; the reset re-captures it at the measured position.
 
@@ -372,6 +374,8 @@ class Supervisor:
         if jump:
             self.counters["joint_jumps"] += 1
             self._jump = jump
+            # The policy's last command was planned for where the arm was: never arm on it.
+            self._policy_ns = None
         self._q_meas = q
         self._meas_ns = now_ns
         return True
@@ -734,30 +738,43 @@ class Supervisor:
         self._enter_policy_mode(Mode.SHARED, now_ns, "SHARED: policy with human corrections")
 
     def _auto_arm(self, now_ns: int) -> None:
-        blockers = self._policy_blockers(now_ns)
-        if not blockers:
+        missing = self._missing_inputs(now_ns)
+        refusals = self._failed_checks(now_ns, check_gap=not missing)
+        if not missing and not refusals:
             self._enter_policy_mode(Mode.AUTONOMOUS, now_ns, "armed automatically (auto_arm)")
             return
-        waiting = "auto_arm waiting: " + "; ".join(blockers)
-        if waiting != self._auto_arm_waiting:
-            # Counted once per distinct reason, not once per tick.
+        waiting = "auto_arm waiting: " + "; ".join(missing + refusals)
+        if waiting != self._auto_arm_waiting and refusals:
+            # A refusal is a check that failed (gap, another publisher, no stop source), counted once
+            # per distinct reason, not once per tick; waiting for inputs to arrive (at start-up, after
+            # a jump made the policy's last plan stale) is not one.
             self.counters["arm_refused"] += 1
-            self._auto_arm_waiting = waiting
+        self._auto_arm_waiting = waiting
         self._reason = f"{self._hold_reason} | {waiting}"
 
     def _policy_blockers(self, now_ns: int) -> list[str]:
-        """Why control cannot go to the policy now (empty: it can)."""
-        blockers = []
+        """Why control cannot go to the policy now (empty: it can): missing inputs, failed checks."""
+        missing = self._missing_inputs(now_ns)
+        return missing + self._failed_checks(now_ns, check_gap=not missing)
+
+    def _missing_inputs(self, now_ns: int) -> list[str]:
+        """The inputs a policy mode needs that are not fresh now (empty: all are)."""
+        missing = []
         if not self._fresh(self._meas_ns, now_ns, self.config.joint_state_timeout_s):
-            blockers.append("no fresh joint_states")
+            missing.append("no fresh joint_states")
         if not self._fresh(self._policy_ns, now_ns, self.config.policy_timeout_s):
-            blockers.append("no fresh command/policy")
+            missing.append("no fresh command/policy")
+        return missing
+
+    def _failed_checks(self, now_ns: int, check_gap: bool) -> list[str]:
+        """The arming checks that fail now; the handover gap only with check_gap and nothing else failing."""
+        blockers = []
         if self._foreign_publishers > 0:
             blockers.append(f"{self._foreign_publishers} other publisher(s) on the robot command topic")
         missing = self._stop_source_missing(now_ns)
         if missing:
             blockers.append(missing)
-        if not blockers and self._q_policy is not None and self._q_meas is not None:
+        if check_gap and not blockers and self._q_policy is not None and self._q_meas is not None:
             gap = np.abs(self._q_policy - self._q_meas)
             worst = int(np.argmax(gap))
             if gap[worst] > self.config.handover_max_gap_rad:
