@@ -19,6 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--real-time-factor", type=float, default=None,
                         help="--graph: the sim's pace, sim s per wall s (default 0.3: on a machine that also runs "
                              "the whole graph, keeps the pipeline's sim-time latency near a robot computer's)")
+    parser.add_argument("--record", type=Path, default=None,
+                        help="--graph: also record the timing topics (no images) to this bag folder, for "
+                             "`sim2real graph-gap`")
     parser.add_argument("--json", type=Path, default=None, help="write the result here")
 
 
@@ -34,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"--real-time-factor must be in (0, 10], got {rtf}")
             return 2
         result = evaluate_in_graph(args.checkpoint, args.episodes, perturb=args.perturb, sim_config=args.sim_config,
-                                   robot_description=args.robot_description, seed=args.seed, real_time_factor=rtf)
+                                   robot_description=args.robot_description, seed=args.seed, real_time_factor=rtf,
+                                   record_to=args.record)
     else:
         from ..training.evaluation import evaluate_in_sim
 

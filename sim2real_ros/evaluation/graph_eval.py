@@ -31,6 +31,11 @@ from ..training.stats import summary, wilson_interval
 
 # [-] the sim's real-time factor during graph evaluation; see the module docstring.
 DEFAULT_GRAPH_RTF = 0.3
+# What `record_to` records: every message that shows when the graph observed, planned and commanded
+# (images left out: they would load the machine being measured).
+RECORDED_TOPICS = ("joint_states", "policy/action_chunk", "command/policy", "forward_position_controller/commands",
+                   "supervisor/state", "sim/episode", "sim/target", "policy_node/diagnostics",
+                   "actuator_node/diagnostics", "camera/camera_info")
 
 
 def failure_category(outcome: EpisodeOutcome) -> str:
@@ -43,9 +48,13 @@ def failure_category(outcome: EpisodeOutcome) -> str:
 def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = False,
                       sim_config: str | Path | None = None, robot_description: str | None = None,
                       seed: int = 1000, wall_timeout_s: float | None = None,
-                      log_file: Path | None = None, real_time_factor: float = DEFAULT_GRAPH_RTF) -> dict[str, Any]:
-    """Run the sim graph until `episodes` outcomes arrived on sim/episode (the first one after
-    arming counts from a fresh reset). real_time_factor: the sim's pace (sim s per wall s).
+                      log_file: Path | None = None, real_time_factor: float = DEFAULT_GRAPH_RTF,
+                      record_to: Path | None = None) -> dict[str, Any]:
+    """Run the sim graph until `episodes` outcomes arrived on sim/episode. Once the supervisor has
+    armed, the sim restarts at episode 0 of `seed`: graph episode k has the core path's episode k
+    seed (training.evaluation.evaluate_in_sim), so the two compare episode by episode.
+    real_time_factor: the sim's pace (sim s per wall s). record_to: also record the topics that
+    show the timing (RECORDED_TOPICS, no images) to this bag folder (evaluation.graph_gap reads it).
     Raises RuntimeError if a node dies, TimeoutError if the graph stalls."""
     if not 0 < real_time_factor <= 10:
         raise ValueError(f"real_time_factor must be in (0, 10], got {real_time_factor}")
@@ -59,17 +68,18 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
     with tempfile.TemporaryDirectory(prefix="sim2real_graph_eval_") as tmp:
         log = log_file or Path(tmp) / "graph.log"
         start = time.monotonic()
-        with SimGraphSession(args, log) as session:
+        with SimGraphSession(args, log, record_to=record_to, record_topics=RECORDED_TOPICS) as session:
             policy_reports = session.probe.collect(DiagnosticArray, "policy_node/diagnostics", LATCHED_QOS)
             sim_reports = session.probe.collect(DiagnosticArray, "sim/status", 10)
             if not session.wait_for_mode("AUTONOMOUS", 180.0):
                 session.check_nodes()
                 raise TimeoutError(f"the supervisor never armed (mode {session.mode()!r}: {session.mode_reason()}); "
                                    f"node output in {log}")
-            # The episode running while the graph came up started before the policy could act.
-            ok, message = session.call("sim/reset")
+            # The episode running while the graph came up started before the policy could act: start
+            # over at episode 0 of the seed, so graph episode k is the core path's episode k.
+            ok, message = session.call("sim/restart")
             if not ok:
-                raise RuntimeError(f"sim/reset refused: {message}")
+                raise RuntimeError(f"sim/restart refused: {message}")
             skip = len(session.outcomes)
             for done in progress(range(episodes), episodes, "[eval graph] episodes"):
                 while len(session.outcomes) < skip + done + 1:
@@ -92,6 +102,8 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
         "episode_length_s": summary([o.duration_s for o in outcomes]),
         "command_step_rad": summary(steps),
         "failures": dict(sorted(Counter(failure_category(o) for o in outcomes).items())),
+        "per_episode": [{"episode": o.episode, "seed": o.seed, "success": o.success, "duration_s": o.duration_s,
+                         "final_distance_m": o.final_distance_m, "failure": failure_category(o)} for o in outcomes],
         "wall_time_s": round(time.monotonic() - start, 1),
         "real_time_factor": {"requested": real_time_factor, **summary(achieved_rtf)},
         # Sim time, as the nodes measure it: what the policy had to cope with.

@@ -9,6 +9,8 @@ Subscribes  forward_position_controller/commands (std_msgs/Float64MultiArray ove
             what a ros2_control forward position controller accepts. Wrong-length or NaN/Inf commands
             are rejected, counted and reported; they never move the robot.
 Services    sim/reset (std_srvs/Trigger): new episode (robot home, new target, new randomization).
+            sim/restart (std_srvs/Trigger): the same, but the new episode is episode 0 of `seed`, so
+            episode k of a graph run is the core path's episode k (eval-sim --graph uses it).
             After every episode reset (the service or auto_reset) commands are ignored, and counted
             (`commands_ignored_after_reset`), until one comes within RESYNC_TOLERANCE_RAD of the home
             pose: the commands still in flight aim at the pose before the teleport.
@@ -152,6 +154,7 @@ class SimNode(Node):
         self.create_subscription(Float64MultiArray, "forward_position_controller/commands", self._on_command,
                                  RELIABLE_LATEST_QOS)
         self.create_service(Trigger, "sim/reset", self._on_reset)
+        self.create_service(Trigger, "sim/restart", self._on_restart)
 
         log = self.get_logger()
         log.info(f"sim params {params.source} version {params.version}; robot {self.world.model.source} "
@@ -234,11 +237,12 @@ class SimNode(Node):
         self._resync = False
         return False
 
-    def _reset_world(self) -> dict[str, Any]:
-        """A new episode (call with the lock held); when it moved the arm, commands wait for the
-        resync (_awaiting_resync)."""
+    def _reset_world(self, restart: bool = False) -> dict[str, Any]:
+        """A new episode (call with the lock held); restart: episode 0 of the seed again. When it moved
+        the arm, commands wait for the resync (_awaiting_resync)."""
         before = self.world.joint_positions()
-        info = self.world.reset(randomize=self.config.randomize)
+        reset = self.world.restart if restart else self.world.reset
+        info = reset(randomize=self.config.randomize)
         self._resync = float(np.max(np.abs(before - self.world.joint_positions()))) > RESYNC_TOLERANCE_RAD
         return info
 
@@ -250,13 +254,20 @@ class SimNode(Node):
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         del request
+        return self._new_episode(response, restart=False)
+
+    def _on_restart(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        del request
+        return self._new_episode(response, restart=True)
+
+    def _new_episode(self, response: Trigger.Response, restart: bool) -> Trigger.Response:
         with self._lock:
-            info = self._reset_world()
+            info = self._reset_world(restart)
         self._publish_target()
         response.success = True
         target = np.round(info["target"], 4).tolist()
         response.message = f"episode {info['episode']} seed {info['seed']} target {target}"
-        self.get_logger().info(f"reset: {response.message}")
+        self.get_logger().info(f"{'restart' if restart else 'reset'}: {response.message}")
         return response
 
     # ------------------------------------------------------------------------------------------

@@ -31,36 +31,42 @@ def diagnostic_values(msg: DiagnosticArray) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class EpisodeOutcome:
-    """One sim/episode message: index, success, reason, duration [s], final distance [m]."""
+    """One sim/episode message: index, success, reason, duration [s], final distance [m], the
+    episode's seed (-1 when the message has none)."""
 
     episode: int
     success: bool
     reason: str
     duration_s: float
     final_distance_m: float
+    seed: int = -1
 
     @classmethod
     def from_message(cls, msg: DiagnosticArray) -> EpisodeOutcome:
         v = diagnostic_values(msg)
         return cls(int(v.get("episode", -1)), v.get("success", "false") == "true", v.get("reason", ""),
-                   float(v.get("duration_s", "nan")), float(v.get("final_distance_m", "nan")))
+                   float(v.get("duration_s", "nan")), float(v.get("final_distance_m", "nan")),
+                   int(v.get("seed", "-1")))
 
 
-def recorder_decl(output: Path, params_file: str, use_sim_time: bool = True) -> NodeDecl:
-    """The recorder as one more node of the graph (every topic, MCAP)."""
-    return NodeDecl("recorder", "recorder", {"use_sim_time": use_sim_time, "output": str(output)}, (),
-                    (params_file,) if params_file else ())
+def recorder_decl(output: Path, params_file: str, use_sim_time: bool = True,
+                  topics: tuple[str, ...] = ()) -> NodeDecl:
+    """The recorder as one more node of the graph (MCAP; `topics`, or every topic when empty)."""
+    parameters: dict[str, Any] = {"use_sim_time": use_sim_time, "output": str(output)}
+    if topics:
+        parameters["topics"] = list(topics)
+    return NodeDecl("recorder", "recorder", parameters, (), (params_file,) if params_file else ())
 
 
 class SimGraphSession:
     """Start the sim graph (+ recorder) and watch it. Use as a context manager."""
 
     def __init__(self, args: GraphArgs, log_file: Path, record_to: Path | None = None,
-                 echo: bool = False) -> None:
+                 echo: bool = False, record_topics: tuple[str, ...] = ()) -> None:
         self.args = args
         decls = declare_graph("sim", args)
         if record_to is not None:
-            decls.append(recorder_decl(record_to, args.params_file))
+            decls.append(recorder_decl(record_to, args.params_file, topics=record_topics))
         self.launcher = GraphLauncher(decls, namespace=args.namespace, echo=echo, log_file=log_file)
         self.probe: RosProbe | None = None
 

@@ -24,6 +24,7 @@ from ..core.errors import ConfigError, UrdfError
 from ..core.urdf import RobotModel
 from .actuation import LatencyQueue, pd_torque
 from .params import SimParams
+from .quiet_stdout import stdout_to_stderr
 from .randomization import EpisodeRandomization, sample_episode
 from .rendering import gl_list, look_at_rotation, projection_matrix, view_matrix
 from .tasks import Task, make_task
@@ -70,12 +71,13 @@ class SimWorld:
         self.artifacts = ArtifactConfig.from_dict(params.artifacts, f"{params.source} artifacts")
         self.render_enabled = render
 
-        self.client = bullet_client.BulletClient(connection_mode=pybullet.DIRECT)
         self._tmp: tempfile.TemporaryDirectory | None = None
-        self.client.setTimeStep(params.physics.dt_s)
-        self.client.setPhysicsEngineParameter(numSolverIterations=params.physics.solver_iterations)
-        self.robot = self.client.loadURDF(self._urdf_file(robot_description), useFixedBase=True,
-                                          flags=pybullet.URDF_USE_INERTIA_FROM_FILE)
+        with stdout_to_stderr():  # PyBullet printf()s on connect and while loading: keep stdout for JSON
+            self.client = bullet_client.BulletClient(connection_mode=pybullet.DIRECT)
+            self.client.setTimeStep(params.physics.dt_s)
+            self.client.setPhysicsEngineParameter(numSolverIterations=params.physics.solver_iterations)
+            self.robot = self.client.loadURDF(self._urdf_file(robot_description), useFixedBase=True,
+                                              flags=pybullet.URDF_USE_INERTIA_FROM_FILE)
         self._index_bodies()
         self._build_table()
         self.task = task or make_task(params.task)
@@ -258,6 +260,12 @@ class SimWorld:
         self._outcome = None
         return {"episode": self.episode_index, "seed": self.episode_seed, "randomized": self.randomized,
                 **task_info, "randomization": self.randomization.summary()}
+
+    def restart(self, randomize: bool = False) -> dict[str, Any]:
+        """Start the seed's episode sequence over: the new episode is episode 0 of the base seed, as
+        in a freshly made world (what lets the graph replay the core path's episodes, seed by seed)."""
+        self.episode_index = -1
+        return self.reset(randomize=randomize)
 
     def episode_elapsed_s(self) -> float:
         """Sim time since the episode started [s]."""

@@ -36,6 +36,10 @@ def episode_metrics(records: list[EpisodeRecord]) -> dict[str, Any]:
         "episodes": n, "successes": wins, "success_rate": wins / max(n, 1), "ci95": list(wilson_interval(wins, n)),
         "episode_length_s": summary(lengths), "action_magnitude_rad": summary(magnitudes),
         "failures": dict(sorted(failures.items())),
+        "per_episode": [{"episode": i, "seed": int(r.outcome.get("seed", -1)), "success": bool(r.outcome.get("success")),
+                         "duration_s": float(r.outcome.get("duration_s", np.nan)),
+                         "final_distance_m": float(r.outcome.get("final_distance_m", np.nan)),
+                         "failure": r.outcome.get("failure", "unknown")} for i, r in enumerate(records)],
     }
 
 
