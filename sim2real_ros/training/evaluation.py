@@ -24,6 +24,15 @@ def rollout_config_from(policy: LoadedPolicy, actuation_latency_s: float) -> Rol
     return RolloutConfig(**{**trained, "max_episode_s": None, "actuation_latency_s": actuation_latency_s})
 
 
+def episode_row(index: int, outcome: dict[str, Any]) -> dict[str, Any]:
+    """One episode's line of the per-episode table: index, seed, success, duration [s], final
+    distance [m], failure category (what the graph evaluation reports too, seed by seed)."""
+    return {"episode": index, "seed": int(outcome.get("seed", -1)), "success": bool(outcome.get("success")),
+            "duration_s": float(outcome.get("duration_s", np.nan)),
+            "final_distance_m": float(outcome.get("final_distance_m", np.nan)),
+            "failure": outcome.get("failure", "unknown")}
+
+
 def episode_metrics(records: list[EpisodeRecord]) -> dict[str, Any]:
     """success_rate + Wilson ci95, episode length, action magnitude statistics, failure categories."""
     n = len(records)
@@ -36,10 +45,7 @@ def episode_metrics(records: list[EpisodeRecord]) -> dict[str, Any]:
         "episodes": n, "successes": wins, "success_rate": wins / max(n, 1), "ci95": list(wilson_interval(wins, n)),
         "episode_length_s": summary(lengths), "action_magnitude_rad": summary(magnitudes),
         "failures": dict(sorted(failures.items())),
-        "per_episode": [{"episode": i, "seed": int(r.outcome.get("seed", -1)), "success": bool(r.outcome.get("success")),
-                         "duration_s": float(r.outcome.get("duration_s", np.nan)),
-                         "final_distance_m": float(r.outcome.get("final_distance_m", np.nan)),
-                         "failure": r.outcome.get("failure", "unknown")} for i, r in enumerate(records)],
+        "per_episode": [episode_row(i, r.outcome) for i, r in enumerate(records)],
     }
 
 
