@@ -100,6 +100,14 @@ def test_throttle_keeps_the_training_rate_from_a_faster_camera():
     assert kept == list(range(0, 36, 3))  # 10 Hz: every third frame
     assert throttle.accept(5 * frame_ns)  # the stamp went backwards (sim restart): start over
     assert not throttle.accept(6 * frame_ns)
+    # A 15 Hz camera: two frames, then one (10 Hz on average, as trained), not every second (7.5 Hz).
+    slow = ObservationThrottle(0.1)
+    frame_ns = 66_666_667
+    kept = [k for k in range(30) if slow.accept(k * frame_ns + jitter[k] * 1_000_000)]
+    assert len(kept) == 20 and set(np.diff(kept)) == {1, 2}
+    # A camera that stalls for 1 s: the grid starts over at the next frame, no catching up.
+    assert slow.accept(40 * frame_ns) and not slow.accept(40 * frame_ns + 30_000_000)
+    assert slow.accept(40 * frame_ns + 100_000_000)
     every = ObservationThrottle(0.0)
     assert all(every.accept(k) for k in range(5))
     with pytest.raises(ConfigError):

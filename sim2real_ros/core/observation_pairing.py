@@ -166,21 +166,33 @@ class RollingStats:
 
 
 class ObservationThrottle:
-    """Observe at the policy's rate: accept an image when its capture stamp is at least 3/4 of
-    `period_s` [s] past the last one accepted (so a 30 Hz camera yields every third frame for a
-    0.1 s period despite stamp jitter). period_s = 0 accepts every image; a stamp going backwards
-    (sim restart, bag loop) is accepted and starts the rate over."""
+    """Observe at the policy's rate, on average, from any camera rate: observations are due on a grid
+    `period_s` [s] apart, and the first image whose capture stamp is at most a quarter period before
+    the due time is accepted. A 30 Hz camera then gives every third frame for a 0.1 s period despite
+    stamp jitter, and a 15 Hz one alternates two frames and one (133 and 67 ms: 10 Hz on average,
+    where "at least 3/4 of a period after the last" gave 7.5 Hz). An image half a period or more late
+    (a slow or stalled camera) starts the grid over at its stamp rather than letting a burst catch
+    up. period_s = 0 accepts every image; a stamp going backwards (sim restart, bag loop) is
+    accepted and starts the grid over."""
 
     def __init__(self, period_s: float) -> None:
         if not (period_s >= 0 and period_s < float("inf")):
             raise ConfigError("observation throttle", "period_s", period_s, "must be a finite number >= 0")
         self.period_s = period_s
-        self._min_gap_ns = int(round(0.75 * period_s * NS_PER_S))
+        self._period_ns = int(round(period_s * NS_PER_S))
+        self._early_ns = self._period_ns // 4
         self._last_ns: int | None = None
+        self._due_ns: int | None = None
 
     def accept(self, stamp_ns: int) -> bool:
-        last = self._last_ns
-        if last is not None and 0 <= stamp_ns - last < self._min_gap_ns:
-            return False
+        last, due = self._last_ns, self._due_ns
+        if last is not None and due is not None and stamp_ns >= last:
+            if stamp_ns < due - self._early_ns:
+                return False
+            # On time: the next one is due a period after this one was; late: after this image.
+            on_time = stamp_ns < due + self._period_ns // 2
+            self._due_ns = (due if on_time else stamp_ns) + self._period_ns
+        else:
+            self._due_ns = stamp_ns + self._period_ns
         self._last_ns = stamp_ns
         return True

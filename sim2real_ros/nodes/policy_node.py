@@ -8,10 +8,11 @@ time_from_start = k * dt. Inference runs in a thread of its own, so receiving (a
 executor: no thread pool to dispatch through, a third less CPU than the multi-threaded one) never
 waits for it; when inference falls behind it takes the newest observation and counts the
 skipped ones ("superseded"), it never queues. It observes at the rate the policy was trained at
-(`observation_period_s`, by default the checkpoint's training observation period): images sooner
-after the last one used are dropped on arrival ("throttled"); a policy trained on 10 Hz
-observations replans at 10 Hz from a 30 Hz camera, as it did in training, and the machine does a
-third of the inference. Drops (stale, unpaired, superseded, throttled, malformed input)
+(`observation_period_s`, by default the checkpoint's training observation period): images that
+come before the next observation is due are dropped on arrival ("throttled",
+core.observation_pairing.ObservationThrottle); a policy trained on 10 Hz observations replans at
+10 Hz from a 30 Hz camera (every third frame) or a 15 Hz one (two frames, then one), as it did in
+training, and the machine does a third of the inference. Drops (stale, unpaired, superseded, throttled, malformed input)
 are counted by reason and reported with inference time, observation-to-chunk latency and the
 image-to-joint-state stamp offset of each pairing on ~/diagnostics (policy_node/diagnostics) about
 once a second.
