@@ -1,12 +1,17 @@
-"""Staged validation: gate rules and verdict (pure), failure-mode comparison, real episodes from
-the teleop recording, and `sim2real validate` end to end (real PyBullet, real torch, real bags)."""
+"""Staged validation: gate rules and verdict (pure), the sim stages' graph and core figures,
+failure-mode comparison, real episodes from the teleop recording, and `sim2real validate` end to
+end (real PyBullet, real torch, real bags; and once through the real ROS graph)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
 import yaml
+from support import REPO_ROOT
 from test_teleop_recording import teleop_recording
 
 from sim2real_ros.cli.main import main as sim2real
@@ -16,12 +21,14 @@ from sim2real_ros.training.stats import wilson_interval
 from sim2real_ros.validation.gates import (
     NOT_READY,
     READY,
+    PathFigure,
     RealGate,
     block_bootstrap_mean,
     decide,
     error_stage,
     gates_from_dict,
     load_gates,
+    sim_success_stage,
     success_stage,
 )
 from sim2real_ros.validation.sim_vs_real import compare_failure_modes, read_real_episodes, real_outcomes
@@ -58,6 +65,50 @@ def test_the_verdict_names_the_first_failing_stage_with_figure_and_threshold():
     assert verdict.verdict == NOT_READY and verdict.failed == ("perturbed_sim", "real_offline")
     assert "stage 2" in verdict.reason and "40%" in verdict.reason and "threshold 0.60" in verdict.reason
     assert decide(good[:2]).failed == ("real_offline",)  # a stage that never ran fails
+
+
+def sim(stage, threshold, core=None, graph=None):
+    """A sim stage from (successes, episodes) per path; None: that path was not run."""
+    paths = [PathFigure(name, *figure) for name, figure in (("core", core), ("graph", graph)) if figure is not None]
+    return sim_success_stage(stage, threshold, paths)
+
+
+def test_a_sim_stage_without_the_graph_figure_fails_however_good_the_core_path():
+    core_only = sim("nominal_sim", 0.8, core=(50, 50))  # core lower bound 0.93
+    assert not core_only.passed and not core_only.ran and core_only.figure is None
+    assert "graph figure missing" in core_only.note and "core path 100% 50/50" in core_only.describe()
+    gate = RealGate(max_action_mae_rad=0.05, min_frames=10)
+    stages = [core_only, sim("perturbed_sim", 0.6, core=(50, 50)), error_stage("real_offline", 0.03, (0.02, 0.04),
+                                                                                200, gate)]
+    verdict = decide(stages)
+    assert verdict.verdict == NOT_READY and verdict.failed == ("nominal_sim", "perturbed_sim")
+    assert "stage 1" in verdict.reason and "graph figure missing" in verdict.reason
+    # A graph that failed to run is no figure either; its error is kept.
+    broken = sim_success_stage("nominal_sim", 0.8, [PathFigure("core", 50, 50),
+                                                    PathFigure("graph", 0, 0, "TimeoutError: never armed")])
+    assert not broken.passed and "never armed" in broken.describe()
+    assert broken.to_dict()["paths"]["graph"]["error"] == "TimeoutError: never armed"
+
+
+def test_a_sim_stage_passes_only_when_both_measured_lower_bounds_clear_the_threshold():
+    core_good_graph_bad = sim("nominal_sim", 0.8, core=(50, 50), graph=(30, 50))
+    assert not core_good_graph_bad.passed and core_good_graph_bad.ran
+    # The stage's figure is the graph's; both figures and intervals are reported.
+    assert core_good_graph_bad.figure == pytest.approx(0.6)
+    assert core_good_graph_bad.interval == pytest.approx(wilson_interval(30, 50))
+    paths = core_good_graph_bad.to_dict()["paths"]
+    assert paths["graph"]["figure"] == pytest.approx(0.6) and not paths["graph"]["passed"]
+    assert paths["core"]["figure"] == 1.0 and paths["core"]["passed"]
+    assert paths["core"]["interval"] == pytest.approx(list(wilson_interval(50, 50)))
+    assert "full ROS graph below the threshold" in core_good_graph_bad.note
+    summary = core_good_graph_bad.describe()
+    assert "full ROS graph 60%" in summary and "core path 100%" in summary and "threshold 0.80" in summary
+    assert not sim("nominal_sim", 0.8, core=(30, 50), graph=(50, 50)).passed  # the core path must pass too
+    assert sim("nominal_sim", 0.8, core=(49, 50), graph=(48, 50)).passed
+    assert sim("nominal_sim", 0.8, graph=(48, 50)).passed  # --graph: the graph alone decides
+    assert not sim("nominal_sim", 0.8, graph=(9, 10)).passed  # lower bound 0.60
+    with pytest.raises(ValueError):
+        sim_success_stage("nominal_sim", 0.8, [PathFigure("graph", 1, 1), PathFigure("graph", 1, 1)])
 
 
 def test_block_bootstrap_interval_brackets_the_mean_and_widens_with_correlation():
@@ -112,32 +163,46 @@ def test_real_episodes_from_the_bags_count_only_what_the_policy_started(recordin
     assert real["ci95"] == pytest.approx(list(wilson_interval(0, 1)))
 
 
+def short_sim_params(tmp_path, timeout_s: float):
+    """config/sim_params.yaml with episodes of `timeout_s` [s] of sim time (affordable tests)."""
+    raw = yaml.safe_load(config_path("sim_params.yaml").read_text())
+    raw["task"]["timeout_s"] = timeout_s
+    raw["camera"]["calibration_file"] = str(config_path(raw["camera"]["calibration_file"]))
+    path = tmp_path / "sim_short.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path, raw
+
+
 def test_validate_end_to_end_on_real_bags(recording, tmp_path, capsys):
-    # A short sim episode keeps the test affordable; the untrained policy holds still.
-    sim = yaml.safe_load(config_path("sim_params.yaml").read_text())
-    sim["task"]["timeout_s"] = 1.5
-    sim_file = tmp_path / "sim_short.yaml"
-    sim_file.write_text(yaml.safe_dump(sim))
+    # A short sim episode keeps the test affordable; the untrained policy holds still. --core-only
+    # (no graph): quick, but then stages 1 and 2 fail whatever the core figure.
+    sim_file, sim = short_sim_params(tmp_path, 1.5)
     report_dir = tmp_path / "report"
     code = sim2real(["validate", "--checkpoint", str(recording.untrained), "--real-bags", str(recording.out),
-                     "--report", str(report_dir), "--episodes", "1", "--sim-config", str(sim_file), "--json"])
+                     "--report", str(report_dir), "--episodes", "1", "--sim-config", str(sim_file), "--json",
+                     "--core-only"])
     out = json.loads(capsys.readouterr().out)
-    assert code == 1 and out["verdict"] == "not_ready"
+    assert code == 1 and out["verdict"] == "not_ready" and out["sim_paths"] == ["core"]
     assert [s["stage"] for s in out["stages"]] == ["nominal_sim", "perturbed_sim", "real_offline"]
-    nominal, _perturbed, real = out["stages"]
-    assert nominal["figure"] == 0.0 and not nominal["passed"] and nominal["interval"][0] == 0.0
-    assert "stage 1" in out["reason"] and "threshold 0.80" in out["reason"]
+    nominal, perturbed, real = out["stages"]
+    for stage in (nominal, perturbed):
+        assert not stage["passed"] and not stage["ran"] and stage["figure"] is None
+        assert "graph figure missing" in stage["note"] and set(stage["paths"]) == {"core"}
+    assert nominal["paths"]["core"]["figure"] == 0.0 and nominal["paths"]["core"]["interval"][0] == 0.0
+    assert "stage 1" in out["reason"] and "threshold 0.80" in out["reason"] and "graph figure missing" in out["reason"]
     # Stage 3 compared the policy with the person's commands on the real bags.
     assert real["ran"] and real["figure"] > 0 and real["interval"][0] <= real["figure"] <= real["interval"][1]
     table = out["sim_vs_real"]
     assert set(table) == {"success_rate", "episode_length_s", "action_magnitude_rad", "failures"}
     assert table["failures"]["sim_nominal"] == {"timeout_far": 1} and table["failures"]["real"] == {"taken_over": 1}
+    assert table["success_rate"]["sim_nominal_graph"]["rate"] is None  # the graph did not run
     assert table["action_magnitude_rad"]["real"]["max"] < 0.01  # holds still on real observations too
     assert table["action_magnitude_rad"]["real_human"]["max"] > 0.05  # the person moved
     for name in ("report.md", "report.json", "success_rates.png", "action_magnitude.png"):
         assert (report_dir / name).is_file(), name
     text = (report_dir / "report.md").read_text()
     assert "**Verdict: not ready**" in text and "| task success rate" in text
+    assert "sim nominal (graph) | sim nominal (core)" in text and "graph: not run; core: 0% (0/1)" in text
     perturbed_params = yaml.safe_load((report_dir / "sim_params_perturbed.yaml").read_text())
     assert perturbed_params["randomization"]["actuation_latency_s"][1] == pytest.approx(
         sim["randomization"]["actuation_latency_s"][1] + load_gates().perturbed_sim.extra_latency_s)
@@ -158,13 +223,51 @@ def test_report_plots_a_perfect_success_rate(tmp_path):
     ci = list(wilson_interval(10, 10))
     cell = {"rate": 1.0, "ci95": ci, "episodes": 10}
     stats = {"mean": 0.1, "std": 0.0, "p50": 0.1, "p90": 0.1, "p99": 0.1, "max": 0.1}
-    stage = success_stage("nominal_sim", 10, 10, 0.8).to_dict()
+    stage = sim("nominal_sim", 0.8, core=(10, 10), graph=(10, 10)).to_dict()
+    sims = ("sim_nominal_graph", "sim_nominal", "sim_perturbed_graph", "sim_perturbed")
     report = {"checkpoint": "x.pt", "checkpoint_hash": "h", "verdict_text": "not ready", "reason": "r",
               "stages": [stage], "gates": {"source": "g"}, "real_episodes": {"demonstrations": {"episodes": 0}},
               "failure_modes": {"message": "m"},
-              "sim_vs_real": {"success_rate": {"sim_nominal": cell, "sim_perturbed": cell, "real": {"rate": None}},
-                              "episode_length_s": {"sim_nominal": stats, "sim_perturbed": stats, "real": stats},
+              "sim_vs_real": {"success_rate": {**{c: cell for c in sims}, "real": {"rate": None}},
+                              "episode_length_s": {**{c: stats for c in sims}, "real": stats},
                               "action_magnitude_rad": {"sim_nominal": stats, "sim_perturbed": stats, "real": stats},
-                              "failures": {"sim_nominal": {"success": 10}, "sim_perturbed": {}, "real": {}}}}
+                              "failures": {**{c: {"success": 10} for c in sims}, "real": {}}}}
     assert write_validation_report(report, tmp_path) == ["success_rates.png", "action_magnitude.png"]
-    assert "100% [0.72, 1.00] (n=10)" in (tmp_path / "report.md").read_text()
+    text = (tmp_path / "report.md").read_text()
+    assert "100% [0.72, 1.00] (n=10)" in text
+    assert "graph: 100% (10/10); core: 100% (10/10) | graph: 0.72-1.00; core: 0.72-1.00" in text
+
+
+def test_validate_runs_the_real_graph_and_reports_both_figures(tmp_path):
+    # One short episode per stage on each path: the graph comes up twice (nominal, perturbed).
+    sim_file, _ = short_sim_params(tmp_path, 2.0)
+    report_dir = tmp_path / "report"
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "sim2real_ros.cli.main", "validate", "--episodes", "1", "--sim-config", str(sim_file),
+         "--real-time-factor", "0.5", "--report", str(report_dir), "--no-plots", "--json"],
+        capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    wall_s = time.monotonic() - started
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]  # no real bags: not ready
+    out = json.loads(done.stdout)  # stdout is the JSON and nothing else
+    assert out["sim_paths"] == ["core", "graph"]
+    for stage in out["stages"][:2]:
+        assert set(stage["paths"]) == {"graph", "core"}, stage["summary"]
+        graph, core = stage["paths"]["graph"], stage["paths"]["core"]
+        for figure in (graph, core):
+            assert figure["episodes"] == 1 and figure["figure"] in (0.0, 1.0) and not figure["error"]
+            assert figure["interval"] == pytest.approx(list(wilson_interval(figure["successes"], 1)))
+        # The stage's figure is the graph's; one episode can never clear a threshold (bound <= 0.21).
+        assert stage["figure"] == graph["figure"] and stage["interval"] == graph["interval"]
+        assert not stage["passed"] and stage["ran"]
+        assert "full ROS graph" in stage["summary"] and "core path" in stage["summary"]
+    table = out["sim_vs_real"]["success_rate"]
+    for column in ("sim_nominal_graph", "sim_nominal", "sim_perturbed_graph", "sim_perturbed"):
+        assert table[column]["episodes"] == 1, column
+    report = json.loads((report_dir / "report.json").read_text())
+    nominal = report["stages"][0]
+    assert nominal["details"]["graph"]["mode"] == "graph" and nominal["details"]["core"]["mode"] == "core"
+    assert report["failure_modes"]["sim_path"] == "graph"
+    text = (report_dir / "report.md").read_text()
+    assert "sim nominal (graph)" in text and "graph: " in text and "core: " in text
+    print(f"validate through the graph: {wall_s:.0f} s wall")

@@ -1,13 +1,20 @@
-"""`sim2real validate --checkpoint CKPT [--real-bags PATH...] [--gates YAML] --report DIR [--json] [--episodes N]`.
+"""`sim2real validate --checkpoint CKPT [--real-bags PATH...] [--gates YAML] --report DIR [--json] [--episodes N]
+[--graph | --core-only]`.
 
 Stage 1: nominal sim success; stage 2: perturbed sim success; stage 3: offline action error on real
 bags; then the verdict ("ready for supervised rollout" or "not ready", naming the stage, the figure
 and the threshold) and the sim-vs-real report (report.md, report.json, plots in DIR).
+Stages 1-2 run on the full ROS graph and on the core path (same seed and episodes) and pass only
+when both Wilson lower bounds reach the threshold; --graph runs the graph only; --core-only the
+core path only, which is quick but fails stages 1-2 (no graph figure: the gate cannot pass on
+the core path alone). See validation/validate.py.
+--json prints one JSON object and nothing else on stdout (progress goes to stderr).
 Exit code: 0 ready, 1 not ready, 2 bad input.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -28,33 +35,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--actuation-latency", type=float, default=None,
                         help="real bags: a command sent at tau is meant for tau + this [s] (default: params.yaml)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    paths = parser.add_mutually_exclusive_group()
+    paths.add_argument("--graph", dest="sim_paths", action="store_const", const="graph", default="both",
+                       help="stages 1-2 on the full ROS graph only (default: the graph and the core path, both gated)")
+    paths.add_argument("--core-only", dest="sim_paths", action="store_const", const="core",
+                       help="stages 1-2 on the core path only (quick, for development): they then FAIL, since the "
+                            "gate needs the graph figure")
+    parser.add_argument("--real-time-factor", type=float, default=None,
+                        help="graph: the sim's pace, sim s per wall s (default 0.3, as eval-sim --graph)")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..core.errors import Sim2RealError
     from ..evaluation.options import ReplayOptions
     from ..finetune.dataset import default_actuation_latency_s
+    from ..sim.quiet_stdout import stdout_to_stderr
     from ..validation.gates import READY, load_gates
     from ..validation.validate import validate
 
     if args.episodes is not None and args.episodes <= 0:
         print(f"sim2real validate: --episodes must be > 0, got {args.episodes}", file=sys.stderr)
         return 2
+    if args.real_time_factor is not None and not 0 < args.real_time_factor <= 10:
+        print(f"sim2real validate: --real-time-factor must be in (0, 10], got {args.real_time_factor}", file=sys.stderr)
+        return 2
     log = (lambda text: print(text, file=sys.stderr)) if args.json else print
     try:
         gates = load_gates(args.gates)
         latency = default_actuation_latency_s() if args.actuation_latency is None else args.actuation_latency
         options = ReplayOptions(actuation_latency_s=latency, action_tolerance_s=0.1, progress=False, plots=False)
-        report = validate(args.checkpoint, args.real_bags, gates, args.report, episodes=args.episodes,
-                          sim_config=args.sim_config, seed=args.seed, replay_options=options,
-                          plots=not args.no_plots, log=log)
+        # --json: stdout carries the JSON only; whatever else reaches fd 1 meanwhile (C libraries, a
+        # node's exit notice) goes to stderr.
+        with stdout_to_stderr() if args.json else contextlib.nullcontext():
+            report = validate(args.checkpoint, args.real_bags, gates, args.report, episodes=args.episodes,
+                              sim_config=args.sim_config, seed=args.seed, replay_options=options,
+                              plots=not args.no_plots, log=log, sim_paths=args.sim_paths,
+                              real_time_factor=args.real_time_factor)
     except Sim2RealError as err:
         print(f"sim2real validate: {err}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps({"verdict": report["verdict"], "reason": report["reason"],
                           "stages": [{k: s[k] for k in ("stage", "kind", "figure", "interval", "threshold", "passed",
-                                                        "ran", "note", "summary")} for s in report["stages"]],
+                                                        "ran", "note", "summary", "paths")}
+                                     for s in report["stages"]],
+                          "sim_paths": report["sim_paths"],
                           "sim_vs_real": report["sim_vs_real"], "failure_modes": report["failure_modes"],
                           "report": str(args.report)}, indent=2))
     else:

@@ -3,6 +3,14 @@
 Each stage yields one figure with a 95% interval. A success-rate gate passes only when the
 interval's lower bound reaches the threshold; an error gate only when the upper bound stays at or
 under it. So a gate passes on evidence, not on a lucky small sample.
+
+The sim stages (1 and 2) can measure success on two paths: "graph" (the full ROS graph, nodes as
+processes over DDS: what runs on the robot) and "core" (the same policy and preprocessing called
+in one process, no ROS). The graph is the product, so its figure is the stage's figure, and
+`sim_success_stage` passes a stage only when the graph figure exists and every path that was
+measured clears the threshold: with both measured, both Wilson lower bounds must reach it. A
+stage with only the core figure fails ("graph figure missing"): a gate cannot pass on the core
+path alone.
 """
 from __future__ import annotations
 
@@ -23,6 +31,10 @@ NOT_READY = "not_ready"
 STAGES = ("nominal_sim", "perturbed_sim", "real_offline")
 STAGE_TITLES = {"nominal_sim": "stage 1: nominal sim success", "perturbed_sim": "stage 2: perturbed sim success",
                 "real_offline": "stage 3: offline action error on real bags"}
+# The paths a sim stage can measure success on; GATED_PATH's figure is the stage's figure.
+SIM_PATHS = ("graph", "core")
+GATED_PATH = "graph"
+PATH_TITLES = {"graph": "full ROS graph", "core": "core path"}
 
 
 @dataclass(frozen=True)
@@ -125,11 +137,49 @@ def load_gates(path: str | Path | None = None) -> Gates:
 
 # ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class PathFigure:
+    """One path's success figure in a sim stage: successes of episodes, the rate and its Wilson
+    95% interval (None when no episode ran; `error` says why, e.g. the graph did not come up)."""
+
+    path: str
+    successes: int
+    episodes: int
+    error: str = ""
+
+    @property
+    def rate(self) -> float | None:
+        return self.successes / self.episodes if self.episodes > 0 else None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        return wilson_interval(self.successes, self.episodes) if self.episodes > 0 else None
+
+    def passes(self, threshold: float) -> bool:
+        interval = self.interval
+        return interval is not None and interval[0] >= threshold
+
+    def describe(self, threshold: float) -> str:
+        title = PATH_TITLES.get(self.path, self.path)
+        if self.rate is None or self.interval is None:
+            return f"{title} not evaluated ({self.error or 'no episodes'})"
+        lo, hi = self.interval
+        return (f"{title} {self.rate:.0%} {self.successes}/{self.episodes} (95% CI {lo:.2f}-{hi:.2f}), lower bound "
+                f"{lo:.2f} {'>=' if self.passes(threshold) else '<'} threshold {threshold:.2f}")
+
+    def to_dict(self, threshold: float) -> dict[str, Any]:
+        return {"figure": self.rate, "interval": list(self.interval) if self.interval else None,
+                "successes": self.successes, "episodes": self.episodes, "passed": self.passes(threshold),
+                "error": self.error}
+
+
+@dataclass(frozen=True)
 class StageResult:
     """One stage's gate: figure with its 95% interval, the threshold, and whether it passed.
 
     kind: "success_rate" (pass: interval low >= threshold) or "action_error" (pass: interval high
-    <= threshold). ran: False when the stage could not run (then it fails, `note` says why).
+    <= threshold). ran: False when the stage's figure could not be measured (then it fails, `note`
+    says why). paths: for the sim stages, each measured path's figure (PathFigure; see
+    sim_success_stage); figure and interval are then the graph path's, None when it is missing.
     """
 
     stage: str
@@ -141,9 +191,17 @@ class StageResult:
     ran: bool = True
     note: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    paths: tuple[PathFigure, ...] = ()
+
+    def path(self, name: str) -> PathFigure | None:
+        return next((p for p in self.paths if p.path == name), None)
 
     def describe(self) -> str:
         """One line: the figure, its interval and the threshold it is held to."""
+        if self.paths:
+            measured = "; ".join(p.describe(self.threshold) for p in self.paths)
+            return (f"{STAGE_TITLES[self.stage]}: {'pass' if self.passed else 'FAIL'}: {measured}"
+                    + (f" ({self.note})" if self.note else ""))
         if not self.ran or self.figure is None:
             return f"{STAGE_TITLES[self.stage]}: not evaluated ({self.note})"
         lo, hi = self.interval or (math.nan, math.nan)
@@ -158,7 +216,7 @@ class StageResult:
         return {"stage": self.stage, "title": STAGE_TITLES[self.stage], "kind": self.kind, "figure": self.figure,
                 "interval": list(self.interval) if self.interval else None, "threshold": self.threshold,
                 "passed": self.passed, "ran": self.ran, "note": self.note, "summary": self.describe(),
-                "details": self.details}
+                "paths": {p.path: p.to_dict(self.threshold) for p in self.paths}, "details": self.details}
 
 
 def success_stage(stage: str, successes: int, episodes: int, threshold: float,
@@ -169,6 +227,32 @@ def success_stage(stage: str, successes: int, episodes: int, threshold: float,
     lo, hi = wilson_interval(successes, episodes)
     return StageResult(stage, "success_rate", successes / episodes, (lo, hi), threshold, lo >= threshold, True, "",
                        details or {})
+
+
+def sim_success_stage(stage: str, threshold: float, paths: list[PathFigure],
+                      details: dict[str, Any] | None = None) -> StageResult:
+    """A sim stage measured on one or both paths (PathFigure: "graph", "core").
+
+    Passes only when the graph figure is there and every measured path's Wilson 95% lower bound
+    reaches the threshold (graph and core both, when both ran). The stage's figure and interval are
+    the graph's; without a graph figure the stage fails with ran=False and a note saying so, even
+    when the core figure clears the threshold.
+    """
+    unknown = [p.path for p in paths if p.path not in SIM_PATHS]
+    if unknown or len({p.path for p in paths}) != len(paths):
+        raise ValueError(f"paths must be distinct, of {SIM_PATHS}; got {[p.path for p in paths]}")
+    ordered = tuple(sorted(paths, key=lambda p: SIM_PATHS.index(p.path)))
+    graph = next((p for p in ordered if p.path == GATED_PATH), None)
+    measured = [p for p in ordered if p.episodes > 0]
+    failing = [PATH_TITLES[p.path] for p in measured if not p.passes(threshold)]
+    if graph is None or graph.interval is None:
+        why = "the graph evaluation failed" if graph is not None and graph.error else "the graph was not run"
+        note = f"graph figure missing: {why}; the core path alone cannot pass the gate"
+        return StageResult(stage, "success_rate", None, None, threshold, False, False, note, details or {}, ordered)
+    errors = [f"{PATH_TITLES[p.path]}: {p.error}" for p in ordered if p.interval is None]
+    note = "; ".join([*(f"{f} below the threshold" for f in failing if len(measured) > 1), *errors])
+    return StageResult(stage, "success_rate", graph.rate, graph.interval, threshold,
+                       not failing and not errors, True, note, details or {}, ordered)
 
 
 def error_stage(stage: str, mae: float | None, interval: tuple[float, float] | None, frames: int, gate: RealGate,

@@ -1,7 +1,15 @@
 """`validate`: the staged gate before a supervised real rollout, and the sim-vs-real report.
 
-Stage 1: success rate in the nominal sim (training.evaluation.evaluate_in_sim).
+Stage 1: success rate in the nominal sim.
 Stage 2: success rate with the sim params' randomization plus extra latency and sensor noise.
+Stages 1 and 2 measure on the full ROS graph (evaluation.graph_eval.evaluate_in_graph: the nodes
+as processes over DDS, what runs on the robot) and on the core path (training.evaluation.
+evaluate_in_sim: the same policy in one process, no ROS), with the same seed and episode count.
+`sim_paths` chooses: "both" (default), "graph" (the graph only), "core" (the core only, for quick
+development runs). The stage's figure is the graph's; it passes only when the graph figure exists
+and every measured path's Wilson lower bound reaches the threshold (validation.gates.
+sim_success_stage), so with "core" stages 1 and 2 always fail: the gate cannot pass on the core
+path alone. A graph that fails to come up or stalls fails its stage (the error is in the report).
 Stage 3: offline action error of the policy against the human's commands on real bags (the
 replay evaluator: evaluation.replay_offline), pooled over bags, with a block-bootstrap interval.
 Every stage runs (the report is complete); the verdict names the first stage that fails.
@@ -20,7 +28,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from ..core.checkpoint import load_checkpoint
+from ..core.checkpoint import checkpoint_hash, load_checkpoint
 from ..core.errors import BagError, Sim2RealError
 from ..evaluation.options import ReplayOptions
 from ..evaluation.replay import build_report
@@ -31,15 +39,18 @@ from ..paths import config_path
 from ..training.evaluation import evaluate_in_sim
 from ..training.stats import summary
 from .gates import (
+    PATH_TITLES,
     Gates,
+    PathFigure,
     PerturbedGate,
     RealGate,
+    SimGate,
     StageResult,
     block_bootstrap_mean,
     decide,
     error_stage,
     load_gates,
-    success_stage,
+    sim_success_stage,
 )
 from .report import write_validation_report
 from .sim_vs_real import chunk_magnitudes, compare_failure_modes, read_real_episodes, real_outcomes
@@ -106,40 +117,94 @@ def evaluate_real_bags(checkpoint: str | Path, bags: list[Path], options: Replay
             "options": options.to_dict()}
 
 
+# "both": graph and core; "graph": the graph only; "core": the core path only (stages 1-2 then fail).
+SIM_PATH_CHOICES = {"both": ("core", "graph"), "graph": ("graph",), "core": ("core",)}
+
+
 def sim_vs_real_table(nominal: dict[str, Any], perturbed: dict[str, Any], real: dict[str, Any],
-                      replay: dict[str, Any]) -> dict[str, Any]:
+                      replay: dict[str, Any], nominal_graph: dict[str, Any] | None = None,
+                      perturbed_graph: dict[str, Any] | None = None) -> dict[str, Any]:
     """Rows: success rate (+ ci95), episode length, action magnitude, failure categories; columns:
-    sim nominal, sim perturbed, real."""
+    sim nominal and sim perturbed on the core path (sim_nominal, sim_perturbed) and on the full
+    ROS graph (sim_nominal_graph, sim_perturbed_graph), real. A path that was not run has empty
+    cells (rate None). The graph evaluation measures no action magnitude (n/a)."""
+    nominal_graph, perturbed_graph = nominal_graph or {}, perturbed_graph or {}
+    columns = {"sim_nominal_graph": nominal_graph, "sim_nominal": nominal,
+               "sim_perturbed_graph": perturbed_graph, "sim_perturbed": perturbed, "real": real}
 
     def success(column: dict[str, Any]) -> dict[str, Any]:
         return {"rate": column.get("success_rate"), "ci95": column.get("ci95"), "episodes": column.get("episodes")}
 
     return {
-        "success_rate": {"sim_nominal": success(nominal), "sim_perturbed": success(perturbed), "real": success(real)},
-        "episode_length_s": {"sim_nominal": nominal.get("episode_length_s"),
-                             "sim_perturbed": perturbed.get("episode_length_s"),
-                             "real": real.get("episode_length_s")},
-        "action_magnitude_rad": {"sim_nominal": nominal.get("action_magnitude_rad"),
-                                 "sim_perturbed": perturbed.get("action_magnitude_rad"),
+        "success_rate": {name: success(column) for name, column in columns.items()},
+        "episode_length_s": {name: column.get("episode_length_s") for name, column in columns.items()},
+        "action_magnitude_rad": {**{name: columns[name].get("action_magnitude_rad")
+                                    for name in ("sim_nominal_graph", "sim_nominal", "sim_perturbed_graph",
+                                                 "sim_perturbed")},
                                  "real": replay.get("action_magnitude_rad"),
                                  "real_human": replay.get("human_action_magnitude_rad")},
-        "failures": {"sim_nominal": nominal.get("failures", {}), "sim_perturbed": perturbed.get("failures", {}),
-                     "real": real.get("failures", {})},
+        "failures": {name: column.get("failures", {}) for name, column in columns.items()},
     }
+
+
+def sim_stage(stage: str, gate: SimGate, checkpoint: str | Path, episodes: int, perturb: bool,
+              sim_config: str | Path | None, seed: int, paths: tuple[str, ...], robot_description: str | None,
+              real_time_factor: float | None, log: Callable[[str], None],
+              details: dict[str, Any] | None = None) -> tuple[StageResult, dict[str, dict[str, Any]]]:
+    """Stage 1 or 2 on the requested paths (same seed, same episodes); returns the stage and each
+    path's evaluation ({"core": ..., "graph": ...}; a graph that failed: {"error": ...})."""
+    label = "nominal" if stage == "nominal_sim" else "perturbed"
+    evaluations: dict[str, dict[str, Any]] = {}
+    figures: list[PathFigure] = []
+    if "core" in paths:
+        log(f"[validate] {stage}: {episodes} {label} sim episodes on the {PATH_TITLES['core']}")
+        core = evaluate_in_sim(checkpoint, episodes, perturb=perturb, sim_config=sim_config, seed=seed,
+                               robot_description=robot_description, label=f"validate {label} core")
+        evaluations["core"] = core
+        figures.append(PathFigure("core", int(core["successes"]), int(core["episodes"])))
+    if "graph" in paths:
+        from ..evaluation.graph_eval import DEFAULT_GRAPH_RTF, evaluate_in_graph
+
+        log(f"[validate] {stage}: {episodes} {label} sim episodes on the {PATH_TITLES['graph']}")
+        try:
+            graph = evaluate_in_graph(checkpoint, episodes, perturb=perturb, sim_config=sim_config,
+                                      robot_description=robot_description, seed=seed,
+                                      real_time_factor=DEFAULT_GRAPH_RTF if real_time_factor is None
+                                      else real_time_factor)
+        except (RuntimeError, TimeoutError) as err:  # a node died, the graph never armed or stalled
+            message = f"{type(err).__name__}: {err}"
+            log(f"[validate] {stage}: the graph evaluation failed: {message}")
+            evaluations["graph"] = {"error": message}
+            figures.append(PathFigure("graph", 0, 0, error=message))
+        else:
+            evaluations["graph"] = graph
+            figures.append(PathFigure("graph", int(graph["successes"]), int(graph["episodes"])))
+    result = sim_success_stage(stage, gate.min_success_rate, figures, {**evaluations, **(details or {})})
+    log(f"[validate] {result.describe()}")
+    return result, evaluations
 
 
 def validate(checkpoint: str | Path, real_bags: list[str | Path] | None = None, gates: Gates | None = None,
              report_dir: str | Path | None = None, episodes: int | None = None,
              sim_config: str | Path | None = None, seed: int = 1000, replay_options: ReplayOptions | None = None,
              robot_description: str | None = None, plots: bool = True,
-             log: Callable[[str], None] = print) -> dict[str, Any]:
+             log: Callable[[str], None] = print, sim_paths: str = "both",
+             real_time_factor: float | None = None) -> dict[str, Any]:
     """Run the three stages and write report.json, report.md and plots into report_dir.
 
     episodes: overrides the gates' episode counts of stages 1 and 2. sim_config: the nominal sim
     params (default config/sim_params.yaml); stage 2 adds the gates' perturbations to it.
+    sim_paths: "both" (graph and core), "graph" or "core" (then stages 1-2 fail: no graph figure;
+    see the module docstring). real_time_factor: the graph's sim pace (default DEFAULT_GRAPH_RTF).
     Returns the report (verdict, stages, sim-vs-real table, failure-mode comparison).
     """
+    if sim_paths not in SIM_PATH_CHOICES:
+        raise ValueError(f"sim_paths must be one of {sorted(SIM_PATH_CHOICES)}, got {sim_paths!r}")
+    paths = SIM_PATH_CHOICES[sim_paths]
     started = time.monotonic()
+    digest = checkpoint_hash(checkpoint)
+    if "core" not in paths:
+        load_checkpoint(checkpoint)  # a bad checkpoint: CheckpointError now, not a graph node dying later
     gates = gates or load_gates()
     out = Path(report_dir) if report_dir else None
     if out is not None:
@@ -149,21 +214,19 @@ def validate(checkpoint: str | Path, real_bags: list[str | Path] | None = None, 
                                               action_tolerance_s=0.1, progress=False, plots=False)
     n1 = episodes or gates.nominal_sim.episodes
     n2 = episodes or gates.perturbed_sim.episodes
-    log(f"[validate] stage 1: {n1} nominal sim episodes")
-    nominal = evaluate_in_sim(checkpoint, n1, perturb=False, sim_config=sim_config, seed=seed,
-                              robot_description=robot_description, label="validate nominal")
-    stages: list[StageResult] = [success_stage("nominal_sim", nominal["successes"], nominal["episodes"],
-                                               gates.nominal_sim.min_success_rate, {"evaluation": nominal})]
-    log(f"[validate] {stages[-1].describe()}")
+    common = {"checkpoint": checkpoint, "paths": paths, "robot_description": robot_description,
+              "real_time_factor": real_time_factor, "log": log}
+    log(f"[validate] stage 1: {n1} nominal sim episodes ({' and '.join(PATH_TITLES[p] for p in paths)})")
+    stage1, nominal = sim_stage("nominal_sim", gates.nominal_sim, episodes=n1, perturb=False, sim_config=sim_config,
+                                seed=seed, **common)
+    stages: list[StageResult] = [stage1]
     log(f"[validate] stage 2: {n2} perturbed sim episodes")
     params_dir = out or Path(tempfile.mkdtemp(prefix="sim2real_validate_"))
     perturbed_file = perturbed_sim_params(sim_config, gates.perturbed_sim, params_dir / "sim_params_perturbed.yaml")
-    perturbed = evaluate_in_sim(checkpoint, n2, perturb=True, sim_config=perturbed_file, seed=seed + 50_000,
-                                robot_description=robot_description, label="validate perturbed")
-    stages.append(success_stage("perturbed_sim", perturbed["successes"], perturbed["episodes"],
-                                gates.perturbed_sim.min_success_rate,
-                                {"evaluation": perturbed, "sim_params": str(perturbed_file)}))
-    log(f"[validate] {stages[-1].describe()}")
+    stage2, perturbed = sim_stage("perturbed_sim", gates.perturbed_sim, episodes=n2, perturb=True,
+                                  sim_config=perturbed_file, seed=seed + 50_000,
+                                  details={"sim_params": str(perturbed_file)}, **common)
+    stages.append(stage2)
     log(f"[validate] stage 3: offline action error on {len(bags)} real bag(s)")
     replay = evaluate_real_bags(checkpoint, bags, options, gates.real_offline, out, log) if bags else {
         "bags": [], "problems": {}, "frames": 0, "mae_rad": None, "ci95": None,
@@ -174,15 +237,20 @@ def validate(checkpoint: str | Path, real_bags: list[str | Path] | None = None, 
     log(f"[validate] {stages[-1].describe()}")
     real_episodes = [e for bag in bags for e in read_real_episodes(bag, options.human_modes)]
     real = real_outcomes(real_episodes)
-    sim_failures = Counter(nominal.get("failures", {})) + Counter(perturbed.get("failures", {}))
-    failure_modes = compare_failure_modes(dict(sim_failures), real["failures"])
+    # The graph's failures when it ran (what runs on the robot), the core path's otherwise.
+    sim_path = "graph" if any("successes" in e.get("graph", {}) for e in (nominal, perturbed)) else "core"
+    sim_failures = sum((Counter(e.get(sim_path, {}).get("failures", {})) for e in (nominal, perturbed)), Counter())
+    failure_modes = {**compare_failure_modes(dict(sim_failures), real["failures"]), "sim_path": sim_path}
     verdict = decide(stages)
     report = {
         "verdict": verdict.verdict, "verdict_text": verdict.text, "reason": verdict.reason,
         "failed_stages": list(verdict.failed),
-        "checkpoint": str(checkpoint), "checkpoint_hash": nominal.get("checkpoint_hash"),
+        "checkpoint": str(checkpoint),
+        "checkpoint_hash": digest,
+        "sim_paths": list(paths),
         "gates": gates.to_dict(), "stages": [s.to_dict() for s in stages],
-        "sim_vs_real": sim_vs_real_table(nominal, perturbed, real, replay),
+        "sim_vs_real": sim_vs_real_table(nominal.get("core", {}), perturbed.get("core", {}), real, replay,
+                                         nominal.get("graph"), perturbed.get("graph")),
         "failure_modes": failure_modes, "real_episodes": real, "real_bags": [str(b) for b in bags],
         "elapsed_s": round(time.monotonic() - started, 1),
     }
