@@ -60,7 +60,7 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in self.__dict__.items() if k != "rollout"}
-        data["rollout"] = dict(self.rollout.__dict__)
+        data["rollout"] = self.rollout.to_dict()
         return data
 
 
@@ -92,7 +92,7 @@ def load_train_config(path: str | Path, **overrides: Any) -> TrainConfig:
             del data[key]
     rollout = data.pop("rollout", {}) or {}
     try:
-        data["rollout"] = RolloutConfig.from_dict(rollout)
+        data["rollout"] = RolloutConfig.from_dict(rollout, f"{source} rollout")
     except TypeError as err:
         raise ConfigError(source, "rollout", rollout, str(err)) from err
     return TrainConfig(source=source, **data)

@@ -13,15 +13,25 @@ from ..core.preprocess_config import PreprocessConfig
 from ..paths import urdf_path
 from ..sim.params import load_sim_params
 from ..sim.world import SimWorld, episode_seed
+from .graph_conditions import GraphConditions
 from .progress import progress
 from .rollout import EpisodeRecord, RolloutConfig, run_episode
 from .stats import summary, wilson_interval
 
 
-def rollout_config_from(policy: LoadedPolicy, actuation_latency_s: float) -> RolloutConfig:
-    """Evaluation rollouts: the training provenance's settings when present, the task's own timeout."""
-    trained = policy.spec.provenance.get("config", {}).get("rollout", {})
-    return RolloutConfig(**{**trained, "max_episode_s": None, "actuation_latency_s": actuation_latency_s})
+def rollout_config_from(policy: LoadedPolicy, actuation_latency_s: float,
+                        graph_conditions: GraphConditions | bool | None = True) -> RolloutConfig:
+    """Evaluation rollouts: the training provenance's settings when present, the task's own timeout,
+    and the graph's conditions (`graph_conditions`: True = the checkpoint's training ones or the
+    defaults, a GraphConditions = these, False/None = the plain loop)."""
+    trained = dict(policy.spec.provenance.get("config", {}).get("rollout", {}))
+    known = set(RolloutConfig.__dataclass_fields__)
+    trained = {k: v for k, v in trained.items() if k in known}
+    if graph_conditions is True:
+        graph_conditions = GraphConditions.from_value(trained.get("graph_conditions") or True)
+    trained["graph_conditions"] = graph_conditions or None
+    return RolloutConfig.from_dict({**trained, "max_episode_s": None, "actuation_latency_s": actuation_latency_s},
+                                   f"{policy.spec.provenance.get('config', {}).get('source', 'checkpoint')} rollout")
 
 
 def episode_row(index: int, outcome: dict[str, Any]) -> dict[str, Any]:
@@ -52,9 +62,11 @@ def episode_metrics(records: list[EpisodeRecord]) -> dict[str, Any]:
 def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False,
                     sim_config: str | Path | None = None, robot_description: str | None = None,
                     seed: int = 1000, actuation_latency_s: float | None = None,
-                    num_threads: int = 2, label: str = "eval") -> dict[str, Any]:
+                    num_threads: int = 2, label: str = "eval",
+                    graph_conditions: GraphConditions | bool | None = True) -> dict[str, Any]:
     """Run `episodes` sim episodes with the policy driving (core path: preprocessing pipeline,
-    policy, chunk buffer). perturb: sample the sim params' randomization ranges each episode."""
+    policy, actuator; with graph_conditions (default) the graph's timing and supervisor, see
+    training.graph_conditions). perturb: sample the sim params' randomization ranges each episode."""
     policy = load_checkpoint(checkpoint, num_threads=num_threads)
     params = load_sim_params(sim_config)
     preprocess = PreprocessConfig.from_dict(policy.spec.preprocess, source=f"{checkpoint} preprocess")
@@ -62,7 +74,7 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     try:
         pipeline = ImagePipeline(preprocess)
         latency = params.actuator.actuation_latency_s if actuation_latency_s is None else actuation_latency_s
-        config = rollout_config_from(policy, latency)
+        config = rollout_config_from(policy, latency, graph_conditions)
         records = [
             run_episode(world, pipeline, None, policy.select_action, policy.spec.chunk_length, policy.spec.dt_s,
                         config, randomize=perturb, seed=episode_seed(seed, i), record_images=False)
@@ -71,4 +83,6 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     finally:
         world.close()
     return {"checkpoint": str(checkpoint), "checkpoint_hash": policy.checkpoint_hash, "perturb": perturb,
-            "sim_params_version": params.version, "mode": "core", **episode_metrics(records)}
+            "sim_params_version": params.version, "mode": "core",
+            "graph_conditions": None if config.graph_conditions is None else config.graph_conditions.to_dict(),
+            **episode_metrics(records)}

@@ -18,6 +18,7 @@ from ..core.chunk_buffer import ChunkBuffer, ChunkBufferConfig
 from ..core.preprocess import ImagePipeline
 from ..sim.expert import ReachExpert
 from ..sim.world import SimWorld
+from .graph_conditions import GraphConditions, run_graph_loop
 
 # (policy image (H, W, 3) uint8, joint positions (n,) [rad]) -> chunk (K, n) absolute targets [rad]
 Controller = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -30,6 +31,9 @@ class RolloutConfig:
     inference_delay_s: observation -> chunk available [s] (the compute latency of the real graph).
     max_episode_s: cut episodes short for data collection [s] (None: the task's own timeout).
     interpolation / blending: the actuator's ChunkBuffer settings.
+    graph_conditions: the ROS graph's timing (training.graph_conditions: camera clock, throttled
+    observations, random inference delays, the actuator and supervisor cores); None: the plain loop
+    (observe every obs_period_s from the episode start, fixed inference_delay_s, no supervisor).
     """
 
     obs_period_s: float = 0.1
@@ -39,10 +43,20 @@ class RolloutConfig:
     max_episode_s: float | None = None
     interpolation: str = "cubic"
     blending: str = "crossfade"
+    graph_conditions: GraphConditions | None = None
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RolloutConfig:
-        return cls(**data)
+    def from_dict(cls, data: dict[str, Any], source: str = "rollout") -> RolloutConfig:
+        values = dict(data)
+        if "graph_conditions" in values:
+            values["graph_conditions"] = GraphConditions.from_value(values["graph_conditions"], source)
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values (what checkpoints keep in their provenance)."""
+        data = dict(self.__dict__)
+        data["graph_conditions"] = None if self.graph_conditions is None else self.graph_conditions.to_dict()
+        return data
 
 
 @dataclass
@@ -85,7 +99,7 @@ def run_episode(world: SimWorld, pipeline: ImagePipeline, expert: ReachExpert | 
     every observation (DAgger: labels for the states the driver reaches)."""
     if controller is None and expert is None:
         raise ValueError("run_episode needs a controller or an expert")
-    world.reset(randomize=randomize, seed=seed)
+    info = world.reset(randomize=randomize, seed=seed)
     target = target_in_base(world) if expert is not None else None
     buffer = ChunkBuffer(world.joint_names, ChunkBufferConfig(interpolation=config.interpolation,
                                                               blending=config.blending))
@@ -95,22 +109,36 @@ def run_episode(world: SimWorld, pipeline: ImagePipeline, expert: ReachExpert | 
     obs_ns = int(round(config.obs_period_s * NS_PER_S))
     delay_ns = int(round(config.inference_delay_s * NS_PER_S))
     limit_ns = None if config.max_episode_s is None else world.time_ns + int(config.max_episode_s * NS_PER_S)
+    record = EpisodeRecord()
+
+    def observe(image: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """Record the observation (and the teacher's label); the driver's chunk (K, n) [rad]."""
+        label = expert.chunk(q, target, chunk_length, dt_s) if expert is not None else None
+        action = label if controller is None else controller(image, q)
+        if record_images:
+            record.images.append(image)
+        record.joints.append(q)
+        if label is not None:
+            record.labels.append(label)
+        record.actions.append(action)
+        return action
+
+    if config.graph_conditions is not None:
+        stats = run_graph_loop(world, config.graph_conditions, observe,
+                               lambda: pipeline.process(world.render(), "rgb8", world.camera), times,
+                               config.obs_period_s, config.control_rate_hz, config.actuation_latency_s,
+                               config.interpolation, config.blending, limit_ns, int(info["seed"]))
+        _finish(world, record)
+        record.outcome["graph"] = stats.to_dict()
+        return record
     next_obs_ns = world.time_ns
     pending: list[tuple[int, ActionChunk]] = []
-    record = EpisodeRecord()
     while world.episode_outcome() is None and (limit_ns is None or world.time_ns < limit_ns):
         now = world.time_ns
         if now >= next_obs_ns:
             image = pipeline.process(world.render(), "rgb8", world.camera)
             q = world.joint_positions()
-            label = expert.chunk(q, target, chunk_length, dt_s) if expert is not None else None
-            action = label if controller is None else controller(image, q)
-            if record_images:
-                record.images.append(image)
-            record.joints.append(q)
-            if label is not None:
-                record.labels.append(label)
-            record.actions.append(action)
+            action = observe(image, q)
             pending.append((now + delay_ns, ActionChunk(tuple(world.joint_names), now, times, action)))
             next_obs_ns += obs_ns
         while pending and pending[0][0] <= now:
@@ -120,6 +148,11 @@ def run_episode(world: SimWorld, pipeline: ImagePipeline, expert: ReachExpert | 
             world.set_command(sample.positions)
         world.step(physics_per_tick)
         assert tick_ns > 0
+    return _finish(world, record)
+
+
+def _finish(world: SimWorld, record: EpisodeRecord) -> EpisodeRecord:
+    """The episode's outcome (a cut-short one too) with its failure category, into the record."""
     outcome = world.episode_outcome()
     if outcome is None:  # cut short for data collection
         distance = float(np.linalg.norm(world.ee_position() - world.target_position()))
