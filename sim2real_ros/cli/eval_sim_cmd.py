@@ -15,6 +15,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sim-config", type=Path, default=None, help="sim params YAML (schema of config/)")
     parser.add_argument("--robot-description", default=None, help="URDF path (default urdf/arm6.urdf)")
     parser.add_argument("--graph", action="store_true", help="run the full ROS graph instead of the core path")
+    parser.add_argument("--no-graph-conditions", action="store_true",
+                        help="core path: the plain loop (observe from the episode start at a fixed inference delay, "
+                             "no supervisor) instead of the graph's timing and supervisor (docs/graph_gap.md)")
     parser.add_argument("--seed", type=int, default=1000)
     parser.add_argument("--real-time-factor", type=float, default=None,
                         help="--graph: the sim's pace, sim s per wall s (default 0.3: on a machine that also runs "
@@ -43,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
         from ..training.evaluation import evaluate_in_sim
 
         result = evaluate_in_sim(args.checkpoint, args.episodes, perturb=args.perturb, sim_config=args.sim_config,
-                                 robot_description=args.robot_description, seed=args.seed)
+                                 robot_description=args.robot_description, seed=args.seed,
+                                 graph_conditions=not args.no_graph_conditions)
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:

@@ -40,7 +40,8 @@ def episode_row(index: int, outcome: dict[str, Any]) -> dict[str, Any]:
     return {"episode": index, "seed": int(outcome.get("seed", -1)), "success": bool(outcome.get("success")),
             "duration_s": float(outcome.get("duration_s", np.nan)),
             "final_distance_m": float(outcome.get("final_distance_m", np.nan)),
-            "failure": outcome.get("failure", "unknown")}
+            "failure": outcome.get("failure", "unknown"),
+            **({"graph": outcome["graph"]} if "graph" in outcome else {})}
 
 
 def episode_metrics(records: list[EpisodeRecord]) -> dict[str, Any]:
