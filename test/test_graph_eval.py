@@ -9,7 +9,9 @@ import sys
 import yaml
 from support import REPO_ROOT
 
+from sim2real_ros.evaluation.graph_timing import episode_timing, read_trace
 from sim2real_ros.paths import config_path
+from sim2real_ros.sim.world import episode_seed
 
 
 def test_graph_evaluation_counts_episodes_and_reports_the_latency_the_policy_saw(tmp_path):
@@ -19,10 +21,10 @@ def test_graph_evaluation_counts_episodes_and_reports_the_latency_the_policy_saw
     raw["camera"]["calibration_file"] = str(config_path("camera_sim.yaml"))
     sim_config = tmp_path / "sim_params_short.yaml"
     sim_config.write_text(yaml.safe_dump(raw))
-    out = tmp_path / "eval_graph.json"
+    out, bag = tmp_path / "eval_graph.json", tmp_path / "timing_bag"
     done = subprocess.run(
         [sys.executable, "-m", "sim2real_ros.cli.main", "eval-sim", "--graph", "--episodes", "2",
-         "--sim-config", str(sim_config), "--real-time-factor", "0.5", "--json", str(out)],
+         "--sim-config", str(sim_config), "--real-time-factor", "0.5", "--json", str(out), "--record", str(bag)],
         capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())
@@ -37,6 +39,22 @@ def test_graph_evaluation_counts_episodes_and_reports_the_latency_the_policy_saw
     assert result["real_time_factor"]["requested"] == 0.5
     assert 0 < result["real_time_factor"]["p50"] <= 0.5 * 1.2  # paced: never faster than asked
     assert result["supervisor"]["estops"] == 0
+    # The sim restarted at episode 0 of the seed once armed: the core path's episodes, seed by seed.
+    assert [e["seed"] for e in result["per_episode"]] == [episode_seed(1000, k) for k in range(2)]
+    # The reset between the episodes: the supervisor waited for a plan made after it, refused nothing
+    # and never timed out on a silent policy (the actuator dropped the old plans).
+    assert result["supervisor"]["arm_refused"] == 0 and result["supervisor"]["watchdog_holds"] == 0
+    # The recorded timing: each episode got its own first chunk, observed after it started, no plan
+    # from before it, and the supervisor armed on it.
+    rows = episode_timing(read_trace(bag))
+    seeds = [e["seed"] for e in result["per_episode"]]
+    # Episodes that ended while the graph came up (same seeds, before the restart) come first.
+    start = max(i for i in range(len(rows) - 1) if [r["seed"] for r in rows[i:i + 2]] == seeds)
+    for row in rows[start:start + 2]:
+        assert row["stale_chunks"] == 0, row
+        assert 0 <= row["first_observation_ms"] <= row["start_to_first_chunk_ms"] < 1000, row
+        assert row["start_to_armed_ms"] is not None, row
+        assert 90 <= row["observation_period_ms"]["p50"] <= 110, row  # the 10 Hz the policy was trained at
 
 
 def test_graph_evaluation_refuses_a_bad_real_time_factor():
