@@ -150,9 +150,11 @@ def sim_vs_real_table(nominal: dict[str, Any], perturbed: dict[str, Any], real: 
 def sim_stage(stage: str, gate: SimGate, checkpoint: str | Path, episodes: int, perturb: bool,
               sim_config: str | Path | None, seed: int, paths: tuple[str, ...], robot_description: str | None,
               real_time_factor: float | None, log: Callable[[str], None],
-              details: dict[str, Any] | None = None) -> tuple[StageResult, dict[str, dict[str, Any]]]:
+              details: dict[str, Any] | None = None,
+              log_dir: Path | None = None) -> tuple[StageResult, dict[str, dict[str, Any]]]:
     """Stage 1 or 2 on the requested paths (same seed, same episodes); returns the stage and each
-    path's evaluation ({"core": ..., "graph": ...}; a graph that failed: {"error": ...})."""
+    path's evaluation ({"core": ..., "graph": ...}; a graph that failed: {"error": ...}). log_dir:
+    where the graph's node output goes (graph_<stage>.log; None: a temporary file)."""
     label = "nominal" if stage == "nominal_sim" else "perturbed"
     evaluations: dict[str, dict[str, Any]] = {}
     figures: list[PathFigure] = []
@@ -170,7 +172,8 @@ def sim_stage(stage: str, gate: SimGate, checkpoint: str | Path, episodes: int, 
             graph = evaluate_in_graph(checkpoint, episodes, perturb=perturb, sim_config=sim_config,
                                       robot_description=robot_description, seed=seed,
                                       real_time_factor=DEFAULT_GRAPH_RTF if real_time_factor is None
-                                      else real_time_factor)
+                                      else real_time_factor,
+                                      log_file=None if log_dir is None else log_dir / f"graph_{stage}.log")
         except (RuntimeError, TimeoutError) as err:  # a node died, the graph never armed or stalled
             message = f"{type(err).__name__}: {err}"
             log(f"[validate] {stage}: the graph evaluation failed: {message}")
@@ -215,7 +218,7 @@ def validate(checkpoint: str | Path, real_bags: list[str | Path] | None = None, 
     n1 = episodes or gates.nominal_sim.episodes
     n2 = episodes or gates.perturbed_sim.episodes
     common = {"checkpoint": checkpoint, "paths": paths, "robot_description": robot_description,
-              "real_time_factor": real_time_factor, "log": log}
+              "real_time_factor": real_time_factor, "log": log, "log_dir": out}
     log(f"[validate] stage 1: {n1} nominal sim episodes ({' and '.join(PATH_TITLES[p] for p in paths)})")
     stage1, nominal = sim_stage("nominal_sim", gates.nominal_sim, episodes=n1, perturb=False, sim_config=sim_config,
                                 seed=seed, **common)
