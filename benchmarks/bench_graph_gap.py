@@ -12,7 +12,8 @@ chunk and to armed, observation period, obs-to-chunk, command periods).
     .venv/bin/python benchmarks/bench_graph_gap.py [--quick] [--json OUT]
 
 40 episodes per figure (6 with --quick). The full run takes about 25 minutes here: four graph runs
-of about 5 minutes each. The machine's load average before each graph run is reported with it.
+of about 5 minutes each. The machine's 1-minute load average before and at the end of each graph run
+is reported with it (the busy processes put it near 2 + the graph's own on 2 cores).
 """
 from __future__ import annotations
 
@@ -81,7 +82,8 @@ def graph_run(checkpoint: Path, episodes: int, sim_config: Path | None, busy: in
         result = evaluate_in_graph(checkpoint, episodes, sim_config=sim_config, seed=SEED, record_to=bag,
                                    log_file=work / "graph.log")
     rows = episode_timing(read_trace(bag))
-    return {"result": result, "load_average_1min_before": round(load_before, 2), "busy_processes": busy,
+    return {"result": result, "load_average_1min_before": round(load_before, 2),
+            "load_average_1min_at_end": round(os.getloadavg()[0], 2), "busy_processes": busy,
             "timing": timing_summary(rows),
             "failed_episode_timing": [r for r in rows if not r["success"]]}
 
@@ -111,6 +113,7 @@ def run(quick: bool = False) -> dict[str, Any]:
                 variant[condition] = {
                     **_success(graph), "wall_s": round(time.monotonic() - t0, 1),
                     "load_average_1min_before": run_["load_average_1min_before"],
+                    "load_average_1min_at_end": run_["load_average_1min_at_end"],
                     "busy_processes": run_["busy_processes"], "supervisor": graph["supervisor"],
                     "obs_to_chunk_ms": graph["obs_to_chunk_ms"], "real_time_factor": graph["real_time_factor"],
                     "timing": run_["timing"], "failed_episode_timing": run_["failed_episode_timing"],
