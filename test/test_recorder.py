@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.qos import QoSProfile
 from sensor_msgs.msg import Image, JointState
@@ -16,6 +17,7 @@ from support import REPO_ROOT, node_decl, running_nodes, wait_until
 
 from sim2real_ros.bags import BagReader, iter_messages
 from sim2real_ros.bags.info import bag_info
+from sim2real_ros.bags.reader import publish_times
 from sim2real_ros.bags.recording import DURABILITY_TRANSIENT_LOCAL, adapt_qos, select_topics
 from sim2real_ros.cli.main import main as cli_main
 from sim2real_ros.conversions import ns_to_stamp
@@ -106,6 +108,12 @@ def test_recorder_records_every_topic_with_publisher_qos(ros, tmp_path):
     assert [m.msg.header.stamp.sec * 10**9 + m.msg.header.stamp.nanosec for m in joint_msgs] == [
         t0 + i for i in range(50)]
     assert all(m.log_time_ns >= t0 for m in joint_msgs)  # receive time, not the publisher's stamp
+    # The DDS source timestamp (publisher's send time, same machine clock) is the MCAP publish time:
+    # before the receive time, by less than a second, and not a copy of it.
+    pairs = publish_times(bag, ["/joint_states"])["/joint_states"]
+    assert len(pairs) == 50
+    age = pairs[:, 0] - pairs[:, 1]
+    assert np.all(age >= 0) and np.all(age < 10**9) and np.any(age > 0)
     assert next(m for m in recorded if m.topic == "/supervisor/state").msg.status[0].message == "ESTOP"
     image = next(m for m in recorded if m.topic == "/camera/image_raw").msg
     assert (image.height, image.width, image.encoding, len(image.data)) == (2, 3, "rgb8", 18)

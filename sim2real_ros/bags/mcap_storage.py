@@ -418,6 +418,22 @@ class McapFile:
                 log_time, _, topic, data = heapq.heappop(heap)
                 yield log_time, topic, data
 
+    def publish_times(self, topics: set[str]) -> dict[str, list[tuple[int, int]]]:
+        """(log time, publish time) [ns] of every message of `topics`, in file order. A recorder that
+        stores the DDS source timestamp puts it in the publish time; others repeat the log time."""
+        wanted = {cid: ch.topic for cid, ch in self._index.channels.items() if ch.topic in topics}
+        out: dict[str, list[tuple[int, int]]] = {t: [] for t in topics}
+        for ref in self._index.chunks:
+            if ref.channel_ids is not None and not ref.channel_ids & wanted.keys():
+                continue
+            try:
+                for log_time, channel_id, _data, publish in self._read_ref(ref, with_publish=True):
+                    if channel_id in wanted:
+                        out[wanted[channel_id]].append((log_time, publish))
+            except (*_PARSE_ERRORS, RuntimeError, OSError):
+                continue  # damaged: messages() reports it
+        return out
+
     def _read_ref_or_skip(self, ref: _ChunkRef) -> list[tuple[int, int, memoryview]]:
         """The messages of one chunk; a damaged chunk is reported and skipped, the rest still reads."""
         try:
@@ -428,7 +444,7 @@ class McapFile:
             _log.warning("%s; its messages are skipped", problem)
             return []
 
-    def _read_ref(self, ref: _ChunkRef) -> Iterator[tuple[int, int, memoryview]]:
+    def _read_ref(self, ref: _ChunkRef, with_publish: bool = False) -> Iterator[tuple]:
         # The index was checked against the file; check again here so that no path reads more.
         if ref.length > MAX_RECORD_BYTES or ref.offset + 9 + ref.length > self._size:
             raise BagError(f"{self.path}: record at byte {ref.offset} claims {ref.length} bytes, "
@@ -439,16 +455,16 @@ class McapFile:
         opcode = record[0]
         body = memoryview(record)[9:]
         if opcode == OP_MESSAGE:
-            channel_id, _seq, log_time, _pub = _MESSAGE_HEADER.unpack_from(body, 0)
-            yield log_time, channel_id, body[_MESSAGE_HEADER.size:]
+            channel_id, _seq, log_time, pub = _MESSAGE_HEADER.unpack_from(body, 0)
+            yield (log_time, channel_id, body[_MESSAGE_HEADER.size:]) + ((pub,) if with_publish else ())
             return
         if opcode != OP_CHUNK:
             raise BagError(f"{self.path}: expected a chunk at byte {ref.offset}, found record 0x{opcode:02x}")
         _start, _end, records = _parse_chunk_body(body, self.path, ref.offset)
         for inner_op, inner in _iter_records(records, self.path, ref.offset):
             if inner_op == OP_MESSAGE:
-                channel_id, _seq, log_time, _pub = _MESSAGE_HEADER.unpack_from(inner, 0)
-                yield log_time, channel_id, inner[_MESSAGE_HEADER.size:]
+                channel_id, _seq, log_time, pub = _MESSAGE_HEADER.unpack_from(inner, 0)
+                yield (log_time, channel_id, inner[_MESSAGE_HEADER.size:]) + ((pub,) if with_publish else ())
 
     def raw_records(self) -> tuple[dict[int, Schema], dict[int, Channel]]:
         """Schemas and channels of the file (for repair)."""

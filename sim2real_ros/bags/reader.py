@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from mcap.exceptions import McapError
 
@@ -399,3 +400,18 @@ def topic_types(path: str | Path) -> dict[str, str]:
     """Topic name -> message type ("sensor_msgs/msg/JointState") of every topic of the bag."""
     with BagReader(path) as reader:
         return reader.topic_types()
+
+
+def publish_times(path: str | Path, topics: Iterable[str]) -> dict[str, np.ndarray]:
+    """Per topic, the (log time, publish time) [ns] pairs (K, 2) sorted by log time, from the bag's
+    MCAP files (sqlite3 has no publish time: those topics get an empty array). A recorder that
+    stores each message's DDS source timestamp (`sim2real record`) puts it in the publish time;
+    other writers repeat the log time there."""
+    wanted = set(topics)
+    pairs: dict[str, list[tuple[int, int]]] = {t: [] for t in wanted}
+    with BagReader(path) as reader:
+        for storage in reader._files:  # noqa: SLF001 - same module family
+            if hasattr(storage, "publish_times"):
+                for topic, rows in storage.publish_times(wanted).items():
+                    pairs[topic].extend(rows)
+    return {t: np.array(sorted(rows), dtype=np.int64).reshape(-1, 2) for t, rows in pairs.items()}

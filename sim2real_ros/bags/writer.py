@@ -118,9 +118,10 @@ class _McapFileWriter:
             metadata["topic_type_hash"] = topic.type_hash
         self._channels[topic.name] = self._writer.register_channel(topic.name, "cdr", schema_id, metadata)
 
-    def write(self, topic: str, log_time_ns: int, data: bytes) -> None:
+    def write(self, topic: str, log_time_ns: int, data: bytes, publish_time_ns: int | None = None) -> None:
         self._sequence += 1
-        self._writer.add_message(self._channels[topic], log_time_ns, data, log_time_ns, self._sequence)
+        publish = log_time_ns if publish_time_ns is None else publish_time_ns
+        self._writer.add_message(self._channels[topic], log_time_ns, data, publish, self._sequence)
 
     def flush(self) -> None:
         self._writer.flush()  # closes the chunk in progress and flushes the file
@@ -166,7 +167,8 @@ class _SqliteFileWriter:
                 "type_description_hash) VALUES (?, ?, ?, ?)",
                 (topic.msgtype, "ros2msg" if topic.msgdef else "unknown", topic.msgdef, topic.type_hash))
 
-    def write(self, topic: str, log_time_ns: int, data: bytes) -> None:
+    def write(self, topic: str, log_time_ns: int, data: bytes, publish_time_ns: int | None = None) -> None:
+        # rosbag2's sqlite3 schema has no publish time: only the receive time is stored.
         self._db.execute("INSERT INTO messages (topic_id, timestamp, data) VALUES (?, ?, ?)",
                          (self._ids[topic], log_time_ns, data))
 
@@ -252,9 +254,12 @@ class BagWriter:
     def topics(self) -> dict[str, str]:
         return {name: t.msgtype for name, t in self._topics.items()}
 
-    def write(self, topic: str, log_time_ns: int, data: bytes | memoryview, now_ns: int | None = None) -> None:
+    def write(self, topic: str, log_time_ns: int, data: bytes | memoryview, now_ns: int | None = None,
+              publish_time_ns: int | None = None) -> None:
         """Append one serialized (CDR) message received at `log_time_ns`. `now_ns` (default: the log
-        time) drives the periodic flush."""
+        time) drives the periodic flush. `publish_time_ns` [ns]: when the publisher sent it (the DDS
+        source timestamp), stored as the MCAP publish time (default: the log time; sqlite3 bags
+        have no such field)."""
         if self._closed:
             raise BagError(f"{self.path}: write after close")
         entry = self._topics.get(topic)
@@ -265,7 +270,7 @@ class BagWriter:
             self._open_next_file()
             self._last_flush_ns = None
         payload = bytes(data)
-        self._current.write(topic, log_time_ns, payload)
+        self._current.write(topic, log_time_ns, payload, publish_time_ns)
         self._files[-1].add(log_time_ns, len(payload))
         entry.count += 1
         self._dirty = True

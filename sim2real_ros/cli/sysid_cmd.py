@@ -1,13 +1,19 @@
 """`sim2real sysid ...`: system identification of the real robot.
 
-  sysid latency --bag PATH --command-topic T --state-topic T [--json]
-      model-free actuation latency per joint (and overall) from commanded vs measured positions;
-      the number to put in the actuator node's `actuation_latency`.
+  sysid latency --bag PATH --command-topic T --state-topic T [--json] [--method model|correlation]
+      actuation dead time per joint (and overall) from commanded vs measured positions: the onset
+      of a fitted servo response (dead time, then rate-limited first order), per command step and
+      its median, with slew rate and time constant; the cross-correlation lag beside it as "bulk
+      lag". The dead time is the number to put in the actuator node's `actuation_latency`.
   sysid fit --bag PATH --out YAML --report DIR [--method nelder-mead|differential-evolution]
             [--fit latency,kp,kd,damping,friction]
       replays the recorded commands in the PyBullet sim and fits the actuator dynamics to the
       recorded joint trajectories; writes a new versioned sim params YAML and a report (held-out
       error before/after, parameters the data cannot determine, per-joint plots).
+  sysid fit --model servo --bag PATH --out YAML --report DIR
+      fits the servo actuator model (dead time, max speed, max acceleration, loop gain per joint)
+      and a PD baseline, reports both held-out errors, writes sim params with actuator.model: servo
+      and randomization ranges around the fit.
   sysid excite --out CMDS.csv
       a safe excitation sequence (steps and chirps, one joint at a time, within the URDF limits) to
       play on the robot under the supervisor while recording, for `sysid latency` and later fits.
@@ -45,6 +51,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--unwrap", default="auto",
         help="measured positions that wrap: auto (detect), none, or the period [rad]",
     )
+    latency.add_argument(
+        "--method", choices=("model", "correlation"), default="model",
+        help="model (default): latency = dead time, the onset of a fitted servo response (with slew rate, "
+             "time constant and per-step estimates), the cross-correlation lag reported as bulk lag; "
+             "correlation: the cross-correlation lag alone",
+    )
 
     fit = sub.add_parser("fit", help="fit sim dynamics (latency, gains, damping, friction) to a recorded bag")
     fit.add_argument("--bag", required=True, type=Path, help="rosbag2 folder (sqlite3 or MCAP)")
@@ -72,6 +84,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="Nelder-Mead evaluations on PyBullet replays after the search (default 0: none)")
     fit.add_argument("--seed", type=int, default=0, help="seed of differential evolution")
     fit.add_argument("--json", action="store_true", help="print the report as JSON")
+    fit.add_argument("--model", choices=("pd", "servo"), default="pd",
+                     help="actuator model to fit: pd (PyBullet replay: latency, kp, kd, damping, friction) or servo "
+                          "(dead time, max speed, max acceleration, loop gain per joint; no URDF needed; writes "
+                          "actuator.model: servo)")
 
     excite = sub.add_parser("excite", help="write a safe excitation command sequence (CSV or YAML)")
     excite.add_argument("--out", required=True, type=Path, help="output file: .csv or .yaml")
@@ -97,7 +113,7 @@ def _run_latency(args: argparse.Namespace) -> int:
 
     options = LatencyOptions(
         min_lag_s=args.min_lag, max_lag_s=args.max_lag, window_s=(args.start, args.end),
-        time_source=args.time_source, unwrap=args.unwrap,
+        time_source=args.time_source, unwrap=args.unwrap, method=args.method,
     )
     streams = load_streams(args.bag, [args.command_topic, args.state_topic])
     report = estimate_latency(streams[args.command_topic], streams[args.state_topic], options)
@@ -125,7 +141,36 @@ def _run_excite(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_fit_servo(args: argparse.Namespace) -> int:
+    from ..sim.params import load_sim_params
+    from ..sysid.bag_io import load_streams
+    from ..sysid.servo_fit import ServoFitOptions, fit_servo, servo_report_markdown, write_servo_params
+
+    options = ServoFitOptions(holdout_fraction=args.holdout, max_dead_time_s=max(args.max_latency, 1.0),
+                              max_evaluations=min(args.max_evaluations, 600))
+    params = load_sim_params(args.params)
+    topics = _resolve_topics(args.bag, [args.command_topic, args.state_topic])
+    streams = load_streams(args.bag, topics)
+    result = fit_servo(streams[topics[0]], streams[topics[1]], options)
+    extra = {"command_topic": topics[0], "state_topic": topics[1]}
+    version = write_servo_params(result, params, str(args.bag), args.out, extra)
+    args.report.mkdir(parents=True, exist_ok=True)
+    data = result.to_dict() | {"bag": str(args.bag), "params_version": version, "params_file": str(args.out), **extra}
+    from ..sysid.fit_output import _jsonable
+
+    (args.report / "report.json").write_text(json.dumps(_jsonable(data), indent=2))
+    markdown = servo_report_markdown(result, str(args.bag), version)
+    (args.report / "report.md").write_text(markdown)
+    print((args.report / "report.json").read_text() if args.json else markdown)
+    summary = "; ".join(f"{j.name}: held-out RMS PD {j.holdout_rms_pd:.4g} -> servo {j.holdout_rms_servo:.4g} rad"
+                        for j in result.joints)
+    print(f"wrote {args.out} (version {version}, model servo); {summary}; report: {args.report}", file=sys.stderr)
+    return 0
+
+
 def _run_fit(args: argparse.Namespace) -> int:
+    if args.model == "servo":
+        return _run_fit_servo(args)
     from ..core.urdf import RobotModel
     from ..paths import urdf_path
     from ..sim.params import load_sim_params

@@ -5,14 +5,15 @@ continuously), storage (mcap | sqlite3), flush_period_s, discovery_period_s, max
 max_file_duration_s.
 
 Subscriptions are raw (serialized CDR) so recording costs no deserialization, use the QoS the
-publishers offer (latched topics with transient local), and each message's receive time is its
-log time. No message waits longer than flush_period_s (plus however late the recorder gets the
-CPU) before its MCAP chunk is closed and handed to the operating system (flush_timing), so a
-recorder killed with SIGKILL, or by the OOM killer, loses at most the last flush_period_s of what
-it received. A flush is not an fsync: the data is in the OS page cache, which survives the
-recorder process dying but not a power loss or a kernel crash. On SIGINT/SIGTERM it stops
-spinning, takes in what the readers already hold, and writes metadata.yaml; `sim2real bag repair`
-rebuilds it after a crash.
+publishers offer (latched topics with transient local), and each message's receive time is its log
+time; the DDS source timestamp (when the publisher sent it) is stored as the MCAP publish time
+(sysid uses it for commands that carry no header stamp). No message waits longer than flush_period_s
+(plus however late the recorder gets the CPU) before its MCAP chunk is closed and handed to the
+operating system (flush_timing), so a recorder killed with SIGKILL, or by the OOM killer, loses at
+most the last flush_period_s of what it received. A flush is not an fsync: the data is in the OS
+page cache, which survives the recorder process dying but not a power loss or a kernel crash. On
+SIGINT/SIGTERM it stops spinning, takes in what the readers already hold, and writes metadata.yaml;
+`sim2real bag repair` rebuilds it after a crash.
 """
 from __future__ import annotations
 
@@ -179,18 +180,24 @@ class RecorderNode(Node):
             if self._closed:
                 return
             self.writer.add_topic(topic, msgtype, offered_qos_profiles=offered)
+        # Two positional parameters: rclpy passes the message info (DDS source timestamp) as well.
         self._recorded_subs[topic] = self.create_subscription(
-            cls, topic, lambda data, t=topic: self._on_message(t, data), qos, raw=True, callback_group=self._group)
+            cls, topic, lambda data, info, t=topic: self._on_message(t, data, info), qos, raw=True,
+            callback_group=self._group)
         self.get_logger().info(f"recording {topic} ({msgtype}, {qos.reliability.name.lower()}, "
                                f"{qos.durability.name.lower()})")
 
     # ------------------------------------------------------------------ writing
-    def _on_message(self, topic: str, data: bytes) -> None:
+    def _on_message(self, topic: str, data: bytes, info: Any = None) -> None:
         received_ns = now_ns(self)  # receive time = log time (sim time under use_sim_time)
+        # The publisher's send time (DDS source timestamp, its system clock) as MCAP publish time:
+        # commands without a header (Float64MultiArray) get a time free of the receive jitter.
+        source = info.get("source_timestamp") if isinstance(info, dict) else None
+        publish_ns = int(source) if source else None
         with self._lock:
             if self._closed:
                 return
-            self.writer.write(topic, received_ns, data, now_ns=time.monotonic_ns())
+            self.writer.write(topic, received_ns, data, now_ns=time.monotonic_ns(), publish_time_ns=publish_ns)
             self.received += 1
 
     def _flush_tick(self) -> None:
@@ -211,7 +218,7 @@ class RecorderNode(Node):
         for topic, subscription in list(self._recorded_subs.items()):
             with subscription.handle:
                 while (message := subscription.handle.take_message(subscription.msg_type, True)) is not None:
-                    self._on_message(topic, message[0])
+                    self._on_message(topic, message[0], message[1] if len(message) > 1 else None)
                     taken += 1
         return taken
 

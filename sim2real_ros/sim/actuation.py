@@ -1,4 +1,5 @@
-"""The actuator model, in pure numpy: a latency queue and a torque-limited PD loop.
+"""The actuator model, in pure numpy: a latency queue, a torque-limited PD loop and (actuator.model:
+servo) the speed- and acceleration-limited position loop of a servo, whose reference the PD tracks.
 
 Every parameter has a physical meaning that system identification can fit: the delay from command
 receipt to the position loop [s], the PD gains, the effort limit, and the gravity feed-forward.
@@ -42,10 +43,43 @@ class LatencyQueue:
 
 
 def pd_torque(q: np.ndarray, qd: np.ndarray, q_target: np.ndarray, kp: np.ndarray, kd: np.ndarray,
-              effort_limit: np.ndarray, feed_forward: np.ndarray | None = None) -> np.ndarray:
-    """Motor torque (n,) [N*m] of a position loop: kp (q_target - q) - kd qd + feed_forward,
-    clipped to +/- effort_limit. q [rad], qd [rad/s], kp [N*m/rad], kd [N*m*s/rad]."""
-    tau = kp * (q_target - q) - kd * qd
+              effort_limit: np.ndarray, feed_forward: np.ndarray | None = None,
+              qd_target: np.ndarray | None = None) -> np.ndarray:
+    """Motor torque (n,) [N*m] of a position loop: kp (q_target - q) - kd qd + feed_forward
+    (kd (qd_target - qd) when a target speed [rad/s] is given: the servo model), clipped to
+    +/- effort_limit. q [rad], qd [rad/s], kp [N*m/rad], kd [N*m*s/rad]."""
+    tau = kp * (q_target - q) - kd * qd if qd_target is None else kp * (q_target - q) + kd * (qd_target - qd)
     if feed_forward is not None:
         tau = tau + feed_forward
     return np.clip(tau, -effort_limit, effort_limit)
+
+
+class ServoLoop:
+    """The position loop inside a servo (actuator.model: servo), per joint, in sim time.
+
+    Each step of dt [s] the loop commands a speed gain * (target - reference) [rad/s] (zero within
+    `deadband` [rad] of the target), limited to +/- max_speed [rad/s], reached at no more than
+    max_acceleration [rad/s^2]; the reference [rad] integrates that speed. The PD loop tracks the
+    reference and the speed (pd_torque's qd_target). All arrays (n,) over the same joints.
+    """
+
+    def __init__(self, initial: np.ndarray) -> None:
+        self.reference = np.asarray(initial, dtype=float).copy()
+        self.speed = np.zeros_like(self.reference)
+
+    def reset(self, position: np.ndarray) -> None:
+        """Hold `position` [rad] at rest."""
+        self.reference = np.asarray(position, dtype=float).copy()
+        self.speed = np.zeros_like(self.reference)
+
+    def update(self, target: np.ndarray, dt: float, max_speed: np.ndarray, max_acceleration: np.ndarray,
+               gain: np.ndarray, deadband: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Advance one step toward `target` [rad]; returns (reference [rad], speed [rad/s])."""
+        error = target - self.reference
+        wanted = np.where(np.abs(error) <= deadband, 0.0, np.clip(gain * error, -max_speed, max_speed))
+        # Never overshoot within one step: the speed that lands exactly on the target.
+        wanted = np.where(np.abs(wanted * dt) > np.abs(error), error / dt, wanted)
+        step = max_acceleration * dt
+        self.speed = self.speed + np.clip(wanted - self.speed, -step, step)
+        self.reference = self.reference + self.speed * dt
+        return self.reference, self.speed

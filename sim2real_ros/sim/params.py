@@ -70,11 +70,33 @@ class RobotParams:
     home_pose: tuple[tuple[str, float], ...]
 
 
+ACTUATOR_MODELS = ("pd", "servo")
+
+
+@dataclass(frozen=True)
+class ServoParams:
+    """The servo actuator model (actuator.model: servo), what hobby and smart servos (Feetech STS,
+    Dynamixel) do inside: after the dead time (actuation_latency_s), a position loop whose speed
+    command, gain * (target - reference), is limited to max_speed and changes at most at
+    max_acceleration; the reference it integrates is what the PD loop (kp, kd, effort limit) then
+    tracks. Within deadband of the target the loop commands no speed.
+
+    max_speed [rad/s] (> 0), max_acceleration [rad/s^2] (> 0), gain [1/s] (> 0), deadband [rad] (>= 0).
+    """
+
+    max_speed: JointValues
+    max_acceleration: JointValues
+    gain: JointValues
+    deadband: JointValues
+
+
 @dataclass(frozen=True)
 class ActuatorParams:
     """The actuator model every command goes through (all in sim time):
 
-    actuation_latency_s [s]: delay from command receipt to the PD loop;
+    model: 'pd' (the default: the PD loop tracks the delayed command) or 'servo' (the PD loop
+    tracks the reference of a speed- and acceleration-limited servo position loop, `servo`);
+    actuation_latency_s [s]: delay from command receipt to the PD loop (the dead time);
     kp [N*m/rad], kd [N*m*s/rad]: PD position loop; effort_limit [N*m]: may only tighten the URDF's;
     gravity_compensation: fraction of the gravity torque fed forward (0 = none, 1 = perfect model);
     damping [N*m*s/rad]: viscous joint damping; friction [N*m]: Coulomb joint friction.
@@ -87,6 +109,8 @@ class ActuatorParams:
     gravity_compensation: float
     damping: JointValues
     friction: JointValues
+    model: str = "pd"
+    servo: ServoParams | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +180,11 @@ class RandomizationParams:
     camera_rotation_jitter_rad: float
     target_rgb_jitter: float
     noise_std: tuple[float, float]
+    # Servo model only (drawn only when actuator.model is servo, so a pd world draws as before);
+    # absent from the file = [1, 1] (not randomized).
+    servo_speed_scale: tuple[float, float] = (1.0, 1.0)
+    servo_acceleration_scale: tuple[float, float] = (1.0, 1.0)
+    servo_gain_scale: tuple[float, float] = (1.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -290,6 +319,16 @@ class _Reader:
         return JointValues(check(path, value))
 
 
+def _optional_interval(r: _Reader, path: str) -> tuple[float, float]:
+    """A scale range [low, high] (low > 0) that may be absent (then [1, 1])."""
+    if r.get(path, None) is None:
+        return 1.0, 1.0
+    low, high = r.interval(path, 0.0)
+    if low <= 0:
+        raise r.error(path, [low, high], "scales must be > 0")
+    return low, high
+
+
 def sim_params_from_dict(data: dict, source: str) -> SimParams:
     """Validate a sim params mapping (as yaml.safe_load returns it); ConfigError on bad fields."""
     r = _Reader(data, source)
@@ -319,6 +358,18 @@ def sim_params_from_dict(data: dict, source: str) -> SimParams:
         damping=r.per_joint("actuator.damping", 0.0),
         friction=r.per_joint("actuator.friction", 0.0),
     )
+    model = r.get("actuator.model", "pd")
+    if model not in ACTUATOR_MODELS:
+        raise r.error("actuator.model", model, f"unknown actuator model (known: {', '.join(ACTUATOR_MODELS)})")
+    if model == "servo":
+        actuator = replace(actuator, model=model, servo=ServoParams(
+            max_speed=r.per_joint("actuator.servo.max_speed", 0.0, strict_low=True),
+            max_acceleration=r.per_joint("actuator.servo.max_acceleration", 0.0, strict_low=True),
+            gain=r.per_joint("actuator.servo.gain", 0.0, strict_low=True),
+            deadband=r.per_joint("actuator.servo.deadband", 0.0, default=0.0),
+        ))
+    elif r.get("actuator.servo", None) is not None:
+        raise r.error("actuator.servo", r.get("actuator.servo"), "given, but actuator.model is not servo")
     if actuator.effort_limit is not None and not actuator.effort_limit.by_name \
             and math.isinf(actuator.effort_limit.default):
         actuator = replace(actuator, effort_limit=None)
@@ -376,6 +427,9 @@ def sim_params_from_dict(data: dict, source: str) -> SimParams:
         camera_rotation_jitter_rad=r.number("randomization.camera_rotation_jitter_rad", 0.0, 1.0),
         target_rgb_jitter=r.number("randomization.target_rgb_jitter", 0.0, 1.0),
         noise_std=r.interval("randomization.noise_std", 0.0, 255.0),
+        servo_speed_scale=_optional_interval(r, "randomization.servo_speed_scale"),
+        servo_acceleration_scale=_optional_interval(r, "randomization.servo_acceleration_scale"),
+        servo_gain_scale=_optional_interval(r, "randomization.servo_gain_scale"),
     )
     return SimParams(
         physics=physics, rates=rates, robot=robot, actuator=actuator, task=task, table=table,

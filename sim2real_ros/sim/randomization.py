@@ -35,6 +35,9 @@ class EpisodeRandomization:
     camera_rotation: np.ndarray
     target_rgba: tuple[float, float, float, float]
     noise_std: float
+    servo_speed_scale: np.ndarray | float = 1.0  # (n_joints,) servo model only
+    servo_acceleration_scale: np.ndarray | float = 1.0
+    servo_gain_scale: np.ndarray | float = 1.0
 
     def summary(self) -> dict:
         """Plain-number dict (for episode info and logs)."""
@@ -67,6 +70,12 @@ def sample_episode(params: SimParams, rng: np.random.Generator, n_links: int, n_
         "target_rgb": rng.uniform(-r.target_rgb_jitter, r.target_rgb_jitter, size=3),
         "noise_std": rng.uniform(*r.noise_std),
     }
+    # Servo scales are drawn last and only for the servo model: a pd world draws exactly as before.
+    servo = {}
+    if params.actuator.model == "servo":
+        servo = {"servo_speed_scale": rng.uniform(*r.servo_speed_scale, size=n_joints),
+                 "servo_acceleration_scale": rng.uniform(*r.servo_acceleration_scale, size=n_joints),
+                 "servo_gain_scale": rng.uniform(*r.servo_gain_scale, size=n_joints)}
     nominal_light = _unit(np.asarray(params.lighting.direction, dtype=float))
     rgba = params.task.target_rgba
     if not randomize:
@@ -89,5 +98,5 @@ def sample_episode(params: SimParams, rng: np.random.Generator, n_links: int, n_
         light_intensity=float(draws["light_intensity"]), camera_offset_m=draws["camera_offset"],
         camera_rotation=small_rotation(draws["camera_rot"]),
         target_rgba=(float(rgb[0]), float(rgb[1]), float(rgb[2]), float(rgba[3])),
-        noise_std=float(draws["noise_std"]),
+        noise_std=float(draws["noise_std"]), **servo,
     )

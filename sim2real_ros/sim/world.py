@@ -22,7 +22,7 @@ from ..core.camera_artifacts import ArtifactConfig, apply_artifacts
 from ..core.camera_model import CameraModel, load_calibration_yaml
 from ..core.errors import ConfigError, UrdfError
 from ..core.urdf import RobotModel
-from .actuation import LatencyQueue, pd_torque
+from .actuation import LatencyQueue, ServoLoop, pd_torque
 from .params import SimParams
 from .quiet_stdout import stdout_to_stderr
 from .randomization import EpisodeRandomization, sample_episode
@@ -30,7 +30,9 @@ from .rendering import gl_list, look_at_rotation, projection_matrix, view_matrix
 from .tasks import Task, make_task
 
 NS_PER_S = 1_000_000_000
-DYNAMICS_KEYS = ("kp", "kd", "damping", "friction", "effort_limit", "actuation_latency_s", "gravity_compensation")
+DYNAMICS_KEYS = ("kp", "kd", "damping", "friction", "effort_limit", "actuation_latency_s", "gravity_compensation",
+                 "servo_max_speed", "servo_max_acceleration", "servo_gain", "servo_deadband")
+SERVO_KEYS = ("servo_max_speed", "servo_max_acceleration", "servo_gain", "servo_deadband")
 
 
 def episode_seed(base_seed: int, episode: int) -> int:
@@ -93,6 +95,8 @@ class SimWorld:
         self._overrides: dict[str, np.ndarray | float] = {}
         self._home_all = self._home_pose()
         self._queue = LatencyQueue(self._home_all[self._cmd_pos])
+        self.actuator_model = params.actuator.model
+        self._servo = ServoLoop(self._home_all) if self.actuator_model == "servo" else None
         self._last_effort = np.zeros(len(self.all_joint_names))
         self._image_rng = np.random.default_rng(seed)
         self.randomization: EpisodeRandomization
@@ -167,6 +171,11 @@ class SimWorld:
             "friction": a.friction.resolve(names), "effort_limit": effort,
             "actuation_latency_s": a.actuation_latency_s, "gravity_compensation": a.gravity_compensation,
         }
+        if a.servo is not None:
+            values.update({"servo_max_speed": a.servo.max_speed.resolve(names),
+                           "servo_max_acceleration": a.servo.max_acceleration.resolve(names),
+                           "servo_gain": a.servo.gain.resolve(names),
+                           "servo_deadband": a.servo.deadband.resolve(names)})
         for key, value in self._overrides.items():
             if isinstance(value, np.ndarray):
                 values[key] = values[key].copy()
@@ -190,6 +199,11 @@ class SimWorld:
         latency = rand.actuation_latency_s if self.randomized else nominal["actuation_latency_s"]
         self.actuation_latency_s = float(latency)
         self._latency_ns = int(round(self.actuation_latency_s * NS_PER_S))
+        if self._servo is not None:
+            self._servo_max_speed = nominal["servo_max_speed"] * rand.servo_speed_scale
+            self._servo_max_acceleration = nominal["servo_max_acceleration"] * rand.servo_acceleration_scale
+            self._servo_gain = nominal["servo_gain"] * rand.servo_gain_scale
+            self._servo_deadband = nominal["servo_deadband"]
         # Coulomb friction: a velocity motor holding zero speed with at most `friction` torque is
         # dry friction solved by the constraint solver (stable at any time step).
         self.client.setJointMotorControlArray(self.robot, self._all_idx, pybullet.VELOCITY_CONTROL,
@@ -198,22 +212,34 @@ class SimWorld:
 
     def dynamics(self) -> dict[str, Any]:
         """The active dynamics of the commanded joints (kp, kd, damping, friction, effort_limit arrays;
-        actuation_latency_s [s]; gravity_compensation)."""
+        actuation_latency_s [s]; gravity_compensation; with the servo model also servo_max_speed [rad/s],
+        servo_max_acceleration [rad/s^2], servo_gain [1/s], servo_deadband [rad])."""
         pos = self._cmd_pos
-        return {"kp": self._kp[pos].copy(), "kd": self._kd[pos].copy(), "damping": self._damping[pos].copy(),
-                "friction": self._friction[pos].copy(), "effort_limit": self._effort_limit[pos].copy(),
-                "actuation_latency_s": self.actuation_latency_s,
-                "gravity_compensation": self._gravity_compensation}
+        out = {"kp": self._kp[pos].copy(), "kd": self._kd[pos].copy(), "damping": self._damping[pos].copy(),
+               "friction": self._friction[pos].copy(), "effort_limit": self._effort_limit[pos].copy(),
+               "actuation_latency_s": self.actuation_latency_s,
+               "gravity_compensation": self._gravity_compensation}
+        if self._servo is not None:
+            out.update({"servo_max_speed": self._servo_max_speed[pos].copy(),
+                        "servo_max_acceleration": self._servo_max_acceleration[pos].copy(),
+                        "servo_gain": self._servo_gain[pos].copy(), "servo_deadband": self._servo_deadband[pos].copy()})
+        return out
 
     def set_dynamics(self, **overrides: Any) -> None:
         """Override nominal dynamics, e.g. for system identification; they persist across resets
         (randomization multiplies on top). Keys: kp, kd, damping, friction, effort_limit (scalar or
-        (n,) over joint_names), actuation_latency_s [s], gravity_compensation. Effort limits can only
+        (n,) over joint_names), actuation_latency_s [s], gravity_compensation; with the servo model
+        servo_max_speed, servo_max_acceleration, servo_gain (> 0), servo_deadband. Effort limits can only
         tighten the URDF's. Raises ValueError for unknown keys or invalid values."""
         n = len(self.joint_names)
         for key, value in overrides.items():
             if key not in DYNAMICS_KEYS:
                 raise ValueError(f"set_dynamics: unknown key {key!r} (known: {DYNAMICS_KEYS})")
+            if key in SERVO_KEYS and self._servo is None:
+                raise ValueError(f"set_dynamics: {key} needs actuator.model servo (this world's is "
+                                 f"{self.actuator_model})")
+            if key in SERVO_KEYS[:3] and np.any(np.asarray(value, dtype=float) <= 0):
+                raise ValueError(f"set_dynamics: {key} must be > 0, got {value!r}")
             if key in ("actuation_latency_s", "gravity_compensation"):
                 number = float(value)
                 if not np.isfinite(number) or number < 0 or (key == "gravity_compensation" and number > 1):
@@ -251,6 +277,8 @@ class SimWorld:
         for index, q in zip(self._all_idx, self._home_all, strict=True):
             c.resetJointState(self.robot, index, float(q), 0.0)
         self._queue.reset(self._home_all[self._cmd_pos])
+        if self._servo is not None:
+            self._servo.reset(self._home_all)
         self._last_effort = np.zeros(len(self.all_joint_names))
         task_info = self.task.reset(self, rng)
         if hasattr(self.task, "set_color"):
@@ -307,7 +335,14 @@ class SimWorld:
                 q_dof = q[np.argsort(self._dof_order)].tolist()
                 gravity = np.asarray(c.calculateInverseDynamics(self.robot, q_dof, zeros, zeros))
                 feed_forward = self._gravity_compensation * gravity[self._dof_order]
-            tau_motor = pd_torque(q, qd, target_all, self._kp, self._kd, self._effort_limit, feed_forward)
+            if self._servo is None:
+                tau_motor = pd_torque(q, qd, target_all, self._kp, self._kd, self._effort_limit, feed_forward)
+            else:
+                reference, speed = self._servo.update(
+                    target_all, self.params.physics.dt_s, self._servo_max_speed, self._servo_max_acceleration,
+                    self._servo_gain, self._servo_deadband)
+                tau_motor = pd_torque(q, qd, reference, self._kp, self._kd, self._effort_limit, feed_forward,
+                                      qd_target=speed)
             self._last_effort = tau_motor
             c.setJointMotorControlArray(self.robot, self._all_idx, pybullet.TORQUE_CONTROL,
                                         forces=(tau_motor - self._damping * qd).tolist())

@@ -17,18 +17,27 @@ Method, per joint:
    (position_delay_s, which includes the joint's lag and slewing); the better fit is kept.
 5. Confidence = peak normalized correlation * prominence (how far the peak stands above the
    correlation anywhere else in the lag range); 0 without excitation.
+6. (method 'model', the default) The cross-correlation figure above is the "bulk lag": for a
+   servo that slews it contains much of the ramp. The latency reported is the dead time, the onset
+   of the response, from a model fit (servo_response: dead time, then a rate-limited first-order
+   response, dx/dt = clip((target - x)/tau, -v, v)), fitted to the whole window for the scale and
+   offset, then to each command step separately: the dead time is the median of the per-step
+   estimates (their spread and range reported), the slew rate v and time constant tau are reported
+   beside it. Its uncertainty includes the measurement's resolution: readings refreshed every
+   update_period_s, each known to within that interval.
 The overall latency is the confidence-weighted mean over joints.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from scipy.ndimage import gaussian_filter1d
 
 from ..core.errors import Sim2RealError
+from . import servo_response
 from .signals import (
     JointStream,
     choose_time_source,
@@ -63,7 +72,9 @@ class LatencyOptions:
     before the command: clocks disagree). window_s: (start, end) [s] relative to the first sample
     of either topic, None = open. time_source: 'auto' | 'header' | 'log'. unwrap: 'auto' | 'none' |
     a period [rad] as text. min_excitation: the command's peak-to-peak range [rad] below which a
-    joint counts as not excited.
+    joint counts as not excited. method: 'model' (latency = dead time, the onset of a fitted servo
+    response, with slew rate and time constant; the cross-correlation lag is reported as bulk_lag_s)
+    or 'correlation' (latency = the cross-correlation estimate alone, as before the model existed).
     """
 
     min_lag_s: float = -0.5
@@ -72,6 +83,7 @@ class LatencyOptions:
     time_source: str = "auto"
     unwrap: str = "auto"
     min_excitation: float = 1e-4
+    method: str = "model"
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.min_lag_s) and math.isfinite(self.max_lag_s)) or self.min_lag_s >= self.max_lag_s:
@@ -88,6 +100,8 @@ class LatencyOptions:
         start, end = self.window_s
         if start is not None and end is not None and end <= start:
             raise SysidError(f"window end must be after its start, got {self.window_s}")
+        if self.method not in ("model", "correlation"):
+            raise SysidError(f"method must be model or correlation, got {self.method!r}")
         if not self.min_excitation >= 0:
             raise SysidError(f"min_excitation must be >= 0, got {self.min_excitation}")
 
@@ -113,6 +127,36 @@ class JointLatency:
     command_range: float
     measured_range: float
     notes: tuple[str, ...] = ()
+    # Model-based onset (servo_response): latency_s is dead_time_s when the model fits.
+    bulk_lag_s: float | None = None
+    bulk_lag_uncertainty_s: float | None = None
+    dead_time_s: float | None = None
+    dead_time_uncertainty_s: float | None = None
+    dead_time_median_s: float | None = None
+    dead_time_spread_s: float | None = None
+    dead_time_range_s: tuple[float, float] | None = None
+    slew_rate: float | None = None
+    slew_rate_command_units: float | None = None
+    time_constant_s: float | None = None
+    model_rms: float | None = None
+    model_scale: float | None = None
+    model_offset: float | None = None
+    whole_signal_dead_time_s: float | None = None
+    steps: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    """The model fitted to one command step: t_s [s] (step time from the origin), dead_time_s [s],
+    slew_rate [measured units/s], time_constant_s [s], rms [measured units], readings used."""
+
+    t_s: float
+    dead_time_s: float
+    slew_rate: float
+    time_constant_s: float
+    rms: float
+    readings: int
+    slewed: bool
 
 
 @dataclass(frozen=True)
@@ -136,6 +180,9 @@ class LatencyReport:
     lag_range_s: tuple[float, float]
     dropped_messages: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    bulk_lag_s: float | None = None
+    bulk_lag_uncertainty_s: float | None = None
+    method: str = "model"  # 'model': latency = dead time (response onset); 'correlation': bulk lag only
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -359,10 +406,97 @@ def _estimate_joint(
             f"a delayed, scaled command explains the positions poorly (R^2 {r2:.2f}): the joint does not reach its "
             "targets within a command period, so scale and offset are unreliable"
         )
-    return JointLatency(
+    joint = JointLatency(
         name, latency_s, confidence, uncertainty, offset, scale, r2, fit_delay, float(sign * peak),
         "spread" if spread else "sharp", max(0.0, (width - 2 * ref_half) * grid.step_s), position_delay,
         unwrap_period, update_s, command_range, measured_range, tuple(notes),
+        bulk_lag_s=latency_s, bulk_lag_uncertainty_s=uncertainty,
+    )
+    if options.method == "correlation":
+        return joint
+    return _with_model(joint, grid, tc, xc, tm, xm, sign, options)
+
+
+def _with_model(joint: JointLatency, grid: _Grid, tc: np.ndarray, xc: np.ndarray, tm: np.ndarray, xm: np.ndarray,
+                sign: float, options: LatencyOptions) -> JointLatency:
+    """Dead time (response onset), slew rate and time constant from the servo response model, fitted
+    to the whole window and to each command step (servo_response). latency_s becomes the dead time:
+    the median of the per-step estimates when there are steps, else the whole-signal fit. Its
+    uncertainty combines the steps' standard error with the measurement's resolution: a reading
+    refreshed every update_period_s is known only to within that interval (uniform: period/sqrt(12)),
+    and a reading's time to within one topic period."""
+    notes = list(joint.notes)
+    start, end = float(grid.t[0]), float(grid.t[-1])
+    state_period = median_period_s(tm)
+    tau_min = 0.5 * state_period
+    keep_c = tc <= end
+    cmd_t, cmd_x = servo_response.compress_hold(tc[keep_c], xc[keep_c])
+    fresh = servo_response.fresh_times(tm, xm)
+    bounds = (options.min_lag_s, options.max_lag_s)
+    bulk = joint.bulk_lag_s if joint.bulk_lag_s is not None else 0.0
+    # Initial scale/offset: the correlation fit's when it explains the positions, else the ranges'.
+    if joint.scale is not None and joint.fit_r2 is not None and joint.fit_r2 >= POOR_FIT_R2:
+        scale0, offset0 = joint.scale, joint.offset
+    else:
+        scale0 = sign * joint.measured_range / max(joint.command_range, 1e-9)
+        offset0 = float(np.mean(xm)) - scale0 * float(np.mean(cmd_x))
+    in_win = (tm >= start) & (tm <= end)
+    starts = sorted({float(np.clip(d, *bounds)) for d in (0.0, 0.5 * bulk, bulk, 0.25 * options.max_lag_s)})
+    whole = servo_response.fit_response(tm[in_win], xm[in_win], fresh[in_win], cmd_t, cmd_x, start, bounds, tau_min,
+                                        scale0, offset0, True, starts)
+    if whole is None:
+        notes.append("the response model could not be fitted (too few readings): latency is the bulk lag")
+        return replace(joint, notes=tuple(notes))
+    steps: list[StepEstimate] = []
+    pre = max(2 * joint.update_period_s, 0.3)
+    step_index = servo_response.step_times(cmd_t, cmd_x, min_gap_s=pre)
+    d_whole = whole.dead_time_s
+    for n, k in enumerate(step_index):
+        # The window of step k: from a little before its response can start until the next step's
+        # response can start (both at the whole-signal dead time).
+        t_step = float(cmd_t[k])
+        t0 = t_step + d_whole - pre
+        t_next = float(cmd_t[step_index[n + 1]]) if n + 1 < len(step_index) else end
+        t_end = min(t_next + d_whole, end)
+        if t0 < start or t_step + d_whole >= t_end:
+            continue
+        sel = (tm >= t0) & (tm < t_end)
+        per = servo_response.fit_response(
+            tm[sel], xm[sel], fresh[sel], cmd_t, cmd_x, t0, bounds, tau_min, whole.scale, whole.offset,
+            False, sorted({float(np.clip(d_whole + dd, *bounds)) for dd in (-0.1, 0.0, 0.1)}))
+        if per is not None:
+            steps.append(StepEstimate(t_step, per.dead_time_s, per.slew_rate, per.time_constant_s, per.rms, per.n,
+                                      per.slewed))
+    resolution = math.hypot(joint.update_period_s, state_period) / math.sqrt(12)
+    if steps:
+        d = np.array([s.dead_time_s for s in steps])
+        dead_time = float(np.median(d))
+        spread = float(np.std(d, ddof=1)) if len(d) > 1 else 0.0
+        d_range = (float(d.min()), float(d.max()))
+        standard_error = spread / math.sqrt(len(d)) if len(d) > 1 else 0.0
+        slewed = [s.slew_rate for s in steps if s.slewed]
+        slew = float(np.median(slewed)) if slewed else None
+        tau = float(np.median([s.time_constant_s for s in steps]))
+        notes.append(f"dead time: median of {len(steps)} per-step fits (spread {spread:.3f} s, "
+                     f"range {d_range[0]:.3f}..{d_range[1]:.3f} s)")
+    else:
+        dead_time, spread, d_range, standard_error = whole.dead_time_s, None, None, 0.0
+        slew = whole.slew_rate if whole.slewed else None
+        tau = whole.time_constant_s
+        notes.append("dead time: one fit over the whole window (no isolated command steps)")
+    if slew is None:
+        notes.append("the joint never moved at a limited speed: slew rate not determined (faster than the data shows)")
+    if tau <= 1.5 * tau_min or tau < 0.5 * joint.update_period_s:
+        notes.append(f"time constant {tau:.3f} s is below what a reading refreshed every "
+                     f"{joint.update_period_s:.3f} s resolves: an upper bound")
+    uncertainty = math.hypot(standard_error, resolution)
+    return replace(
+        joint, latency_s=dead_time, uncertainty_s=uncertainty, notes=tuple(notes), dead_time_s=dead_time,
+        dead_time_uncertainty_s=uncertainty, dead_time_median_s=float(np.median([s.dead_time_s for s in steps]))
+        if steps else None, dead_time_spread_s=spread, dead_time_range_s=d_range, slew_rate=slew,
+        slew_rate_command_units=None if slew is None else slew / max(abs(whole.scale), 1e-9),
+        time_constant_s=tau, model_rms=whole.rms, model_scale=whole.scale, model_offset=whole.offset,
+        whole_signal_dead_time_s=whole.dead_time_s, steps=tuple(asdict(s) for s in steps),
     )
 
 
@@ -446,11 +580,19 @@ def estimate_latency(command: JointStream, state: JointStream, options: LatencyO
     else:
         overall, confidence, uncertainty = None, 0.0, None
         notes.append("no joint was excited: the commands never changed enough to measure a latency")
+    bulk = [j for j in usable if j.bulk_lag_s is not None]
+    bulk_lag = bulk_uncertainty = None
+    if bulk:
+        weights = np.array([j.confidence for j in bulk])
+        bulk_lag = float(np.dot(weights, [j.bulk_lag_s for j in bulk]) / weights.sum())
+        bulk_uncertainty = float(np.sqrt(np.dot(weights**2, np.array([j.bulk_lag_uncertainty_s for j in bulk]) ** 2))
+                                 / weights.sum())
     dropped = {s.topic: s.dropped for s in (command, state) if s.dropped}
     return LatencyReport(
         overall, confidence, uncertainty, tuple(joints), source, reason, by_index, command.topic, state.topic,
         1.0 / command_period, 1.0 / state_period, step, (float(start), float(end)), origin_ns,
-        (grid.lag_s(0), grid.lag_s(grid.k_max - grid.k_min)), dropped, tuple(notes),
+        (grid.lag_s(0), grid.lag_s(grid.k_max - grid.k_min)), dropped, tuple(notes), bulk_lag, bulk_uncertainty,
+        options.method,
     )
 
 
@@ -460,9 +602,11 @@ def format_report(report: LatencyReport) -> str:
     def fmt(value: float | None, spec: str) -> str:
         return "-" if value is None or not math.isfinite(value) else format(value, spec)
 
+    what = "dead time (response onset)" if report.method == "model" else "actuation latency (cross-correlation)"
     lines = [
-        f"actuation latency {fmt(report.latency_s, '.3f')} s (+/- {fmt(report.uncertainty_s, '.3f')} s), "
-        f"confidence {report.confidence:.2f}",
+        f"{what} {fmt(report.latency_s, '.3f')} s (+/- {fmt(report.uncertainty_s, '.3f')} s), "
+        f"confidence {report.confidence:.2f}; bulk lag (cross-correlation, includes slewing) "
+        f"{fmt(report.bulk_lag_s, '.3f')} s (+/- {fmt(report.bulk_lag_uncertainty_s, '.3f')} s)",
         f"{report.command_topic} ({report.command_rate_hz:.1f} Hz) -> {report.state_topic} "
         f"({report.state_rate_hz:.1f} Hz); time source: {report.time_source} ({report.time_source_reason}); "
         f"window {report.window_s[0]:.2f}..{report.window_s[1]:.2f} s",
@@ -475,6 +619,15 @@ def format_report(report: LatencyReport) -> str:
             f"{fmt(j.scale, '8.4f')} {fmt(j.offset, '9.4f')} {fmt(j.fit_r2, '6.3f')} "
             f"{fmt(j.position_delay_s, '12.3f')} {j.response:>8}"
         )
+        if j.dead_time_s is not None:
+            lines.append(
+                f"    dead time {fmt(j.dead_time_s, '.3f')} s +/- {fmt(j.dead_time_uncertainty_s, '.3f')} "
+                f"(per-step spread {fmt(j.dead_time_spread_s, '.3f')} s over {len(j.steps)} steps), "
+                f"bulk lag {fmt(j.bulk_lag_s, '.3f')} s, slew rate {fmt(j.slew_rate, '.3f')} /s, "
+                f"time constant {fmt(j.time_constant_s, '.3f')} s, refresh {j.update_period_s:.3f} s")
+            for st in j.steps:
+                lines.append(f"      step at {st['t_s']:7.2f} s: dead time {st['dead_time_s']:.3f} s, slew "
+                             f"{st['slew_rate']:.3f} /s, tau {st['time_constant_s']:.3f} s, rms {st['rms']:.4f}")
         lines.extend(f"    - {note}" for note in j.notes)
     lines.extend(f"note: {note}" for note in report.notes)
     if report.dropped_messages:

@@ -39,6 +39,9 @@ class JointStream:
     names: tuple[str, ...]
     dropped: int = 0
     drop_reasons: dict[str, int] = field(default_factory=dict)
+    # Where stamp_ns came from: 'header' (the messages' own stamps) or 'publish' (the DDS source
+    # timestamp the recorder stored as MCAP publish time, for messages without a header).
+    stamps_from: str = "header"
 
     @property
     def n_joints(self) -> int:
@@ -128,7 +131,10 @@ def choose_time_source(*streams: JointStream) -> tuple[str, str]:
         ok, why = stamps_sane(stream)
         if not ok:
             return "log", why
-    return "header", f"header stamps present, increasing and within {MAX_STAMP_LOG_OFFSET_S} s of the log time"
+    published = [s.topic for s in streams if s.stamps_from == "publish"]
+    via = f" ({', '.join(published)}: the DDS source timestamp, stored as MCAP publish time)" if published else ""
+    return "header", (f"header stamps{via} present, increasing and within {MAX_STAMP_LOG_OFFSET_S} s of the "
+                      "log time")
 
 
 def times_s(stream: JointStream, source: str, origin_ns: int) -> np.ndarray:

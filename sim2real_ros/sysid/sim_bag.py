@@ -4,7 +4,8 @@ trying `sysid fit` without a robot. No rclpy.
 
 Commands are logged at the sim time they are applied; joint_states carry the sim time as header
 stamp and are logged `transport_delay_s` later (plus jitter), on a recorder clock that starts at
-`log_origin_ns`.
+`log_origin_ns`. With `publish_times`, every message's MCAP publish time is its send time (what
+`sim2real record` stores from the DDS source timestamp) and commands are logged with jitter too.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ STATE_TOPIC = "/joint_states"
 def record_sim_bag(path: str | Path, params: SimParams, robot_description: str, sequence: ExcitationSequence,
                    dynamics: dict[str, Any] | None = None, joint_state_hz: float = 100.0,
                    transport_delay_s: float = 0.001, jitter_s: float = 0.0005, settle_s: float = 0.5,
-                   log_origin_ns: int = 1_700_000_000 * 10**9, seed: int = 0) -> Path:
+                   log_origin_ns: int = 1_700_000_000 * 10**9, seed: int = 0, publish_times: bool = False) -> Path:
     """Play `sequence` (commands over all of the world's movable joints or the sequence's joints) in
     a SimWorld with `dynamics` overrides (SimWorld.set_dynamics keys) and write the bag to `path`."""
     store = get_typestore(Stores.ROS2_HUMBLE)
@@ -52,15 +53,18 @@ def record_sim_bag(path: str | Path, params: SimParams, robot_description: str, 
         with BagWriter(Path(path)) as writer:
             writer.add_topic(COMMAND_TOPIC, "std_msgs/msg/Float64MultiArray")
             writer.add_topic(STATE_TOPIC, "sensor_msgs/msg/JointState")
-            rows: list[tuple[int, str, bytes]] = []
+            rows: list[tuple[int, str, bytes, int | None]] = []
             next_command = 0
             for step in range(end_step + 1):
                 while next_command < len(commands) and commands[next_command][0] <= step:
                     q = commands[next_command][1]
                     world.set_command(q)
                     msg = array_t(layout=layout_t(dim=[], data_offset=0), data=np.asarray(q, dtype=np.float64))
-                    rows.append((log_origin_ns + world.time_ns + delay_ns, COMMAND_TOPIC,
-                                 store.serialize_cdr(msg, "std_msgs/msg/Float64MultiArray")))
+                    sent = log_origin_ns + world.time_ns
+                    jitter = int(abs(rng.normal(0.0, jitter_s)) * 1e9) if publish_times else 0
+                    rows.append((sent + delay_ns + jitter, COMMAND_TOPIC,
+                                 store.serialize_cdr(msg, "std_msgs/msg/Float64MultiArray"),
+                                 sent if publish_times else None))
                     next_command += 1
                 if step % state_period == 0:
                     stamp = world.time_ns
@@ -69,10 +73,11 @@ def record_sim_bag(path: str | Path, params: SimParams, robot_description: str, 
                         name=list(world.all_joint_names), position=world.joint_positions(all_joints=True),
                         velocity=world.joint_velocities(all_joints=True), effort=world.joint_efforts(all_joints=True))
                     log = log_origin_ns + stamp + delay_ns + int(abs(rng.normal(0.0, jitter_s)) * 1e9)
-                    rows.append((log, STATE_TOPIC, store.serialize_cdr(msg, "sensor_msgs/msg/JointState")))
+                    rows.append((log, STATE_TOPIC, store.serialize_cdr(msg, "sensor_msgs/msg/JointState"),
+                                 log_origin_ns + stamp if publish_times else None))
                 world.step(1)
-            for log, topic, data in sorted(rows, key=lambda r: r[0]):
-                writer.write(topic, log, data)
+            for log, topic, data, published in sorted(rows, key=lambda r: r[0]):
+                writer.write(topic, log, data, publish_time_ns=published)
     finally:
         world.close()
     return Path(path)
