@@ -26,6 +26,9 @@ def servo_params(latency_s: float = 0.08, speed: float = 0.8, accel: float = 40.
     data["actuator"]["model"] = "servo"
     data["actuator"]["actuation_latency_s"] = latency_s
     data["actuator"]["servo"] = {"max_speed": speed, "max_acceleration": accel, "gain": gain, "deadband": deadband}
+    # A servo's motor loop is stiff: the PD tracks the servo loop's reference within a few ms.
+    data["actuator"]["kp"]["joint1"] = 400.0
+    data["actuator"]["kd"]["joint1"] = 10.0
     data["randomization"].update(randomization)
     return sim_params_from_dict(data, "servo test params")
 

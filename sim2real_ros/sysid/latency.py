@@ -483,15 +483,17 @@ def _with_model(joint: JointLatency, grid: _Grid, tc: np.ndarray, xc: np.ndarray
         dead_time, spread, d_range, standard_error = whole.dead_time_s, None, None, 0.0
         slew = whole.slew_rate if whole.slewed else None
         tau = whole.time_constant_s
-        notes.append("dead time: one fit over the whole window (no isolated command steps)")
+        notes.append("no isolated command steps: a smooth command cannot tell the onset from the lag, so the "
+                     "latency is the bulk lag; the whole-signal model fit is reported beside it")
     if slew is None:
         notes.append("the joint never moved at a limited speed: slew rate not determined (faster than the data shows)")
     if tau <= 1.5 * tau_min or tau < 0.5 * joint.update_period_s:
         notes.append(f"time constant {tau:.3f} s is below what a reading refreshed every "
                      f"{joint.update_period_s:.3f} s resolves: an upper bound")
     uncertainty = math.hypot(standard_error, resolution)
+    latency, latency_uncertainty = (dead_time, uncertainty) if steps else (joint.latency_s, joint.uncertainty_s)
     return replace(
-        joint, latency_s=dead_time, uncertainty_s=uncertainty, notes=tuple(notes), dead_time_s=dead_time,
+        joint, latency_s=latency, uncertainty_s=latency_uncertainty, notes=tuple(notes), dead_time_s=dead_time,
         dead_time_uncertainty_s=uncertainty, dead_time_median_s=float(np.median([s.dead_time_s for s in steps]))
         if steps else None, dead_time_spread_s=spread, dead_time_range_s=d_range, slew_rate=slew,
         slew_rate_command_units=None if slew is None else slew / max(abs(whole.scale), 1e-9),
