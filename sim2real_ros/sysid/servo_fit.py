@@ -250,12 +250,15 @@ def fit_servo(command: JointStream, state: JointStream, options: ServoFitOptions
         if lat.dead_time_s is None or lat.model_scale is None:
             skipped[name] = "not excited or no response model: " + "; ".join(lat.notes[-1:])
             continue
-        y_all = state.positions[:, si]
+        # The same samples as the latency estimate unwrapped (its window): the same branch of the wrap.
+        state_period = median_period_s(tm)
+        near = (tm >= start - state_period) & (tm <= end + state_period)
+        tm_w, y_w = tm[near], state.positions[near, si]
         if lat.unwrap_period is not None:
-            y_all = unwrap(y_all, lat.unwrap_period)
-        keep = (tm >= start) & (tm <= end)
-        t_fresh = servo_response.fresh_times(tm, y_all)[keep]
-        y = y_all[keep]
+            y_w = unwrap(y_w, lat.unwrap_period)
+        keep = (tm_w >= start) & (tm_w <= end)
+        t_fresh = servo_response.fresh_times(tm_w, y_w)[keep]
+        y = y_w[keep]
         cmd_t, cmd_x = servo_response.compress_hold(tc, command.positions[:, ci])
         target = lat.model_scale * cmd_x + lat.model_offset
         train, holdout = t_fresh < split, t_fresh >= split
