@@ -162,6 +162,27 @@ class LightingParams:
     shadow: bool
 
 
+PUSH_KEYS = ("interval_s", "force_n", "duration_s", "links")
+
+
+@dataclass(frozen=True)
+class PushParams:
+    """Random pushes: external forces on the arm's links at random times (randomization.pushes).
+
+    Drawn per episode (sim.world.SimWorld, only where pushes are enabled): the first push starts
+    interval_s after the episode start, each next one interval_s after the previous one's start,
+    until the task's timeout. Each push acts on one link drawn uniformly from `links` (empty = every
+    link a movable joint carries), at its center of mass, with a force of magnitude force_n in a
+    direction uniform on the sphere, held constant for duration_s (pushes that overlap add up).
+    interval_s [s] (low > 0), force_n [N] (>= 0), duration_s [s] (low > 0): ranges [low, high].
+    """
+
+    interval_s: tuple[float, float]
+    force_n: tuple[float, float]
+    duration_s: tuple[float, float]
+    links: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class RandomizationParams:
     """Ranges [low, high] sampled uniformly per episode (scales multiply the nominal values), and
@@ -185,6 +206,8 @@ class RandomizationParams:
     servo_speed_scale: tuple[float, float] = (1.0, 1.0)
     servo_acceleration_scale: tuple[float, float] = (1.0, 1.0)
     servo_gain_scale: tuple[float, float] = (1.0, 1.0)
+    # Random pushes (absent from the file = None: a world cannot enable pushes).
+    pushes: PushParams | None = None
 
 
 @dataclass(frozen=True)
@@ -329,6 +352,39 @@ def _optional_interval(r: _Reader, path: str) -> tuple[float, float]:
     return low, high
 
 
+def _push_params(r: _Reader, dt_s: float) -> PushParams | None:
+    """randomization.pushes (optional): validated ranges, see PushParams."""
+    path = "randomization.pushes"
+    value = r.get(path, None)
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise r.error(path, value, f"must be a mapping with keys {', '.join(PUSH_KEYS)}")
+    for key in value:
+        if key not in PUSH_KEYS:
+            raise r.error(f"{path}.{key}", value[key], f"unknown key (known: {', '.join(PUSH_KEYS)})")
+    ranges = {}
+    for key, unit, positive in (("interval_s", "s", True), ("force_n", "N", False), ("duration_s", "s", True)):
+        where = f"{path}.{key}"
+        low, high = r.vector(where, 2)
+        if low > high:
+            raise r.error(where, [low, high], "must be [low, high] with low <= high")
+        if positive and low <= 0:
+            raise r.error(where, [low, high], f"must be > 0 [{unit}]")
+        if low < 0:
+            raise r.error(where, [low, high], f"must be >= 0 [{unit}] (a magnitude; the direction is drawn)")
+        ranges[key] = (low, high)
+    if ranges["interval_s"][0] < dt_s:
+        raise r.error(f"{path}.interval_s", list(ranges["interval_s"]),
+                      f"low must be >= physics.dt_s = {dt_s} (one push start per physics step at most)")
+    links = r.get(f"{path}.links", [])
+    if (not isinstance(links, Sequence) or isinstance(links, str)
+            or not all(isinstance(n, str) and n for n in links) or len(set(links)) != len(links)):
+        raise r.error(f"{path}.links", links, "must be a list of distinct link names (empty = every movable link)")
+    return PushParams(interval_s=ranges["interval_s"], force_n=ranges["force_n"], duration_s=ranges["duration_s"],
+                      links=tuple(links))
+
+
 def sim_params_from_dict(data: dict, source: str) -> SimParams:
     """Validate a sim params mapping (as yaml.safe_load returns it); ConfigError on bad fields."""
     r = _Reader(data, source)
@@ -430,6 +486,7 @@ def sim_params_from_dict(data: dict, source: str) -> SimParams:
         servo_speed_scale=_optional_interval(r, "randomization.servo_speed_scale"),
         servo_acceleration_scale=_optional_interval(r, "randomization.servo_acceleration_scale"),
         servo_gain_scale=_optional_interval(r, "randomization.servo_gain_scale"),
+        pushes=_push_params(r, physics.dt_s),
     )
     return SimParams(
         physics=physics, rates=rates, robot=robot, actuator=actuator, task=task, table=table,

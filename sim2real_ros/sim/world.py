@@ -5,11 +5,16 @@ latency queue at the current sim time; each physics step the PD loop torque is c
 Python and applied with TORQUE_CONTROL (PyBullet's velocity motors are reused, with target velocity
 0 and max force = Coulomb friction, as the joints' dry friction), so every dynamics parameter has a
 physical meaning that system identification can fit.
+
+Random pushes (randomization.pushes, sim/pushes.py) are off unless enabled (`pushes=True` or
+`pushes_enabled`); save_state / restore_state snapshot the world within an episode (sim/snapshot.py).
 """
 from __future__ import annotations
 
 import contextlib
+import itertools
 import tempfile
+import weakref
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,15 +29,25 @@ from ..core.errors import ConfigError, UrdfError
 from ..core.urdf import RobotModel
 from .actuation import LatencyQueue, ServoLoop, pd_torque
 from .params import SimParams
+from .pushes import ScheduledPush, draw_push_schedule, push_links
 from .quiet_stdout import stdout_to_stderr
 from .randomization import EpisodeRandomization, sample_episode
 from .rendering import gl_list, look_at_rotation, projection_matrix, view_matrix
+from .snapshot import WorldState
 from .tasks import Task, make_task
 
 NS_PER_S = 1_000_000_000
 DYNAMICS_KEYS = ("kp", "kd", "damping", "friction", "effort_limit", "actuation_latency_s", "gravity_compensation",
                  "servo_max_speed", "servo_max_acceleration", "servo_gain", "servo_deadband")
 SERVO_KEYS = ("servo_max_speed", "servo_max_acceleration", "servo_gain", "servo_deadband")
+_WORLD_SERIALS = itertools.count()
+
+
+def _remove_bullet_state(client: Any, state_id: int, live: dict[int, Any]) -> None:
+    """Free a saved PyBullet state (a WorldState's finalizer; harmless once the client is gone)."""
+    live.pop(state_id, None)
+    with contextlib.suppress(pybullet.error):
+        client.removeState(state_id)
 
 
 def episode_seed(base_seed: int, episode: int) -> int:
@@ -46,12 +61,15 @@ class SimWorld:
     joint_names: the commanded joints (set_command order; default all movable URDF joints).
     all_joint_names: every movable URDF joint in URDF order (what joint_states reports).
     lower, upper [rad]: position limits of joint_names from the URDF.
+    pushes / pushes_enabled: random pushes (the sim params' randomization.pushes) in the episodes
+    that start while it is true (reset draws the schedule; toggle it between episodes).
     """
 
     def __init__(self, params: SimParams, robot_description: str, seed: int = 0, render: bool = True,
                  joints: list[str] | None = None, ee_link: str | None = None, camera: CameraModel | None = None,
-                 randomize: bool = False, task: Task | None = None) -> None:
+                 randomize: bool = False, task: Task | None = None, pushes: bool = False) -> None:
         self.params = params
+        self.pushes_enabled = bool(pushes)
         self.model = RobotModel.from_description(robot_description)
         self.all_joint_names = self.model.joint_names
         self.joint_names = list(joints) if joints else list(self.all_joint_names)
@@ -99,6 +117,16 @@ class SimWorld:
         self._servo = ServoLoop(self._home_all) if self.actuator_model == "servo" else None
         self._last_effort = np.zeros(len(self.all_joint_names))
         self._image_rng = np.random.default_rng(seed)
+        push_params = params.randomization.pushes
+        self._push_links = [] if push_params is None else \
+            push_links(self.model, self._link_index, push_params, params.source)
+        self._push_schedule: list[ScheduledPush] = []
+        self._episode_pushes = False
+        self._push_first = 0  # schedule[:_push_first] are over
+        self._pushes_started = 0  # schedule[:_pushes_started] have started
+        self._world_serial = next(_WORLD_SERIALS)
+        self._episode_serial = 0
+        self._live_states: dict[int, weakref.finalize] = {}
         self.randomization: EpisodeRandomization
         self.reset(randomize=randomize)
 
@@ -258,8 +286,14 @@ class SimWorld:
     # episodes
     def reset(self, randomize: bool = False, seed: int | None = None) -> dict[str, Any]:
         """Start a new episode: robot at home, queued commands dropped, new target, and (randomize)
-        new physics/appearance draws. Returns {episode, seed, target, randomized, randomization}."""
+        new physics/appearance draws. Returns {episode, seed, target, randomized, randomization}, and
+        with pushes enabled `pushes`: the episode's schedule [{start_s [s] after the episode start,
+        link, force_n [fx, fy, fz] [N] world frame, duration_s [s]}, ...] (possibly empty).
+        Raises ConfigError if pushes are enabled but the sim params have no randomization.pushes."""
         c = self.client
+        if self.pushes_enabled and self.params.randomization.pushes is None:
+            raise ConfigError(self.params.source, "randomization.pushes", None,
+                              "missing: pushes are enabled, but these sim params define no push ranges")
         self.episode_index += 1
         self.episode_seed = int(seed) if seed is not None else episode_seed(self.base_seed, self.episode_index)
         rng = np.random.default_rng(self.episode_seed)
@@ -284,10 +318,20 @@ class SimWorld:
         if hasattr(self.task, "set_color"):
             self.task.set_color(self, self.randomization.target_rgba)
         self._image_rng = np.random.default_rng([self.episode_seed, 1])
+        # Pushes draw from a generator of their own: every other draw is the same with pushes on or off.
+        self._episode_pushes = self.pushes_enabled
+        self._push_schedule = [] if not self._episode_pushes else draw_push_schedule(
+            self.params.randomization.pushes, np.random.default_rng([self.episode_seed, 2]), self._push_links,
+            self.params.task.timeout_s, self.dt_ns)
+        self._push_first = self._pushes_started = 0
+        self._episode_serial += 1
         self.episode_start_ns = self.time_ns
         self._outcome = None
-        return {"episode": self.episode_index, "seed": self.episode_seed, "randomized": self.randomized,
+        info = {"episode": self.episode_index, "seed": self.episode_seed, "randomized": self.randomized,
                 **task_info, "randomization": self.randomization.summary()}
+        if self._episode_pushes:
+            info["pushes"] = [push.summary() for push in self._push_schedule]
+        return info
 
     def restart(self, randomize: bool = False) -> dict[str, Any]:
         """Start the seed's episode sequence over: the new episode is episode 0 of the base seed, as
@@ -300,8 +344,9 @@ class SimWorld:
         return (self.time_ns - self.episode_start_ns) / NS_PER_S
 
     def episode_outcome(self) -> dict[str, Any] | None:
-        """None while the episode runs; once over: {episode, seed, success, reason, duration_s,
-        final_distance_m} (stays until the next reset)."""
+        """None while the episode runs; once over: {episode, seed, success, reason, duration_s [s],
+        final_distance_m [m]}, with pushes enabled also pushes_applied (the pushes that had started
+        by the end) (stays until the next reset)."""
         return None if self._outcome is None else dict(self._outcome)
 
     # ------------------------------------------------------------------------------------------
@@ -346,6 +391,8 @@ class SimWorld:
             self._last_effort = tau_motor
             c.setJointMotorControlArray(self.robot, self._all_idx, pybullet.TORQUE_CONTROL,
                                         forces=(tau_motor - self._damping * qd).tolist())
+            if self._push_schedule:
+                self._apply_pushes()
             c.stepSimulation()
             self.time_ns += self.dt_ns
             if self._outcome is None:
@@ -353,6 +400,100 @@ class SimWorld:
                 if result is not None:
                     self._outcome = {"episode": self.episode_index, "seed": self.episode_seed,
                                      "duration_s": self.episode_elapsed_s(), **result}
+                    if self._episode_pushes:
+                        self._outcome["pushes_applied"] = self._pushes_started
+
+    def _apply_pushes(self) -> None:
+        """Apply the forces of the pushes active in this physics step (PyBullet clears external
+        forces after each stepSimulation, so this runs every step a push lasts)."""
+        schedule = self._push_schedule
+        k = (self.time_ns - self.episode_start_ns) // self.dt_ns  # this step, counted from the episode start
+        while self._pushes_started < len(schedule) and schedule[self._pushes_started].start_step <= k:
+            self._pushes_started += 1
+        while self._push_first < self._pushes_started and schedule[self._push_first].end_step <= k:
+            self._push_first += 1
+        for push in schedule[self._push_first:self._pushes_started]:
+            if push.end_step > k:
+                com = self.client.getLinkState(self.robot, push.link_index, computeForwardKinematics=True)[0]
+                self.client.applyExternalForce(self.robot, push.link_index, push.force_n, com, pybullet.WORLD_FRAME)
+
+    def push_schedule(self) -> list[dict[str, Any]]:
+        """This episode's pushes (as reset's info lists them; empty when pushes were off at reset)."""
+        return [push.summary() for push in self._push_schedule]
+
+    def pushes_applied(self) -> int:
+        """Pushes of this episode that have started so far."""
+        return self._pushes_started
+
+    # ------------------------------------------------------------------------------------------
+    # snapshots
+    def save_state(self) -> WorldState:
+        """Snapshot everything that determines the rest of this episode (sim/snapshot.py): restoring
+        it and giving the same commands gives bit-identical joint positions, outcome and time. Valid
+        only within this episode on this world. Each snapshot holds a PyBullet state in memory until
+        discard_state (or restore_state(discard=True)), or until the WorldState is garbage collected."""
+        state_id = int(self.client.saveState())
+        target = np.asarray(self.task.target_position(), dtype=float).copy()
+        rgba = getattr(self.task, "rgba", None)
+        state = WorldState(
+            world_serial=self._world_serial, episode_serial=self._episode_serial, bullet_state_id=state_id,
+            time_ns=self.time_ns, episode_start_ns=self.episode_start_ns,
+            outcome=None if self._outcome is None else dict(self._outcome),
+            last_effort=self._last_effort.copy(), queue_active=self._queue.active.copy(),
+            # the queue's pending commands: (due [ns], target) pairs, never changed in place
+            queue_pending=tuple((due, q.copy()) for due, q in self._queue._pending),  # noqa: SLF001
+            servo_reference=None if self._servo is None else self._servo.reference.copy(),
+            servo_speed=None if self._servo is None else self._servo.speed.copy(),
+            push_first=self._push_first, pushes_started=self._pushes_started, target=target,
+            target_rgba=None if rgba is None else tuple(rgba),
+            image_rng_state=self._image_rng.bit_generator.state,
+        )
+        self._live_states[state_id] = weakref.finalize(state, _remove_bullet_state, self.client, state_id,
+                                                       self._live_states)
+        return state
+
+    def restore_state(self, state: WorldState, discard: bool = False) -> None:
+        """Put the world back to `state` (from save_state in this episode; it stays usable for
+        further restores unless `discard`, which frees it right away). Raises ValueError for a
+        snapshot of another world or episode, or one already discarded."""
+        if state.world_serial != self._world_serial or state.episode_serial != self._episode_serial:
+            raise ValueError("restore_state: the snapshot is from another world or episode "
+                             f"(snapshots are valid only within the episode they were taken in; now episode "
+                             f"{self.episode_index})")
+        if not self._is_live(state):
+            raise ValueError(f"restore_state: the snapshot's PyBullet state {state.bullet_state_id} was discarded")
+        self.client.restoreState(stateId=state.bullet_state_id)
+        self.time_ns = state.time_ns
+        self.episode_start_ns = state.episode_start_ns
+        self._outcome = None if state.outcome is None else dict(state.outcome)
+        self._last_effort = state.last_effort.copy()
+        self._queue.reset(state.queue_active)
+        for due, q in state.queue_pending:
+            self._queue._pending.append((due, q.copy()))  # noqa: SLF001 - exact due times, not re-queued
+        if self._servo is not None and state.servo_reference is not None and state.servo_speed is not None:
+            self._servo.reference = state.servo_reference.copy()
+            self._servo.speed = state.servo_speed.copy()
+        self._push_first, self._pushes_started = state.push_first, state.pushes_started
+        if hasattr(self.task, "set_target") and not np.array_equal(self.task.target_position(), state.target):
+            self.task.set_target(self, state.target)
+        if state.target_rgba is not None and hasattr(self.task, "set_color") \
+                and tuple(getattr(self.task, "rgba", ())) != state.target_rgba:
+            self.task.set_color(self, state.target_rgba)
+        self._image_rng.bit_generator.state = state.image_rng_state
+        if discard:
+            self.discard_state(state)
+
+    def discard_state(self, state: WorldState) -> None:
+        """Free a snapshot's PyBullet state (client.removeState); restoring it afterwards raises.
+        Discarding twice is harmless."""
+        if self._is_live(state):
+            self._live_states[state.bullet_state_id]()
+
+    def _is_live(self, state: WorldState) -> bool:
+        """Whether `state` is this world's and not yet discarded (PyBullet reuses freed state ids)."""
+        finalizer = self._live_states.get(state.bullet_state_id)
+        held = None if finalizer is None else finalizer.peek()
+        return held is not None and held[0] is state
 
     # ------------------------------------------------------------------------------------------
     # observations
@@ -442,6 +583,9 @@ class SimWorld:
 
     def close(self) -> None:
         """Disconnect the physics client and remove temporary files."""
+        for finalizer in list(self._live_states.values()):
+            finalizer.detach()  # saved states go with the client
+        self._live_states.clear()
         with contextlib.suppress(pybullet.error):
             self.client.disconnect()
         if self._tmp is not None:
