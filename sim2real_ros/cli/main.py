@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "record": ("sim2real_ros.cli.record_cmd", "record the graph's topics to an MCAP bag"),
     "replay": ("sim2real_ros.cli.replay_cmd", "evaluate a checkpoint against a recorded bag"),
     "train": ("sim2real_ros.cli.train_cmd", "train a policy in the randomized sim"),
+    "train-teacher": ("sim2real_ros.cli.train_teacher_cmd", "PPO teacher with privileged state, on Ray workers"),
     "eval-sim": ("sim2real_ros.cli.eval_sim_cmd", "success rate of a checkpoint in the sim"),
     "sysid": ("sim2real_ros.cli.sysid_cmd", "system identification: latency, fit, excite"),
     "validate": ("sim2real_ros.cli.validate_cmd", "staged validation gate and sim-vs-real report"),

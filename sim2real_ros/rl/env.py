@@ -1,0 +1,191 @@
+"""The privileged reach environment: one SimWorld stepped at the teacher's policy rate.
+
+The teacher sees what the student cannot: joint positions and velocities, the tool point and the
+true target, the episode's randomized physics (gain, damping, friction and mass scales, actuation
+latency, gravity), the push acting on the arm, and its own last action. Its action is a change of
+the joint position targets, integrated and sent through `SimWorld.set_command`: the same latency
+queue and PD (or servo) actuator model the sim node runs, so the teacher learns under the robot's
+latency. Time is the world's sim time; nothing here reads a wall clock.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import ConfigError
+from ..sim.params import SimParams
+from ..sim.world import SimWorld, episode_seed
+from .rewards import RewardConfig, StepState
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """policy_hz: teacher decisions per second [Hz] (the chunk spacing of the student is 1/policy_hz).
+    episode_s: episode time limit [s] (a time-out, bootstrapped by PPO, not a failure signal).
+    action_scale_rad: joint target change for an action of 1 [rad per decision].
+    randomize: per-episode domain randomization from the sim params. pushes: random pushes on.
+    """
+
+    policy_hz: float = 20.0
+    episode_s: float = 5.0
+    action_scale_rad: float = 0.08
+    randomize: bool = True
+    pushes: bool = True
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, source: str = "env") -> EnvConfig:
+        data = dict(data or {})
+        known = set(cls.__dataclass_fields__)
+        for key in data:
+            if key not in known:
+                raise ConfigError(source, f"env.{key}", data[key], f"unknown field (known: {sorted(known)})")
+        config = cls(**data)
+        for name in ("policy_hz", "episode_s", "action_scale_rad"):
+            value = getattr(config, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(source, f"env.{name}", value, "must be a number > 0")
+        return config
+
+
+def observation_layout(n_joints: int, n_links: int) -> dict[str, int]:
+    """Names and sizes of the teacher's observation terms, in order (what its checkpoint records)."""
+    return {
+        "joint_pos": n_joints,        # [rad] relative to the home pose
+        "joint_vel": n_joints,        # [rad/s] x 0.1
+        "command_offset": n_joints,   # [rad] integrated target - measured position
+        "tool_pos": 3,                # [m] robot base frame
+        "target_pos": 3,              # [m] robot base frame
+        "target_minus_tool": 3,       # [m]
+        "kp_scale": n_joints, "kd_scale": n_joints, "damping_scale": n_joints, "friction_scale": n_joints,
+        "mass_scale": n_links,
+        "latency": 1,                 # [s] x 10
+        "gravity": 3,                 # [m/s^2] / 9.81
+        "push_force": 3,              # [N] x 0.1, world frame, the push acting now (0 between pushes)
+        "last_action": n_joints,      # normalized [-1, 1]
+        "time_left": 1,               # fraction of episode_s left
+    }
+
+
+class ReachEnv:
+    """One privileged reach episode at a time on its own SimWorld (no rendering).
+
+    Episode m of the env in slot `slot` of a batch of `num_slots` has index
+    episode_base + m * num_slots + slot and seed episode_seed(run_seed, index): the same episodes
+    whatever the number of workers.
+    """
+
+    def __init__(self, params: SimParams, robot_description: str, config: EnvConfig, rewards: RewardConfig,
+                 run_seed: int, slot: int = 0, num_slots: int = 1, episode_base: int = 0) -> None:
+        self.config = config
+        self.rewards = rewards
+        self.run_seed = int(run_seed)
+        self.slot = int(slot)
+        self.num_slots = int(num_slots)
+        self.episode_base = int(episode_base)
+        self.world = SimWorld(params, robot_description, seed=run_seed, render=False, pushes=config.pushes)
+        self.n = len(self.world.joint_names)
+        physics_dt = params.physics.dt_s
+        self.physics_per_step = max(1, int(round(1.0 / (config.policy_hz * physics_dt))))
+        self.step_s = self.physics_per_step * physics_dt
+        self.max_steps = int(round(config.episode_s / self.step_s))
+        self.home = params.home_pose(self.world.joint_names)
+        self.home_q = np.clip([self.home.get(name, 0.0) for name in self.world.joint_names],
+                              self.world.lower, self.world.upper)
+        self.layout = observation_layout(self.n, len(self.world.randomization.mass_scale))
+        self.obs_dim = sum(self.layout.values())
+        self.episodes_started = 0
+        self.info: dict[str, Any] = {}
+        self.reset()
+
+    # -- episodes ---------------------------------------------------------------------------------
+    def reset(self, index: int | None = None) -> np.ndarray:
+        """Start the slot's next episode (or episode `index` of the run); returns the observation."""
+        if index is None:
+            index = self.episode_base + self.episodes_started * self.num_slots + self.slot
+            self.episodes_started += 1
+        self.info = self.world.reset(randomize=self.config.randomize, seed=episode_seed(self.run_seed, index))
+        self.info["index"] = int(index)
+        self.target = self.world.joint_positions().copy()
+        self.world.set_command(self.target)
+        self.last_action = np.zeros(self.n)
+        self.steps = 0
+        self.base_inverse = np.linalg.inv(self.world.link_pose(self.world._root_link_name()))  # noqa: SLF001
+        return self.observe()
+
+    # -- observation ------------------------------------------------------------------------------
+    def _in_base(self, point: np.ndarray) -> np.ndarray:
+        return (self.base_inverse @ np.append(point, 1.0))[:3]
+
+    def observe(self) -> np.ndarray:
+        """The privileged observation (obs_dim,) float32, terms in `layout` order."""
+        w = self.world
+        q = w.joint_positions()
+        rand = w.randomization
+        tool = self._in_base(w.ee_position())
+        target = self._in_base(w.target_position())
+        elapsed = w.episode_elapsed_s()
+        parts = [
+            q - self.home_q, 0.1 * w.joint_velocities(), self.target - q, tool, target, target - tool,
+            np.broadcast_to(rand.kp_scale, (self.n,)), np.broadcast_to(rand.kd_scale, (self.n,)),
+            np.broadcast_to(rand.damping_scale, (self.n,)), np.broadcast_to(rand.friction_scale, (self.n,)),
+            rand.mass_scale, [10.0 * w.actuation_latency_s], np.asarray(rand.gravity) / 9.81,
+            0.1 * self.push_force(elapsed),
+            self.last_action, [1.0 - self.steps / self.max_steps],
+        ]
+        return np.concatenate([np.asarray(p, dtype=float).ravel() for p in parts]).astype(np.float32)
+
+    def push_force(self, elapsed_s: float) -> np.ndarray:
+        """The push acting at `elapsed_s` [s] into the episode (3,) [N], world frame (0 if none)."""
+        force = np.zeros(3)
+        for push in self.info.get("pushes", ()):
+            if push["start_s"] <= elapsed_s < push["start_s"] + push["duration_s"]:
+                force += np.asarray(push["force_n"], dtype=float)
+        return force
+
+    def pushes_started(self, elapsed_s: float) -> int:
+        """Pushes of this episode that started by `elapsed_s` [s]."""
+        return sum(1 for push in self.info.get("pushes", ()) if push["start_s"] <= elapsed_s)
+
+    # -- stepping ---------------------------------------------------------------------------------
+    def command_for(self, action: np.ndarray) -> np.ndarray:
+        """The joint targets (n,) [rad] an action (n,) produces from the current integrated target."""
+        a = np.clip(np.nan_to_num(np.asarray(action, dtype=float), nan=0.0), -1.0, 1.0)
+        return np.clip(self.target + self.config.action_scale_rad * a, self.world.lower, self.world.upper)
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Apply one action for 1/policy_hz of sim time.
+
+        Returns (observation, reward, terminated (success), truncated (time limit), info); info has
+        the reward terms and, when the episode ended, `episode` (index, seed, success, steps,
+        final distance [m], pushes applied). The caller resets (see BatchedEnv).
+        """
+        a = np.clip(np.nan_to_num(np.asarray(action, dtype=float), nan=0.0), -1.0, 1.0)
+        self.target = self.command_for(a)
+        w = self.world
+        w.set_command(self.target)
+        w.step(self.physics_per_step)
+        self.steps += 1
+        outcome = w.episode_outcome()
+        success = bool(outcome and outcome.get("success"))
+        tool = w.ee_position()
+        distance = float(np.linalg.norm(tool - w.target_position()))
+        state = StepState(distance_m=distance, success=success, action=a, last_action=self.last_action,
+                          q=w.joint_positions(), qd=w.joint_velocities(), lower=w.lower, upper=w.upper,
+                          tool_height_m=float(tool[2]))
+        reward, terms = self.rewards.reward(state)
+        self.last_action = a
+        terminated = success
+        truncated = not terminated and (self.steps >= self.max_steps or outcome is not None)
+        info: dict[str, Any] = {"terms": terms}
+        if terminated or truncated:
+            info["episode"] = {"index": self.info["index"], "seed": self.info["seed"], "success": success,
+                               "steps": self.steps, "duration_s": self.steps * self.step_s,
+                               "final_distance_m": distance,
+                               "pushes_applied": self.pushes_started(w.episode_elapsed_s())}
+        return self.observe(), reward, terminated, truncated, info
+
+    def close(self) -> None:
+        self.world.close()

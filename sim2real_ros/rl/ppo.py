@@ -1,0 +1,363 @@
+"""PPO for the privileged teacher, with rsl_rl's algorithm over the Ray-batched worlds.
+
+`RolloutPool` (Ray actors holding k worlds each) is wrapped as rsl_rl's `VecEnv`; rsl_rl's PPO
+(actor-critic MLPs with observation normalization, GAE, clipped surrogate, adaptive learning rate)
+does the learning. The loop around it is ours: progress with steps/s, success rate and reward, a
+resumable state in a work directory, the teacher's evaluation on fixed episode seeds, and the
+safe teacher checkpoint (rl/teacher_checkpoint.py).
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import io
+import json
+import math
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from ..core.checkpoint import git_commit, sim_params_version
+from ..core.errors import ConfigError
+from ..core.hashing import content_hash
+from ..paths import config_path, urdf_path
+from ..sim.params import load_sim_params
+from ..training.stats import wilson_interval
+from .batch import EnvSpec
+from .cluster import default_workers
+from .env import EnvConfig, observation_layout
+from .pool import RolloutPool
+from .rewards import RewardConfig
+from .teacher_checkpoint import TeacherSpec, save_teacher
+
+EVAL_EPISODE_BASE = 900_000_000  # evaluation episodes never overlap training ones
+
+DEFAULT_PPO: dict[str, Any] = {
+    "learning_rate": 1e-3, "num_learning_epochs": 5, "num_mini_batches": 4, "clip_param": 0.2, "gamma": 0.98,
+    "lam": 0.95, "value_loss_coef": 1.0, "entropy_coef": 0.005, "max_grad_norm": 1.0, "schedule": "adaptive",
+    "desired_kl": 0.01,
+}
+
+
+@dataclass(frozen=True)
+class TeacherConfig:
+    """seed; robot_description / sim_params (paths); env (rl/env.EnvConfig); rewards (term -> weight);
+    num_envs: worlds in all; steps_per_env: policy steps per env per PPO iteration; iterations: the
+    most PPO iterations; target_success: stop once the success over the last `success_window`
+    episodes reaches it (0 = never stop early); actor: hidden_dims, activation, init_std; ppo: rsl_rl
+    PPO arguments (DEFAULT_PPO); eval_episodes: teacher evaluation after training; workers: Ray
+    rollout workers (0 = in this process; default one per core)."""
+
+    source: str
+    seed: int = 0
+    robot_description: str = field(default_factory=lambda: str(urdf_path()))
+    sim_params: str = field(default_factory=lambda: str(config_path("sim_params.yaml")))
+    env: dict[str, Any] = field(default_factory=dict)
+    rewards: dict[str, float] = field(default_factory=lambda: {"distance": 2.0, "distance_fine": 1.0,
+                                                                "success": 10.0, "action_rate": 0.02,
+                                                                "joint_limit": 1.0})
+    num_envs: int = 32
+    steps_per_env: int = 32
+    iterations: int = 200
+    target_success: float = 0.0
+    success_window: int = 200
+    actor: dict[str, Any] = field(default_factory=lambda: {"hidden_dims": [256, 128, 64], "activation": "elu",
+                                                            "init_std": 0.6})
+    ppo: dict[str, Any] = field(default_factory=dict)
+    eval_episodes: int = 40
+    workers: int = field(default_factory=default_workers)
+
+    def __post_init__(self) -> None:
+        for name in ("num_envs", "steps_per_env", "iterations", "success_window"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(self.source, name, value, "must be an integer >= 1")
+        for name in ("eval_episodes", "workers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(self.source, name, value, "must be an integer >= 0")
+        if not 0.0 <= float(self.target_success) <= 1.0:
+            raise ConfigError(self.source, "target_success", self.target_success, "must be in [0, 1]")
+        for name in ("robot_description", "sim_params"):
+            if not Path(getattr(self, name)).is_file():
+                raise ConfigError(self.source, name, getattr(self, name), "file not found")
+        EnvConfig.from_dict(self.env, self.source)
+        RewardConfig.from_dict(self.rewards, self.source)
+        unknown = sorted(set(self.ppo) - set(DEFAULT_PPO))
+        if unknown:
+            raise ConfigError(self.source, f"ppo.{unknown[0]}", self.ppo[unknown[0]],
+                              f"unknown PPO setting (known: {sorted(DEFAULT_PPO)})")
+        hidden = self.actor.get("hidden_dims", [])
+        if not isinstance(hidden, list) or not hidden or not all(isinstance(h, int) and h > 0 for h in hidden):
+            raise ConfigError(self.source, "actor.hidden_dims", hidden, "must be a list of positive integers")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k != "source"}
+
+    def env_spec(self, episode_base: int = 0) -> EnvSpec:
+        return EnvSpec(self.sim_params, self.robot_description, dict(self.env), dict(self.rewards), self.seed,
+                       self.num_envs, episode_base)
+
+
+def load_teacher_config(path: str | Path, **overrides: Any) -> TeacherConfig:
+    """Read and validate a teacher YAML (paths relative to its folder); `overrides` win when not None."""
+    path = Path(path)
+    source = str(path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(source, "<file>", None, f"cannot read teacher config: {err}") from err
+    if not isinstance(data, dict):
+        raise ConfigError(source, "<file>", data, "expected a mapping")
+    known = set(TeacherConfig.__dataclass_fields__) - {"source"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(source, unknown[0], data[unknown[0]], f"unknown field (known: {sorted(known)})")
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    for key in ("robot_description", "sim_params"):
+        if data.get(key):
+            value = Path(str(data[key]))
+            data[key] = str(value if value.is_absolute() else (path.parent / value).resolve())
+    return TeacherConfig(source=source, **data)
+
+
+class PoolVecEnv:
+    """A RolloutPool as rsl_rl's VecEnv: observations in a TensorDict group 'policy', dones as
+    terminated | truncated, extras['time_outs'] for PPO's bootstrapping of time limits."""
+
+    def __init__(self, pool: RolloutPool, max_episode_length: int, cfg: dict[str, Any]) -> None:
+        from rsl_rl.env import VecEnv
+
+        VecEnv.register(type(self))  # rsl_rl checks nothing but the interface; declare it all the same
+        self.pool = pool
+        self.num_envs = pool.num_envs
+        self.num_actions = pool.num_actions
+        self.max_episode_length = max_episode_length
+        self.episode_length_buf = torch.zeros(self.num_envs, dtype=torch.long)
+        self.device = "cpu"
+        self.cfg = cfg
+        self._obs = pool.observations()
+        self.finished: list[dict[str, Any]] = []
+        self.term_sums: dict[str, float] = {}
+
+    def _wrap(self, obs: np.ndarray) -> Any:
+        from tensordict import TensorDict
+
+        return TensorDict({"policy": torch.from_numpy(obs)}, batch_size=[self.num_envs])
+
+    def get_observations(self) -> Any:
+        return self._wrap(self._obs)
+
+    def step(self, actions: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor, dict]:
+        result = self.pool.step(actions.detach().cpu().numpy())
+        self._obs = result.obs
+        self.finished += result.episodes
+        for name, value in result.terms.items():
+            self.term_sums[name] = self.term_sums.get(name, 0.0) + value
+        done = result.terminated | result.truncated
+        self.episode_length_buf += 1
+        self.episode_length_buf[torch.from_numpy(done)] = 0
+        extras = {"time_outs": torch.from_numpy(result.truncated.astype(np.float32))}
+        return (self._wrap(result.obs), torch.from_numpy(result.rewards),
+                torch.from_numpy(done.astype(np.float32)), extras)
+
+
+def rsl_config(config: TeacherConfig) -> dict[str, Any]:
+    """The rsl_rl runner-style config PPO.construct_algorithm reads."""
+    actor = dict(config.actor)
+    hidden, activation = list(actor.get("hidden_dims")), str(actor.get("activation", "elu"))
+    return {
+        "algorithm": {"class_name": "PPO", **DEFAULT_PPO, **config.ppo},
+        "actor": {"class_name": "MLPModel", "hidden_dims": hidden, "activation": activation,
+                  "obs_normalization": True,
+                  "distribution_cfg": {"class_name": "GaussianDistribution",
+                                       "init_std": float(actor.get("init_std", 0.6))}},
+        "critic": {"class_name": "MLPModel", "hidden_dims": hidden, "activation": activation,
+                   "obs_normalization": True},
+        "obs_groups": {"actor": ["policy"], "critic": ["policy"]},
+        "num_steps_per_env": config.steps_per_env,
+        "multi_gpu": None,
+    }
+
+
+def _progress_line(it: int, total: int, steps: int, steps_per_s: float, success: float | None, reward: float,
+                   elapsed: float) -> str:
+    rate = "  n/a" if success is None else f"{success:5.0%}"
+    return (f"[ppo] it {it}/{total} | {steps:,} steps | {steps_per_s:,.0f} steps/s | success {rate} | "
+            f"reward/step {reward:+.3f} | {elapsed:5.0f} s")
+
+
+class TeacherTrainer:
+    """Runs PPO to a teacher checkpoint; state in `work_dir` (resumable: weights, optimizer, iteration)."""
+
+    def __init__(self, config: TeacherConfig, out: Path, work_dir: Path, workers: int | None = None,
+                 log: Callable[[str], None] = print, stream: Any = None) -> None:
+        self.config = config
+        self.out = Path(out)
+        self.work_dir = Path(work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.workers = config.workers if workers is None else workers
+        self.log = log
+        self.stream = stream or sys.stderr
+        self.params = load_sim_params(config.sim_params)
+
+    def _state_path(self) -> Path:
+        return self.work_dir / "ppo_state.pt"
+
+    def _hash(self) -> str:
+        later = {"iterations", "eval_episodes", "workers", "target_success"}
+        return content_hash({k: v for k, v in self.config.to_dict().items() if k not in later})
+
+    def _load_state(self, alg: Any) -> tuple[int, int, list[dict[str, Any]]]:
+        path = self._state_path()
+        meta_path = self.work_dir / "ppo_state.json"
+        if not path.exists() or not meta_path.exists():
+            return 0, 0, []
+        meta = json.loads(meta_path.read_text())
+        if meta.get("config_hash") != self._hash():
+            self.log(f"[ppo] {self.work_dir} holds a run of another config; starting fresh")
+            return 0, 0, []
+        alg.load(torch.load(path, weights_only=True), None, strict=True)
+        self.log(f"[ppo] resuming after iteration {meta['iteration']} from {self.work_dir}")
+        return int(meta["iteration"]), int(meta["steps"]), list(meta.get("history", []))
+
+    def _save_state(self, alg: Any, iteration: int, steps: int, history: list[dict[str, Any]]) -> None:
+        torch.save(alg.save(), self._state_path())
+        (self.work_dir / "ppo_state.json").write_text(json.dumps(
+            {"config_hash": self._hash(), "iteration": iteration, "steps": steps, "history": history}, indent=1))
+
+    def run(self, resume: bool = True) -> dict[str, Any]:
+        from rsl_rl.algorithms import PPO
+
+        c = self.config
+        torch.manual_seed(c.seed)
+        start = time.monotonic()
+        cfg = rsl_config(c)
+        env_config = EnvConfig.from_dict(c.env, c.source)
+        probe = RolloutPool(c.env_spec(), 1, 0)  # the sizes, without starting every worker
+        obs_dim, n_actions = probe.obs_dim, probe.num_actions
+        joint_names = list(probe._local[0].batch.envs[0].world.joint_names)  # noqa: SLF001
+        n_links = len(probe._local[0].batch.envs[0].world.randomization.mass_scale)  # noqa: SLF001
+        max_steps = probe._local[0].batch.envs[0].max_steps  # noqa: SLF001
+        probe.close()
+        # The algorithm is built on a dummy batch so its state can be resumed before workers start.
+        from tensordict import TensorDict
+
+        dummy_env = type("Sizes", (), {"num_envs": c.num_envs, "num_actions": n_actions})()
+        dummy_obs = TensorDict({"policy": torch.zeros(c.num_envs, obs_dim)}, batch_size=[c.num_envs])
+        with contextlib.redirect_stdout(io.StringIO()):  # rsl_rl prints the models; keep stdout for JSON
+            alg = PPO.construct_algorithm(dummy_obs, dummy_env, cfg, "cpu")
+        first_it, steps, history = self._load_state(alg) if resume else (0, 0, [])
+        pool = RolloutPool(c.env_spec(episode_base=first_it * 1_000_000), c.num_envs, self.workers)
+        env = PoolVecEnv(pool, max_steps, {"env": c.env, "rewards": c.rewards})
+        recent: deque[bool] = deque(maxlen=c.success_window)
+        for row in history[-1:]:
+            recent.extend([True] * int(row.get("window_successes", 0)))
+            recent.extend([False] * (int(row.get("window_episodes", 0)) - int(row.get("window_successes", 0))))
+        try:
+            obs = env.get_observations()
+            alg.train_mode()
+            it = first_it
+            stop_reason = "iterations"
+            for it in range(first_it + 1, c.iterations + 1):
+                tick = time.monotonic()
+                rewards_sum = 0.0
+                with torch.inference_mode():
+                    for _ in range(c.steps_per_env):
+                        actions = alg.act(obs)
+                        obs, rewards, dones, extras = env.step(actions)
+                        alg.process_env_step(obs, rewards, dones, extras)
+                        rewards_sum += float(rewards.mean())
+                    alg.compute_returns(obs)
+                collect_s = time.monotonic() - tick
+                losses = alg.update()
+                steps += c.num_envs * c.steps_per_env
+                for episode in env.finished:
+                    recent.append(bool(episode["success"]))
+                episodes, env.finished = len(env.finished), []
+                success = sum(recent) / len(recent) if recent else None
+                row = {"iteration": it, "steps": steps, "episodes": episodes,
+                       "window_episodes": len(recent), "window_successes": int(sum(recent)),
+                       "success": success, "reward_per_step": rewards_sum / c.steps_per_env,
+                       "steps_per_s": c.num_envs * c.steps_per_env / max(collect_s, 1e-9),
+                       "learn_s": time.monotonic() - tick - collect_s,
+                       "losses": {k: float(v) for k, v in losses.items() if math.isfinite(float(v))},
+                       "reward_terms": {k: v / (c.num_envs * c.steps_per_env) for k, v in env.term_sums.items()}}
+                env.term_sums = {}
+                history.append(row)
+                self.stream.write(_progress_line(it, c.iterations, steps, row["steps_per_s"], success,
+                                                 row["reward_per_step"], time.monotonic() - start) + "\n")
+                self.stream.flush()
+                if it % 10 == 0 or it == c.iterations:
+                    self._save_state(alg, it, steps, history)
+                if c.target_success and success is not None and len(recent) >= c.success_window \
+                        and success >= c.target_success:
+                    stop_reason = f"target success {c.target_success:.0%} reached"
+                    self._save_state(alg, it, steps, history)
+                    break
+            train_s = time.monotonic() - start
+            self.log(f"[ppo] stopped after iteration {it} ({stop_reason}), {steps:,} steps, {train_s:.0f} s")
+            alg.eval_mode()
+            actor = alg.get_policy()
+            policy = actor.as_jit().eval()
+            evaluation = evaluate_policy(pool, policy, c.eval_episodes) if c.eval_episodes else {}
+            if evaluation:
+                self.log(f"[ppo] teacher success {evaluation['successes']}/{evaluation['episodes']} (95% CI "
+                         f"{evaluation['ci95'][0]:.2f}-{evaluation['ci95'][1]:.2f}), pushes applied "
+                         f"{evaluation['pushes_applied']}")
+        finally:
+            pool.close()
+        provenance = {
+            "method": "PPO (rsl_rl) with privileged observations over Ray-batched randomized sims",
+            "rsl_rl": _version("rsl-rl-lib"), "ray": _version("ray"),
+            "config": c.to_dict(), "config_hash": content_hash(c.to_dict()), "iterations": it, "steps": steps,
+            "stop": stop_reason, "train_time_s": round(train_s, 1), "workers": self.workers,
+            "evaluation": evaluation, "sim_params_file": c.sim_params,
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git_commit": git_commit(),
+            "final_success_window": history[-1]["success"] if history else None,
+        }
+        spec = TeacherSpec(joint_names=joint_names, observation_layout=observation_layout(n_actions, n_links),
+                           hidden_dims=list(cfg["actor"]["hidden_dims"]), activation=cfg["actor"]["activation"],
+                           env=asdict(env_config), rewards=dict(c.rewards),
+                           sim_params_version=sim_params_version(c.sim_params), provenance=provenance)
+        if spec.obs_dim != obs_dim:
+            raise RuntimeError(f"observation layout {spec.obs_dim} != env observation size {obs_dim}")
+        digest = save_teacher(self.out, actor, spec)
+        self.log(f"[ppo] wrote {self.out} (hash {digest})")
+        (self.work_dir / "history.json").write_text(json.dumps(history, indent=1))
+        return {"checkpoint": str(self.out), "hash": digest, "iterations": it, "steps": steps,
+                "train_time_s": round(train_s, 1), "evaluation": evaluation, "history": history}
+
+
+def evaluate_policy(pool: RolloutPool, policy: Any, episodes: int) -> dict[str, Any]:
+    """Success of a deterministic teacher on fixed evaluation episodes (the same for every run)."""
+    rows = pool.run_episodes(range(EVAL_EPISODE_BASE, EVAL_EPISODE_BASE + episodes), policy)
+    wins = sum(bool(r["success"]) for r in rows)
+    return {"episodes": episodes, "successes": wins, "success_rate": wins / max(episodes, 1),
+            "ci95": list(wilson_interval(wins, episodes)),
+            "pushes_applied": int(sum(r.get("pushes_applied", 0) for r in rows)),
+            "median_duration_s": float(np.median([r["duration_s"] for r in rows])) if rows else None,
+            "per_episode": rows}
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def describe_terms(weights: Mapping[str, float]) -> str:
+    from .rewards import TERMS
+
+    return ", ".join(f"{name} x{weight:g} ({TERMS[name][1]})" for name, weight in weights.items())

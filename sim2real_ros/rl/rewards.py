@@ -1,0 +1,120 @@
+"""Reward terms of the privileged reach environment, named and weighted in YAML.
+
+A training config lists the terms it wants with a weight each:
+
+    rewards:
+      distance: 2.0          # -||tool - target|| [m]
+      distance_fine: 1.0     # exp(-||tool - target|| / 0.05 m), in [0, 1]
+      success: 10.0          # 1 on the step the task reports success
+      action_rate: 0.05      # -||a_t - a_{t-1}||^2 (normalized actions)
+      joint_limit: 1.0       # -sum over joints of how far inside the last 10 % of the range [0, 1]
+
+The reward of a policy step is the sum of weight * term. Unknown names fail at start-up naming the
+field; weights must be finite numbers.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import ConfigError
+
+FINE_DISTANCE_SCALE_M = 0.05  # [m] length scale of the fine distance kernel
+JOINT_LIMIT_MARGIN = 0.1  # fraction of each joint's range counted as "near the limit"
+
+
+@dataclass(frozen=True)
+class StepState:
+    """What the reward terms see after one policy step.
+
+    distance_m [m] tool point to target; success: the task reported success this step;
+    action, last_action: normalized actions (n,) in [-1, 1]; q (n,) [rad] measured joints;
+    lower, upper (n,) [rad] joint limits; qd (n,) [rad/s]; tool_height_m [m] above the table.
+    """
+
+    distance_m: float
+    success: bool
+    action: np.ndarray
+    last_action: np.ndarray
+    q: np.ndarray
+    qd: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    tool_height_m: float
+
+
+def _distance(s: StepState) -> float:
+    return -s.distance_m
+
+
+def _distance_fine(s: StepState) -> float:
+    return math.exp(-s.distance_m / FINE_DISTANCE_SCALE_M)
+
+
+def _success(s: StepState) -> float:
+    return 1.0 if s.success else 0.0
+
+
+def _action_rate(s: StepState) -> float:
+    return -float(np.sum((s.action - s.last_action) ** 2))
+
+
+def _joint_limit(s: StepState) -> float:
+    span = s.upper - s.lower
+    inside = np.minimum(s.q - s.lower, s.upper - s.q) / np.maximum(span, 1e-9)
+    return -float(np.sum(np.clip((JOINT_LIMIT_MARGIN - inside) / JOINT_LIMIT_MARGIN, 0.0, None)))
+
+
+def _joint_velocity(s: StepState) -> float:
+    return -float(np.sum(s.qd ** 2))
+
+
+def _table_contact(s: StepState) -> float:
+    return -1.0 if s.tool_height_m < 0.005 else 0.0
+
+
+# name -> (term, one-line description with units)
+TERMS: dict[str, tuple[Callable[[StepState], float], str]] = {
+    "distance": (_distance, "-||tool - target|| [m]"),
+    "distance_fine": (_distance_fine, f"exp(-||tool - target|| / {FINE_DISTANCE_SCALE_M} m) in [0, 1]"),
+    "success": (_success, "1 on the step the task reports success"),
+    "action_rate": (_action_rate, "-||a_t - a_(t-1)||^2 of the normalized actions"),
+    "joint_limit": (_joint_limit, f"-sum of how deep each joint is in the outer {JOINT_LIMIT_MARGIN:.0%} of its range"),
+    "joint_velocity": (_joint_velocity, "-||qd||^2 [rad^2/s^2]"),
+    "table_contact": (_table_contact, "-1 while the tool point is within 5 mm of the table"),
+}
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Weights of the reward terms in use (name -> weight)."""
+
+    weights: dict[str, float]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, source: str = "rewards") -> RewardConfig:
+        if not isinstance(data, Mapping) or not data:
+            raise ConfigError(source, "rewards", data, f"expected a mapping of reward terms to weights "
+                                                       f"(known terms: {sorted(TERMS)})")
+        weights = {}
+        for name, weight in data.items():
+            if name not in TERMS:
+                raise ConfigError(source, f"rewards.{name}", weight,
+                                  f"unknown reward term (known: {sorted(TERMS)})")
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+                raise ConfigError(source, f"rewards.{name}", weight, "weight must be a finite number")
+            weights[str(name)] = float(weight)
+        return cls(weights)
+
+    def terms(self, state: StepState) -> dict[str, float]:
+        """Each weighted term's contribution this step (name -> weight * value)."""
+        return {name: weight * TERMS[name][0](state) for name, weight in self.weights.items()}
+
+    def reward(self, state: StepState) -> tuple[float, dict[str, float]]:
+        """(total reward, per-term contributions) of one policy step."""
+        parts = self.terms(state)
+        return float(sum(parts.values())), parts

@@ -1,0 +1,213 @@
+"""The privileged reach env, Ray rollout workers and PPO (real PyBullet, real Ray, real rsl_rl).
+
+Ray is started once for this module (2 CPUs, no dashboard) and shut down at the end.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from sim2real_ros.core.errors import CheckpointError, ConfigError
+from sim2real_ros.paths import config_path
+from sim2real_ros.rl.batch import BatchedEnv
+from sim2real_ros.rl.cluster import RayClusterError, init_ray, shutdown_ray
+from sim2real_ros.rl.env import observation_layout
+from sim2real_ros.rl.pool import RolloutPool, split_slots
+from sim2real_ros.rl.ppo import TeacherConfig, TeacherTrainer, load_teacher_config
+from sim2real_ros.rl.rewards import RewardConfig, StepState
+from sim2real_ros.rl.teacher_checkpoint import build_actor, load_teacher
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    info = init_ray(2)
+    yield info
+    shutdown_ray()
+
+
+def _config(**kwargs) -> TeacherConfig:
+    return TeacherConfig(source="test", **kwargs)
+
+
+def _easy_params(tmp_path: Path) -> str:
+    """The nominal sim with the target drawn close to the home tool point and a wide success radius:
+    a reach PPO learns within a minute here."""
+    data = yaml.safe_load(config_path("sim_params.yaml").read_text())
+    data["task"]["success_radius_m"] = 0.06
+    data["task"]["target_region"] = {"x": [0.26, 0.34], "y": [-0.08, 0.08], "z": [0.06, 0.06]}
+    data["camera"]["calibration_file"] = str(config_path(data["camera"]["calibration_file"]))
+    path = tmp_path / "easy_sim_params.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+# -- rewards and config errors ---------------------------------------------------------------------
+def test_an_unknown_reward_term_fails_naming_it():
+    with pytest.raises(ConfigError, match=r"rewards\.distanse.*unknown reward term"):
+        RewardConfig.from_dict({"distance": 1.0, "distanse": 2.0}, "teacher.yaml")
+    with pytest.raises(ConfigError, match=r"rewards\.success.*finite"):
+        RewardConfig.from_dict({"success": float("nan")}, "teacher.yaml")
+
+
+def test_a_teacher_yaml_with_an_unknown_reward_term_fails_at_load(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({"rewards": {"distance": 1.0, "reach_bonus": 5.0}}))
+    with pytest.raises(ConfigError, match=r"rewards\.reach_bonus"):
+        load_teacher_config(path)
+    path.write_text(yaml.safe_dump({"ppo": {"learnin_rate": 0.1}}))
+    with pytest.raises(ConfigError, match=r"ppo\.learnin_rate"):
+        load_teacher_config(path)
+    path.write_text(yaml.safe_dump({"env": {"policy_hz": -5}}))
+    with pytest.raises(ConfigError, match=r"env\.policy_hz"):
+        load_teacher_config(path)
+
+
+def test_reward_terms_are_weighted_and_summed():
+    n = 2
+    state = StepState(distance_m=0.1, success=True, action=np.array([1.0, 0.0]), last_action=np.zeros(n),
+                      q=np.array([0.0, 0.95]), qd=np.zeros(n), lower=-np.ones(n), upper=np.ones(n),
+                      tool_height_m=0.1)
+    total, parts = RewardConfig.from_dict({"distance": 2.0, "success": 10.0, "action_rate": 0.5,
+                                           "joint_limit": 1.0}).reward(state)
+    assert parts["distance"] == pytest.approx(-0.2)
+    assert parts["success"] == 10.0
+    assert parts["action_rate"] == pytest.approx(-0.5)
+    # joint 2 is 0.05 of its range (2 rad) from the upper limit -> 1 - 0.025 / 0.1 deep in the margin
+    assert parts["joint_limit"] == pytest.approx(-(1.0 - 0.025 / 0.1))
+    assert total == pytest.approx(sum(parts.values()))
+
+
+def test_an_unreachable_ray_address_fails_at_once_naming_it():
+    start = time.monotonic()
+    with pytest.raises(RayClusterError, match=r"127\.0\.0\.1:1: no Ray head answers"):
+        init_ray(1, "127.0.0.1:1")
+    with pytest.raises(RayClusterError, match=r"not-an-address.*HOST:PORT"):
+        init_ray(1, "not-an-address")
+    assert time.monotonic() - start < 10.0
+
+
+# -- the env -----------------------------------------------------------------------------------------
+def test_the_privileged_observation_holds_the_true_target_and_physics():
+    batch = BatchedEnv(_config(env={"pushes": False}).env_spec(), 0, 1)
+    env = batch.envs[0]
+    try:
+        obs = env.observe()
+        layout = observation_layout(env.n, len(env.world.randomization.mass_scale))
+        assert obs.shape == (sum(layout.values()),) and env.layout == layout
+        offsets = np.cumsum([0, *layout.values()])
+        part = {name: obs[offsets[i]:offsets[i + 1]] for i, name in enumerate(layout)}
+        target_world = env.world.target_position()
+        np.testing.assert_allclose(part["target_pos"], env._in_base(target_world), atol=1e-6)
+        np.testing.assert_allclose(part["kp_scale"], env.world.randomization.kp_scale, atol=1e-6)
+        assert part["latency"][0] == pytest.approx(10 * env.world.actuation_latency_s, abs=1e-6)
+    finally:
+        batch.close()
+
+
+def test_an_action_acts_through_the_worlds_latency_queue():
+    """The teacher's command waits in the sim's latency queue: a step shorter than the latency does
+    not move the arm toward it yet; the PD loop sees it after the latency."""
+    batch = BatchedEnv(_config(env={"pushes": False, "randomize": False, "policy_hz": 100.0}).env_spec(), 0, 1)
+    env = batch.envs[0]
+    try:
+        env.world.set_dynamics(actuation_latency_s=0.05)
+        env.reset()
+        q0 = env.world.joint_positions().copy()
+        action = np.zeros(env.n)
+        action[0] = 1.0
+        env.step(action)  # 10 ms < 50 ms latency
+        assert abs(env.world.joint_positions()[0] - q0[0]) < 1e-3
+        assert env.world.pending_commands() >= 1
+        for _ in range(10):
+            env.step(np.zeros(env.n))
+        assert env.world.joint_positions()[0] - q0[0] > 0.02
+    finally:
+        batch.close()
+
+
+# -- Ray workers ---------------------------------------------------------------------------------------
+def test_slots_split_evenly():
+    assert split_slots(5, 2) == [(0, 3), (3, 2)]
+    assert split_slots(2, 4) == [(0, 1), (1, 1)]
+
+
+def test_two_ray_workers_collect_what_serial_collection_collects(ray_local):
+    spec = _config(env={"pushes": True}).env_spec()
+    rng = np.random.default_rng(7)
+    actions = rng.uniform(-1, 1, size=(120, 4, 6))
+    runs = {}
+    for workers in (0, 2):
+        pool = RolloutPool(spec, 4, workers)
+        try:
+            obs, rewards, episodes = [pool.observations()], [], []
+            for a in actions:
+                result = pool.step(a)
+                obs.append(result.obs)
+                rewards.append(result.rewards)
+                episodes += result.episodes
+            torch.manual_seed(0)
+            policy = build_actor(_spec_for(pool)).as_jit().eval()
+            evaluation = pool.run_episodes(range(1000, 1006), policy)
+            runs[workers] = (np.stack(obs), np.stack(rewards), episodes, evaluation, pool.worker_info)
+        finally:
+            pool.close()
+    serial, parallel = runs[0], runs[2]
+    assert len(parallel[4]) == 2 and all(info["envs"] == 2 for info in parallel[4])
+    np.testing.assert_array_equal(serial[0], parallel[0])
+    np.testing.assert_array_equal(serial[1], parallel[1])
+    assert serial[2] == parallel[2] and len(serial[2]) >= 4  # 120 steps of 0.05 s: every env ended an episode
+    assert serial[3] == parallel[3]
+    assert [e["index"] for e in serial[3]] == list(range(1000, 1006))
+    assert sum(e["pushes_applied"] for e in serial[2]) > 0
+
+
+def _spec_for(pool: RolloutPool):
+    from sim2real_ros.rl.teacher_checkpoint import TeacherSpec
+
+    layout = observation_layout(pool.num_actions, pool.obs_dim - sum(observation_layout(pool.num_actions, 0).values()))
+    return TeacherSpec(joint_names=[f"j{i}" for i in range(pool.num_actions)], observation_layout=layout,
+                       hidden_dims=[32, 32], activation="elu", env={}, rewards={"distance": 1.0},
+                       sim_params_version="test")
+
+
+# -- PPO ---------------------------------------------------------------------------------------------
+def test_a_tiny_ppo_run_learns_an_easy_reach_and_saves_a_safe_teacher(ray_local, tmp_path):
+    config = _config(sim_params=_easy_params(tmp_path), env={"pushes": False, "randomize": False, "episode_s": 2.0},
+                     num_envs=16, steps_per_env=20, iterations=25, eval_episodes=16, workers=2,
+                     actor={"hidden_dims": [64, 64], "activation": "elu", "init_std": 0.5},
+                     ppo={"learning_rate": 0.003})
+    start = time.monotonic()
+    out = tmp_path / "teacher.pt"
+    result = TeacherTrainer(config, out, tmp_path / "work", workers=2, log=lambda s: None).run(resume=False)
+    assert time.monotonic() - start < 120
+    teacher = load_teacher(out)
+    assert teacher.spec.provenance["steps"] == 25 * 16 * 20
+    assert teacher.spec.provenance["evaluation"]["episodes"] == 16
+    # the untrained actor (same seed, same episodes) against the trained one
+    pool = RolloutPool(config.env_spec(), config.num_envs, 2)
+    try:
+        assert teacher.spec.obs_dim == pool.obs_dim and list(teacher.spec.observation_layout)[0] == "joint_pos"
+        torch.manual_seed(0)
+        untrained = build_actor(teacher.spec).as_jit().eval()
+        from sim2real_ros.rl.ppo import evaluate_policy
+
+        before = evaluate_policy(pool, untrained, 16)
+        after = evaluate_policy(pool, teacher.policy, 16)
+    finally:
+        pool.close()
+    assert after["successes"] == result["evaluation"]["successes"]  # the saved file acts as the trained actor did
+    assert after["successes"] >= before["successes"] + 6, (before["successes"], after["successes"])
+
+
+def test_a_damaged_teacher_checkpoint_fails_naming_the_file(tmp_path):
+    path = tmp_path / "teacher.pt"
+    torch.save({"actor": 1}, path)
+    with pytest.raises(CheckpointError, match="not a sim2real teacher checkpoint"):
+        load_teacher(path)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_teacher(tmp_path / "missing.pt")
