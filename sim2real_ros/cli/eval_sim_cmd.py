@@ -1,4 +1,5 @@
-"""`sim2real eval-sim [--checkpoint CKPT] --episodes N [--perturb] [--sim-config YAML] [--graph] --json OUT`."""
+"""`sim2real eval-sim [--checkpoint CKPT] --episodes N [--perturb] [--pushes] [--sim-config YAML] [--graph]
+--json OUT`."""
 from __future__ import annotations
 
 import argparse
@@ -12,6 +13,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, default=default_policy_path(), help="default: the shipped policy")
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--perturb", action="store_true", help="apply the sim params' randomization ranges")
+    parser.add_argument("--pushes", action="store_true",
+                        help="random pushes on the arm's links (the sim params' randomization.pushes ranges)")
     parser.add_argument("--sim-config", type=Path, default=None, help="sim params YAML (schema of config/)")
     parser.add_argument("--robot-description", default=None, help="URDF path (default urdf/arm6.urdf)")
     parser.add_argument("--graph", action="store_true", help="run the full ROS graph instead of the core path")
@@ -41,18 +44,19 @@ def run(args: argparse.Namespace) -> int:
             return 2
         result = evaluate_in_graph(args.checkpoint, args.episodes, perturb=args.perturb, sim_config=args.sim_config,
                                    robot_description=args.robot_description, seed=args.seed, real_time_factor=rtf,
-                                   record_to=args.record)
+                                   record_to=args.record, pushes=args.pushes)
     else:
         from ..training.evaluation import evaluate_in_sim
 
         result = evaluate_in_sim(args.checkpoint, args.episodes, perturb=args.perturb, sim_config=args.sim_config,
                                  robot_description=args.robot_description, seed=args.seed,
-                                 graph_conditions=not args.no_graph_conditions)
+                                 graph_conditions=not args.no_graph_conditions, pushes=args.pushes)
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(text)
     lo, hi = result["ci95"]
-    print(f"success {result['success_rate']:.0%} (95% CI {lo:.2f}-{hi:.2f}) over {result['episodes']} episodes")
+    pushes = f"; pushes on, {result['pushes_applied_total']} applied" if result.get("pushes") else ""
+    print(f"success {result['success_rate']:.0%} (95% CI {lo:.2f}-{hi:.2f}) over {result['episodes']} episodes{pushes}")
     return 0

@@ -49,19 +49,20 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
                       sim_config: str | Path | None = None, robot_description: str | None = None,
                       seed: int = 1000, wall_timeout_s: float | None = None,
                       log_file: Path | None = None, real_time_factor: float = DEFAULT_GRAPH_RTF,
-                      record_to: Path | None = None) -> dict[str, Any]:
+                      record_to: Path | None = None, pushes: bool = False) -> dict[str, Any]:
     """Run the sim graph until `episodes` outcomes arrived on sim/episode. Once the supervisor has
     armed, the sim restarts at episode 0 of `seed`: graph episode k has the core path's episode k
     seed (training.evaluation.evaluate_in_sim), so the two compare episode by episode.
     real_time_factor: the sim's pace (sim s per wall s). record_to: also record the topics that
     show the timing (RECORDED_TOPICS, no images) to this bag folder (evaluation.graph_gap reads it).
+    pushes: random pushes on the arm (the sim node's `pushes` parameter), counted per episode.
     Raises RuntimeError if a node dies, TimeoutError if the graph stalls."""
     if not 0 < real_time_factor <= 10:
         raise ValueError(f"real_time_factor must be in (0, 10], got {real_time_factor}")
     params = load_sim_params(sim_config)
     sim_parameters: dict[str, Any] = {"seed": int(seed), "randomize": bool(perturb),
                                       "sim_params_file": str(params.source),
-                                      "real_time_factor": float(real_time_factor)}
+                                      "real_time_factor": float(real_time_factor), "pushes": bool(pushes)}
     args = GraphArgs(checkpoint=str(checkpoint), extra_parameters={"sim_node": sim_parameters},
                      **({"robot_description": robot_description} if robot_description else {}))
     timeout = wall_timeout_s or 120.0 + episodes * 4.0 * params.task.timeout_s / min(real_time_factor, 1.0)
@@ -96,14 +97,18 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
     wins = sum(o.success for o in outcomes)
     steps = np.abs(np.diff(np.stack(commands), axis=0)).max(axis=1) if len(commands) > 1 else np.array([])
     return {
-        "checkpoint": str(checkpoint), "perturb": perturb, "sim_params_version": params.version, "mode": "graph",
+        "checkpoint": str(checkpoint), "perturb": perturb, "pushes": bool(pushes),
+        **({"pushes_applied_total": sum(max(o.pushes_applied, 0) for o in outcomes)} if pushes else {}),
+        "sim_params_version": params.version, "mode": "graph",
         "episodes": len(outcomes), "successes": wins, "success_rate": wins / max(len(outcomes), 1),
         "ci95": list(wilson_interval(wins, len(outcomes))),
         "episode_length_s": summary([o.duration_s for o in outcomes]),
         "command_step_rad": summary(steps),
         "failures": dict(sorted(Counter(failure_category(o) for o in outcomes).items())),
         "per_episode": [{"episode": o.episode, "seed": o.seed, "success": o.success, "duration_s": o.duration_s,
-                         "final_distance_m": o.final_distance_m, "failure": failure_category(o)} for o in outcomes],
+                         "final_distance_m": o.final_distance_m, "failure": failure_category(o),
+                         **({"pushes_applied": o.pushes_applied} if o.pushes_applied >= 0 else {})}
+                        for o in outcomes],
         "wall_time_s": round(time.monotonic() - start, 1),
         "real_time_factor": {"requested": real_time_factor, **summary(achieved_rtf)},
         # Sim time, as the nodes measure it: what the policy had to cope with.

@@ -4,7 +4,8 @@ Publishes   clock (rosgraph_msgs/Clock, `clock_rate_hz`), joint_states (sensor_m
             movable URDF joints: positions, velocities, efforts), camera/image_raw (rgb8, stamp =
             capture time) and camera/camera_info (the calibration YAML's intrinsics), sim/target
             (geometry_msgs/PointStamped, latched), sim/episode (diagnostic_msgs/DiagnosticArray, one
-            status "episode" per outcome), sim/status (real-time factor, command counters, ~1 Hz).
+            status "episode" per outcome; with `pushes` also pushes_applied), sim/status (real-time
+            factor, command counters, ~1 Hz).
 Subscribes  forward_position_controller/commands (std_msgs/Float64MultiArray over `joints`), exactly
             what a ros2_control forward position controller accepts. Wrong-length or NaN/Inf commands
             are rejected, counted and reported; they never move the robot.
@@ -92,6 +93,7 @@ class SimNodeConfig:
     lockstep_timeout_s: float
     world_frame_id: str
     camera_frame_id: str
+    pushes: bool = False
     source: str = NODE_NAME
 
     def __post_init__(self) -> None:
@@ -126,7 +128,7 @@ class SimNode(Node):
         camera = load_calibration_yaml(camera_file)
         self.world = SimWorld(params, cfg.robot_description, seed=cfg.seed, render=cfg.camera_enabled,
                               joints=list(cfg.joints) or None, ee_link=cfg.ee_link or None, camera=camera,
-                              randomize=cfg.randomize)
+                              randomize=cfg.randomize, pushes=cfg.pushes)
         self.params = params
         rates = params.rates
         self._js_period_ns = _period_ns(cfg.joint_state_rate_hz or rates.joint_states_hz)
@@ -159,7 +161,8 @@ class SimNode(Node):
         log = self.get_logger()
         log.info(f"sim params {params.source} version {params.version}; robot {self.world.model.source} "
                  f"joints {self.world.joint_names} ee_link {self.world.ee_link}; camera {camera_file} "
-                 f"{camera.width}x{camera.height}; pacing {cfg.pacing}; randomize {cfg.randomize}; seed {cfg.seed}")
+                 f"{camera.width}x{camera.height}; pacing {cfg.pacing}; randomize {cfg.randomize}; "
+                 f"pushes {cfg.pushes}; seed {cfg.seed}")
         self._publish_target()
         self._frames: queue.Queue = queue.Queue(maxsize=2)
         self._threads = [threading.Thread(target=self._physics_loop, name="sim_physics", daemon=True)]
@@ -189,6 +192,8 @@ class SimNode(Node):
                 "command joint order (Float64MultiArray layout); empty = all movable URDF joints")),
             seed=int(declare(self, "seed", 0, "random seed of targets and randomization (reproducible episodes)")),
             randomize=bool(declare(self, "randomize", False, "domain randomization per episode (false = nominal)")),
+            pushes=bool(declare(self, "pushes", False, "random pushes on the arm's links per episode "
+                                "(the sim params' randomization.pushes ranges; false = none)")),
             auto_reset=bool(declare(self, "auto_reset", True, "start a new episode after each outcome")),
             pacing=str(declare(self, "pacing", "realtime", "realtime | lockstep | fast")),
             real_time_factor=float(declare(self, "real_time_factor", 1.0,
@@ -442,6 +447,7 @@ def _episode_message(outcome: dict[str, Any], stamp_ns: int) -> DiagnosticArray:
         "episode": str(outcome["episode"]), "success": "true" if outcome["success"] else "false",
         "duration_s": f"{outcome['duration_s']:.4f}", "reason": outcome["reason"],
         "final_distance_m": f"{outcome['final_distance_m']:.4f}", "seed": str(outcome["seed"]),
+        **({"pushes_applied": str(outcome["pushes_applied"])} if "pushes_applied" in outcome else {}),
     }
     status = DiagnosticStatus(level=DiagnosticStatus.OK if outcome["success"] else DiagnosticStatus.WARN,
                               name="episode", message=outcome["reason"], hardware_id=NODE_NAME,

@@ -32,7 +32,7 @@ def diagnostic_values(msg: DiagnosticArray) -> dict[str, str]:
 @dataclass(frozen=True)
 class EpisodeOutcome:
     """One sim/episode message: index, success, reason, duration [s], final distance [m], the
-    episode's seed (-1 when the message has none)."""
+    episode's seed (-1 when the message has none), the pushes that started (-1: pushes were off)."""
 
     episode: int
     success: bool
@@ -40,13 +40,14 @@ class EpisodeOutcome:
     duration_s: float
     final_distance_m: float
     seed: int = -1
+    pushes_applied: int = -1
 
     @classmethod
     def from_message(cls, msg: DiagnosticArray) -> EpisodeOutcome:
         v = diagnostic_values(msg)
         return cls(int(v.get("episode", -1)), v.get("success", "false") == "true", v.get("reason", ""),
                    float(v.get("duration_s", "nan")), float(v.get("final_distance_m", "nan")),
-                   int(v.get("seed", "-1")))
+                   int(v.get("seed", "-1")), int(v.get("pushes_applied", "-1")))
 
 
 def recorder_decl(output: Path, params_file: str, use_sim_time: bool = True,

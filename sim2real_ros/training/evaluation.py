@@ -1,6 +1,7 @@
 """Success rate of a checkpoint in the sim, through the same core code as the nodes."""
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -36,11 +37,13 @@ def rollout_config_from(policy: LoadedPolicy, actuation_latency_s: float,
 
 def episode_row(index: int, outcome: dict[str, Any]) -> dict[str, Any]:
     """One episode's line of the per-episode table: index, seed, success, duration [s], final
-    distance [m], failure category (what the graph evaluation reports too, seed by seed)."""
+    distance [m], failure category (what the graph evaluation reports too, seed by seed), and in
+    episodes with pushes the number that started (pushes_applied)."""
     return {"episode": index, "seed": int(outcome.get("seed", -1)), "success": bool(outcome.get("success")),
             "duration_s": float(outcome.get("duration_s", np.nan)),
             "final_distance_m": float(outcome.get("final_distance_m", np.nan)),
             "failure": outcome.get("failure", "unknown"),
+            **({"pushes_applied": int(outcome["pushes_applied"])} if "pushes_applied" in outcome else {}),
             **({"graph": outcome["graph"]} if "graph" in outcome else {})}
 
 
@@ -64,14 +67,17 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
                     sim_config: str | Path | None = None, robot_description: str | None = None,
                     seed: int = 1000, actuation_latency_s: float | None = None,
                     num_threads: int = 2, label: str = "eval",
-                    graph_conditions: GraphConditions | bool | None = True) -> dict[str, Any]:
+                    graph_conditions: GraphConditions | bool | None = True, pushes: bool = False) -> dict[str, Any]:
     """Run `episodes` sim episodes with the policy driving (core path: preprocessing pipeline,
     policy, actuator; with graph_conditions (default) the graph's timing and supervisor, see
-    training.graph_conditions). perturb: sample the sim params' randomization ranges each episode."""
+    training.graph_conditions). perturb: sample the sim params' randomization ranges each episode.
+    pushes: random pushes on the arm (the sim params' randomization.pushes; ConfigError if absent),
+    counted per episode (pushes_applied) and in all (pushes_applied_total)."""
     policy = load_checkpoint(checkpoint, num_threads=num_threads)
     params = load_sim_params(sim_config)
     preprocess = PreprocessConfig.from_dict(policy.spec.preprocess, source=f"{checkpoint} preprocess")
-    world = SimWorld(params, robot_description or str(urdf_path()), seed=seed, joints=list(policy.spec.joint_names))
+    world = SimWorld(params, robot_description or str(urdf_path()), seed=seed, joints=list(policy.spec.joint_names),
+                     pushes=pushes)
     try:
         pipeline = ImagePipeline(preprocess)
         latency = params.actuator.actuation_latency_s if actuation_latency_s is None else actuation_latency_s
@@ -83,7 +89,11 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
         ]
     finally:
         world.close()
+    push_info = {}
+    if pushes:
+        push_info = {"push_params": dataclasses.asdict(params.randomization.pushes),
+                     "pushes_applied_total": sum(int(r.outcome.get("pushes_applied", 0)) for r in records)}
     return {"checkpoint": str(checkpoint), "checkpoint_hash": policy.checkpoint_hash, "perturb": perturb,
-            "sim_params_version": params.version, "mode": "core",
+            "pushes": bool(pushes), **push_info, "sim_params_version": params.version, "mode": "core",
             "graph_conditions": None if config.graph_conditions is None else config.graph_conditions.to_dict(),
             **episode_metrics(records)}
