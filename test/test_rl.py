@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from sim2real_ros.core.errors import CheckpointError, ConfigError
-from sim2real_ros.paths import config_path
+from sim2real_ros.paths import config_path, urdf_path
 from sim2real_ros.rl.batch import BatchedEnv
 from sim2real_ros.rl.cluster import RayClusterError, init_ray, shutdown_ray
 from sim2real_ros.rl.env import observation_layout
@@ -211,3 +211,70 @@ def test_a_damaged_teacher_checkpoint_fails_naming_the_file(tmp_path):
         load_teacher(path)
     with pytest.raises(CheckpointError, match="does not exist"):
         load_teacher(tmp_path / "missing.pt")
+
+
+# -- the PPO teacher as the student's labeller ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def small_teacher(tmp_path_factory, ray_local):
+    """A teacher from a few PPO iterations (what it has learned does not matter to these tests)."""
+    out = tmp_path_factory.mktemp("teacher") / "teacher.pt"
+    config = _config(env={"pushes": True}, num_envs=4, steps_per_env=8, iterations=2, eval_episodes=0, workers=0,
+                     actor={"hidden_dims": [32, 32], "activation": "elu", "init_std": 0.5})
+    TeacherTrainer(config, out, out.with_suffix(".work"), workers=0, log=lambda s: None).run(resume=False)
+    return out
+
+
+def test_the_ppo_labeller_rolls_the_teacher_out_and_leaves_the_world_as_it_was(small_teacher):
+    from sim2real_ros.core.errors import ConfigError as Bad
+    from sim2real_ros.rl.labeller import PPOChunkTeacher
+    from sim2real_ros.sim.params import load_sim_params
+    from sim2real_ros.sim.world import SimWorld
+
+    teacher = load_teacher(small_teacher)
+    world = SimWorld(load_sim_params(config_path("sim_params.yaml")), str(urdf_path()), seed=3, render=False,
+                     pushes=True)
+    try:
+        world.reset(randomize=True, seed=11)
+        world.set_command(world.joint_positions() + 0.05)
+        world.step(120)
+        labeller = PPOChunkTeacher(teacher, world, compensated_latency_s=0.02)
+        q_before, t_before = world.joint_positions().copy(), world.time_ns
+        chunk = labeller.chunk(q_before, None, 10, 0.05)
+        assert chunk.shape == (10, 6) and np.all(np.isfinite(chunk))
+        assert np.all(chunk >= world.lower - 1e-12) and np.all(chunk <= world.upper + 1e-12)
+        # each point is one teacher decision away from the last: at most action_scale_rad apart
+        steps = np.abs(np.diff(chunk, axis=0))
+        assert steps.max() <= teacher.spec.env["action_scale_rad"] + 1e-9
+        assert world.time_ns == t_before and np.array_equal(world.joint_positions(), q_before)
+        # the same state labels the same chunk (deterministic teacher, exact restore)
+        np.testing.assert_array_equal(labeller.chunk(q_before, None, 10, 0.05), chunk)
+        # a latency of one decision shifts the chunk: point 0 is the command last sent
+        shifted = PPOChunkTeacher(teacher, world, compensated_latency_s=0.05).chunk(q_before, None, 10, 0.05)
+        np.testing.assert_allclose(shifted[0], world._queue.newest())
+        np.testing.assert_array_equal(shifted[1:], chunk[:-1])
+        with pytest.raises(Bad, match=r"env\.policy_hz.*dt_s = 0.1"):
+            labeller.chunk(q_before, None, 10, 0.1)
+    finally:
+        world.close()
+
+
+def test_train_with_a_ppo_teacher_labels_the_student_from_it(small_teacher, tmp_path):
+    from sim2real_ros.training.config import load_train_config
+    from sim2real_ros.training.trainer import Trainer
+
+    config = load_train_config(config_path("train_reach.yaml"), teacher="ppo", teacher_checkpoint=str(small_teacher),
+                               bc_episodes=2, dagger_rounds=1, dagger_episodes=1, epochs_bc=1, epochs_per_round=1,
+                               eval_episodes=0, pushes=True)
+    trainer = Trainer(config, tmp_path / "student.pt", tmp_path / "work", log=lambda s: None)
+    try:
+        result = trainer.run(resume=False)
+        assert trainer.expert.labels_made > 0
+    finally:
+        trainer.close()
+    from sim2real_ros.core.checkpoint import read_checkpoint
+
+    spec, _, _ = read_checkpoint(result["checkpoint"])
+    assert spec.provenance["teacher"]["kind"] == "ppo"
+    assert spec.provenance["teacher"]["hash"] == load_teacher(small_teacher).checkpoint_hash
+    with pytest.raises(ConfigError, match="teacher_checkpoint"):
+        load_train_config(config_path("train_reach.yaml"), teacher="ppo", teacher_checkpoint=str(tmp_path / "none.pt"))

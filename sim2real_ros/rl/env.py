@@ -121,29 +121,8 @@ class ReachEnv:
 
     def observe(self) -> np.ndarray:
         """The privileged observation (obs_dim,) float32, terms in `layout` order."""
-        w = self.world
-        q = w.joint_positions()
-        rand = w.randomization
-        tool = self._in_base(w.ee_position())
-        target = self._in_base(w.target_position())
-        elapsed = w.episode_elapsed_s()
-        parts = [
-            q - self.home_q, 0.1 * w.joint_velocities(), self.target - q, tool, target, target - tool,
-            np.broadcast_to(rand.kp_scale, (self.n,)), np.broadcast_to(rand.kd_scale, (self.n,)),
-            np.broadcast_to(rand.damping_scale, (self.n,)), np.broadcast_to(rand.friction_scale, (self.n,)),
-            rand.mass_scale, [10.0 * w.actuation_latency_s], np.asarray(rand.gravity) / 9.81,
-            0.1 * self.push_force(elapsed),
-            self.last_action, [1.0 - self.steps / self.max_steps],
-        ]
-        return np.concatenate([np.asarray(p, dtype=float).ravel() for p in parts]).astype(np.float32)
-
-    def push_force(self, elapsed_s: float) -> np.ndarray:
-        """The push acting at `elapsed_s` [s] into the episode (3,) [N], world frame (0 if none)."""
-        force = np.zeros(3)
-        for push in self.info.get("pushes", ()):
-            if push["start_s"] <= elapsed_s < push["start_s"] + push["duration_s"]:
-                force += np.asarray(push["force_n"], dtype=float)
-        return force
+        return privileged_observation(self.world, self.home_q, self.base_inverse, self.target, self.last_action,
+                                      1.0 - self.steps / self.max_steps)
 
     def pushes_started(self, elapsed_s: float) -> int:
         """Pushes of this episode that started by `elapsed_s` [s]."""
@@ -189,3 +168,37 @@ class ReachEnv:
 
     def close(self) -> None:
         self.world.close()
+
+
+def push_force_at(schedule: list[dict[str, Any]], elapsed_s: float) -> np.ndarray:
+    """The push force acting at `elapsed_s` [s] into the episode (3,) [N], world frame (0 if none)."""
+    force = np.zeros(3)
+    for push in schedule:
+        if push["start_s"] <= elapsed_s < push["start_s"] + push["duration_s"]:
+            force += np.asarray(push["force_n"], dtype=float)
+    return force
+
+
+def privileged_observation(world: SimWorld, home_q: np.ndarray, base_inverse: np.ndarray, command: np.ndarray,
+                           last_action: np.ndarray, time_left: float) -> np.ndarray:
+    """The teacher's observation of `world` now (obs_dim,) float32, terms in observation_layout order.
+
+    home_q (n,) [rad]; base_inverse (4, 4): world -> robot base; command (n,) [rad]: the integrated
+    joint target; last_action (n,) normalized; time_left: fraction of the episode left [0, 1].
+    """
+    n = len(world.joint_names)
+    q = world.joint_positions()
+    rand = world.randomization
+
+    def in_base(point: np.ndarray) -> np.ndarray:
+        return (base_inverse @ np.append(point, 1.0))[:3]
+
+    tool, target = in_base(world.ee_position()), in_base(world.target_position())
+    parts = [
+        q - home_q, 0.1 * world.joint_velocities(), command - q, tool, target, target - tool,
+        np.broadcast_to(rand.kp_scale, (n,)), np.broadcast_to(rand.kd_scale, (n,)),
+        np.broadcast_to(rand.damping_scale, (n,)), np.broadcast_to(rand.friction_scale, (n,)),
+        rand.mass_scale, [10.0 * world.actuation_latency_s], np.asarray(rand.gravity) / 9.81,
+        0.1 * push_force_at(world.push_schedule(), world.episode_elapsed_s()), last_action, [time_left],
+    ]
+    return np.concatenate([np.asarray(p, dtype=float).ravel() for p in parts]).astype(np.float32)

@@ -33,6 +33,10 @@ class LatencyQueue:
             self.active = self._pending.popleft()[1]
         return self.active
 
+    def newest(self) -> np.ndarray:
+        """The last target received (n,) [rad], due or not (the active one when none is queued)."""
+        return (self._pending[-1][1] if self._pending else self.active).copy()
+
     def reset(self, target: np.ndarray) -> None:
         """Drop queued commands and hold `target` [rad]."""
         self._pending.clear()

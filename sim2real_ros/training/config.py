@@ -18,7 +18,9 @@ class TrainConfig:
     randomization on/off); architecture + hparams; chunk_length (K); dt_s [s]; rollout settings;
     bc_episodes (teacher-driven); dagger_rounds x dagger_episodes (student-driven, teacher-labelled);
     epochs_bc / epochs_per_round; batch_size; lr; weight_decay; eval_episodes (student success
-    measured after training); num_threads (torch)."""
+    measured after training); num_threads (torch); teacher: ik (the scripted IK solver) | ppo (a
+    PPO teacher checkpoint, `teacher_checkpoint`, from `sim2real train-teacher`); pushes: random
+    pushes in the collection episodes (the sim params' randomization.pushes)."""
 
     source: str
     seed: int = 0
@@ -41,6 +43,9 @@ class TrainConfig:
     weight_decay: float = 1e-5
     eval_episodes: int = 30
     num_threads: int = 2
+    teacher: str = "ik"
+    teacher_checkpoint: str | None = None
+    pushes: bool = False
 
     def __post_init__(self) -> None:
         positive = ("chunk_length", "batch_size", "epochs_bc", "num_threads")
@@ -57,6 +62,11 @@ class TrainConfig:
         for name in ("robot_description", "sim_params", "preprocess"):
             if not Path(getattr(self, name)).is_file():
                 raise ConfigError(self.source, name, getattr(self, name), "file not found")
+        if self.teacher not in ("ik", "ppo"):
+            raise ConfigError(self.source, "teacher", self.teacher, "must be ik or ppo")
+        if self.teacher == "ppo" and not (self.teacher_checkpoint and Path(self.teacher_checkpoint).is_file()):
+            raise ConfigError(self.source, "teacher_checkpoint", self.teacher_checkpoint,
+                              "teacher: ppo needs an existing teacher checkpoint (sim2real train-teacher --out ...)")
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in self.__dict__.items() if k != "rollout"}
@@ -85,7 +95,7 @@ def load_train_config(path: str | Path, **overrides: Any) -> TrainConfig:
     if unknown:
         raise ConfigError(source, unknown[0], data[unknown[0]], f"unknown field (known: {sorted(known)})")
     data.update({k: v for k, v in overrides.items() if v is not None})
-    for key in ("robot_description", "sim_params", "preprocess"):
+    for key in ("robot_description", "sim_params", "preprocess", "teacher_checkpoint"):
         if key in data and data[key]:
             data[key] = _resolve(str(data[key]), path.parent)
         elif key in data:

@@ -132,8 +132,9 @@ class Trainer:
         self.params = load_sim_params(config.sim_params)
         self.preprocess = PreprocessConfig.from_yaml(config.preprocess)
         self.pipeline = ImagePipeline(self.preprocess, on_warning=lambda text: log(f"[warning] {text}"))
-        self.world = SimWorld(self.params, config.robot_description, seed=config.seed, render=True)
-        self.expert = make_expert(self.world)
+        self.world = SimWorld(self.params, config.robot_description, seed=config.seed, render=True,
+                              pushes=config.pushes)
+        self.expert = make_teacher(config, self.world)
         self.spec = make_policy_spec(
             self.world.joint_names, self.preprocess, architecture=config.architecture, hparams=config.hparams,
             chunk_length=config.chunk_length, dt_s=config.dt_s, sim_params_version=self.params.version,
@@ -223,7 +224,8 @@ class Trainer:
             self.log(f"[train] nominal-sim success {rate:.0%} (95% CI {evaluation['ci95'][0]:.2f}-"
                      f"{evaluation['ci95'][1]:.2f}) over {c.eval_episodes} episodes")
         provenance = {
-            "method": "behavior cloning from a privileged IK teacher + DAgger",
+            "method": f"behavior cloning from a privileged {c.teacher.upper()} teacher + DAgger",
+            "teacher": self._teacher_provenance(),
             "config": c.to_dict(), "config_hash": content_hash(c.to_dict()), "seed": c.seed,
             "randomize": c.randomize, "frames": len(data), "rounds": self.history, "evaluation": evaluation,
             "parent": None, "data": "sim (rendered through config preprocess)",
@@ -240,8 +242,26 @@ class Trainer:
         self.log(f"[train] wrote {self.out} (hash {digest}) in {time.monotonic() - start:.0f} s")
         return {"checkpoint": str(self.out), "hash": digest, "history": self.history, "evaluation": evaluation}
 
+    def _teacher_provenance(self) -> dict[str, Any]:
+        if self.config.teacher != "ppo":
+            return {"kind": "ik"}
+        loaded = self.expert.teacher
+        return {"kind": "ppo", "checkpoint": self.config.teacher_checkpoint, "hash": loaded.checkpoint_hash,
+                "evaluation": {k: v for k, v in loaded.spec.provenance.get("evaluation", {}).items()
+                               if k != "per_episode"}}
+
     def close(self) -> None:
         self.world.close()
+
+
+def make_teacher(config: TrainConfig, world: SimWorld) -> Any:
+    """The teacher that labels chunks: the IK solver, or a PPO teacher checkpoint acting in `world`."""
+    if config.teacher == "ppo":
+        from ..rl.labeller import PPOChunkTeacher
+        from ..rl.teacher_checkpoint import load_teacher
+
+        return PPOChunkTeacher(load_teacher(config.teacher_checkpoint), world, config.rollout.actuation_latency_s)
+    return make_expert(world)
 
 
 def make_expert(world: SimWorld) -> ReachExpert:

@@ -1,0 +1,80 @@
+"""The PPO teacher as the vision student's DAgger labeller.
+
+The student predicts chunks: joint targets for t, t + dt, ..., t + (K-1) dt. A PPO teacher acts one
+decision at a time from the privileged state, so its chunk for the state the student reached is
+found by letting it act: snapshot the world (SimWorld.save_state), run the teacher's deterministic
+policy for K decisions of dt (no rendering), take the targets it commanded, restore the world
+exactly. The labels thus include what the teacher does about latency, soft gains and pushes, which
+the IK teacher's kinematic plan cannot.
+
+Latency: the deployed actuator sends the chunk's point for time s at s - L (L: the latency it
+compensates), so label point j is the teacher's command at t + j dt - L (the nearest decision;
+before t: the command last sent).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..core.errors import ConfigError
+from ..sim.world import SimWorld
+from .env import EnvConfig, privileged_observation
+from .teacher_checkpoint import LoadedTeacher
+
+
+class PPOChunkTeacher:
+    """Labels chunks for `world` with a loaded PPO teacher; `chunk(q, target, K, dt_s)` like the IK
+    teacher's (q and target are read from the world itself, which holds the truth)."""
+
+    def __init__(self, teacher: LoadedTeacher, world: SimWorld, compensated_latency_s: float) -> None:
+        spec = teacher.spec
+        if list(spec.joint_names) != list(world.joint_names):
+            raise ConfigError(teacher.source, "joint_names", spec.joint_names,
+                              f"the teacher was trained for other joints than this world's {world.joint_names}")
+        self.teacher = teacher
+        self.world = world
+        self.env = EnvConfig.from_dict(spec.env, teacher.source)
+        physics_dt = world.params.physics.dt_s
+        self.physics_per_decision = max(1, int(round(1.0 / (self.env.policy_hz * physics_dt))))
+        self.decision_s = self.physics_per_decision * physics_dt
+        self.latency_steps = int(round(compensated_latency_s / self.decision_s))
+        home = world.params.home_pose(world.joint_names)
+        self.home_q = np.clip([home.get(n, 0.0) for n in world.joint_names], world.lower, world.upper)
+        self.labels_made = 0
+
+    def _check_dt(self, dt_s: float) -> None:
+        if abs(dt_s - self.decision_s) > 1e-9:
+            raise ConfigError(self.teacher.source, "env.policy_hz", self.env.policy_hz,
+                              f"the student's chunk spacing dt_s = {dt_s} s must equal the teacher's decision "
+                              f"period {self.decision_s} s")
+
+    def chunk(self, q: np.ndarray, target: np.ndarray | None, chunk_length: int, dt_s: float) -> np.ndarray:
+        """The teacher's chunk (K, n) [rad] from the world's current state (which is left unchanged)."""
+        self._check_dt(dt_s)
+        w = self.world
+        base_inverse = np.linalg.inv(w.link_pose(w._root_link_name()))  # noqa: SLF001 - the world's own root
+        max_steps = max(1, int(round(self.env.episode_s / self.decision_s)))
+        steps_done = int(round(w.episode_elapsed_s() / self.decision_s))
+        command = w._queue.newest()  # noqa: SLF001 - the last target the arm was sent
+        sent_before = command.copy()
+        shift = min(self.latency_steps, chunk_length)
+        last_action = np.zeros(len(w.joint_names))
+        commands = []
+        snapshot = w.save_state()
+        try:
+            for k in range(chunk_length - shift):
+                time_left = max(0.0, 1.0 - (steps_done + k) / max_steps)
+                obs = privileged_observation(w, self.home_q, base_inverse, command, last_action, time_left)
+                with torch.inference_mode():
+                    action = self.teacher.policy(torch.from_numpy(obs)[None])[0].double().numpy()
+                action = np.clip(np.nan_to_num(action, nan=0.0), -1.0, 1.0)
+                command = np.clip(command + self.env.action_scale_rad * action, w.lower, w.upper)
+                commands.append(command.copy())
+                last_action = action
+                w.set_command(command)
+                w.step(self.physics_per_decision)
+        finally:
+            w.restore_state(snapshot, discard=True)
+        self.labels_made += 1
+        # point j is sent at t + j dt - L: the decision j - shift (before t: the command last sent)
+        return np.stack([sent_before] * shift + commands)
