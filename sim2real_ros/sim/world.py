@@ -431,7 +431,9 @@ class SimWorld:
         """Snapshot everything that determines the rest of this episode (sim/snapshot.py): restoring
         it and giving the same commands gives bit-identical joint positions, outcome and time. Valid
         only within this episode on this world. Each snapshot holds a PyBullet state in memory until
-        discard_state (or restore_state(discard=True)), or until the WorldState is garbage collected."""
+        discard_state (or restore_state(discard=True)), or until the WorldState is garbage collected
+        (~0.15 MiB each for arm6). Cost: saving ~0.6 ms (PyBullet serializes the world), restoring ~5 us
+        (arm6, one core), against ~40 us per physics step."""
         state_id = int(self.client.saveState())
         target = np.asarray(self.task.target_position(), dtype=float).copy()
         rgba = getattr(self.task, "rgba", None)
