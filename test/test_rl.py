@@ -268,7 +268,7 @@ def test_train_with_a_ppo_teacher_labels_the_student_from_it(small_teacher, tmp_
     trainer = Trainer(config, tmp_path / "student.pt", tmp_path / "work", log=lambda s: None)
     try:
         result = trainer.run(resume=False)
-        assert trainer.expert.labels_made > 0
+        assert trainer.pool.labels_made() > 0
     finally:
         trainer.close()
     from sim2real_ros.core.checkpoint import read_checkpoint
@@ -278,3 +278,15 @@ def test_train_with_a_ppo_teacher_labels_the_student_from_it(small_teacher, tmp_
     assert spec.provenance["teacher"]["hash"] == load_teacher(small_teacher).checkpoint_hash
     with pytest.raises(ConfigError, match="teacher_checkpoint"):
         load_train_config(config_path("train_reach.yaml"), teacher="ppo", teacher_checkpoint=str(tmp_path / "none.pt"))
+
+
+def test_eval_sim_on_two_ray_workers_gives_what_it_gives_in_process(ray_local):
+    from sim2real_ros.paths import default_policy_path
+    from sim2real_ros.training.evaluation import evaluate_in_sim
+
+    rows = {}
+    for workers in (0, 2):
+        result = evaluate_in_sim(default_policy_path(), 5, perturb=True, pushes=True, seed=4242, workers=workers)
+        rows[workers] = result["per_episode"]
+    assert rows[0] == rows[2]
+    assert len(rows[0]) == 5 and sum(r["pushes_applied"] for r in rows[0]) > 0

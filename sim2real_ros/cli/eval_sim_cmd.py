@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from ..paths import default_policy_path
@@ -28,6 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--record", type=Path, default=None,
                         help="--graph: also record the timing topics (no images) to this bag folder, for "
                              "`sim2real graph-gap`")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="core path: Ray rollout workers (0 = in this process); results do not depend on it")
+    parser.add_argument("--ray-address", default=None,
+                        help="core path: join a Ray cluster (HOST:PORT or auto) instead of starting one locally")
     parser.add_argument("--json", type=Path, default=None, help="write the result here")
 
 
@@ -46,11 +51,27 @@ def run(args: argparse.Namespace) -> int:
                                    robot_description=args.robot_description, seed=args.seed, real_time_factor=rtf,
                                    record_to=args.record, pushes=args.pushes)
     else:
+        from ..core.errors import Sim2RealError
+        from ..rl.cluster import init_ray, shutdown_ray
         from ..training.evaluation import evaluate_in_sim
 
-        result = evaluate_in_sim(args.checkpoint, args.episodes, perturb=args.perturb, sim_config=args.sim_config,
-                                 robot_description=args.robot_description, seed=args.seed,
-                                 graph_conditions=not args.no_graph_conditions, pushes=args.pushes)
+        workers = args.workers
+        try:
+            if workers < 0:
+                raise Sim2RealError(f"--workers {workers}: must be >= 0")
+            if workers or args.ray_address:
+                workers = max(workers, 1)
+                init_ray(workers, args.ray_address)
+        except Sim2RealError as err:
+            print(f"sim2real eval-sim: {err}", file=sys.stderr)
+            return 2
+        try:
+            result = evaluate_in_sim(args.checkpoint, args.episodes, perturb=args.perturb, sim_config=args.sim_config,
+                                     robot_description=args.robot_description, seed=args.seed,
+                                     graph_conditions=not args.no_graph_conditions, pushes=args.pushes,
+                                     workers=workers)
+        finally:
+            shutdown_ray()
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from ..paths import config_path
@@ -16,20 +17,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-resume", action="store_true", help="ignore a previous run's state")
     parser.add_argument("--seed", type=int, default=None, help="override the config's seed")
     parser.add_argument("--no-randomize", action="store_true", help="train without domain randomization (baseline)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="Ray rollout workers for collection (0 = in this process); results do not depend on it")
+    parser.add_argument("--ray-address", default=None, help="join a Ray cluster (HOST:PORT or auto)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..core.errors import Sim2RealError
+    from ..rl.cluster import init_ray, shutdown_ray
     from ..training.config import load_train_config
     from ..training.trainer import Trainer
 
     overrides = {"seed": args.seed, "randomize": False if args.no_randomize else None}
-    config = load_train_config(args.config, **overrides)
-    work_dir = args.work_dir or args.out.with_suffix(".work")
-    trainer = Trainer(config, args.out, work_dir, log=lambda text: print(text, flush=True))
+    workers = args.workers
     try:
-        result = trainer.run(resume=not args.no_resume)
+        config = load_train_config(args.config, **overrides)
+        if workers < 0:
+            raise Sim2RealError(f"--workers {workers}: must be >= 0")
+        if workers or args.ray_address:
+            workers = max(workers, 1)
+            init_ray(workers, args.ray_address)
+    except Sim2RealError as err:
+        print(f"sim2real train: {err}", file=sys.stderr)
+        return 2
+    work_dir = args.work_dir or args.out.with_suffix(".work")
+    try:
+        trainer = Trainer(config, args.out, work_dir, log=lambda text: print(text, flush=True), workers=workers)
+        try:
+            result = trainer.run(resume=not args.no_resume)
+        finally:
+            trainer.close()
     finally:
-        trainer.close()
+        shutdown_ray()
     print(json.dumps({"checkpoint": result["checkpoint"], "hash": result["hash"],
                       "evaluation": result["evaluation"]}, indent=2))
     return 0

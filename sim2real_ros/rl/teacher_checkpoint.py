@@ -106,6 +106,7 @@ def save_teacher(path: str | Path, actor: torch.nn.Module, spec: TeacherSpec) ->
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a checkpoint is meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -9,14 +9,14 @@ from typing import Any
 import numpy as np
 
 from ..core.checkpoint import LoadedPolicy, load_checkpoint
-from ..core.preprocess import ImagePipeline
+from ..core.errors import ConfigError
 from ..core.preprocess_config import PreprocessConfig
 from ..paths import urdf_path
 from ..sim.params import load_sim_params
-from ..sim.world import SimWorld, episode_seed
+from ..sim.world import episode_seed
 from .graph_conditions import GraphConditions
-from .progress import progress
-from .rollout import EpisodeRecord, RolloutConfig, run_episode
+from .parallel import EpisodeJob, EpisodePool, counting_progress
+from .rollout import EpisodeRecord, RolloutConfig
 from .stats import summary, wilson_interval
 
 
@@ -67,28 +67,32 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
                     sim_config: str | Path | None = None, robot_description: str | None = None,
                     seed: int = 1000, actuation_latency_s: float | None = None,
                     num_threads: int = 2, label: str = "eval",
-                    graph_conditions: GraphConditions | bool | None = True, pushes: bool = False) -> dict[str, Any]:
+                    graph_conditions: GraphConditions | bool | None = True, pushes: bool = False,
+                    workers: int = 0) -> dict[str, Any]:
     """Run `episodes` sim episodes with the policy driving (core path: preprocessing pipeline,
     policy, actuator; with graph_conditions (default) the graph's timing and supervisor, see
     training.graph_conditions). perturb: sample the sim params' randomization ranges each episode.
     pushes: random pushes on the arm (the sim params' randomization.pushes; ConfigError if absent),
-    counted per episode (pushes_applied) and in all (pushes_applied_total)."""
+    counted per episode (pushes_applied) and in all (pushes_applied_total). workers: Ray rollout
+    workers (ray must be initialized, rl.cluster.init_ray); 0 runs in this process. Each episode runs
+    on a fresh world, so the results depend on the seeds only, not on the worker count."""
     policy = load_checkpoint(checkpoint, num_threads=num_threads)
     params = load_sim_params(sim_config)
     preprocess = PreprocessConfig.from_dict(policy.spec.preprocess, source=f"{checkpoint} preprocess")
-    world = SimWorld(params, robot_description or str(urdf_path()), seed=seed, joints=list(policy.spec.joint_names),
-                     pushes=pushes)
+    if pushes and params.randomization.pushes is None:
+        raise ConfigError(params.source, "randomization.pushes", None,
+                          "pushes were asked for, but the sim params have no randomization.pushes ranges")
+    latency = params.actuator.actuation_latency_s if actuation_latency_s is None else actuation_latency_s
+    config = rollout_config_from(policy, latency, graph_conditions)
+    job = EpisodeJob(str(params.source), robot_description or str(urdf_path()), preprocess.to_dict(),
+                     list(policy.spec.joint_names), config.to_dict(), policy.spec.chunk_length, policy.spec.dt_s,
+                     pushes=pushes, record_images=False)
+    pool = EpisodePool(job, workers, num_threads=num_threads)
     try:
-        pipeline = ImagePipeline(preprocess)
-        latency = params.actuator.actuation_latency_s if actuation_latency_s is None else actuation_latency_s
-        config = rollout_config_from(policy, latency, graph_conditions)
-        records = [
-            run_episode(world, pipeline, None, policy.select_action, policy.spec.chunk_length, policy.spec.dt_s,
-                        config, randomize=perturb, seed=episode_seed(seed, i), record_images=False)
-            for i in progress(range(episodes), episodes, f"[{label}] episodes")
-        ]
+        seeds = [episode_seed(seed, i) for i in range(episodes)]
+        records = pool.run(seeds, str(checkpoint), perturb, on_done=counting_progress(episodes, f"[{label}] episodes"))
     finally:
-        world.close()
+        pool.close()
     push_info = {}
     if pushes:
         push_info = {"push_params": dataclasses.asdict(params.randomization.pushes),

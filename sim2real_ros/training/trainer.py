@@ -22,8 +22,9 @@ from ..sim.expert import ReachExpert
 from ..sim.params import load_sim_params
 from ..sim.world import SimWorld, episode_seed
 from .config import TrainConfig
+from .parallel import EpisodeJob, EpisodePool, counting_progress
 from .progress import progress
-from .rollout import EpisodeRecord, run_episode
+from .rollout import EpisodeRecord
 from .stats import wilson_interval
 
 
@@ -122,7 +123,8 @@ def student_controller(model: PolicyModel) -> Callable[[np.ndarray, np.ndarray],
 class Trainer:
     """Runs the whole recipe; state lives in `work_dir` so an interrupted run resumes."""
 
-    def __init__(self, config: TrainConfig, out: Path, work_dir: Path, log: Callable[[str], None] = print) -> None:
+    def __init__(self, config: TrainConfig, out: Path, work_dir: Path, log: Callable[[str], None] = print,
+                 workers: int = 0) -> None:
         self.config = config
         self.out = Path(out)
         self.work_dir = Path(work_dir)
@@ -131,10 +133,14 @@ class Trainer:
         torch.set_num_threads(config.num_threads)
         self.params = load_sim_params(config.sim_params)
         self.preprocess = PreprocessConfig.from_yaml(config.preprocess)
-        self.pipeline = ImagePipeline(self.preprocess, on_warning=lambda text: log(f"[warning] {text}"))
-        self.world = SimWorld(self.params, config.robot_description, seed=config.seed, render=True,
-                              pushes=config.pushes)
-        self.expert = make_teacher(config, self.world)
+        # Checked here (a warning is shown once); each worker builds its own pipeline from the config.
+        ImagePipeline(self.preprocess, on_warning=lambda text: log(f"[warning] {text}"))
+        # This world only names the joints; every episode runs on a fresh one (training.parallel).
+        self.world = SimWorld(self.params, config.robot_description, seed=config.seed, render=False)
+        job = EpisodeJob(config.sim_params, config.robot_description, self.preprocess.to_dict(),
+                         list(self.world.joint_names), config.rollout.to_dict(), config.chunk_length, config.dt_s,
+                         pushes=config.pushes, teacher=config.teacher, teacher_checkpoint=config.teacher_checkpoint)
+        self.pool = EpisodePool(job, workers, num_threads=config.num_threads)
         self.spec = make_policy_spec(
             self.world.joint_names, self.preprocess, architecture=config.architecture, hparams=config.hparams,
             chunk_length=config.chunk_length, dt_s=config.dt_s, sim_params_version=self.params.version,
@@ -144,12 +150,8 @@ class Trainer:
     # -- episodes -------------------------------------------------------------------------------
     def collect(self, episodes: int, student: PolicyModel | None, randomize: bool, seed_offset: int,
                 label: str) -> tuple[list[EpisodeRecord], float]:
-        records = []
-        controller = student_controller(student) if student is not None else None
-        for i in progress(range(episodes), episodes, f"[{label}] episodes"):
-            seed = episode_seed(self.config.seed, seed_offset + i)
-            records.append(run_episode(self.world, self.pipeline, self.expert, controller, self.config.chunk_length,
-                                       self.config.dt_s, self.config.rollout, randomize=randomize, seed=seed))
+        seeds = [episode_seed(self.config.seed, seed_offset + i) for i in range(episodes)]
+        records = self.pool.run(seeds, student, randomize, on_done=counting_progress(episodes, f"[{label}] episodes"))
         successes = sum(bool(r.outcome.get("success")) for r in records)
         return records, successes / max(1, episodes)
 
@@ -245,23 +247,16 @@ class Trainer:
     def _teacher_provenance(self) -> dict[str, Any]:
         if self.config.teacher != "ppo":
             return {"kind": "ik"}
-        loaded = self.expert.teacher
+        from ..rl.teacher_checkpoint import load_teacher
+
+        loaded = load_teacher(self.config.teacher_checkpoint)
         return {"kind": "ppo", "checkpoint": self.config.teacher_checkpoint, "hash": loaded.checkpoint_hash,
                 "evaluation": {k: v for k, v in loaded.spec.provenance.get("evaluation", {}).items()
                                if k != "per_episode"}}
 
     def close(self) -> None:
+        self.pool.close()
         self.world.close()
-
-
-def make_teacher(config: TrainConfig, world: SimWorld) -> Any:
-    """The teacher that labels chunks: the IK solver, or a PPO teacher checkpoint acting in `world`."""
-    if config.teacher == "ppo":
-        from ..rl.labeller import PPOChunkTeacher
-        from ..rl.teacher_checkpoint import load_teacher
-
-        return PPOChunkTeacher(load_teacher(config.teacher_checkpoint), world, config.rollout.actuation_latency_s)
-    return make_expert(world)
 
 
 def make_expert(world: SimWorld) -> ReachExpert:
