@@ -431,7 +431,7 @@ def _with_model(joint: JointLatency, grid: _Grid, tc: np.ndarray, xc: np.ndarray
     tau_min = 0.5 * state_period
     keep_c = tc <= end
     cmd_t, cmd_x = servo_response.compress_hold(tc[keep_c], xc[keep_c])
-    fresh = servo_response.fresh_times(tm, xm)
+    fresh = servo_response.fresh_times(tm, xm, joint.update_period_s)
     bounds = (options.min_lag_s, options.max_lag_s)
     bulk = joint.bulk_lag_s if joint.bulk_lag_s is not None else 0.0
     # Initial scale/offset: the correlation fit's when it explains the positions, else the ranges'.

@@ -9,7 +9,8 @@ Per excited joint, on the measured joint's own units (wraps unwrapped, sign and 
   on a unit inertia: kp/I = w^2, kd/I = 2 z w), what the sim's pd model is without saturation.
 
 Both are simulated over the whole recording from its first reading (5 ms steps, readings compared
-at the time their value first appeared: servo buses repeat a stale reading), fitted on the first
+at the time their value first appeared: servo buses repeat a stale reading; but at most one refresh
+interval before the reading's own time: a joint at rest is re-read with the same value), fitted on the first
 part (Nelder-Mead from the `sysid latency` estimates, several dead-time starts) and scored on the
 held-out last part: RMS error [rad] per joint. A parameter whose +/-20 % change (dead time: +/- one
 control period) moves the fitted-part RMS by less than 1 % is reported as not determined by the
@@ -140,11 +141,12 @@ class _JointData:
     grid: np.ndarray  # (N,) [s]
     cmd_t: np.ndarray  # command changes [s]
     cmd_target: np.ndarray  # in measured units
-    t_fresh: np.ndarray  # (M,) [s]
+    t_fresh: np.ndarray  # (M,) [s] the time each reading is compared with a model at
     y: np.ndarray  # (M,) measured
     train: np.ndarray  # (M,) bool
     holdout: np.ndarray  # (M,) bool
     x0: float
+    t_read: np.ndarray  # (M,) [s] each reading's own time
 
     def delayed_target(self, d: float) -> np.ndarray:
         index = np.searchsorted(self.cmd_t + d, self.grid, side="right") - 1
@@ -233,9 +235,23 @@ def _fit_joint(name: str, data: _JointData, lat: JointLatency, options: ServoFit
     )
 
 
-def fit_servo(command: JointStream, state: JointStream, options: ServoFitOptions | None = None,
-              latency_options: LatencyOptions | None = None) -> ServoFitResult:
-    """Fit the servo model (and the PD baseline) per excited joint; see the module doc."""
+@dataclass(frozen=True)
+class PreparedJoints:
+    """What both models are fitted to and scored on, per excited joint: (name, data, latency estimate).
+    data.t_read: each reading's own time; data.t_fresh: the time it is compared with a model at."""
+
+    joints: tuple[tuple[str, _JointData, JointLatency], ...]
+    skipped: dict[str, str]
+    split_t: float
+    window_s: tuple[float, float]
+    time_source: str
+    control_period_s: float
+
+
+def prepare_joints(command: JointStream, state: JointStream, options: ServoFitOptions | None = None,
+                   latency_options: LatencyOptions | None = None) -> PreparedJoints:
+    """The readings of each excited joint (unwrapped on the latency estimate's branch), the commands
+    mapped into measured units, the comparison times and the fitted/held-out split; see the module doc."""
     options = options or ServoFitOptions()
     report = estimate_latency(command, state, latency_options or LatencyOptions(max_lag_s=options.max_dead_time_s))
     names, command_cols, state_cols, _, _ = match_joints(command, state)
@@ -257,7 +273,9 @@ def fit_servo(command: JointStream, state: JointStream, options: ServoFitOptions
         if lat.unwrap_period is not None:
             y_w = unwrap(y_w, lat.unwrap_period)
         keep = (tm_w >= start) & (tm_w <= end)
-        t_fresh = servo_response.fresh_times(tm_w, y_w)[keep]
+        # Compared where its value first appeared, but at most one refresh interval back: a joint
+        # at rest is re-read with the same value, its readings are not all from the instant it arrived.
+        t_fresh = servo_response.fresh_times(tm_w, y_w, lat.update_period_s)[keep]
         y = y_w[keep]
         cmd_t, cmd_x = servo_response.compress_hold(tc, command.positions[:, ci])
         target = lat.model_scale * cmd_x + lat.model_offset
@@ -265,12 +283,24 @@ def fit_servo(command: JointStream, state: JointStream, options: ServoFitOptions
         if train.sum() < 10 or holdout.sum() < 5:
             skipped[name] = f"too few readings ({train.sum()} fitted, {holdout.sum()} held out)"
             continue
-        data = _JointData(grid, cmd_t, target, np.maximum(t_fresh, start), y, train, holdout, float(y[0]))
-        joints.append(_fit_joint(name, data, lat, options, control_period))
-    if not joints:
-        raise SysidError(f"no joint of {command.topic} could be fitted: {skipped}")
-    return ServoFitResult(tuple(joints), skipped, float(split), float(end - start), report.time_source,
+        data = _JointData(grid, cmd_t, target, np.maximum(t_fresh, start), y, train, holdout, float(y[0]),
+                          tm_w[keep])
+        joints.append((name, data, lat))
+    return PreparedJoints(tuple(joints), skipped, float(split), (float(start), float(end)), report.time_source,
                           float(control_period))
+
+
+def fit_servo(command: JointStream, state: JointStream, options: ServoFitOptions | None = None,
+              latency_options: LatencyOptions | None = None) -> ServoFitResult:
+    """Fit the servo model (and the PD baseline) per excited joint; see the module doc."""
+    options = options or ServoFitOptions()
+    prepared = prepare_joints(command, state, options, latency_options)
+    joints = [_fit_joint(name, data, lat, options, prepared.control_period_s) for name, data, lat in prepared.joints]
+    if not joints:
+        raise SysidError(f"no joint of {command.topic} could be fitted: {prepared.skipped}")
+    start, end = prepared.window_s
+    return ServoFitResult(tuple(joints), prepared.skipped, prepared.split_t, end - start, prepared.time_source,
+                          prepared.control_period_s)
 
 
 # ----------------------------------------------------------------------------------------------

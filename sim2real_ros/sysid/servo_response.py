@@ -13,8 +13,9 @@ exact and continuous in d: the fit needs no time grid.
 
 The measurement: servo buses often refresh a joint's reading far slower than its topic is
 published and repeat the last value in between. A reading is compared with the model at the time
-its value first appeared (its "fresh" time); the refresh interval therefore limits how finely the
-onset is seen, and belongs in its uncertainty (latency.py adds it).
+its value first appeared (its "fresh" time), but never more than one refresh interval before its
+own time: a value unchanged for longer was re-read (a joint at rest), not stale. The refresh
+interval limits how finely the onset is seen, and belongs in its uncertainty (latency.py adds it).
 
 The dead time is the onset of the response: the time from a command change to the moment the
 joint starts to move toward it, which is what a latency compensator must look ahead. A
@@ -57,11 +58,20 @@ class ResponseFit:
     slewed: bool
 
 
-def fresh_times(t: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """For each reading, the time [s] its value first appeared (the reading is held until it changes)."""
+def fresh_times(t: np.ndarray, x: np.ndarray, refresh_s: float | None = None) -> np.ndarray:
+    """For each reading, the time [s] its value first appeared (the reading is held until it changes).
+
+    refresh_s [s]: the interval at which the bus really re-reads the joint. A value held longer than
+    that was read again with the same result (a joint at rest), so a reading is compared no earlier
+    than one refresh interval before its own time: max(first appeared, t - refresh_s). Without it,
+    every reading of a joint resting for seconds would be compared at the one instant it arrived.
+    """
     changed = np.concatenate([[True], np.diff(x) != 0])
     index = np.maximum.accumulate(np.where(changed, np.arange(len(x)), 0))
-    return t[index]
+    first = t[index]
+    if refresh_s is None or not math.isfinite(refresh_s):
+        return first
+    return np.maximum(first, t - refresh_s)
 
 
 def compress_hold(t: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
