@@ -1,5 +1,6 @@
 """Random pushes (randomization.pushes): params validation, the schedule, their effect on the arm in
-real PyBullet, that pushes off changes nothing, and `eval-sim --pushes` / the sim node's `pushes`."""
+real PyBullet, that pushes off changes nothing, and `eval-sim --pushes` / the sim node's `pushes`
+(whose sim/episode also reports a restarted episode 0)."""
 import copy
 import json
 
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 import yaml
 from diagnostic_msgs.msg import DiagnosticArray
+from std_srvs.srv import Trigger
 from support import node_decl, running_nodes, wait_until
 
 from sim2real_ros.core.errors import ConfigError
@@ -272,11 +274,16 @@ def test_sim_node_pushes_parameter_reports_pushes_applied_on_sim_episode(raw, ro
     params_file = tmp_path / "sim_params.yaml"
     params_file.write_text(yaml.safe_dump(data))
     decl = node_decl("sim_node", {"sim_params_file": str(params_file), "pushes": True, "pacing": "fast",
-                                  "camera_enabled": False})
+                                  "camera_enabled": False, "auto_reset": False})
     with running_nodes([decl], tmp_path, namespace="pushes"):
         episodes = ros.collect(DiagnosticArray, "/pushes/sim/episode", EVENTS_QOS)
-        assert wait_until(lambda: len(episodes) >= 2, 60), "no sim/episode messages"
+        assert wait_until(lambda: len(episodes) >= 1, 60), "no sim/episode message"
+        # sim/restart after episode 0's outcome: the restarted episode 0 is reported too (what
+        # eval-sim --graph waits for when the supervisor arms in episode 1)
+        assert ros.call(Trigger, "/pushes/sim/restart", timeout_s=45).success
+        assert wait_until(lambda: len(episodes) >= 2, 60), "the restarted episode's outcome never came"
     outcomes = [EpisodeOutcome.from_message(m) for m in list(episodes)]
+    assert [o.episode for o in outcomes] == [0, 0] and outcomes[0].seed == outcomes[1].seed
     assert all(o.reason == "timeout" and o.pushes_applied == 3 for o in outcomes), outcomes
     plain = {"episode": 0, "seed": 1, "success": True, "reason": "success", "duration_s": 1.0, "final_distance_m": 0.01}
     assert EpisodeOutcome.from_message(_episode_message(plain, 0)).pushes_applied == -1

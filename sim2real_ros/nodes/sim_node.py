@@ -143,7 +143,10 @@ class SimNode(Node):
         self._resync = False  # an episode reset moved the arm; commands wait until one rejoins it
         self._last_rejection = ""
         self._last_command_ns = -1
-        self._published_outcome_episode = -1
+        # The reset (world.episode_serial) whose outcome was published: episode indices repeat after a
+        # sim/restart, so an index alone would hide the outcome of a restarted episode 0 once episode
+        # 0's was published (the graph evaluation then waited forever when it armed in episode 1).
+        self._published_outcome_serial = -1
         self._rtf = 0.0
 
         self._clock_pub = self.create_publisher(Clock, "clock", CLOCK_QOS)
@@ -357,10 +360,11 @@ class SimNode(Node):
         world = self.world
         with self._lock:
             outcome = world.episode_outcome()
-            if outcome is None or outcome["episode"] == self._published_outcome_episode:
+            serial = world.episode_serial
+            if outcome is None or serial == self._published_outcome_serial:
                 return
             stamp = world.time_ns
-        self._published_outcome_episode = outcome["episode"]
+        self._published_outcome_serial = serial
         self._counters["episodes_finished"] += 1
         self._episode_pub.publish(_episode_message(outcome, stamp))
         self.get_logger().info(

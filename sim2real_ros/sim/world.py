@@ -339,6 +339,12 @@ class SimWorld:
         self.episode_index = -1
         return self.reset(randomize=randomize)
 
+    @property
+    def episode_serial(self) -> int:
+        """How many episodes this world has started (restart included): unlike episode_index, which
+        restart sets back to 0, it tells every episode apart."""
+        return self._episode_serial
+
     def episode_elapsed_s(self) -> float:
         """Sim time since the episode started [s]."""
         return (self.time_ns - self.episode_start_ns) / NS_PER_S
