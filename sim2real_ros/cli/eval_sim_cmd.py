@@ -52,16 +52,11 @@ def run(args: argparse.Namespace) -> int:
                                    record_to=args.record, pushes=args.pushes)
     else:
         from ..core.errors import Sim2RealError
-        from ..rl.cluster import init_ray, shutdown_ray
+        from ..rl.cluster import ray_for_command, shutdown_ray
         from ..training.evaluation import evaluate_in_sim
 
-        workers = args.workers
         try:
-            if workers < 0:
-                raise Sim2RealError(f"--workers {workers}: must be >= 0")
-            if workers or args.ray_address:
-                workers = max(workers, 1)
-                init_ray(workers, args.ray_address)
+            workers = ray_for_command(args.workers, args.ray_address)
         except Sim2RealError as err:
             print(f"sim2real eval-sim: {err}", file=sys.stderr)
             return 2

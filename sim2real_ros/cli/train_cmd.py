@@ -24,19 +24,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..core.errors import Sim2RealError
-    from ..rl.cluster import init_ray, shutdown_ray
+    from ..rl.cluster import ray_for_command, shutdown_ray
     from ..training.config import load_train_config
     from ..training.trainer import Trainer
 
     overrides = {"seed": args.seed, "randomize": False if args.no_randomize else None}
-    workers = args.workers
     try:
         config = load_train_config(args.config, **overrides)
-        if workers < 0:
-            raise Sim2RealError(f"--workers {workers}: must be >= 0")
-        if workers or args.ray_address:
-            workers = max(workers, 1)
-            init_ray(workers, args.ray_address)
+        workers = ray_for_command(args.workers, args.ray_address)
     except Sim2RealError as err:
         print(f"sim2real train: {err}", file=sys.stderr)
         return 2

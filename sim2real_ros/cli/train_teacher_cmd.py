@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..core.errors import Sim2RealError
-    from ..rl.cluster import init_ray, shutdown_ray
+    from ..rl.cluster import ray_for_command, shutdown_ray
     from ..rl.ppo import TeacherTrainer, load_teacher_config
 
     def log(text: str) -> None:
@@ -35,14 +35,13 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         config = load_teacher_config(args.config, seed=args.seed, iterations=args.iterations)
-        workers = config.workers if args.workers is None else args.workers
-        if workers < 0:
-            raise Sim2RealError(f"--workers {workers}: must be >= 0")
-        if workers or args.ray_address:
-            cluster = init_ray(max(workers, 1), args.ray_address)
-            log(f"[ppo] Ray: {cluster['nodes']} node(s), {cluster['cpus']} CPUs ({cluster['address']}); "
-                f"{max(workers, 1)} rollout workers")
-            workers = max(workers, 1)
+        workers = ray_for_command(config.workers if args.workers is None else args.workers, args.ray_address)
+        if workers:
+            import ray
+
+            log(f"[ppo] Ray: {len([n for n in ray.nodes() if n.get('Alive')])} node(s), "
+                f"{int(ray.cluster_resources().get('CPU', 0))} CPUs ({args.ray_address or 'local'}); "
+                f"{workers} rollout workers")
     except Sim2RealError as err:
         print(f"sim2real train-teacher: {err}", file=sys.stderr)
         return 2

@@ -142,8 +142,8 @@ def _tensor_bytes(name: str, tensor: torch.Tensor) -> tuple[str, bytes]:
     return dtype_name, array.astype(_DTYPES[dtype_name][1], copy=False).tobytes()
 
 
-def encode_checkpoint(spec: PolicySpec, state: dict[str, torch.Tensor]) -> bytes:
-    """The checkpoint file's bytes for `spec` and tensors `state` (deterministic: sorted names)."""
+def encode_tensors(state: dict[str, torch.Tensor]) -> tuple[list[dict[str, Any]], bytes]:
+    """The tensor table (sorted by name: deterministic) and the data block of `state`."""
     entries = []
     blobs = []
     offset = 0
@@ -153,12 +153,35 @@ def encode_checkpoint(spec: PolicySpec, state: dict[str, torch.Tensor]) -> bytes
                         "nbytes": len(data)})
         blobs.append(data)
         offset += len(data)
+    return entries, b"".join(blobs)
+
+
+def encode_checkpoint(spec: PolicySpec, state: dict[str, torch.Tensor]) -> bytes:
+    """The checkpoint file's bytes for `spec` and tensors `state` (deterministic: sorted names)."""
+    entries, data = encode_tensors(state)
     header = {"format_version": FORMAT_VERSION, "spec": spec.to_dict(), "tensors": entries}
     try:
         header_bytes = json.dumps(header, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"spec is not plain JSON (hparams/provenance must be JSON values): {err}") from err
-    return MAGIC + _LENGTH.pack(len(header_bytes)) + header_bytes + b"".join(blobs)
+    return MAGIC + _LENGTH.pack(len(header_bytes)) + header_bytes + data
+
+
+def write_atomically(path: str | Path, data: bytes) -> Path:
+    """Write `data` to `path` through a temporary file and a rename, so a crash never leaves a
+    half-written file under the real name; readable by all (0644) like any shared artifact."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 
 def save_checkpoint(path: str | Path, model: PolicyModel, spec: PolicySpec) -> str:
@@ -179,17 +202,7 @@ def save_checkpoint(path: str | Path, model: PolicyModel, spec: PolicySpec) -> s
         if in_spec != in_model:
             raise CheckpointError(f"cannot save: spec {field} gives {in_spec}, the model was built for {in_model}")
     data = encode_checkpoint(spec, dict(model.state_dict()))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Write then rename, so a crash never leaves a half-written checkpoint under the real name.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, data)
     return _hash_bytes(data)
 
 

@@ -66,6 +66,19 @@ def init_ray(workers: int, address: str | None = None) -> dict[str, Any]:
             "cpus": int(sum(n.get("Resources", {}).get("CPU", 0) for n in nodes))}
 
 
+def ray_for_command(workers: int, address: str | None) -> int:
+    """What `--workers N [--ray-address A]` mean for a command: 0 = no Ray (in this process);
+    otherwise Ray is started (or joined) and the worker count (at least 1) is returned. Raises
+    RayClusterError for a negative count or a cluster that cannot be joined."""
+    if workers < 0:
+        raise RayClusterError(f"--workers {workers}: must be >= 0")
+    if not workers and not address:
+        return 0
+    workers = max(workers, 1)
+    init_ray(workers, address)
+    return workers
+
+
 def shutdown_ray() -> None:
     import ray
 

@@ -6,21 +6,20 @@ config it was trained with, and its provenance (sim params version, steps, succe
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..core.checkpoint import (  # the bounded parser shared with vision checkpoints
+from ..core.checkpoint import (  # the bounded parser and writer shared with vision checkpoints
     _LENGTH,
     _hash_bytes,
     _parse_header,
     _parse_table,
     _read_tensor,
-    _tensor_bytes,
+    encode_tensors,
+    write_atomically,
 )
 from ..core.errors import CheckpointError
 
@@ -86,31 +85,14 @@ def build_actor(spec: TeacherSpec) -> torch.nn.Module:
 
 def save_teacher(path: str | Path, actor: torch.nn.Module, spec: TeacherSpec) -> str:
     """Write the actor's weights (normalizer and std included) and `spec`, atomically. Returns the hash."""
-    state = {k: v for k, v in actor.state_dict().items()}
-    entries, blobs, offset = [], [], 0
-    for name in sorted(state):
-        dtype_name, data = _tensor_bytes(name, state[name])
-        entries.append({"name": name, "dtype": dtype_name, "shape": list(state[name].shape), "offset": offset,
-                        "nbytes": len(data)})
-        blobs.append(data)
-        offset += len(data)
+    entries, blob = encode_tensors(dict(actor.state_dict()))
     spec_dict = asdict(spec)
     # JSON objects are written with sorted keys: the observation order is kept as a list of pairs.
     spec_dict["observation_layout"] = [[name, size] for name, size in spec.observation_layout.items()]
     header = {"format_version": TEACHER_FORMAT_VERSION, "spec": spec_dict, "tensors": entries}
     header_bytes = json.dumps(header, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    data = TEACHER_MAGIC + _LENGTH.pack(len(header_bytes)) + header_bytes + b"".join(blobs)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a checkpoint is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    data = TEACHER_MAGIC + _LENGTH.pack(len(header_bytes)) + header_bytes + blob
+    write_atomically(path, data)
     return _hash_bytes(data)
 
 
