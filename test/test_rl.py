@@ -290,3 +290,23 @@ def test_eval_sim_on_two_ray_workers_gives_what_it_gives_in_process(ray_local):
         rows[workers] = result["per_episode"]
     assert rows[0] == rows[2]
     assert len(rows[0]) == 5 and sum(r["pushes_applied"] for r in rows[0]) > 0
+
+
+def test_train_teacher_resumes_from_its_work_directory(tmp_path):
+    """A run stopped after 2 iterations continues at iteration 3 with the saved weights and
+    optimizer (and plays new episodes), rather than starting over."""
+    base = dict(env={"pushes": False}, num_envs=2, steps_per_env=4, eval_episodes=0, workers=0,
+                actor={"hidden_dims": [16], "activation": "elu", "init_std": 0.5})
+    lines: list[str] = []
+    first = TeacherTrainer(_config(iterations=2, **base), tmp_path / "a.pt", tmp_path / "work", workers=0,
+                           log=lines.append).run(resume=True)
+    assert first["iterations"] == 2 and first["steps"] == 16
+    second = TeacherTrainer(_config(iterations=3, **base), tmp_path / "b.pt", tmp_path / "work", workers=0,
+                            log=lines.append).run(resume=True)
+    assert any("resuming after iteration 2" in line for line in lines)
+    assert second["iterations"] == 3 and second["steps"] == 24
+    assert [row["iteration"] for row in second["history"]] == [1, 2, 3]
+    # another config in the same folder starts fresh
+    other = TeacherTrainer(_config(iterations=1, seed=5, **base), tmp_path / "c.pt", tmp_path / "work", workers=0,
+                           log=lines.append).run(resume=True)
+    assert other["iterations"] == 1 and any("holds a run of another config" in line for line in lines)
