@@ -55,9 +55,10 @@ from .policy_model import (
     build_model,
     plan_model,
 )
+from .policy_spec import CHECKPOINT_MAGIC, check_compatible
 from .preprocess_config import PreprocessConfig
 
-MAGIC = b"SIM2REAL-POLICY\n"
+MAGIC = CHECKPOINT_MAGIC
 FORMAT_VERSION = 1
 _LENGTH = struct.Struct("<Q")
 # Caps on the file's own structure (the spec's sizes are capped in policy_model.py). A real header
@@ -521,41 +522,6 @@ class LoadedPolicy:
         """Refuse (CheckpointError) to run in a graph that differs from what the policy was
         trained with; see check_compatible."""
         check_compatible(self.spec, joint_names, preprocess, self.source)
-
-
-def check_compatible(spec: PolicySpec, joint_names: Sequence[str], preprocess: PreprocessConfig,
-                     source: str) -> None:
-    """Refuse (CheckpointError naming `source`) a spec whose joints, image size, intrinsics or
-    preprocessing differ from the running graph's; the message names both sides of every
-    mismatch. Needs only the spec: run it before building (and warming up) the model."""
-    problems = []
-    graph_joints = list(joint_names)
-    if list(spec.joint_names) != graph_joints:
-        same_set = sorted(spec.joint_names) == sorted(graph_joints)
-        what = "joint order" if same_set else "joints"
-        problems.append(f"{what}: checkpoint expects joints {list(spec.joint_names)}, graph has {graph_joints}")
-    camera = preprocess.policy_camera
-    if (spec.image_width, spec.image_height) != (camera.width, camera.height):
-        problems.append(f"image size: checkpoint expects {spec.image_width}x{spec.image_height}, "
-                        f"graph has {camera.width}x{camera.height}")
-    intrinsics_keys = ("fx", "fy", "cx", "cy")
-    trained = {k: _number(spec.policy_camera.get(k)) for k in intrinsics_keys}
-    running = {k: float(getattr(camera, k)) for k in intrinsics_keys}
-    if not all(math.isclose(trained[k], running[k], rel_tol=1e-9, abs_tol=1e-9) for k in intrinsics_keys):
-        problems.append(f"intrinsics: checkpoint expects {trained}, graph has {running}")
-    if spec.preprocess_hash != preprocess.content_hash:
-        problems.append(f"preprocessing: checkpoint was trained with preprocess hash {spec.preprocess_hash} "
-                        f"({abbreviate(spec.preprocess, 2000)}), graph has {preprocess.content_hash} "
-                        f"({preprocess.to_dict()})")
-    if problems:
-        raise CheckpointError(f"{source} does not match the running graph: " + "; ".join(problems))
-
-
-def _number(value: Any) -> float:
-    """A recorded intrinsic as a float; NaN (never equal) if it is not a number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return math.nan
-    return float(value)
 
 
 def _resolve_device(device: str) -> torch.device:

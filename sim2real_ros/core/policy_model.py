@@ -20,7 +20,7 @@ is the observation's capture time; point 0 is therefore the target at the observ
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,16 @@ import torch
 from torch import nn
 
 from .errors import ConfigError
+from .policy_spec import (  # noqa: F401 - re-exported: policy_model has always offered them
+    MAX_CHUNK_LENGTH,
+    MAX_DT_S,
+    MAX_IMAGE_SIDE,
+    MAX_JOINTS,
+    MAX_NAME_LENGTH,
+    PolicySpec,
+    _Shown,
+    abbreviate,
+)
 
 DEFAULT_ARCHITECTURE = "cnn_mlp"
 DEFAULT_CHUNK_LENGTH = 10
@@ -43,11 +53,6 @@ UNTRAINED_ACTION_STD = 1e-3
 # Caps on every size a spec gives (DESIGN.md §5: a checkpoint is untrusted input, and each of these
 # sizes becomes an allocation when the model is built or warmed up). Generous: each is 10x or more
 # what this stack uses, and far below what would take a machine's memory.
-MAX_JOINTS = 64  # joints per policy: the arms here have 6-9, a humanoid about 40
-MAX_NAME_LENGTH = 256  # characters of a joint or architecture name (URDF names are short)
-MAX_IMAGE_SIDE = 1024  # [px] policy image width and height: policy images are downscaled (96x96 here)
-MAX_CHUNK_LENGTH = 1000  # points per action chunk: 10 here, action-chunking policies use about 100
-MAX_DT_S = 10.0  # [s] between chunk points: 0.05 here; a chunk point 10 s away is no control any more
 MAX_LAYER_WIDTH = 4096  # any integer hyperparameter (conv channels, MLP widths, keypoints, pool size)
 MAX_LAYERS = 16  # entries of a list hyperparameter (convs, MLP layers): 2-4 here
 # Elements of the model's state (parameters + buffers): 64 Mi = 256 MiB float32; the models here
@@ -56,122 +61,6 @@ MAX_PARAMETERS = 64 * 1024 * 1024
 # Elements of the intermediate results of one batch-1 inference (the warm-up): 64 Mi = 256 MiB
 # float32; 0.2 Mi here at 96x96.
 MAX_ACTIVATIONS = 64 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class PolicySpec:
-    """Everything needed to rebuild and safely run a policy, besides its weights.
-
-    architecture: registry name (see ARCHITECTURES); hparams: its hyperparameters (JSON values).
-    joint_names: observation and action joint order. image_width, image_height [px]: policy image
-    size. policy_camera: the policy camera model as CameraModel.to_dict() (intrinsics [px]).
-    chunk_length: K points per chunk; dt_s [s]: time between points. preprocess: the
-    PreprocessConfig.to_dict() the policy was trained with, preprocess_hash its content hash.
-    sim_params_version: content hash of the sim parameters YAML trained on ("unknown" if none).
-    provenance: how it was trained (method, parent checkpoint hash, data, date, git commit, ...).
-    """
-
-    architecture: str
-    hparams: dict[str, Any]
-    joint_names: tuple[str, ...]
-    image_width: int
-    image_height: int
-    policy_camera: dict[str, Any]
-    chunk_length: int
-    dt_s: float
-    preprocess: dict[str, Any]
-    preprocess_hash: str
-    sim_params_version: str = "unknown"
-    provenance: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        source = "PolicySpec"
-        object.__setattr__(self, "joint_names", tuple(str(n) for n in self.joint_names))
-        if not self.architecture:
-            raise ConfigError(source, "architecture", self.architecture, "must be a non-empty name")
-        if not self.joint_names:
-            raise ConfigError(source, "joint_names", list(self.joint_names), "needs at least one joint")
-        if len(self.joint_names) > MAX_JOINTS:
-            raise ConfigError(source, "joint_names", _Shown(f"<{len(self.joint_names)} names>"),
-                              f"more than MAX_JOINTS = {MAX_JOINTS} joints")
-        if len(set(self.joint_names)) != len(self.joint_names):
-            raise ConfigError(source, "joint_names", list(self.joint_names), "contains duplicate names")
-        if len(self.architecture) > MAX_NAME_LENGTH:
-            raise ConfigError(source, "architecture", abbreviate(self.architecture),
-                              f"longer than {MAX_NAME_LENGTH} characters")
-        for joint in self.joint_names:
-            if not joint or len(joint) > MAX_NAME_LENGTH:
-                raise ConfigError(source, "joint_names", abbreviate(joint),
-                                  f"a joint name must have 1 to {MAX_NAME_LENGTH} characters")
-        caps = {"image_width": (MAX_IMAGE_SIDE, "MAX_IMAGE_SIDE", " [px]"),
-                "image_height": (MAX_IMAGE_SIDE, "MAX_IMAGE_SIDE", " [px]"),
-                "chunk_length": (MAX_CHUNK_LENGTH, "MAX_CHUNK_LENGTH", " points")}
-        for name, (cap, cap_name, unit) in caps.items():
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(source, name, value, "must be a positive integer")
-            if value > cap:
-                raise ConfigError(source, name, value, f"more than {cap_name} = {cap}{unit}")
-        if not (isinstance(self.dt_s, (int, float)) and np.isfinite(self.dt_s) and 0 < self.dt_s <= MAX_DT_S):
-            raise ConfigError(source, "dt_s", self.dt_s, f"must be a positive number of seconds <= {MAX_DT_S}")
-        for name in ("hparams", "policy_camera", "preprocess", "provenance"):
-            if not isinstance(getattr(self, name), dict):
-                raise ConfigError(source, name, getattr(self, name), "must be a mapping")
-
-    @property
-    def joint_count(self) -> int:
-        return len(self.joint_names)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (tuples become lists)."""
-        data = asdict(self)
-        data["joint_names"] = list(self.joint_names)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "PolicySpec") -> PolicySpec:
-        """Inverse of to_dict; ConfigError names the source and the missing or bad field."""
-        if not isinstance(data, Mapping):
-            raise ConfigError(source, "<spec>", data, "must be a mapping")
-        required = ("architecture", "hparams", "joint_names", "image_width", "image_height", "policy_camera",
-                    "chunk_length", "dt_s", "preprocess", "preprocess_hash")
-        for key in required:
-            if key not in data:
-                raise ConfigError(source, key, None, "missing")
-        # A spec read from a file is untrusted: every field must already have its type (str() or
-        # dict() of a wrong type would turn garbage into something plausible).
-        types = {"architecture": (str,), "hparams": (Mapping,), "joint_names": (list, tuple),
-                 "policy_camera": (Mapping,), "dt_s": (int, float), "preprocess": (Mapping,),
-                 "preprocess_hash": (str,), "sim_params_version": (str,), "provenance": (Mapping,)}
-        for key, allowed in types.items():
-            if key in data and (not isinstance(data[key], allowed) or isinstance(data[key], bool)):
-                raise ConfigError(source, key, abbreviate(data[key]),
-                                  f"must be of type {' or '.join(t.__name__ for t in allowed)}")
-        names = data["joint_names"]
-        if len(names) > MAX_JOINTS:  # before looking at each one: the list may be huge
-            raise ConfigError(source, "joint_names", _Shown(f"<{len(names)} names>"),
-                              f"more than MAX_JOINTS = {MAX_JOINTS} joints")
-        if not all(isinstance(n, str) for n in names):
-            raise ConfigError(source, "joint_names", abbreviate(names), "must be a list of strings")
-        try:
-            return cls(
-                architecture=str(data["architecture"]),
-                hparams=dict(data["hparams"]),
-                joint_names=tuple(data["joint_names"]),
-                image_width=data["image_width"],
-                image_height=data["image_height"],
-                policy_camera=dict(data["policy_camera"]),
-                chunk_length=data["chunk_length"],
-                dt_s=float(data["dt_s"]),
-                preprocess=dict(data["preprocess"]),
-                preprocess_hash=str(data["preprocess_hash"]),
-                sim_params_version=str(data.get("sim_params_version", "unknown")),
-                provenance=dict(data.get("provenance", {})),
-            )
-        except ConfigError as err:
-            raise ConfigError(source, err.field, err.value, err.problem) from err
-        except (TypeError, ValueError, OverflowError) as err:
-            raise ConfigError(source, "<spec>", sorted(str(k) for k in data), str(err)) from err
 
 
 # ----------------------------------------------------------------------------------------------
@@ -536,17 +425,3 @@ def build_model(architecture: str, spec: PolicySpec, **hparams: Any) -> PolicyMo
         return cls(spec.joint_count, spec.chunk_length, spec.image_height, spec.image_width, **merged)
     except (TypeError, ValueError) as err:
         raise ConfigError("policy", "hparams", merged, str(err)) from err
-
-
-class _Shown(str):
-    """A value's text as an error message shows it (its repr is itself: no added quotes)."""
-
-    def __repr__(self) -> str:
-        return str(self)
-
-
-def abbreviate(value: Any, limit: int = 120) -> _Shown:
-    """repr(value), cut to about `limit` characters: a hostile file's value may be megabytes long
-    and must not become a megabyte error line."""
-    text = repr(value)
-    return _Shown(text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)")
