@@ -1,7 +1,9 @@
-"""`sim2real policy info CKPT [--json]` and `sim2real policy init --robot URDF --out CKPT ...`.
+"""`sim2real policy info FILE [--json]`, `sim2real policy init --robot URDF --out CKPT ...` and
+`sim2real policy export CKPT --onnx OUT.onnx`.
 
-info prints a checkpoint's spec, hash and provenance; init writes an untrained checkpoint (holds
-still) with a correct spec, so the graph can run before any training exists.
+info prints a checkpoint's or an exported ONNX policy's spec, hash and provenance; init writes an
+untrained checkpoint (holds still) with a correct spec, so the graph can run before any training
+exists; export writes a checkpoint as one ONNX graph with its spec in the metadata (docs/onnx.md).
 """
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ from ..core.errors import Sim2RealError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
-    info = sub.add_parser("info", help="print a checkpoint's spec and provenance")
-    info.add_argument("checkpoint", help="checkpoint file")
+    info = sub.add_parser("info", help="print a checkpoint's or ONNX policy's spec and provenance")
+    info.add_argument("checkpoint", help="checkpoint or exported .onnx file")
     info.add_argument("--json", action="store_true", help="print the spec as JSON")
     init = sub.add_parser("init", help="write an untrained checkpoint (holds still) with a correct spec")
     init.add_argument("--robot", default=str(paths.urdf_path()), help="URDF file or XML (joint names)")
@@ -29,14 +31,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     init.add_argument("--dt", type=float, default=0.05, help="time between chunk points [s]")
     init.add_argument("--seed", type=int, default=0, help="random seed of the initial weights")
     init.add_argument("--architecture", default="cnn_mlp", help="registered architecture name")
+    export = sub.add_parser("export", help="write a checkpoint as one ONNX graph (spec in its metadata)")
+    export.add_argument("checkpoint", help="checkpoint file")
+    export.add_argument("--onnx", required=True, help="ONNX file to write")
+    export.add_argument("--json", action="store_true", help="print what was written as JSON")
 
 
-def describe(spec_dict: dict[str, Any], digest: str, path: str) -> str:
-    """Human-readable summary of a checkpoint."""
+def describe(spec_dict: dict[str, Any], digest: str, path: str, parent_hash: str | None = None) -> str:
+    """Human-readable summary of a checkpoint (or, with parent_hash, of an exported ONNX policy)."""
     camera = spec_dict["policy_camera"]
     lines = [
         f"checkpoint:      {path}",
         f"hash:            {digest}",
+        *([f"format:          ONNX, exported from checkpoint {parent_hash} (backend onnxruntime)"]
+          if parent_hash is not None else []),
         f"architecture:    {spec_dict['architecture']} {json.dumps(spec_dict['hparams'], sort_keys=True)}",
         f"joints ({len(spec_dict['joint_names'])}):      {', '.join(spec_dict['joint_names'])}",
         f"image:           {spec_dict['image_width']}x{spec_dict['image_height']} rgb8, "
@@ -58,12 +66,33 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if args.action == "info":
-            spec, _state, digest = read_checkpoint(args.checkpoint)
+            from ..core.policy_backend import file_backend
+
+            parent = None
+            if file_backend(args.checkpoint) == "onnxruntime":
+                from ..core.onnx_policy import read_onnx_policy
+
+                spec, digest, parent, _session = read_onnx_policy(args.checkpoint)
+            else:
+                spec, _state, digest = read_checkpoint(args.checkpoint)
             if args.json:
-                print(json.dumps({"checkpoint": args.checkpoint, "hash": digest, "spec": spec.to_dict()},
+                extra = {} if parent is None else {"format": "onnx", "parent_hash": parent}
+                print(json.dumps({"checkpoint": args.checkpoint, "hash": digest, **extra, "spec": spec.to_dict()},
                                  indent=2, sort_keys=True))
             else:
-                print(describe(spec.to_dict(), digest, args.checkpoint))
+                print(describe(spec.to_dict(), digest, args.checkpoint, parent))
+            return 0
+        if args.action == "export":
+            from ..core.onnx_export import export_onnx
+
+            result = export_onnx(args.checkpoint, args.onnx)
+            if args.json:
+                print(json.dumps(result, indent=2, sort_keys=True))
+            else:
+                print(f"wrote {result['onnx']} (hash {result['hash']}, opset {result['opset']}, "
+                      f"{result['bytes']} bytes) "
+                      f"from checkpoint {result['parent_hash']}; onnxruntime vs torch: "
+                      f"{result['max_abs_difference_rad']:.2g} rad at most")
             return 0
         robot = RobotModel.from_description(args.robot)
         preprocess = PreprocessConfig.from_yaml(args.preprocess)
