@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("sim2real_ros.cli.demo_cmd", "the main job: the full graph against the PyBullet sim"),
     "policy": ("sim2real_ros.cli.policy_cmd", "policy checkpoints: info, init"),
     "bag": ("sim2real_ros.cli.bag_cmd", "rosbag2 tools: info, repair"),
+    "dataset": ("sim2real_ros.cli.dataset_cmd", "LeRobot datasets: import into a bag, export a bag"),
     "record": ("sim2real_ros.cli.record_cmd", "record the graph's topics to an MCAP bag"),
     "replay": ("sim2real_ros.cli.replay_cmd", "evaluate a checkpoint against a recorded bag"),
     "train": ("sim2real_ros.cli.train_cmd", "train a policy in the randomized sim"),

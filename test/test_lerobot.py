@@ -1,0 +1,308 @@
+"""LeRobot datasets in and out: `sim2real dataset import` (v2.1, v3.0) and `export` (v3.0).
+
+The real dataset (../shared/data/lerobot, written by LeRobot on a Unitree G1) is read where
+present; synthetic v2.1 and v3.0 datasets made here cover the code without it.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import av
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sim2real_ros.bags import BagReader
+from sim2real_ros.cli.main import main as cli_main
+from sim2real_ros.datasets.lerobot import (
+    COMMAND_TOPIC,
+    DEFAULT_START_NS,
+    EPISODE_TOPIC,
+    NS_PER_S,
+    STATE_TOPIC,
+    SUPERVISOR_TOPIC,
+    DatasetError,
+    LeRobotDataset,
+    camera_info_topic,
+    image_topic,
+    import_dataset,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = Path(os.environ.get("SIM2REAL_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+G1 = SHARED_DATA / "lerobot" / "g1_inspire_pick_bottle"
+needs_g1 = pytest.mark.skipif(not (G1 / "meta" / "info.json").is_file(),
+                              reason=f"the real LeRobot dataset is not at {G1}; set SIM2REAL_SHARED_DATA")
+JOINTS = ["shoulder", "elbow", "wrist"]
+FPS = 10
+H, W = 48, 64
+TASK = "Reach the red cube."
+
+
+# ----------------------------------------------------------------------------------------------
+# Synthetic datasets, written as LeRobot writes them (independently of our exporter)
+def _frame(episode: int, i: int) -> np.ndarray:
+    """A frame whose grey level tells its frame index (survives lossy coding within a few levels)."""
+    image = np.full((H, W, 3), i * 15 + episode * 40 + 10, dtype=np.uint8)
+    image[:, :, 2] = 128
+    return image
+
+
+def _encode(path: Path, frames: list[np.ndarray], codec: str = "mpeg4") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=FPS)
+        stream.width, stream.height, stream.pix_fmt = W, H, "yuv420p"
+        stream.bit_rate = 4_000_000
+        for image in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+def _series(episode: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    t = np.arange(n) / FPS
+    state = np.stack([np.sin(t + episode), np.cos(t) * 0.5, t * 0.1], axis=1).astype(np.float32)
+    action = (state + 0.01).astype(np.float32)
+    return state, action
+
+
+def _features(version: str) -> dict:
+    video = {"dtype": "video", "shape": [H, W, 3], "names": ["height", "width", "channel"],
+             "info": {"video.height": H, "video.width": W, "video.codec": "mpeg4", "video.pix_fmt": "yuv420p",
+                      "video.is_depth_map": False, "video.fps": FPS, "video.channels": 3, "has_audio": False}}
+    names = [JOINTS] if version == "v2.1" else JOINTS  # v2.1 as the G1 dataset writes them: nested
+    scalar = {"shape": [1], "names": None}
+    return {"observation.state": {"dtype": "float32", "shape": [3], "names": names},
+            "action": {"dtype": "float32", "shape": [3], "names": names},
+            "observation.images.front": video,
+            "timestamp": {"dtype": "float32", **scalar}, "frame_index": {"dtype": "int64", **scalar},
+            "episode_index": {"dtype": "int64", **scalar}, "index": {"dtype": "int64", **scalar},
+            "task_index": {"dtype": "int64", **scalar}}
+
+
+def _table(episode: int, n: int, start_index: int) -> pa.Table:
+    state, action = _series(episode, n)
+    return pa.table({
+        "observation.state": pa.FixedSizeListArray.from_arrays(pa.array(state.ravel()), 3),
+        "action": pa.FixedSizeListArray.from_arrays(pa.array(action.ravel()), 3),
+        "timestamp": pa.array((np.arange(n) / FPS).astype(np.float32)),
+        "frame_index": pa.array(np.arange(n), pa.int64()),
+        "episode_index": pa.array(np.full(n, episode), pa.int64()),
+        "index": pa.array(start_index + np.arange(n), pa.int64()),
+        "task_index": pa.array(np.zeros(n), pa.int64()),
+    })
+
+
+LENGTHS = {0: 12, 1: 9}
+
+
+def make_v21(root: Path) -> Path:
+    (root / "meta").mkdir(parents=True)
+    info = {"codebase_version": "v2.1", "robot_type": "arm3", "total_episodes": 2, "total_frames": 21,
+            "total_tasks": 1, "total_videos": 2, "total_chunks": 1, "chunks_size": 1000, "fps": FPS,
+            "splits": {"train": "0:2"},
+            "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
+            "video_path": "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4",
+            "features": _features("v2.1")}
+    (root / "meta" / "info.json").write_text(json.dumps(info, indent=4))
+    (root / "meta" / "tasks.jsonl").write_text(json.dumps({"task_index": 0, "task": TASK}) + "\n")
+    (root / "meta" / "episodes.jsonl").write_text("".join(
+        json.dumps({"episode_index": e, "tasks": [TASK], "length": n}) + "\n" for e, n in LENGTHS.items()))
+    start = 0
+    for e, n in LENGTHS.items():
+        path = root / "data" / "chunk-000" / f"episode_{e:06d}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(_table(e, n, start), path)
+        _encode(root / "videos" / "chunk-000" / "observation.images.front" / f"episode_{e:06d}.mp4",
+                [_frame(e, i) for i in range(n)])
+        start += n
+    return root
+
+
+def make_v30(root: Path) -> Path:
+    """Both episodes in one data file and one video file, as LeRobot v3.0 packs them."""
+    (root / "meta" / "episodes" / "chunk-000").mkdir(parents=True)
+    info = {"codebase_version": "v3.0", "robot_type": "arm3", "total_episodes": 2, "total_frames": 21,
+            "total_tasks": 1, "chunks_size": 1000, "data_files_size_in_mb": 100, "video_files_size_in_mb": 500,
+            "fps": FPS, "splits": {"train": "0:2"},
+            "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+            "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
+            "features": _features("v3.0")}
+    (root / "meta" / "info.json").write_text(json.dumps(info, indent=4))
+    pq.write_table(pa.table({"task_index": pa.array([0], pa.int64()), "task": [TASK]}), root / "meta" / "tasks.parquet")
+    tables, frames, rows, start = [], [], [], 0
+    for e, n in LENGTHS.items():
+        tables.append(_table(e, n, start))
+        frames += [_frame(e, i) for i in range(n)]
+        rows.append({"episode_index": e, "tasks": [TASK], "length": n, "data/chunk_index": 0, "data/file_index": 0,
+                     "dataset_from_index": start, "dataset_to_index": start + n,
+                     "videos/observation.images.front/chunk_index": 0, "videos/observation.images.front/file_index": 0,
+                     "videos/observation.images.front/from_timestamp": start / FPS,
+                     "videos/observation.images.front/to_timestamp": (start + n) / FPS,
+                     "meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
+        start += n
+    (root / "data" / "chunk-000").mkdir(parents=True)
+    pq.write_table(pa.concat_tables(tables), root / "data" / "chunk-000" / "file-000.parquet")
+    pq.write_table(pa.Table.from_pylist(rows), root / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
+    _encode(root / "videos" / "observation.images.front" / "chunk-000" / "file-000.mp4", frames, "h264")
+    return root
+
+
+def read_bag(bag: Path) -> dict[str, list]:
+    out: dict[str, list] = {}
+    with BagReader(bag) as reader:
+        for m in reader.messages():
+            out.setdefault(m.topic, []).append(m)
+    return out
+
+
+def stamp_ns(msg) -> int:
+    return int(msg.header.stamp.sec) * NS_PER_S + int(msg.header.stamp.nanosec)
+
+
+# ----------------------------------------------------------------------------------------------
+# Import
+@pytest.mark.parametrize("make", [make_v21, make_v30], ids=["v2.1", "v3.0"])
+def test_import_synthetic(tmp_path, make):
+    root = make(tmp_path / "ds")
+    summary = import_dataset(root, tmp_path / "bag", progress=False)
+    assert summary.episodes == [0, 1]
+    msgs = read_bag(tmp_path / "bag")
+    total = sum(LENGTHS.values())
+    for topic in (STATE_TOPIC, COMMAND_TOPIC, image_topic("front"), camera_info_topic("front")):
+        assert len(msgs[topic]) == total, topic
+    starts = [m for m in msgs[EPISODE_TOPIC] if m.msg.status[0].values[1].value == "start"]
+    assert [s.msg.status[0].message for s in starts] == [TASK, TASK]
+    assert [m.msg.status[0].values[0].value for m in msgs[EPISODE_TOPIC]] == ["0", "0", "1", "1"]
+    modes = [m.msg.status[0].values[0].value for m in msgs[SUPERVISOR_TOPIC]]
+    assert modes == ["TELEOP", "HOLD", "TELEOP", "HOLD"]
+    offset = 0
+    for e, n in LENGTHS.items():
+        state, action = _series(e, n)
+        js = msgs[STATE_TOPIC][offset:offset + n]
+        cmd = msgs[COMMAND_TOPIC][offset:offset + n]
+        images = msgs[image_topic("front")][offset:offset + n]
+        assert list(js[0].msg.name) == JOINTS and list(cmd[0].msg.name) == JOINTS
+        np.testing.assert_allclose([m.msg.position for m in js], state, atol=1e-6)
+        np.testing.assert_allclose([m.msg.position for m in cmd], action, atol=1e-6)
+        episode_start = stamp_ns(js[0].msg)
+        for i in range(n):
+            assert stamp_ns(js[i].msg) == stamp_ns(cmd[i].msg) == stamp_ns(images[i].msg) == js[i].log_time_ns
+            assert abs(stamp_ns(js[i].msg) - episode_start - i / FPS * NS_PER_S) < 1e6
+            pixels = np.frombuffer(images[i].msg.data, np.uint8).reshape(H, W, 3)
+            assert images[i].msg.encoding == "rgb8"
+            # the right frame of the right episode (v3.0: both in one video file, seek by from_timestamp)
+            assert abs(float(pixels[..., 0].mean()) - float(_frame(e, i)[..., 0].mean())) < 6, (e, i)
+        offset += n
+    info = msgs[camera_info_topic("front")][0].msg
+    assert (info.width, info.height) == (W, H) and not np.any(info.k)  # uncalibrated: K = 0
+    assert stamp_ns(msgs[STATE_TOPIC][0].msg) == DEFAULT_START_NS
+
+
+def test_import_with_calibration(tmp_path):
+    root = make_v21(tmp_path / "ds")
+    yaml_path = tmp_path / "cam.yaml"
+    yaml_path.write_text(
+        f"image_width: {W}\nimage_height: {H}\ncamera_name: front\n"
+        "camera_matrix: {rows: 3, cols: 3, data: [50, 0, 32, 0, 50, 24, 0, 0, 1]}\n"
+        "distortion_model: plumb_bob\ndistortion_coefficients: {rows: 1, cols: 5, data: [0.1, 0, 0, 0, 0]}\n"
+        "rectification_matrix: {rows: 3, cols: 3, data: [1, 0, 0, 0, 1, 0, 0, 0, 1]}\n"
+        "projection_matrix: {rows: 3, cols: 4, data: [50, 0, 32, 0, 0, 50, 24, 0, 0, 0, 1, 0]}\n")
+    import_dataset(root, tmp_path / "bag", episodes=[1], camera_calibration=[f"front={yaml_path}"], progress=False)
+    msgs = read_bag(tmp_path / "bag")
+    info = msgs[camera_info_topic("front")][0].msg
+    assert list(info.k) == [50, 0, 32, 0, 50, 24, 0, 0, 1] and info.d[0] == pytest.approx(0.1)
+    assert len(msgs[STATE_TOPIC]) == LENGTHS[1]
+
+
+@needs_g1
+def test_import_real_g1_first_episode(tmp_path):
+    info = json.loads((G1 / "meta" / "info.json").read_text())
+    names = info["features"]["observation.state"]["names"][0]
+    height, width, _ = info["features"]["observation.images.cam_high"]["shape"]
+    first = min(int(p.stem.split("_")[1]) for p in (G1 / "data" / "chunk-000").glob("episode_*.parquet"))
+    table = pq.read_table(G1 / "data" / "chunk-000" / f"episode_{first:06d}.parquet")
+    timestamps = np.asarray(table.column("timestamp").to_pylist(), dtype=float)
+    state = np.asarray(table.column("observation.state").to_pylist())
+    action = np.asarray(table.column("action").to_pylist())
+    summary = import_dataset(G1, tmp_path / "bag", episodes=[first], progress=False)
+    msgs = read_bag(tmp_path / "bag")
+    n = len(timestamps)
+    assert summary.frames == n
+    for topic in (STATE_TOPIC, COMMAND_TOPIC, image_topic("cam_high"), camera_info_topic("cam_high")):
+        assert len(msgs[topic]) == n, topic
+    assert list(msgs[STATE_TOPIC][0].msg.name) == names == list(msgs[COMMAND_TOPIC][0].msg.name)
+    image = msgs[image_topic("cam_high")][0].msg
+    assert (image.height, image.width, image.step) == (height, width, width * 3)
+    start = stamp_ns(msgs[STATE_TOPIC][0].msg)
+    for topic in (STATE_TOPIC, COMMAND_TOPIC, image_topic("cam_high")):
+        stamps = (np.array([stamp_ns(m.msg) for m in msgs[topic]]) - start) / NS_PER_S
+        np.testing.assert_allclose(stamps, timestamps - timestamps[0], atol=1e-3)
+    np.testing.assert_allclose([m.msg.position for m in msgs[STATE_TOPIC]], state, atol=1e-6)
+    np.testing.assert_allclose([m.msg.position for m in msgs[COMMAND_TOPIC]], action, atol=1e-6)
+    task = json.loads((G1 / "meta" / "tasks.jsonl").read_text().splitlines()[0])["task"]
+    assert msgs[EPISODE_TOPIC][0].msg.status[0].message == task
+
+
+@needs_g1
+def test_real_g1_default_episodes_skip_absent_files(tmp_path):
+    dataset = LeRobotDataset(G1)
+    chosen, absent = dataset.select(None)
+    assert [e.index for e in chosen] == [1, 2] and len(absent) == len(dataset.episodes) - 2
+    with pytest.raises(DatasetError, match=r"episode_000000\.parquet: missing"):
+        dataset.select([0])
+
+
+# ----------------------------------------------------------------------------------------------
+# Bad input
+def test_no_info_json(tmp_path, capsys):
+    (tmp_path / "ds" / "meta").mkdir(parents=True)
+    with pytest.raises(DatasetError, match=r"meta/info\.json: missing"):
+        import_dataset(tmp_path / "ds", tmp_path / "bag", progress=False)
+    assert cli_main(["dataset", "import", str(tmp_path / "ds"), "--out", str(tmp_path / "bag")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "info.json" in err[0] and "Traceback" not in err[0]
+
+
+def test_missing_feature(tmp_path):
+    root = make_v21(tmp_path / "ds")
+    info = json.loads((root / "meta" / "info.json").read_text())
+    del info["features"]["observation.state"]
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+    with pytest.raises(DatasetError, match=r"info\.json: feature 'observation\.state' is not in the dataset"):
+        import_dataset(root, tmp_path / "bag", progress=False)
+
+
+def test_missing_column(tmp_path):
+    root = make_v21(tmp_path / "ds")
+    path = root / "data" / "chunk-000" / "episode_000000.parquet"
+    pq.write_table(pq.read_table(path).drop_columns(["action"]), path)
+    with pytest.raises(DatasetError, match=r"episode_000000\.parquet: column\(s\) \['action'\] missing"):
+        import_dataset(root, tmp_path / "bag", episodes=[0], progress=False)
+
+
+def test_video_that_does_not_decode(tmp_path, capsys):
+    root = make_v21(tmp_path / "ds")
+    video = root / "videos" / "chunk-000" / "observation.images.front" / "episode_000001.mp4"
+    video.write_bytes(b"\x00\x00\x00\x18ftypmp42" + os.urandom(2000))
+    with pytest.raises(DatasetError, match=r"episode_000001\.mp4: .*observation\.images\.front"):
+        import_dataset(root, tmp_path / "bag", episodes=[1], progress=False)
+    assert cli_main(["dataset", "import", str(root), "--out", str(tmp_path / "bag2"), "--episodes", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "episode_000001.mp4" in err[0]
+
+
+def test_unknown_episode_and_version(tmp_path):
+    root = make_v21(tmp_path / "ds")
+    with pytest.raises(DatasetError, match="episode 7 is not in the dataset"):
+        import_dataset(root, tmp_path / "bag", episodes=[7], progress=False)
+    info = json.loads((root / "meta" / "info.json").read_text())
+    info["codebase_version"] = "v1.6"
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+    with pytest.raises(DatasetError, match="codebase_version"):
+        LeRobotDataset(root)
