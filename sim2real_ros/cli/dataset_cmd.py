@@ -25,6 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     exp.add_argument("bag", help="rosbag2 folder (or a folder of bags: one bag after the other)")
     exp.add_argument("--out", required=True, help="dataset folder to create (must not exist)")
     exp.add_argument("--fps", type=float, default=30.0, help="frame rate of the dataset [Hz] (default 30)")
+    exp.add_argument("--codec", choices=("h264", "av1"), default="h264", help="video codec (default h264)")
+    exp.add_argument("--task", default="demonstration",
+                     help="task string of episodes whose bag names none (dataset/episode carries one)")
+    exp.add_argument("--robot-type", default="unknown", help="info.json robot_type")
+    exp.add_argument("--actuation-latency", type=float, default=0.0, metavar="S",
+                     help="a command sent at tau is the action of frame tau + S [s] (default 0: LeRobot's "
+                          "convention; the actuator's 0.02 gives the fine-tuning labels' point 0)")
     exp.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     exp.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
@@ -40,7 +47,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             from ..datasets.lerobot_export import export_bag
 
-            result = export_bag(args.bag, args.out, fps=args.fps, progress=not args.no_progress).to_dict()
+            result = export_bag(args.bag, args.out, fps=args.fps, codec=args.codec, task=args.task,
+                                robot_type=args.robot_type, actuation_latency_s=args.actuation_latency,
+                                progress=not args.no_progress).to_dict()
     except Sim2RealError as err:
         print(f"sim2real dataset {args.action}: {err}", file=sys.stderr)
         return 2
