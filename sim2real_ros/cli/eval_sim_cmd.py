@@ -11,7 +11,10 @@ from ..paths import default_policy_path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", type=Path, default=default_policy_path(), help="default: the shipped policy")
+    parser.add_argument("--checkpoint", type=Path, default=default_policy_path(),
+                        help="checkpoint or exported .onnx policy (default: the shipped policy)")
+    parser.add_argument("--backend", choices=("auto", "torch", "onnxruntime"), default="auto",
+                        help="core path: what runs the policy; auto picks by the file (docs/onnx.md)")
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--perturb", action="store_true", help="apply the sim params' randomization ranges")
     parser.add_argument("--pushes", action="store_true",
@@ -64,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             result = evaluate_in_sim(args.checkpoint, args.episodes, perturb=args.perturb, sim_config=args.sim_config,
                                      robot_description=args.robot_description, seed=args.seed,
                                      graph_conditions=not args.no_graph_conditions, pushes=args.pushes,
-                                     workers=workers)
+                                     workers=workers, backend=args.backend)
         finally:
             shutdown_ray()
     text = json.dumps(result, indent=2)

@@ -15,7 +15,9 @@ from ..evaluation.options import HUMAN_MODES, MODES, ReplayOptions
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = ReplayOptions()
     parser.add_argument("--bag", required=True, help="rosbag2 folder or .mcap/.db3 file")
-    parser.add_argument("--checkpoint", required=True, help="policy checkpoint to evaluate")
+    parser.add_argument("--checkpoint", required=True, help="policy checkpoint (or exported .onnx) to evaluate")
+    parser.add_argument("--backend", choices=("auto", "torch", "onnxruntime"), default="auto",
+                        help="what runs the policy (offline): auto picks by the file (docs/onnx.md)")
     parser.add_argument("--mode", choices=MODES, default="offline",
                         help="offline: the core code without ROS; graph: play the bag into the replay graph")
     parser.add_argument("--report", required=True, help="folder for report.json, report.md and plots")
@@ -61,6 +63,7 @@ def options_from(args: argparse.Namespace) -> ReplayOptions:
         action_tolerance_s=args.action_tolerance, lag_min_s=args.lag_range[0], lag_max_s=args.lag_range[1],
         lag_step_s=args.lag_step, preprocess_config=args.preprocess_config, max_frames=args.max_frames,
         rate=args.rate, device=args.device, num_threads=args.num_threads, plots=not args.no_plots,
+        backend=args.backend,
     )
 
 

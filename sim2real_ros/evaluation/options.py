@@ -42,6 +42,7 @@ class ReplayOptions:
     clock_period_s [s]: graph mode, bag time between `clock` messages.
     graph_startup_timeout_s [s]: graph mode, how long the graph may take to come up.
     drain_s [s]: graph mode, bag time played on after the last message so late chunks arrive.
+    backend: what runs the policy, auto (by the file) | torch | onnxruntime (core/policy_backend.py).
     device: torch device of offline inference. num_threads: torch threads (process-wide; 1, as
       policy_node, is fastest on a busy machine; 0 = torch default). plots: write PNG plots with the report.
     progress: show a progress bar on stderr.
@@ -68,6 +69,7 @@ class ReplayOptions:
     drain_s: float = 1.0
     device: str = "cpu"
     num_threads: int = 1
+    backend: str = "auto"
     plots: bool = True
     progress: bool = True
 
@@ -106,6 +108,8 @@ class ReplayOptions:
             raise bad("num_threads", "must be >= 0 (0 = torch default)")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise bad("device", "must be 'cpu' or 'cuda[:index]'")
+        if self.backend not in ("auto", "torch", "onnxruntime"):
+            raise bad("backend", "must be auto, torch or onnxruntime")
 
     @property
     def filters_modes(self) -> bool:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.checkpoint import load_checkpoint
+from ..core.policy_backend import load_policy
 from .metrics import NS_PER_S, compare
 from .options import MODES, ReplayOptions
 from .replay_offline import ReplayRun, replay_offline
@@ -29,7 +29,8 @@ def evaluate_bag(bag: Path, checkpoint: Path, mode: str = "offline", report_dir:
     options = options or ReplayOptions()
     bag, checkpoint = Path(bag), Path(checkpoint)
     started = time.perf_counter()
-    policy = load_checkpoint(checkpoint, device=options.device, num_threads=options.num_threads or None)
+    policy = load_policy(checkpoint, backend=options.backend, device=options.device,
+                         num_threads=options.num_threads or None)
     graph_info: dict[str, Any] | None = None
     if mode == "offline":
         run = replay_offline(bag, policy, options)
@@ -39,7 +40,8 @@ def evaluate_bag(bag: Path, checkpoint: Path, mode: str = "offline", report_dir:
         run, graph_info = replay_graph(bag, checkpoint, policy, options, log_dir=report_dir)
     report, comparison = build_report(run, options)
     report.update({
-        "bag": str(bag), "checkpoint": str(checkpoint), "checkpoint_hash": policy.checkpoint_hash, "mode": mode,
+        "bag": str(bag), "checkpoint": str(checkpoint), "checkpoint_hash": policy.checkpoint_hash,
+        "backend": policy.backend, "mode": mode,
         "elapsed_s": time.perf_counter() - started,
     })
     if graph_info is not None:

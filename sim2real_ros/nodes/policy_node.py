@@ -50,7 +50,6 @@ from ..conversions import (
     reorder,
     stamp_to_ns,
 )
-from ..core.checkpoint import LoadedPolicy, load_checkpoint
 from ..core.errors import ConfigError
 from ..core.joint_list import resolve_joint_list
 from ..core.observation_pairing import (
@@ -62,6 +61,7 @@ from ..core.observation_pairing import (
     PairingConfig,
     RollingStats,
 )
+from ..core.policy_backend import BACKENDS, load_policy
 from ..core.preprocess_config import PreprocessConfig
 from ..core.urdf import RobotModel
 from .common import LATCHED_QOS, RELIABLE_LATEST_QOS, declare, now_ns, run_node
@@ -82,17 +82,21 @@ JOINT_STATE_POLL_S = 0.002  # [s] between reads while an image waits for its joi
 class PolicyNodeConfig:
     """Validated parameters of policy_node.
 
-    checkpoint: checkpoint file path. preprocess_config: preprocessing YAML the graph runs (the
+    checkpoint: checkpoint or exported ONNX policy file path. backend: what runs it, "auto" (by the
+    file: checkpoint -> torch, .onnx -> onnxruntime, without importing torch), "torch" or
+    "onnxruntime" (core/policy_backend.py). preprocess_config: preprocessing YAML the graph runs (the
     checkpoint must have been trained with the same). robot_description: URDF XML or path, source
     of the graph's joint names unless `joints` is given. device: "cpu" or "cuda[:i]".
-    num_threads: torch threads (0: torch default). pairing_tolerance_s [s]: largest image/joint
-    stamp difference paired. max_observation_age_s [s]: older observations are dropped.
+    num_threads: torch (or onnxruntime intra-op) threads (0: the runtime's default).
+    pairing_tolerance_s [s]: largest image/joint stamp difference paired.
+    max_observation_age_s [s]: older observations are dropped.
     observation_period_s [s]: least time between the capture stamps of observations used (0: every
     image; < 0: the checkpoint's training observation period, or every image if it has none).
     diagnostics_period_s [s]: diagnostics publishing period.
     """
 
     checkpoint: str
+    backend: str
     preprocess_config: str
     robot_description: str
     joints: tuple[str, ...]
@@ -107,6 +111,8 @@ class PolicyNodeConfig:
         source = f"{NODE_NAME} parameter"
         if not self.checkpoint:
             raise ConfigError(source, "checkpoint", self.checkpoint, "must name a checkpoint file")
+        if self.backend not in BACKENDS:
+            raise ConfigError(source, "backend", self.backend, f"must be one of {list(BACKENDS)}")
         if not self.preprocess_config:
             raise ConfigError(source, "preprocess_config", self.preprocess_config, "must name a preprocess YAML")
         if not self.joints and not self.robot_description:
@@ -145,7 +151,8 @@ class _PendingObservation:
 
 
 class PolicyNode(Node):
-    """Thin shell around core.checkpoint.LoadedPolicy and core.observation_pairing."""
+    """Thin shell around core.checkpoint.LoadedPolicy (or core.onnx_policy.OnnxPolicy) and
+    core.observation_pairing."""
 
     def __init__(self) -> None:
         super().__init__(NODE_NAME)
@@ -156,8 +163,8 @@ class PolicyNode(Node):
         preprocess = PreprocessConfig.from_yaml(cfg.preprocess_config)
         # The checkpoint is checked against the graph before its model is built and warmed up: an
         # incompatible or hostile file costs the start-up nothing but reading its header.
-        self.policy: LoadedPolicy = load_checkpoint(
-            cfg.checkpoint, device=cfg.device, num_threads=cfg.num_threads or None, warmup=True,
+        self.policy = load_policy(
+            cfg.checkpoint, backend=cfg.backend, device=cfg.device, num_threads=cfg.num_threads or None, warmup=True,
             joint_names=graph_joints, preprocess=preprocess,
         )
         spec = self.policy.spec
@@ -200,7 +207,8 @@ class PolicyNode(Node):
         self._inference_thread.start()
         self.create_timer(cfg.diagnostics_period_s, self._on_diagnostics_timer, callback_group=receive_group)
         self.get_logger().info(
-            f"policy {cfg.checkpoint} (hash {self.policy.checkpoint_hash}, {spec.architecture}) on {cfg.device}: "
+            f"policy {cfg.checkpoint} (hash {self.policy.checkpoint_hash}, {spec.architecture}) on "
+            f"{self.policy.backend} {cfg.device}: "
             f"{spec.image_width}x{spec.image_height} image + {len(self._joint_names)} joints -> "
             f"{spec.chunk_length} points every {spec.dt_s} s; observing every "
             f"{self.observation_period_s:g} s" + (" (every image)" if self.observation_period_s == 0 else "")
@@ -225,15 +233,20 @@ class PolicyNode(Node):
             read_only=True, dynamic_typing=True))
         return PolicyNodeConfig(
             checkpoint=str(declare(self, "checkpoint", str(paths.default_policy_path()),
-                                   "policy checkpoint file (create one with `sim2real policy init`)")),
+                                   "policy checkpoint file (create one with `sim2real policy init`) or exported "
+                                   ".onnx policy (`sim2real policy export`)")),
+            backend=str(declare(self, "backend", "auto",
+                                "what runs the policy: auto (by the file: checkpoint -> torch, .onnx -> "
+                                "onnxruntime), torch or onnxruntime")),
             preprocess_config=str(declare(self, "preprocess_config", str(paths.config_path("preprocess.yaml")),
                                           "preprocessing YAML the graph runs; the checkpoint must match its hash")),
             robot_description=str(declare(self, "robot_description", str(paths.urdf_path()),
                                           "URDF XML or file path; the graph's joint names come from it")),
             joints=_joint_list(self.get_parameter("joints").value),
-            device=str(declare(self, "device", "cpu", "torch device: cpu or cuda[:index]")),
+            device=str(declare(self, "device", "cpu", "inference device: cpu or cuda[:index]")),
             num_threads=int(declare(self, "num_threads", 1,
-                                    "torch intra-op threads (0: torch default); 1 leaves a core to the executor")),
+                                    "torch (or onnxruntime) intra-op threads (0: its default); 1 leaves a core to "
+                                    "the executor")),
             pairing_tolerance_s=float(declare(self, "pairing_tolerance_s", 0.05,
                                               "largest |image stamp - joint state stamp| paired [s]")),
             max_observation_age_s=float(declare(self, "max_observation_age_s", 0.25,
@@ -391,6 +404,7 @@ class PolicyNode(Node):
         values = {
             "checkpoint": self.config.checkpoint,
             "checkpoint_hash": self.policy.checkpoint_hash,
+            "backend": self.policy.backend,
             "device": self.config.device,
             "images_received": self._images_received,
             "joint_states_received": self._joint_states_received,

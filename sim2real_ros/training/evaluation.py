@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core.checkpoint import LoadedPolicy, load_checkpoint
+from ..core.checkpoint import LoadedPolicy
 from ..core.errors import ConfigError
+from ..core.policy_backend import load_policy
 from ..core.preprocess_config import PreprocessConfig
 from ..paths import urdf_path
 from ..sim.params import load_sim_params
@@ -68,15 +69,16 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
                     seed: int = 1000, actuation_latency_s: float | None = None,
                     num_threads: int = 2, label: str = "eval",
                     graph_conditions: GraphConditions | bool | None = True, pushes: bool = False,
-                    workers: int = 0) -> dict[str, Any]:
+                    workers: int = 0, backend: str = "auto") -> dict[str, Any]:
     """Run `episodes` sim episodes with the policy driving (core path: preprocessing pipeline,
     policy, actuator; with graph_conditions (default) the graph's timing and supervisor, see
     training.graph_conditions). perturb: sample the sim params' randomization ranges each episode.
     pushes: random pushes on the arm (the sim params' randomization.pushes; ConfigError if absent),
     counted per episode (pushes_applied) and in all (pushes_applied_total). workers: Ray rollout
     workers (ray must be initialized, rl.cluster.init_ray); 0 runs in this process. Each episode runs
-    on a fresh world, so the results depend on the seeds only, not on the worker count."""
-    policy = load_checkpoint(checkpoint, num_threads=num_threads)
+    on a fresh world, so the results depend on the seeds only, not on the worker count. backend:
+    auto (by the file) | torch | onnxruntime (a checkpoint or an exported ONNX policy, docs/onnx.md)."""
+    policy = load_policy(checkpoint, backend=backend, num_threads=num_threads)
     params = load_sim_params(sim_config)
     preprocess = PreprocessConfig.from_dict(policy.spec.preprocess, source=f"{checkpoint} preprocess")
     if pushes and params.randomization.pushes is None:
@@ -86,7 +88,7 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     config = rollout_config_from(policy, latency, graph_conditions)
     job = EpisodeJob(str(params.source), robot_description or str(urdf_path()), preprocess.to_dict(),
                      list(policy.spec.joint_names), config.to_dict(), policy.spec.chunk_length, policy.spec.dt_s,
-                     pushes=pushes, record_images=False)
+                     pushes=pushes, record_images=False, backend=policy.backend)
     pool = EpisodePool(job, workers, num_threads=num_threads)
     try:
         seeds = [episode_seed(seed, i) for i in range(episodes)]
@@ -97,7 +99,8 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     if pushes:
         push_info = {"push_params": dataclasses.asdict(params.randomization.pushes),
                      "pushes_applied_total": sum(int(r.outcome.get("pushes_applied", 0)) for r in records)}
-    return {"checkpoint": str(checkpoint), "checkpoint_hash": policy.checkpoint_hash, "perturb": perturb,
+    return {"checkpoint": str(checkpoint), "checkpoint_hash": policy.checkpoint_hash, "backend": policy.backend,
+            "perturb": perturb,
             "pushes": bool(pushes), **push_info, "sim_params_version": params.version, "mode": "core",
             "graph_conditions": None if config.graph_conditions is None else config.graph_conditions.to_dict(),
             **episode_metrics(records)}

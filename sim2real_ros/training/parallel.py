@@ -28,7 +28,8 @@ class EpisodeJob:
     sim_params / robot_description: paths; preprocess: PreprocessConfig as a dict; joints: the
     commanded joints; rollout: RolloutConfig.to_dict(); chunk_length (K), dt_s [s]; randomize;
     pushes; teacher: None (the student drives, no labels) | "ik" | "ppo" with teacher_checkpoint;
-    record_images: keep the policy images (training data) or not (evaluation)."""
+    record_images: keep the policy images (training data) or not (evaluation); backend: what runs
+    a checkpoint-path driver (core/policy_backend.py: auto, torch or onnxruntime)."""
 
     sim_params: str
     robot_description: str
@@ -41,6 +42,7 @@ class EpisodeJob:
     teacher: str | None = None
     teacher_checkpoint: str | None = None
     record_images: bool = True
+    backend: str = "auto"
 
 
 # A driver: a PolicyModel (DAgger student), a checkpoint path (evaluation), or None (the teacher drives).
@@ -67,9 +69,9 @@ class EpisodeRunner:
             return None
         if isinstance(driver, str):
             if driver not in self._policies:
-                from ..core.checkpoint import load_checkpoint
+                from ..core.policy_backend import load_policy
 
-                self._policies[driver] = load_checkpoint(driver, num_threads=1)
+                self._policies[driver] = load_policy(driver, backend=self.job.backend, num_threads=1)
             return self._policies[driver].select_action
         from .trainer import student_controller
 
