@@ -306,3 +306,191 @@ def test_unknown_episode_and_version(tmp_path):
     (root / "meta" / "info.json").write_text(json.dumps(info))
     with pytest.raises(DatasetError, match="codebase_version"):
         LeRobotDataset(root)
+
+
+# ----------------------------------------------------------------------------------------------
+# Export (LeRobot v3.0) and the round trip
+V30_INFO_FIELDS = {"codebase_version", "robot_type", "total_episodes", "total_frames", "total_tasks", "chunks_size",
+                   "data_files_size_in_mb", "video_files_size_in_mb", "fps", "splits", "data_path", "video_path",
+                   "features"}
+VIDEO_INFO_FIELDS = {"video.height", "video.width", "video.codec", "video.pix_fmt", "video.is_depth_map",
+                     "video.fps", "video.channels", "has_audio"}
+
+
+def _decoded_frames(path: Path) -> list[np.ndarray]:
+    with av.open(str(path)) as container:
+        return [f.to_ndarray(format="rgb24") for f in container.decode(container.streams.video[0])]
+
+
+def check_v30_layout(root: Path, frames: int, episodes: int, reference: Path | None = None) -> dict:
+    """The files, columns, dtypes and info.json fields LeRobot v3.0 has; against a real dataset's
+    feature entries and parquet types when one is given."""
+    from sim2real_ros.datasets.lerobot_export import export_bag  # noqa: F401 - the module under test
+
+    info = json.loads((root / "meta" / "info.json").read_text())
+    assert set(info) >= V30_INFO_FIELDS and info["codebase_version"] == "v3.0"
+    assert info["total_frames"] == frames and info["total_episodes"] == episodes
+    assert info["splits"] == {"train": f"0:{episodes}"}
+    data = pq.read_table(root / info["data_path"].format(chunk_index=0, file_index=0))
+    assert data.num_rows == frames
+    features = info["features"]
+    assert set(data.column_names) == {k for k, f in features.items() if f["dtype"] != "video"}
+    for key, feature in features.items():
+        if feature["dtype"] == "video":
+            assert set(feature["info"]) >= VIDEO_INFO_FIELDS and len(feature["shape"]) == 3
+            video = root / info["video_path"].format(video_key=key, chunk_index=0, file_index=0)
+            decoded = _decoded_frames(video)
+            assert len(decoded) == frames and decoded[0].shape == tuple(feature["shape"])
+            continue
+        column = data.schema.field(key).type
+        if feature["shape"] == [1]:
+            assert str(column) == {"float32": "float", "int64": "int64"}[feature["dtype"]], key
+        else:
+            assert pa.types.is_fixed_size_list(column) and column.list_size == feature["shape"][0], key
+            assert str(column.value_type) == "float" and len(feature["names"]) == feature["shape"][0]
+    np.testing.assert_array_equal(data.column("index").to_numpy(), np.arange(frames))
+    episodes_table = pq.read_table(root / "meta" / "episodes" / "chunk-000" / "file-000.parquet").to_pydict()
+    assert sum(episodes_table["length"]) == frames
+    assert episodes_table["dataset_to_index"][-1] == frames
+    for column in ("episode_index", "tasks", "data/chunk_index", "data/file_index", "dataset_from_index",
+                   "meta/episodes/chunk_index", "stats/observation.state/mean", "stats/action/max"):
+        assert column in episodes_table, column
+    tasks = pq.read_table(root / "meta" / "tasks.parquet").to_pydict()
+    assert set(tasks) >= {"task_index", "task"}
+    stats = json.loads((root / "meta" / "stats.json").read_text())
+    for key in ("observation.state", "action"):
+        assert set(stats[key]) >= {"min", "max", "mean", "std", "count"}
+        assert len(stats[key]["mean"]) == features[key]["shape"][0]
+    if reference is not None:  # same feature entries and parquet types as LeRobot wrote
+        ref = json.loads((reference / "meta" / "info.json").read_text())
+        for key in ("observation.state", "action", "timestamp", "frame_index", "episode_index", "index", "task_index"):
+            assert features[key]["dtype"] == ref["features"][key]["dtype"]
+            assert features[key]["shape"] == ref["features"][key]["shape"]
+        first = sorted((reference / "data" / "chunk-000").glob("*.parquet"))[0]
+        assert pq.read_schema(first).remove_metadata().equals(data.schema.remove_metadata())
+        assert set(ref["features"]["observation.images.cam_high"]["info"]) <= set(
+            features["observation.images.cam_high"]["info"])
+    return info
+
+
+def test_round_trip_synthetic(tmp_path):
+    from sim2real_ros.datasets.lerobot_export import export_bag
+
+    import_dataset(make_v21(tmp_path / "ds"), tmp_path / "bag", progress=False)
+    summary = export_bag(tmp_path / "bag", tmp_path / "out", fps=FPS, progress=False)
+    total = sum(LENGTHS.values())
+    assert (summary.episodes, summary.frames, summary.dropped_frames) == (2, total, 0)
+    info = check_v30_layout(tmp_path / "out", total, 2)
+    assert info["features"]["observation.state"]["names"] == JOINTS
+    tasks = pq.read_table(tmp_path / "out" / "meta" / "tasks.parquet").to_pydict()
+    assert tasks["task"] == [TASK]
+    import_dataset(tmp_path / "out", tmp_path / "bag2", progress=False)
+    first, second = read_bag(tmp_path / "bag"), read_bag(tmp_path / "bag2")
+    for topic in (STATE_TOPIC, COMMAND_TOPIC):
+        a = np.array([m.msg.position for m in first[topic]])
+        b = np.array([m.msg.position for m in second[topic]])
+        np.testing.assert_allclose(a, b, atol=1e-6)  # float32 in both datasets: exact up to rounding
+        for bag in (first, second):  # the same frame times within an episode
+            rel = [stamp_ns(m.msg) - stamp_ns(bag[topic][0].msg) for m in bag[topic][:LENGTHS[0]]]
+            np.testing.assert_allclose(rel, np.arange(LENGTHS[0]) * NS_PER_S / FPS, atol=1e3)
+    for m1, m2 in zip(first[image_topic("front")], second[image_topic("front")], strict=True):
+        p1 = np.frombuffer(m1.msg.data, np.uint8).astype(int)
+        p2 = np.frombuffer(m2.msg.data, np.uint8).astype(int)
+        assert np.abs(p1 - p2).mean() < 3  # one more lossy encoding
+    assert [m.msg.status[0].message for m in second[EPISODE_TOPIC]] == [TASK] * 4
+
+
+@needs_g1
+def test_export_matches_the_real_dataset_schema(tmp_path):
+    from sim2real_ros.datasets.lerobot_export import export_bag
+
+    import_dataset(G1, tmp_path / "bag", episodes=[2], progress=False)
+    length = json.loads((G1 / "meta" / "episodes.jsonl").read_text().splitlines()[2])["length"]
+    export_bag(tmp_path / "bag", tmp_path / "out", fps=30, progress=False)
+    info = check_v30_layout(tmp_path / "out", length, 1, reference=G1)
+    real = json.loads((G1 / "meta" / "info.json").read_text())
+    assert info["features"]["observation.state"]["names"] == real["features"]["observation.state"]["names"][0]
+    assert info["features"]["observation.images.cam_high"]["shape"] == real["features"][
+        "observation.images.cam_high"]["shape"]
+
+
+def _recorded_bag(path: Path, with_state: bool = True) -> dict:
+    """A bag as `sim2real record` writes one in sim: joint_states 100 Hz, robot commands (Float64MultiArray,
+    no stamp: log time) 100 Hz, camera/image_raw 30 Hz, supervisor/state HOLD -> TELEOP -> HOLD."""
+    from rosbags.typesys import Stores, get_typestore
+
+    from sim2real_ros.bags.writer import BagWriter
+
+    store = get_typestore(Stores.ROS2_HUMBLE)
+    t = store.types
+    stamp = lambda ns: t["std_msgs/msg/Header"](stamp=t["builtin_interfaces/msg/Time"](  # noqa: E731
+        sec=ns // NS_PER_S, nanosec=ns % NS_PER_S), frame_id="")
+    t0 = 50 * NS_PER_S
+    command = lambda s: np.array([0.2 * s, -0.1 * s, 0.05])  # noqa: E731 - [rad] at time s [s]
+    rows = []
+    for i in range(300):  # 3 s
+        ns = t0 + i * 10_000_000
+        s = i / 100
+        if with_state:
+            msg = t["sensor_msgs/msg/JointState"](header=stamp(ns), name=JOINTS, position=command(s) - 0.01,
+                                                  velocity=np.zeros(0), effort=np.zeros(0))
+            rows.append((ns + 1_000_000, "/joint_states", store.serialize_cdr(msg, msg.__msgtype__)))
+        array = t["std_msgs/msg/Float64MultiArray"](layout=t["std_msgs/msg/MultiArrayLayout"](dim=[], data_offset=0),
+                                                    data=command(s))
+        # heard 1 ms late, like the joint states: the exporter takes that recorder delay off
+        rows.append((ns + 1_000_000, "/forward_position_controller/commands",
+                     store.serialize_cdr(array, array.__msgtype__)))
+    for i in range(90):
+        ns = t0 + round(i * NS_PER_S / 30)
+        image = t["sensor_msgs/msg/Image"](header=stamp(ns), height=H, width=W, encoding="bgr8", is_bigendian=0,
+                                           step=W * 3, data=_frame(0, i % 10)[..., ::-1].reshape(-1).copy())
+        rows.append((ns + 2_000_000, "/camera/image_raw", store.serialize_cdr(image, image.__msgtype__)))
+    for ns, mode in ((t0, "HOLD"), (t0 + NS_PER_S // 2, "TELEOP"), (t0 + 5 * NS_PER_S // 2, "HOLD")):
+        kv = t["diagnostic_msgs/msg/KeyValue"](key="mode", value=mode)
+        status = t["diagnostic_msgs/msg/DiagnosticStatus"](level=0, name="supervisor", message=mode, hardware_id="",
+                                                           values=[kv])
+        msg = t["diagnostic_msgs/msg/DiagnosticArray"](header=stamp(ns), status=[status])
+        rows.append((ns, "/supervisor/state", store.serialize_cdr(msg, msg.__msgtype__)))
+    with BagWriter(path) as writer:
+        for topic, ty in (("/joint_states", "sensor_msgs/msg/JointState"),
+                          ("/forward_position_controller/commands", "std_msgs/msg/Float64MultiArray"),
+                          ("/camera/image_raw", "sensor_msgs/msg/Image"),
+                          ("/supervisor/state", "diagnostic_msgs/msg/DiagnosticArray")):
+            if with_state or topic != "/joint_states":
+                writer.add_topic(topic, ty)
+        for log, topic, data in sorted(rows, key=lambda r: r[0]):
+            writer.write(topic, log, data)
+    return {"t0": t0, "command": command}
+
+
+def test_export_recorded_bag(tmp_path):
+    """Episodes from the supervisor's TELEOP stretch; actions = commands meant for the frame time
+    (the recorder delay taken off as in the fine-tuning labels); bgr8 images made RGB."""
+    from sim2real_ros.datasets.lerobot_export import export_bag
+
+    truth = _recorded_bag(tmp_path / "rec")
+    summary = export_bag(tmp_path / "rec", tmp_path / "out", fps=FPS, task="reach", progress=False)
+    assert summary.episodes == 1 and summary.cameras == ["camera"]
+    assert summary.frames == 21  # 0.5 s .. 2.5 s at 10 fps
+    check_v30_layout(tmp_path / "out", 21, 1)
+    data = pq.read_table(tmp_path / "out" / "data" / "chunk-000" / "file-000.parquet")
+    times = np.asarray(data.column("timestamp").to_pylist()) + 0.5
+    actions = np.asarray(data.column("action").to_pylist())
+    states = np.asarray(data.column("observation.state").to_pylist())
+    np.testing.assert_allclose(actions, np.stack([truth["command"](s) for s in times]), atol=1e-5)
+    np.testing.assert_allclose(states, actions - 0.01, atol=1e-5)
+    frames = _decoded_frames(tmp_path / "out" / "videos" / "observation.images.camera" / "chunk-000" / "file-000.mp4")
+    assert abs(float(frames[0][..., 0].mean()) - float(_frame(0, 5)[..., 0].mean())) < 6  # t = 0.5 s: image 15
+    assert abs(float(frames[0][..., 2].mean()) - 128) < 6  # RGB order kept
+
+
+def test_export_bad_input(tmp_path, capsys):
+    from sim2real_ros.datasets.lerobot_export import export_bag
+
+    _recorded_bag(tmp_path / "rec", with_state=False)
+    with pytest.raises(DatasetError, match=r"rec: topic 'joint_states' \(observation\.state\) is not in the bag"):
+        export_bag(tmp_path / "rec", tmp_path / "out", progress=False)
+    assert cli_main(["dataset", "export", str(tmp_path / "rec"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "joint_states" in err[0]
+    assert cli_main(["dataset", "export", str(tmp_path / "nothing"), "--out", str(tmp_path / "out")]) == 2
