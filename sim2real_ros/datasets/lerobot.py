@@ -482,9 +482,10 @@ def import_dataset(dataset_dir: str | Path, bag_dir: str | Path, episodes: list[
                         continue
                     image = item[1]
                     height, width = image.shape[:2]
-                    writer.write(image_topic(k), t, messages.image(t, k, image))
+                    # camera_info first: a consumer of the image needs the calibration already
                     writer.write(camera_info_topic(k), t,
                                  messages.camera_info(t, k, width, height, calibrations.get(k)))
+                    writer.write(image_topic(k), t, messages.image(t, k, image))
                     camera_summary[k]["frames"] += 1
                     camera_summary[k]["decoded_shape"] = [height, width, 3]
                     pending[k] = next(videos[k], None)
