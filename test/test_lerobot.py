@@ -553,3 +553,14 @@ def test_round_trip_replay_evaluator(tmp_path):
     assert first["points"] == second["points"] > 300
     # the same recorded actions; the images went through one more lossy encoding
     assert abs(first["mae"] - second["mae"]) < 1e-3 and abs(first["rmse"] - second["rmse"]) < 1e-3
+
+
+def test_sysid_latency_reads_an_imported_bag(tmp_path, capsys):
+    """`sysid latency --command-topic command/teleop --state-topic joint_states` on LeRobot data, unchanged
+    (bag topics are fully qualified: /command/teleop)."""
+    import_dataset(make_v21(tmp_path / "ds"), tmp_path / "bag", progress=False)
+    code = cli_main(["sysid", "latency", "--bag", str(tmp_path / "bag"), "--command-topic", "command/teleop",
+                     "--state-topic", "joint_states", "--json"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["command_topic"] == COMMAND_TOPIC and report["state_topic"] == STATE_TOPIC

@@ -115,8 +115,9 @@ def _run_latency(args: argparse.Namespace) -> int:
         min_lag_s=args.min_lag, max_lag_s=args.max_lag, window_s=(args.start, args.end),
         time_source=args.time_source, unwrap=args.unwrap, method=args.method,
     )
-    streams = load_streams(args.bag, [args.command_topic, args.state_topic])
-    report = estimate_latency(streams[args.command_topic], streams[args.state_topic], options)
+    topics = _resolve_topics(args.bag, [args.command_topic, args.state_topic])  # "joint_states" finds "/joint_states"
+    streams = load_streams(args.bag, topics)
+    report = estimate_latency(streams[topics[0]], streams[topics[1]], options)
     if args.json:
         data = report.to_dict()
         data["bag"] = str(args.bag)
