@@ -41,14 +41,13 @@ def throughput(num_envs: int, steps: int, rounds: int) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     rates: dict[int, list[float]] = {1: [], 2: []}
     try:
-        pools = {w: RolloutPool(spec, num_envs, w) for w in (1, 2)}
-        try:
-            for _ in range(rounds):
-                for w in (1, 2):
-                    rates[w].append(_rate(pools[w], steps, rng))
-        finally:
-            for pool in pools.values():
-                pool.close()
+        for _ in range(rounds):
+            for w in (1, 2):  # one pool at a time: Ray has 2 CPUs, a worker takes one
+                pool = RolloutPool(spec, num_envs, w)
+                try:
+                    rates[w].append(_rate(pool, steps, rng))
+                finally:
+                    pool.close()
     finally:
         shutdown_ray()
     ratios = [b / a for a, b in zip(rates[1], rates[2], strict=True)]

@@ -310,3 +310,17 @@ def test_train_teacher_resumes_from_its_work_directory(tmp_path):
     other = TeacherTrainer(_config(iterations=1, seed=5, **base), tmp_path / "c.pt", tmp_path / "work", workers=0,
                            log=lines.append).run(resume=True)
     assert other["iterations"] == 1 and any("holds a run of another config" in line for line in lines)
+
+
+def test_a_pool_that_cannot_get_its_cpus_fails_instead_of_waiting(ray_local):
+    spec = _config(env={"pushes": False}).env_spec()
+    with pytest.raises(RayClusterError, match="3 rollout workers need 3 CPUs; the Ray cluster has 2"):
+        RolloutPool(spec, 4, 3)
+    holder = RolloutPool(spec, 2, 1)
+    try:
+        start = time.monotonic()
+        with pytest.raises(RayClusterError, match="1 of the Ray cluster's 2 are free"):
+            RolloutPool(spec, 4, 2)
+        assert time.monotonic() - start < 20
+    finally:
+        holder.close()

@@ -82,6 +82,27 @@ def _node_id() -> str | None:
         return None
 
 
+def check_free_cpus(workers: int) -> None:
+    """Fail at once when Ray cannot place `workers` one-CPU actors (it would wait for ever)."""
+    import time
+
+    import ray
+
+    from .cluster import RayClusterError
+
+    total = int(ray.cluster_resources().get("CPU", 0))
+    if workers > total:
+        raise RayClusterError(f"{workers} rollout workers need {workers} CPUs; the Ray cluster has {total}")
+    # Actors just killed give their CPUs back within moments; wait for them briefly.
+    deadline = time.monotonic() + 10.0
+    while int(ray.available_resources().get("CPU", 0)) < workers and time.monotonic() < deadline:
+        time.sleep(0.1)
+    free = int(ray.available_resources().get("CPU", 0))
+    if free < workers:
+        raise RayClusterError(f"{workers} rollout workers need {workers} free CPUs; {free} of the Ray "
+                              f"cluster's {total} are free (another pool still holds the rest)")
+
+
 class RolloutPool:
     """num_envs reach envs over `workers` Ray actors (0: in this process)."""
 
@@ -98,6 +119,7 @@ class RolloutPool:
         else:
             import ray
 
+            check_free_cpus(workers)
             actor_class = ray.remote(num_cpus=1)(_Worker)
             self._local = []
             self._actors = [actor_class.remote(spec, first, count) for first, count in self.layout]

@@ -118,6 +118,9 @@ class EpisodePool:
         if workers:
             import ray
 
+            from ..rl.pool import check_free_cpus
+
+            check_free_cpus(workers)
             actor = ray.remote(num_cpus=1)(EpisodeRunner)
             self._actors = [actor.remote(job, 1) for _ in range(workers)]
             self._local = None
