@@ -4,10 +4,11 @@ No sleeps-and-hope: every wait is a deadline loop on a condition.
 """
 from __future__ import annotations
 
+import json
 import os
-import resource
+import signal
 import subprocess
-import time
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -53,29 +54,44 @@ def node_decl(executable: str, parameters: dict[str, Any] | None = None,
     return NodeDecl(executable, name or executable, dict(parameters or {}), remappings, ())
 
 
+# Runs in a small Python between the test and the measured process: it forks the measured one
+# (limit set, then exec) and writes its exit status and peak RSS to a file. Forking from the test
+# process itself would count the test's own memory: a forked child's peak RSS (wait4's ru_maxrss)
+# includes the pages it shared with its parent before exec, and pytest with torch, Ray and
+# onnxruntime imported is ~300 MiB.
+_MEASURE = r"""
+import json, os, resource, sys
+result, limit, args = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+pid = os.fork()
+if pid == 0:
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        os.execvp(args[0], args)
+    finally:
+        os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+with open(result, "w") as handle:
+    json.dump({"code": os.waitstatus_to_exitcode(status), "max_rss_kib": usage.ru_maxrss}, handle)
+"""
+
+
 def run_measured(args: list[str], limit_bytes: int, timeout_s: float, cwd: Path,
                  stdout: Path, stderr: Path, stdin: Path | None = None,
                  env: dict[str, str] | None = None) -> tuple[int, int]:
     """Run `args` with its address space limited to `limit_bytes` (a safety net: a process that
     tried to allocate tens of GB fails instead of taking the machine). Returns (exit code, peak
-    resident set size [bytes] of that process alone, from wait4). Kills it after timeout_s [s]."""
-
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
-
+    resident set size [bytes] of that process alone, from wait4 in a small parent). Kills it after
+    timeout_s [s]."""
+    result = Path(stdout).with_name(Path(stdout).name + ".measured.json")
+    result.unlink(missing_ok=True)
     with open(stdout, "wb") as out, open(stderr, "wb") as err, open(stdin or os.devnull, "rb") as inp:
-        proc = subprocess.Popen(args, stdin=inp, stdout=out, stderr=err, cwd=cwd, env=env,
-                                preexec_fn=limit)  # noqa: PLW1509 - the test process starts no threads first
-    deadline = time.monotonic() + timeout_s
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() > deadline:
-            proc.kill()
-            os.wait4(proc.pid, 0)
-            proc.returncode = -9
-            raise TimeoutError(f"{args} still running after {timeout_s} s")
-        time.sleep(0.05)
-    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: tell Popen
-    return proc.returncode, usage.ru_maxrss * 1024
+        proc = subprocess.Popen([sys.executable, "-c", _MEASURE, str(result), str(limit_bytes), *args],
+                                stdin=inp, stdout=out, stderr=err, cwd=cwd, env=env, start_new_session=True)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise TimeoutError(f"{args} still running after {timeout_s} s") from None
+    measured = json.loads(result.read_text())
+    return int(measured["code"]), int(measured["max_rss_kib"]) * 1024
