@@ -301,7 +301,8 @@ def test_node_refuses_a_checkpoint_trained_with_other_preprocessing(tmp_path, pa
 
 
 def test_bad_parameters_are_refused_naming_them():
-    good = {"checkpoint": "p.pt", "backend": "auto", "preprocess_config": "pre.yaml", "robot_description": "arm.urdf", "joints": (),
+    good = {"checkpoint": "p.pt", "backend": "auto", "preprocess_config": "pre.yaml", "robot_description": "arm.urdf",
+            "joints": (),
             "device": "cpu", "num_threads": 1, "pairing_tolerance_s": 0.05, "max_observation_age_s": 0.25,
             "observation_period_s": -1.0, "diagnostics_period_s": 1.0}
     PolicyNodeConfig(**good)

@@ -55,7 +55,7 @@ from .policy_model import (
     build_model,
     plan_model,
 )
-from .policy_spec import CHECKPOINT_MAGIC, check_compatible
+from .policy_spec import CHECKPOINT_MAGIC, check_compatible, checked_observation
 from .preprocess_config import PreprocessConfig
 
 MAGIC = CHECKPOINT_MAGIC
@@ -504,16 +504,7 @@ class LoadedPolicy:
         (row 0 at the observation time). The current positions are added in float64 so that a
         zero delta holds exactly. Raises ValueError for wrong shapes, dtype or non-finite joints.
         """
-        spec = self.spec
-        image = np.asarray(image)
-        if image.shape != (spec.image_height, spec.image_width, 3) or image.dtype != np.uint8:
-            raise ValueError(f"image must be uint8 ({spec.image_height}, {spec.image_width}, 3), "
-                             f"got {image.dtype} {image.shape}")
-        q = np.asarray(joint_positions, dtype=np.float64)
-        if q.shape != (spec.joint_count,):
-            raise ValueError(f"joint_positions must have shape ({spec.joint_count},), got {q.shape}")
-        if not np.all(np.isfinite(q)):
-            raise ValueError(f"joint_positions contain NaN/Inf: {q.tolist()}")
+        image, q = checked_observation(self.spec, image, joint_positions)
         with torch.inference_mode():
             images = torch.from_numpy(np.ascontiguousarray(image)).unsqueeze(0).to(self.device)
             joints = torch.from_numpy(q.astype(np.float32)).unsqueeze(0).to(self.device)

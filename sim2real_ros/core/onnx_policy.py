@@ -35,7 +35,7 @@ import numpy as np
 
 from .camera_model import CameraModel
 from .errors import CheckpointError, ConfigError
-from .policy_spec import PolicySpec, abbreviate, check_compatible
+from .policy_spec import PolicySpec, abbreviate, check_compatible, checked_observation
 from .preprocess_config import PreprocessConfig
 
 ONNX_FORMAT_VERSION = 1
@@ -228,16 +228,7 @@ class OnnxPolicy:
         """One inference; the contract of LoadedPolicy.select_action: image (H, W, 3) uint8 RGB,
         joint_positions (n,) [rad] in spec.joint_names order -> (K, n) float64 absolute targets
         [rad], row k for stamp + k * dt. ValueError for wrong shapes, dtype or non-finite joints."""
-        spec = self.spec
-        image = np.asarray(image)
-        if image.shape != (spec.image_height, spec.image_width, 3) or image.dtype != np.uint8:
-            raise ValueError(f"image must be uint8 ({spec.image_height}, {spec.image_width}, 3), "
-                             f"got {image.dtype} {image.shape}")
-        q = np.asarray(joint_positions, dtype=np.float64)
-        if q.shape != (spec.joint_count,):
-            raise ValueError(f"joint_positions must have shape ({spec.joint_count},), got {q.shape}")
-        if not np.all(np.isfinite(q)):
-            raise ValueError(f"joint_positions contain NaN/Inf: {q.tolist()}")
+        image, q = checked_observation(self.spec, image, joint_positions)
         feeds = {"image": np.ascontiguousarray(image)[None], "joint_positions": q.astype(np.float32)[None]}
         try:
             (deltas,) = self.session.run(["deltas"], feeds)

@@ -191,3 +191,19 @@ def abbreviate(value: Any, limit: int = 120) -> _Shown:
     and must not become a megabyte error line."""
     text = repr(value)
     return _Shown(text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)")
+
+
+def checked_observation(spec: PolicySpec, image: Any, joint_positions: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(image, q) ready for inference, whatever the backend: image (H, W, 3) uint8 RGB at the
+    policy resolution, q (n,) float64 [rad] in spec.joint_names order. Raises ValueError for a
+    wrong shape or dtype, or non-finite joints."""
+    image = np.asarray(image)
+    if image.shape != (spec.image_height, spec.image_width, 3) or image.dtype != np.uint8:
+        raise ValueError(f"image must be uint8 ({spec.image_height}, {spec.image_width}, 3), "
+                         f"got {image.dtype} {image.shape}")
+    q = np.asarray(joint_positions, dtype=np.float64)
+    if q.shape != (spec.joint_count,):
+        raise ValueError(f"joint_positions must have shape ({spec.joint_count},), got {q.shape}")
+    if not np.all(np.isfinite(q)):
+        raise ValueError(f"joint_positions contain NaN/Inf: {q.tolist()}")
+    return image, q
