@@ -1,11 +1,12 @@
-"""`sim2real bag info PATH [--json]` and `sim2real bag repair PATH`: inspect and fix rosbag2 bags."""
+"""`sim2real bag info PATH [--json]`, `sim2real bag repair PATH`: inspect and fix rosbag2 bags;
+`sim2real bag export-foxglove PATH --out FILE.mcap`: a Foxglove MCAP with the 3D arm (docs/viz.md)."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 
-from ..core.errors import BagError
+from ..core.errors import BagError, Sim2RealError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,6 +20,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     repair.add_argument("path", help="rosbag2 folder")
     repair.add_argument("--no-backup", action="store_true",
                         help="delete damaged originals instead of keeping them as *.damaged / *.bak")
+    export = sub.add_parser("export-foxglove", help="write a Foxglove MCAP: 3D arm, images, plots, supervisor")
+    export.add_argument("path", help="rosbag2 folder or .mcap/.db3 file with joint_states")
+    export.add_argument("--out", required=True, help="the .mcap file to write")
+    export.add_argument("--urdf", default=None, help="URDF file (default: the bag's robot_description)")
+    export.add_argument("--tool-link", default="", help="link whose planned path is drawn (default: the tool point)")
+    export.add_argument("--namespace", default="", help="the graph's namespace in the bag (e.g. arm1)")
+    export.add_argument("--jpeg-quality", type=int, default=80, help="camera JPEG quality; 0 = raw images")
+    export.add_argument("--layout", default=None, help="also write the default Foxglove layout JSON here")
+    export.add_argument("--overwrite", action="store_true", help="replace an existing output file")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,8 +40,10 @@ def run(args: argparse.Namespace) -> int:
             info = bag_info(args.path, verify_decoding=not args.no_verify)
             print(json.dumps(info.to_dict(), indent=2) if args.json else format_info(info))
             return 0
+        if args.action == "export-foxglove":
+            return _export_foxglove(args)
         report = repair_bag(args.path, keep_originals=not args.no_backup)
-    except BagError as err:
+    except (BagError, Sim2RealError) as err:
         print(f"sim2real bag {args.action}: {err}", file=sys.stderr)
         return 1
     if not report.changed:
@@ -45,3 +57,26 @@ def run(args: argparse.Namespace) -> int:
         for p in report.kept:
             p.unlink(missing_ok=True)
     return 0
+
+
+def _export_foxglove(args: argparse.Namespace) -> int:
+    from ..viz.export import export_foxglove
+    from ..viz.layout import write_layout
+
+    if not 0 <= args.jpeg_quality <= 100:
+        raise BagError(f"--jpeg-quality {args.jpeg_quality}: must be in [0, 100] (0 = raw images)")
+    report = export_foxglove(args.path, args.out, urdf=args.urdf, tool_link=args.tool_link, namespace=args.namespace,
+                             jpeg_quality=args.jpeg_quality, overwrite=args.overwrite)
+    print("\n".join(report.lines()))
+    if args.layout:
+        from ..core.urdf import RobotModel
+
+        joints = RobotModel.from_file(args.urdf).joint_names if args.urdf else None
+        print(f"wrote layout {write_layout(args.layout, joints or _bag_joint_names(args.path))}")
+    return 0
+
+
+def _bag_joint_names(path: str) -> list[str]:
+    from ..viz.source import open_bag_view
+
+    return open_bag_view(path).kinematics().model.joint_names

@@ -1,0 +1,209 @@
+"""viz core and `sim2real bag export-foxglove`: forward kinematics against PyBullet, the exported
+MCAP read back with the `mcap` library (schemas, robot model, transforms, counts), bad input."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from mcap.reader import make_reader
+from rclpy.serialization import serialize_message
+from sensor_msgs.msg import CameraInfo, Image, JointState
+from std_msgs.msg import Float64MultiArray, String
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from sim2real_ros.bags.writer import BagWriter
+from sim2real_ros.cli.main import main as cli_main
+from sim2real_ros.conversions import ns_to_stamp
+from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.paths import urdf_path
+from sim2real_ros.viz import channels as ch
+from sim2real_ros.viz.kinematics import ArmKinematics, LinkTransform, compose, matrix_to_quaternion
+from sim2real_ros.viz.layout import layout, panel_ids
+from sim2real_ros.viz.source import open_bag_view, tool_link_for
+
+MS = 1_000_000
+T0 = 1_700_000_000 * 1_000_000_000
+N_JOINTS, N_IMAGES, N_CHUNKS = 200, 30, 10
+URDF = urdf_path().read_text()
+MODEL = RobotModel.from_string(URDF, "arm6")
+NAMES = MODEL.joint_names
+
+
+def _q(i: int) -> np.ndarray:
+    return 0.6 * np.sin(0.05 * i + np.arange(len(NAMES)))
+
+
+def _joint_state(i: int) -> JointState:
+    msg = JointState(name=NAMES, position=list(_q(i)), velocity=[0.0] * len(NAMES))
+    msg.header.stamp = ns_to_stamp(T0 + i * 10 * MS)
+    return msg
+
+
+def _image(i: int) -> Image:
+    msg = Image(height=24, width=32, encoding="rgb8", step=96, data=bytes((i + np.arange(24 * 96)) % 256))
+    msg.header.stamp = ns_to_stamp(T0 + i * 33 * MS)
+    msg.header.frame_id = "camera_optical"
+    return msg
+
+
+def _chunk(i: int) -> JointTrajectory:
+    msg = JointTrajectory(joint_names=NAMES)
+    msg.header.stamp = ns_to_stamp(T0 + i * 100 * MS)
+    msg.points = [JointTrajectoryPoint(positions=list(_q(10 * i + k))) for k in range(10)]
+    return msg
+
+
+def _state(mode: str) -> DiagnosticArray:
+    status = DiagnosticStatus(name="supervisor", message=mode, level=1)
+    status.values = [KeyValue(key="mode", value=mode), KeyValue(key="reason", value="test"),
+                     KeyValue(key="commands_clamped", value="3")]
+    return DiagnosticArray(status=[status])
+
+
+def write_bag(path, *, description: bool = True, joints: bool = True) -> None:
+    events = []
+    if description:
+        events.append((T0, "/robot_description", "std_msgs/msg/String", serialize_message(String(data=URDF))))
+    if joints:
+        events += [(T0 + i * 10 * MS + 1, "/joint_states", "sensor_msgs/msg/JointState",
+                    serialize_message(_joint_state(i))) for i in range(N_JOINTS)]
+    events += [(T0 + i * 33 * MS + 2, "/camera/image_raw", "sensor_msgs/msg/Image", serialize_message(_image(i)))
+               for i in range(N_IMAGES)]
+    events.append((T0 + 3, "/camera/camera_info", "sensor_msgs/msg/CameraInfo",
+                   serialize_message(CameraInfo(width=32, height=24, k=[30.0, 0, 16, 0, 30, 12, 0, 0, 1]))))
+    events += [(T0 + i * 100 * MS + 4, "/policy/action_chunk", "trajectory_msgs/msg/JointTrajectory",
+                serialize_message(_chunk(i))) for i in range(N_CHUNKS)]
+    events += [(T0 + i * 10 * MS + 5, "/forward_position_controller/commands", "std_msgs/msg/Float64MultiArray",
+                serialize_message(Float64MultiArray(data=list(_q(i))))) for i in range(50)]
+    events += [(T0 + 6, "/supervisor/state", "diagnostic_msgs/msg/DiagnosticArray", serialize_message(_state("HOLD"))),
+               (T0 + 500 * MS, "/supervisor/state", "diagnostic_msgs/msg/DiagnosticArray",
+                serialize_message(_state("AUTONOMOUS")))]
+    with BagWriter(path) as writer:
+        for _, topic, msgtype, _ in events:
+            writer.add_topic(topic, msgtype)
+        for t, topic, _, data in sorted(events, key=lambda e: e[0]):
+            writer.write(topic, t, data)
+
+
+def _read_mcap(path):
+    with open(path, "rb") as handle:
+        reader = make_reader(handle)
+        summary = reader.get_summary()
+        schemas = {c.topic: summary.schemas[c.schema_id].name for c in summary.channels.values()}
+        counts = {summary.channels[cid].topic: n for cid, n in summary.statistics.channel_message_counts.items()}
+        messages = [(channel.topic, message) for _, channel, message in reader.iter_messages()]
+        metadata = {m.name: dict(m.metadata) for m in reader.iter_metadata()}
+    return schemas, counts, messages, metadata, summary
+
+
+def _decoder(summary, topic):
+    """A protobuf class for `topic` from the schema stored in the MCAP (as Foxglove decodes it)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    channel = next(c for c in summary.channels.values() if c.topic == topic)
+    schema = summary.schemas[channel.schema_id]
+    files = descriptor_pb2.FileDescriptorSet.FromString(schema.data)
+    pool = descriptor_pool.DescriptorPool()
+    for f in files.file:
+        pool.Add(f)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(schema.name))
+
+
+def test_forward_kinematics_matches_pybullet_and_quaternions_round_trip():
+    from sim2real_ros.sim.params import load_sim_params
+    from sim2real_ros.sim.world import SimWorld
+
+    world = SimWorld(load_sim_params(), str(urdf_path()), render=False)
+    try:
+        tool = tool_link_for(MODEL)
+        assert tool == world.ee_link
+        kin = ArmKinematics(MODEL, tool)
+        indices = {world.client.getJointInfo(world.robot, j)[1].decode(): j
+                   for j in range(world.client.getNumJoints(world.robot))}
+        rng = np.random.default_rng(3)
+        limits = MODEL.limits_arrays()
+        for _ in range(20):
+            q = rng.uniform(limits["lower"], limits["upper"])
+            for name, value in zip(NAMES, q, strict=True):
+                world.client.resetJointState(world.robot, indices[name], float(value))
+            kin.update(NAMES, q)
+            via_tf = compose(kin.transforms(), "world", tool)[:3, 3]
+            assert np.linalg.norm(via_tf - world.ee_position()) < 1e-4  # 0.1 mm
+            assert np.linalg.norm(kin.tool_position() - world.ee_position()) < 1e-4
+    finally:
+        world.close()
+    rotation = MODEL.forward_kinematics(np.full(len(NAMES), 0.7), tool)[0][:3, :3]
+    back = compose([LinkTransform("a", "b", (0, 0, 0), matrix_to_quaternion(rotation))], "a", "b")[:3, :3]
+    assert np.allclose(back, rotation, atol=1e-9)
+
+
+def test_export_foxglove_writes_schemas_model_transforms_and_counts(tmp_path):
+    bag, out, layout_file = tmp_path / "run", tmp_path / "run.foxglove.mcap", tmp_path / "layout.json"
+    write_bag(bag)
+    assert cli_main(["bag", "export-foxglove", str(bag), "--out", str(out), "--layout", str(layout_file)]) == 0
+    schemas, counts, messages, metadata, summary = _read_mcap(out)
+    assert schemas[ch.TF] == "foxglove.FrameTransforms"
+    assert schemas[ch.ROBOT_MODEL] == "foxglove.SceneUpdate"
+    assert schemas[ch.ROBOT_DESCRIPTION] == "std_msgs/msg/String"
+    assert schemas[ch.CAMERA_IMAGE] == "foxglove.CompressedImage"
+    assert schemas[ch.CAMERA_INFO] == "foxglove.CameraCalibration"
+    assert schemas[ch.PLANNED_PATH] == "foxglove.SceneUpdate"
+    assert schemas[ch.SUPERVISOR_STATE] == "sim2real.SupervisorState"
+    # counts match the bag: one transform set per joint state (plus the initial pose), every image,
+    # chunk and command, both supervisor states
+    assert counts[ch.TF] == N_JOINTS + 1
+    assert counts[ch.MEASURED] == N_JOINTS
+    assert counts[ch.CAMERA_IMAGE] == N_IMAGES
+    assert counts[ch.PLANNED_PATH] == N_CHUNKS
+    assert counts[ch.COMMANDED] == 50
+    assert counts[ch.SUPERVISOR_STATE] == 2
+    assert counts[ch.ROBOT_MODEL] == 1 and counts[ch.ROBOT_DESCRIPTION] == 1
+    by_topic: dict[str, list] = {}
+    for topic, message in messages:
+        by_topic.setdefault(topic, []).append(message)
+    assert json.loads(by_topic[ch.ROBOT_DESCRIPTION][0].data)["data"] == URDF
+    model = _decoder(summary, ch.ROBOT_MODEL).FromString(by_topic[ch.ROBOT_MODEL][0].data)
+    assert {e.frame_id for e in model.entities} >= {"base_link", "link2", "link6"}
+    # the transforms put the tool point where the URDF's kinematics put it, at each joint state's stamp
+    tf_class = _decoder(summary, ch.TF)
+    tool = tool_link_for(MODEL)
+    for i in (0, 57, N_JOINTS - 1):
+        decoded = tf_class.FromString(by_topic[ch.TF][i + 1].data)
+        assert decoded.transforms[1].timestamp.ToNanoseconds() == T0 + i * 10 * MS
+        tfs = [LinkTransform(t.parent_frame_id, t.child_frame_id, (t.translation.x, t.translation.y, t.translation.z),
+                             (t.rotation.x, t.rotation.y, t.rotation.z, t.rotation.w)) for t in decoded.transforms]
+        expected = MODEL.forward_kinematics(_q(i), tool)[0][:3, 3]
+        assert np.linalg.norm(compose(tfs, "world", tool)[:3, 3] - expected) < 1e-6
+    path = _decoder(summary, ch.PLANNED_PATH).FromString(by_topic[ch.PLANNED_PATH][3].data)
+    points = path.entities[0].lines[0].points
+    assert len(points) == 10
+    first = MODEL.forward_kinematics(_q(30), tool)[0][:3, 3]
+    assert np.allclose([points[0].x, points[0].y, points[0].z], first, atol=1e-6)
+    assert json.loads(by_topic[ch.SUPERVISOR_STATE][-1].data)["mode"] == "AUTONOMOUS"
+    stats = json.loads(by_topic[ch.STATS][-1].data)["topics"]
+    assert stats["joint_states"]["received"] == N_JOINTS and stats["joint_states"]["rate_hz"] == pytest.approx(100, 1)
+    assert metadata["sim2real_ros"]["tool_link"] == tool
+    saved = json.loads(layout_file.read_text())
+    assert set(panel_ids(saved["layout"])) == set(saved["configById"]) == set(layout(NAMES)["configById"])
+
+
+def test_bag_view_errors_name_what_is_missing(tmp_path, capsys):
+    no_joints, no_urdf = tmp_path / "no_joints", tmp_path / "no_urdf"
+    write_bag(no_joints, joints=False)
+    write_bag(no_urdf, description=False)
+    assert cli_main(["bag", "export-foxglove", str(no_joints), "--out", str(tmp_path / "a.mcap")]) == 1
+    assert "no joint_states topic (sensor_msgs/msg/JointState)" in capsys.readouterr().err
+    assert cli_main(["bag", "export-foxglove", str(no_urdf), "--out", str(tmp_path / "b.mcap")]) == 1
+    err = capsys.readouterr().err
+    assert "no robot_description" in err and "--urdf" in err
+    assert not (tmp_path / "a.mcap").exists() and not (tmp_path / "b.mcap").exists()
+    # with --urdf the same bag exports
+    out = tmp_path / "c.mcap"
+    assert cli_main(["bag", "export-foxglove", str(no_urdf), "--out", str(out), "--urdf", str(urdf_path())]) == 0
+    assert _read_mcap(out)[1][ch.TF] == N_JOINTS + 1
+    assert cli_main(["bag", "export-foxglove", str(no_urdf), "--out", str(out), "--urdf", str(urdf_path())]) == 1
+    assert "exists already" in capsys.readouterr().err
+    with pytest.raises(Exception, match="tool_link"):
+        open_bag_view(no_urdf, urdf=str(urdf_path()), tool_link="nope")
