@@ -4,7 +4,7 @@ from glob import glob
 from setuptools import find_packages, setup
 
 PACKAGE = "sim2real_ros"
-NODES = ["sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder"]
+NODES = ["sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder", "viz_node"]
 
 setup(
     name=PACKAGE,

@@ -33,6 +33,9 @@ class GraphArgs:
     command_topic: str = "forward_position_controller/commands"
     ee_link: str = ""  # tool link for the sim task and Cartesian jogging; "" = the sim params' / the arm's tip
     extra_parameters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    viz: bool = False  # add viz_node: a live Foxglove view (docs/viz.md)
+    viz_port: int = 8765  # its WebSocket port
+    viz_host: str = "127.0.0.1"  # where it listens: this machine only, unless told otherwise
 
     def sim_time(self, mode: str) -> bool:
         """use_sim_time of every node: default true where a sim or a bag player publishes `clock`."""
@@ -80,6 +83,8 @@ def declare_graph(mode: str, args: GraphArgs | None = None) -> list[NodeDecl]:
         node("actuator_node", description, _remaps(args, joints=True)),
     ]
     tool = {"ee_link": args.ee_link} if args.ee_link else {}
+    viewer = [node("viz_node", {**description, **tool, "port": int(args.viz_port), "host": args.viz_host},
+                   _remaps(args, camera=True, joints=True, command=True))] if args.viz else []
     if mode == "sim":
         sim_remaps = _remaps(args, camera=True, joints=True, command=True)
         if args.namespace:
@@ -88,13 +93,13 @@ def declare_graph(mode: str, args: GraphArgs | None = None) -> list[NodeDecl]:
         sim = node("sim_node", {**description, **tool}, sim_remaps)
         supervisor = node("supervisor", {**description, **tool, "auto_arm": True},
                           _remaps(args, joints=True, command=True))
-        return [sim, *perception, supervisor]
+        return [sim, *perception, supervisor, *viewer]
     if mode == "robot":
         # The camera driver and ros2_control (joint_state_broadcaster + forward position controller)
         # are the robot's own; the supervisor never arms by itself on hardware, and arms only while a
         # stop source is live (an `estop` heartbeat or a joystick; losing it latches ESTOP, DESIGN.md §4).
         supervisor = node("supervisor", {**description, **tool, "auto_arm": False, "require_stop_source": True},
                           _remaps(args, joints=True, command=True))
-        return [*perception, supervisor]
+        return [*perception, supervisor, *viewer]
     # replay: a bag player provides camera, joint_states and clock; nothing commands a robot.
-    return perception
+    return [*perception, *viewer]

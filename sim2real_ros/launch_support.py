@@ -23,6 +23,9 @@ LAUNCH_ARGUMENTS: dict[str, tuple[str, str]] = {
     "joint_states_topic": ("joint_states_topic", "joint_state_broadcaster's topic"),
     "command_topic": ("command_topic", "the forward position controller's command topic"),
     "ee_link": ("ee_link", "tool link for the sim task and Cartesian jogging (e.g. panda_grasptarget)"),
+    "viz": ("viz", "true: add viz_node, a live Foxglove view (docs/viz.md); default false"),
+    "viz_port": ("viz_port", "viz_node's Foxglove WebSocket port (default 8765)"),
+    "viz_host": ("viz_host", "address viz_node listens on (default 127.0.0.1: this machine only)"),
 }
 
 
@@ -34,10 +37,14 @@ def graph_args_from_launch(values: dict[str, str]) -> GraphArgs:
         text = values.get(arg, "")
         if text == "":
             continue
-        if field == "use_sim_time":
+        if field in ("use_sim_time", "viz"):
             if text.lower() not in ("true", "false"):
-                raise ValueError(f"launch argument use_sim_time must be true or false, got {text!r}")
+                raise ValueError(f"launch argument {arg} must be true or false, got {text!r}")
             kwargs[field] = text.lower() == "true"
+        elif field == "viz_port":
+            if not text.isdigit() or not 0 <= int(text) <= 65535:
+                raise ValueError(f"launch argument viz_port must be a port number in [0, 65535], got {text!r}")
+            kwargs[field] = int(text)
         else:
             kwargs[field] = text
     return dataclasses.replace(defaults, **kwargs)

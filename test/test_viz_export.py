@@ -151,9 +151,9 @@ def test_export_foxglove_writes_schemas_model_transforms_and_counts(tmp_path):
     assert schemas[ch.CAMERA_INFO] == "foxglove.CameraCalibration"
     assert schemas[ch.PLANNED_PATH] == "foxglove.SceneUpdate"
     assert schemas[ch.SUPERVISOR_STATE] == "sim2real.SupervisorState"
-    # counts match the bag: one transform set per joint state (plus the initial pose), every image,
-    # chunk and command, both supervisor states
-    assert counts[ch.TF] == N_JOINTS + 1
+    # counts match the bag: one transform set per joint state, every image, chunk and command, both
+    # supervisor states
+    assert counts[ch.TF] == N_JOINTS
     assert counts[ch.MEASURED] == N_JOINTS
     assert counts[ch.CAMERA_IMAGE] == N_IMAGES
     assert counts[ch.PLANNED_PATH] == N_CHUNKS
@@ -170,7 +170,7 @@ def test_export_foxglove_writes_schemas_model_transforms_and_counts(tmp_path):
     tf_class = _decoder(summary, ch.TF)
     tool = tool_link_for(MODEL)
     for i in (0, 57, N_JOINTS - 1):
-        decoded = tf_class.FromString(by_topic[ch.TF][i + 1].data)
+        decoded = tf_class.FromString(by_topic[ch.TF][i].data)
         assert decoded.transforms[1].timestamp.ToNanoseconds() == T0 + i * 10 * MS
         tfs = [LinkTransform(t.parent_frame_id, t.child_frame_id, (t.translation.x, t.translation.y, t.translation.z),
                              (t.rotation.x, t.rotation.y, t.rotation.z, t.rotation.w)) for t in decoded.transforms]
@@ -202,7 +202,7 @@ def test_bag_view_errors_name_what_is_missing(tmp_path, capsys):
     # with --urdf the same bag exports
     out = tmp_path / "c.mcap"
     assert cli_main(["bag", "export-foxglove", str(no_urdf), "--out", str(out), "--urdf", str(urdf_path())]) == 0
-    assert _read_mcap(out)[1][ch.TF] == N_JOINTS + 1
+    assert _read_mcap(out)[1][ch.TF] == N_JOINTS
     assert cli_main(["bag", "export-foxglove", str(no_urdf), "--out", str(out), "--urdf", str(urdf_path())]) == 1
     assert "exists already" in capsys.readouterr().err
     with pytest.raises(Exception, match="tool_link"):

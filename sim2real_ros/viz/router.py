@@ -108,6 +108,7 @@ class VizRouter:
         self.command_joints = list(command_joints or kinematics.model.joint_names)
         self.window_ns = int(window_s * NS_PER_S)
         self.stats: dict[str, TopicStats] = {t: TopicStats() for t in INPUT_TOPICS}
+        self._last_joint_stamp_ns: int | None = None
         self._handlers = {
             "joint_states": self._joint_states, "camera/image_raw": self._camera,
             "policy/image": self._policy_image, "camera/camera_info": self._camera_info,
@@ -119,9 +120,11 @@ class VizRouter:
 
     # ------------------------------------------------------------------ entry points
     def publish_robot(self, log_time_ns: int) -> None:
-        """The robot model and the transforms at the current (initially zero) joint positions."""
+        """The robot model, and the transforms of the last joint state again, stamped with its
+        stamp (none before the first joint state: the arm's pose is not known yet)."""
         self.pub.log_robot(self.urdf_xml, self.visuals, log_time_ns)
-        self.pub.log_transforms(self.kin.transforms(), log_time_ns, log_time_ns)
+        if self._last_joint_stamp_ns is not None:
+            self.pub.log_transforms(self.kin.transforms(), self._last_joint_stamp_ns, log_time_ns)
 
     def handle(self, topic: str, msg, log_time_ns: int) -> bool:
         """One message of input `topic` (relative name, as in INPUTS); returns whether it was shown.
@@ -166,6 +169,7 @@ class VizRouter:
             raise ValueError(f"joint_states: {len(names)} names but {len(positions)} positions")
         self.kin.update(names, positions)
         stamp = stamp_ns(msg)
+        self._last_joint_stamp_ns = stamp
         self.pub.log_transforms(self.kin.transforms(), stamp, t)
         velocities = np.asarray(msg.velocity, dtype=float)
         self.pub.log_json(ch.MEASURED, {
