@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("sim2real_ros.cli.validate_cmd", "staged validation gate and sim-vs-real report"),
     "finetune": ("sim2real_ros.cli.finetune_cmd", "fine-tune a checkpoint on real bags"),
     "bench": ("sim2real_ros.cli.bench_cmd", "run every benchmark of the stack"),
+    "view": ("sim2real_ros.cli.view_cmd", "serve a recorded bag to Foxglove: 3D arm, camera, plots (docs/viz.md)"),
 }
 
 
