@@ -36,11 +36,11 @@ from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
 from sim2real_ros import conversions as cv  # noqa: E402
 from sim2real_ros.benchmarking import bench_main, latency_stats  # noqa: E402
-from sim2real_ros.cli.launcher import GraphLauncher  # noqa: E402
 from sim2real_ros.core.actuator import ActuatorConfig, ActuatorCore  # noqa: E402
 from sim2real_ros.core.chunk_buffer import ChunkBuffer, ChunkBufferConfig  # noqa: E402
 from sim2real_ros.graph import NodeDecl  # noqa: E402
 from sim2real_ros.nodes.common import RELIABLE_LATEST_QOS  # noqa: E402
+from sim2real_ros.runtime.launcher import GraphLauncher  # noqa: E402
 
 JOINTS = [f"joint{i}" for i in range(1, 7)]
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -115,9 +115,9 @@ def measure_recorder(events: list[tuple[int, str, bytes]], duration_s: float, wo
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.node import Node
 
-    from sim2real_ros.cli.launcher import GraphLauncher
     from sim2real_ros.graph import NodeDecl
     from sim2real_ros.nodes.common import JOINT_STATE_QOS, SENSOR_QOS
+    from sim2real_ros.runtime.launcher import GraphLauncher
 
     domain_id = 101 + random.SystemRandom().randrange(100)  # away from the tests' 1..100
     env = {"ROS_DOMAIN_ID": str(domain_id), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}

@@ -52,8 +52,8 @@ from sim2real_ros.benchmarking import bench_main, latency_stats  # noqa: E402
 from sim2real_ros.conversions import stamp_to_ns  # noqa: E402
 from sim2real_ros.graph import GraphArgs, declare_graph  # noqa: E402
 from sim2real_ros.nodes.common import RELIABLE_LATEST_QOS  # noqa: E402
-from sim2real_ros.orchestration.graph_session import SimGraphSession  # noqa: E402
 from sim2real_ros.paths import config_path, default_policy_path, urdf_path  # noqa: E402
+from sim2real_ros.runtime.graph_session import SimGraphSession  # noqa: E402
 
 CAMERA_HZ = 30.0  # [Hz]
 JOINT_STATE_HZ = 100.0  # [Hz]
@@ -167,10 +167,10 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path) -> dict:
     """The robot graph on the wall clock against the stand-in (see the module docstring)."""
     from rclpy.node import Node
 
-    from sim2real_ros.cli.launcher import GraphLauncher
     from sim2real_ros.nodes.common import freeze_startup_objects
     from sim2real_ros.nodes.lean_executor import LeanExecutor
-    from sim2real_ros.orchestration.probe import RosProbe, wait_until
+    from sim2real_ros.runtime.launcher import GraphLauncher
+    from sim2real_ros.runtime.probe import RosProbe, wait_until
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     robot = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--robot"], env=env,

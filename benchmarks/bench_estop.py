@@ -57,7 +57,6 @@ from std_srvs.srv import Trigger  # noqa: E402
 
 from sim2real_ros import conversions as cv  # noqa: E402
 from sim2real_ros.benchmarking import latency_stats  # noqa: E402
-from sim2real_ros.cli.launcher import GraphLauncher  # noqa: E402
 from sim2real_ros.core.safety import limits_from_urdf  # noqa: E402
 from sim2real_ros.core.urdf import RobotModel  # noqa: E402
 from sim2real_ros.graph import NodeDecl  # noqa: E402
@@ -68,6 +67,7 @@ from sim2real_ros.nodes.common import (  # noqa: E402
     SENSOR_QOS,
 )
 from sim2real_ros.paths import urdf_path, use_dds_profile  # noqa: E402
+from sim2real_ros.runtime.launcher import GraphLauncher  # noqa: E402
 
 POLICY_OFFSET_RAD = 0.05
 PING_TOPIC = "bench_estop/ping"

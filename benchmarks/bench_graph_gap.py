@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from sim2real_ros.benchmarking import bench_main, latency_stats
-from sim2real_ros.evaluation.graph_eval import evaluate_in_graph
 from sim2real_ros.evaluation.graph_timing import episode_timing, read_trace, timing_summary
 from sim2real_ros.paths import config_path, default_policy_path, use_dds_profile
+from sim2real_ros.runtime.graph_eval import evaluate_in_graph
 from sim2real_ros.training.evaluation import evaluate_in_sim
 
 SEED = 1000

@@ -47,10 +47,10 @@ def measure_node_latency(files: dict[str, Path], n_per_round: int, tmp: Path) ->
     from trajectory_msgs.msg import JointTrajectory
 
     from sim2real_ros import conversions as cv
-    from sim2real_ros.cli.launcher import GraphLauncher
     from sim2real_ros.graph import NodeDecl
     from sim2real_ros.nodes.common import JOINT_STATE_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS
-    from sim2real_ros.orchestration.probe import RosProbe, wait_until
+    from sim2real_ros.runtime.launcher import GraphLauncher
+    from sim2real_ros.runtime.probe import RosProbe, wait_until
 
     spec = load_policy(files["torch"], num_threads=1).spec
     joints = list(spec.joint_names)

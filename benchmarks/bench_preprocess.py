@@ -175,9 +175,9 @@ def bench_node(frames: int, width: int = 640, height: int = 480, reliable: bool 
     from sensor_msgs.msg import CameraInfo, Image
 
     from sim2real_ros import conversions as cv
-    from sim2real_ros.cli.launcher import GraphLauncher
     from sim2real_ros.graph import NodeDecl
     from sim2real_ros.nodes.common import RELIABLE_LATEST_QOS, SENSOR_QOS
+    from sim2real_ros.runtime.launcher import GraphLauncher
 
     received: dict[tuple[str, int], float] = {}
     arrived = threading.Condition()

@@ -13,9 +13,9 @@ from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
+from .core.action_chunk import ActionChunk
 from .core.camera_model import CameraModel
-
-NS_PER_S = 1_000_000_000
+from .core.timebase import NS_PER_S
 
 # Channels and dtype of each image encoding the stack accepts (real drivers publish all of these).
 ENCODING_CHANNELS = {
@@ -159,25 +159,6 @@ def make_joint_state(
 
 # ----------------------------------------------------------------------------------------------
 # Action chunks
-@dataclass(frozen=True)
-class ActionChunk:
-    """A chunk of future joint targets (DESIGN.md §3).
-
-    positions (K, n) [rad]: point k is the target for time stamp_ns + times_s[k].
-    times_s (K,) [s]: time_from_start of each point, strictly increasing.
-    """
-
-    joint_names: tuple[str, ...]
-    stamp_ns: int
-    times_s: np.ndarray
-    positions: np.ndarray
-
-    @property
-    def end_ns(self) -> int:
-        """Absolute time [ns] of the last point."""
-        return self.stamp_ns + int(round(float(self.times_s[-1]) * NS_PER_S))
-
-
 def chunk_to_trajectory(chunk: ActionChunk) -> JointTrajectory:
     """ActionChunk -> trajectory_msgs/JointTrajectory (header.stamp = observation stamp)."""
     msg = JointTrajectory()

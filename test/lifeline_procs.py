@@ -20,8 +20,8 @@ STUBBORN_GRACE_S = 1.0  # [s]
 
 
 def worker_thread_launcher() -> None:
-    from sim2real_ros.cli.launcher import GraphLauncher
     from sim2real_ros.graph import NodeDecl
+    from sim2real_ros.runtime.launcher import GraphLauncher
 
     launcher = GraphLauncher([NodeDecl("supervisor", "supervisor", {})], echo=False)
 
@@ -38,7 +38,7 @@ def worker_thread_launcher() -> None:
 
 
 def stubborn_launcher() -> None:
-    from sim2real_ros.cli.lifeline import launcher_environment
+    from sim2real_ros.runtime.lifeline import launcher_environment
 
     env = {**os.environ, **launcher_environment(os.getpid(), from_main_thread=True)}
     subprocess.Popen([sys.executable, __file__, "stubborn-node"], env=env)
@@ -47,7 +47,7 @@ def stubborn_launcher() -> None:
 
 
 def stubborn_node() -> None:
-    from sim2real_ros.cli.lifeline import die_with_launcher
+    from sim2real_ros.runtime.lifeline import die_with_launcher
 
     if not die_with_launcher(grace_s=STUBBORN_GRACE_S):
         sys.exit(1)

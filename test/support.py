@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from sim2real_ros.cli.launcher import GraphLauncher
 from sim2real_ros.graph import NodeDecl
-from sim2real_ros.orchestration.probe import RosProbe, wait_until  # noqa: F401 - re-exported for tests
+from sim2real_ros.runtime.launcher import GraphLauncher
+from sim2real_ros.runtime.probe import RosProbe, wait_until  # noqa: F401 - re-exported for tests
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Apache-2.0 bags recorded by `ros2 bag record` (rosbag2's test resources), vendored with their notice.

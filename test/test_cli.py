@@ -2,8 +2,8 @@
 import subprocess
 import sys
 
-from sim2real_ros.cli.launcher import node_command, write_overrides
 from sim2real_ros.graph import GraphArgs, declare_graph
+from sim2real_ros.runtime.launcher import node_command, write_overrides
 
 
 def test_help_lists_commands():

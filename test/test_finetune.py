@@ -26,7 +26,8 @@ from sim2real_ros.core.errors import ConfigError
 from sim2real_ros.core.policy_model import build_model
 from sim2real_ros.core.preprocess import ImagePipeline
 from sim2real_ros.core.preprocess_config import PreprocessConfig
-from sim2real_ros.finetune.dataset import LabelConfig, build_dataset, default_actuation_latency_s
+from sim2real_ros.core.stats import wilson_interval
+from sim2real_ros.episodes.dataset import LabelConfig, build_dataset, default_actuation_latency_s
 from sim2real_ros.finetune.finetune import FinetuneConfig, finetune, split_episodes
 from sim2real_ros.paths import config_path
 
@@ -147,7 +148,8 @@ def test_finetune_fits_the_real_episodes_holds_out_whole_ones_and_records_proven
     assert len(dataset.usable()) == 3 and dataset.frames >= 12, dataset.summary()
     assert {e.kind for e in dataset.usable()} <= {"demonstration", "intervention"}
     out = tmp_path / "tuned.pt"
-    report = finetune(recording.tiny, recording.bags, out, FinetuneConfig(epochs=100, lr=1e-3, holdout=0.34, seed=1),
+    report = finetune(recording.tiny, recording.bags, out, FinetuneConfig(epochs=100, lr=1e-3, holdout=0.34, seed=1,
+                                                                            real_fraction=1.0),
                       dataset=dataset)
     # It fits the training episodes; the held-out episode is measured apart, before and after (whether
     # it improves needs more than three short episodes: benchmarks/bench_finetune.py shows that).
@@ -169,7 +171,7 @@ def test_finetune_fits_the_real_episodes_holds_out_whole_ones_and_records_proven
 def test_cli_freeze_encoder_keeps_the_encoder_and_changes_the_head(recording, tmp_path, capsys):
     out, report_file = tmp_path / "frozen.pt", tmp_path / "finetune.json"
     code = sim2real(["finetune", "--checkpoint", str(recording.tiny), "--bags", str(recording.out), "--out", str(out),
-                     "--epochs", "3", "--lr", "1e-3", "--freeze-encoder", "--holdout", "0.3",
+                     "--epochs", "3", "--lr", "1e-3", "--freeze-encoder", "--holdout", "0.3", "--real-fraction", "1",
                      "--report", str(report_file)])
     assert code == 0
     assert "held-out offline action error" in capsys.readouterr().out
@@ -185,3 +187,76 @@ def test_cli_freeze_encoder_keeps_the_encoder_and_changes_the_head(recording, tm
     assert report["parent"] == checkpoint_hash(recording.tiny) and report["frozen_parameters"]
     model = build_model(spec.architecture, spec, **spec.hparams)
     model.load_state_dict(tuned)  # still the parent's architecture
+
+
+def test_cotraining_mixes_sim_frames_of_the_training_distribution(recording, tmp_path):
+    from sim2real_ros.finetune.finetune import INTERVENTION_WEIGHT, frame_weights
+    from sim2real_ros.finetune.sim_data import collect_sim_frames, training_distribution
+
+    spec, state, _ = read_checkpoint(recording.tiny)
+    dataset = build_dataset(recording.bags, ImagePipeline(PreprocessConfig.from_dict(spec.preprocess)), JOINTS,
+                            spec.chunk_length, spec.dt_s, LabelConfig())
+    # Interventions (the states the policy drove into) are drawn more often than demonstrations.
+    weights = frame_weights(dataset.usable())
+    kinds = np.concatenate([[e.kind] * len(e) for e in dataset.usable()])
+    assert "intervention" in kinds and np.all(weights[kinds == "intervention"] == INTERVENTION_WEIGHT)
+    assert np.all(weights[kinds != "intervention"] == 1)
+    # A checkpoint without training provenance: the default training sim, randomized, IK teacher.
+    dist = training_distribution(spec)
+    assert dist["sim_params"] == str(config_path("sim_params.yaml")) and dist["randomize"] and dist["teacher"] == "ik"
+    model = build_model(spec.architecture, spec, **spec.hparams)
+    model.load_state_dict(state)
+    sim = collect_sim_frames(spec, model, 2, seed=3)
+    assert len(sim) > 0 and sim.images.shape[1:] == (96, 96, 3) and sim.labels.shape[1:] == (10, len(JOINTS))
+    # DAgger labels from the teacher: point 0 is where the arm is when observed (DESIGN.md §3).
+    assert np.allclose(sim.labels[:, 0], sim.joints, atol=1e-6)
+    out = tmp_path / "cotrained.pt"
+    report = finetune(recording.tiny, recording.bags, out, FinetuneConfig(epochs=3, lr=1e-3, real_fraction=0.5,
+                                                                           holdout=0.0, seed=1),
+                      dataset=dataset, sim_frames=sim)
+    assert report["sim_frames"]["frames"] == len(sim) and report["sim_frames"]["episodes"] == 2
+    assert report["before"]["sim"]["frames"] == len(sim) and report["after"]["sim"]["mae_rad"] > 0
+    provenance = load_checkpoint(out).spec.provenance
+    assert provenance["data"] == "real bags + sim" and provenance["config"]["real_fraction"] == 0.5
+    # real_fraction 1.0: real data only, no sim frames used or reported.
+    real_only = finetune(recording.tiny, recording.bags, tmp_path / "real_only.pt",
+                         FinetuneConfig(epochs=1, lr=1e-3, real_fraction=1.0, holdout=0.0), dataset=dataset)
+    assert real_only["sim_frames"] is None and "sim" not in real_only["after"]
+    with pytest.raises(ConfigError, match="real_fraction"):
+        FinetuneConfig(real_fraction=0.0)
+
+
+def test_judging_compares_intervals_and_names_disagreement():
+    from sim2real_ros.finetune.judge import compare, disagreement
+
+    def figure(wins, n=20):
+        return {"successes": wins, "episodes": n, "ci95": list(wilson_interval(wins, n))}
+
+    assert compare(figure(9), figure(19)) == "higher" and compare(figure(19), figure(9)) == "lower"
+    assert compare(figure(18), figure(16)) == "same within CIs"
+    # Lower offline error but no better in closed loop: said, with the figures.
+    text = disagreement(0.0356, 0.0295, figure(20), figure(16))
+    assert "35.6 -> 29.5 mrad" in text and "20/20 -> 16/20" in text
+    assert disagreement(0.0356, 0.0295, figure(9), figure(19)) == ""
+    assert "did not fall" in disagreement(0.03, 0.031, figure(9), figure(19))
+    assert disagreement(None, None, figure(9), figure(19)) == ""
+
+
+def test_finetune_cli_judges_in_closed_loop(recording, tmp_path, capsys):
+    report_file = tmp_path / "finetune.json"
+    code = sim2real(["finetune", "--checkpoint", str(recording.tiny), "--bags", str(recording.out),
+                     "--out", str(tmp_path / "tuned.pt"), "--epochs", "1", "--real-fraction", "1.0",
+                     "--robot-sim", str(config_path("sim_params_real_b.yaml")), "--eval-episodes", "1",
+                     "--report", str(report_file)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "closed-loop success, robot: 0/1" in printed and "closed-loop success, perturbed" in printed
+    judged = json.loads(report_file.read_text())["closed_loop"]
+    assert judged["seeds"] == {"robot": 5000, "nominal": 1000, "perturbed": 51000}
+    for where in ("robot", "nominal", "perturbed"):
+        for name in ("before", "after"):
+            figure = judged[where][name]
+            assert figure["episodes"] == 1 and figure["actuation_latency_source"] == "deployment"
+            assert figure["ci95"] == list(wilson_interval(figure["successes"], 1))
+    assert sim2real(["finetune", "--checkpoint", str(recording.tiny), "--bags", str(recording.out),
+                     "--out", str(tmp_path / "x.pt"), "--robot-sim", str(tmp_path / "none.yaml")]) == 2

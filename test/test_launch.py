@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from sim2real_ros.cli.launcher import ros_arguments
 from sim2real_ros.graph import GraphArgs, declare_graph
 from sim2real_ros.launch_support import LAUNCH_ARGUMENTS, _launch_node, graph_args_from_launch
+from sim2real_ros.runtime.launcher import ros_arguments
 
 LAUNCH_DIR = Path(__file__).resolve().parent.parent / "launch"
 

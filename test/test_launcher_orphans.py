@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from support import REPO_ROOT, wait_until
 
-from sim2real_ros.cli.lifeline import GRACE_S, LAUNCHER_PID_ENV, WATCH_PERIOD_S
 from sim2real_ros.graph import declare_graph
+from sim2real_ros.runtime.lifeline import GRACE_S, LAUNCHER_PID_ENV, WATCH_PERIOD_S
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds processes through /proc")
 

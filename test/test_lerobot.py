@@ -500,7 +500,7 @@ def test_round_trip_replay_evaluator(tmp_path):
     """The issue's check: a demonstration exported and imported back gives the replay evaluator the
     same action error (the shipped policy's 6 joints, the sim camera's calibration)."""
     from sim2real_ros.datasets.lerobot_export import export_bag
-    from sim2real_ros.evaluation.options import ReplayOptions
+    from sim2real_ros.episodes.options import ReplayOptions
     from sim2real_ros.evaluation.replay import evaluate_bag
 
     joints, n, fps, h, w = [f"joint{i}" for i in range(1, 7)], 45, 30, 240, 320

@@ -15,7 +15,6 @@ from sensor_msgs.msg import Image, JointState
 from support import REPO_ROOT, node_decl, wait_until
 from trajectory_msgs.msg import JointTrajectory
 
-from sim2real_ros.cli.launcher import GraphLauncher
 from sim2real_ros.conversions import array_to_image, make_joint_state, stamp_to_ns
 from sim2real_ros.core.checkpoint import load_checkpoint
 from sim2real_ros.core.errors import CheckpointError
@@ -26,6 +25,7 @@ from sim2real_ros.core.preprocess import ImagePipeline
 from sim2real_ros.core.preprocess_config import PreprocessConfig
 from sim2real_ros.nodes.common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS
 from sim2real_ros.paths import config_path, default_policy_path, urdf_path
+from sim2real_ros.runtime.launcher import GraphLauncher
 from sim2real_ros.sim.params import load_sim_params
 from sim2real_ros.sim.world import SimWorld
 

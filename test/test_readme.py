@@ -11,7 +11,7 @@ from sim2real_ros.cli.main import available_commands
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
-NODES = ("sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder")
+NODES = ("sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder", "viz_node")
 DECLARERS = {"declare", "declare_array", "declare_parameter", "_declare_string_array", "bounded"}
 
 

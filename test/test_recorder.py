@@ -18,10 +18,11 @@ from support import REPO_ROOT, node_decl, running_nodes, wait_until
 from sim2real_ros.bags import BagReader, iter_messages
 from sim2real_ros.bags.info import bag_info
 from sim2real_ros.bags.reader import publish_times
-from sim2real_ros.bags.recording import DURABILITY_TRANSIENT_LOCAL, adapt_qos, select_topics
+from sim2real_ros.bags.topic_selection import DURABILITY_TRANSIENT_LOCAL, adapt_qos, select_topics
 from sim2real_ros.cli.main import main as cli_main
 from sim2real_ros.conversions import ns_to_stamp
 from sim2real_ros.nodes.common import JOINT_STATE_QOS, LATCHED_QOS, SENSOR_QOS
+from sim2real_ros.paths import urdf_path
 
 
 def _count_in_bag(bag, topic: str) -> int:
@@ -101,6 +102,11 @@ def test_recorder_records_every_topic_with_publisher_qos(ros, tmp_path):
     assert "reliability: 2" in topics["/camera/image_raw"].offered_qos_profiles  # best effort, as offered
     assert topics["/sim/episode"].count == 3
     assert all(t.decodable for t in info.topics)
+    # The URDF, once, transient local, at the first message's time (the viewers draw the arm from it).
+    assert topics["/robot_description"].count == 1
+    assert "durability: 1" in topics["/robot_description"].offered_qos_profiles
+    description = next(iter_messages(bag, ["/robot_description"]))
+    assert description.msg.data == urdf_path().read_text() and description.log_time_ns >= t0
 
     recorded = list(iter_messages(bag, ["/joint_states", "/supervisor/state", "/camera/image_raw", "/sim/episode"]))
     joint_msgs = [m for m in recorded if m.topic == "/joint_states"]
@@ -215,7 +221,7 @@ def test_sigkill_loses_at_most_the_flush_period_and_repair_fixes_it(ros, tmp_pat
 
     info = bag_info(bag)
     assert info.needs_repair and any("metadata.yaml is missing" in p for p in info.problems)
-    got = [int(m.msg.position[0]) for m in iter_messages(bag)]
+    got = [int(m.msg.position[0]) for m in iter_messages(bag, ["/joint_states"])]
     assert got == list(range(len(got)))  # in order, nothing missing in between
     must_have = sum(t < killed_at - FLUSH_PERIOD_S - KILL_MARGIN_S for t in sent)
     with capsys.disabled():
@@ -254,7 +260,7 @@ def test_record_command_and_bad_parameters(ros, tmp_path):
             proc.kill()
     assert proc.returncode == 0, output
     assert (bag / "metadata.yaml").exists()
-    assert [m.msg.data for m in iter_messages(bag)] == [str(i) for i in range(5)]
+    assert [m.msg.data for m in iter_messages(bag, ["/chatter"])] == [str(i) for i in range(5)]
 
     bad = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "node", "recorder", "--ros-args",
                           "-p", "storage:=floppy", "-p", f"output:={tmp_path / 'x'}"],

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 from test_replay_offline import JOINTS, NEAR_ZERO_MAE, PERTURBATION, PERTURBED_JOINT, sim_recording
 
-from sim2real_ros.evaluation import ReplayOptions, evaluate_bag
+from sim2real_ros.evaluation import ReplayOptions
+from sim2real_ros.runtime.replay_graph import evaluate_bag_in_graph
 
 
 def test_graph_replay_of_a_namespaced_bag_matches_the_recording_except_the_perturbed_joint(tmp_path_factory,
@@ -17,7 +18,7 @@ def test_graph_replay_of_a_namespaced_bag_matches_the_recording_except_the_pertu
     sim = sim_recording(tmp_path_factory)
     # Half speed: the nodes share 2 busy cores; the clock follows the bag, so sim-time latencies stay small.
     options = ReplayOptions(human_modes=(), rate=0.5, progress=False, plots=False)
-    report = evaluate_bag(sim.perturbed_bag, sim.checkpoint, "graph", tmp_path, options)
+    report = evaluate_bag_in_graph(sim.perturbed_bag, sim.checkpoint, tmp_path, options)
     graph = report["graph"]
     assert graph["nodes"] == ["camera_preprocessor", "policy_node", "actuator_node"]
     assert graph["published"]["camera/image_raw"] == report["frames"]["images"] > 10

@@ -8,10 +8,11 @@ from std_msgs.msg import Float64MultiArray
 
 from sim2real_ros.conversions import make_joint_state, make_position_command
 from sim2real_ros.core.errors import ConfigError
-from sim2real_ros.evaluation.metrics import Predictions, chunk_boundary_jumps, compare, sample_actions
-from sim2real_ros.evaluation.options import ReplayOptions
-from sim2real_ros.evaluation.recording import FLOAT_ARRAY, RecordingCollector
-from sim2real_ros.evaluation.topics import MissingTopicsError, resolve_topic, resolve_topics
+from sim2real_ros.episodes.actions import sample_actions
+from sim2real_ros.episodes.options import ReplayOptions
+from sim2real_ros.episodes.recording import FLOAT_ARRAY, RecordingCollector
+from sim2real_ros.episodes.topics import MissingTopicsError, resolve_topic, resolve_topics
+from sim2real_ros.evaluation.metrics import Predictions, chunk_boundary_jumps, compare
 
 NS = 1_000_000_000
 JOINTS = ("a", "b", "c")

@@ -28,8 +28,8 @@ from sim2real_ros.core.checkpoint import init_checkpoint, read_checkpoint, save_
 from sim2real_ros.core.policy_model import build_model
 from sim2real_ros.core.preprocess_config import PreprocessConfig
 from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.episodes.topics import MissingTopicsError
 from sim2real_ros.evaluation import ReplayOptions, evaluate_bag
-from sim2real_ros.evaluation.topics import MissingTopicsError
 from sim2real_ros.graph import GraphArgs, declare_graph
 from sim2real_ros.paths import config_path, urdf_path
 

@@ -265,7 +265,7 @@ def test_eval_rows_carry_pushes_applied_only_from_episodes_with_pushes():
 
 def test_sim_node_pushes_parameter_reports_pushes_applied_on_sim_episode(raw, ros, tmp_path):
     from sim2real_ros.nodes.sim_node import _episode_message
-    from sim2real_ros.orchestration.graph_session import EpisodeOutcome
+    from sim2real_ros.runtime.graph_session import EpisodeOutcome
 
     data = copy.deepcopy(raw)
     data["task"]["timeout_s"] = 1.0

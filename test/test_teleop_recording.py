@@ -27,14 +27,14 @@ from sim2real_ros.core.errors import ConfigError
 from sim2real_ros.core.policy_model import build_model
 from sim2real_ros.core.preprocess_config import PreprocessConfig
 from sim2real_ros.core.urdf import RobotModel
-from sim2real_ros.orchestration.teleop_recording import (
+from sim2real_ros.paths import config_path, urdf_path
+from sim2real_ros.runtime.teleop_recording import (
     MANIFEST,
     TeleopPlan,
     operator_joystick_config,
     record_teleop_episodes,
     split_by_episode,
 )
-from sim2real_ros.paths import config_path, urdf_path
 
 JOINTS = tuple(RobotModel.from_description(str(urdf_path())).joint_names)
 EPISODES = 3

@@ -10,12 +10,12 @@ from sim2real_ros.core.checkpoint import load_checkpoint
 from sim2real_ros.core.errors import ConfigError
 from sim2real_ros.core.preprocess import ImagePipeline
 from sim2real_ros.core.preprocess_config import PreprocessConfig
+from sim2real_ros.core.stats import wilson_interval
 from sim2real_ros.paths import config_path, urdf_path
 from sim2real_ros.sim.params import load_sim_params
 from sim2real_ros.sim.world import SimWorld
 from sim2real_ros.training.config import load_train_config
 from sim2real_ros.training.rollout import RolloutConfig, run_episode
-from sim2real_ros.training.stats import wilson_interval
 from sim2real_ros.training.trainer import Trainer, make_expert
 
 
@@ -93,3 +93,32 @@ def test_eval_sim_core_json(tmp_path):
     # An untrained policy holds still: it never reaches the target.
     assert result["episodes"] == 1 and result["success_rate"] == 0.0
     assert result["failures"] == {"timeout_far": 1} or result["failures"] == {"timeout_near": 1}
+
+
+def test_eval_sim_compensates_the_deployment_latency_not_the_variants_own(tmp_path, capsys):
+    from sim2real_ros.training.evaluation import deployment_actuation_latency_s
+
+    # config/params.yaml's actuator value, not real B's true 80 ms.
+    assert deployment_actuation_latency_s() == pytest.approx(0.02)
+    params = tmp_path / "params.yaml"
+    params.write_text("/**/actuator_node:\n  ros__parameters:\n    actuation_latency: 0.035\n")
+    assert deployment_actuation_latency_s(params) == pytest.approx(0.035)
+    params.write_text("/**/actuator_node:\n  ros__parameters:\n    actuation_latency: -1.0\n")
+    with pytest.raises(ConfigError, match="actuation_latency"):
+        deployment_actuation_latency_s(params)
+    ckpt = tmp_path / "untrained.pt"
+    assert sim2real(["policy", "init", "--robot", str(urdf_path()), "--out", str(ckpt)]) == 0
+    variant = config_path("sim_params_real_b.yaml")
+    assert load_sim_params(variant).actuator.actuation_latency_s == pytest.approx(0.08)
+    out = tmp_path / "eval.json"
+    base = ["eval-sim", "--checkpoint", str(ckpt), "--episodes", "1", "--sim-config", str(variant), "--json", str(out)]
+    assert sim2real(base) == 0
+    result = json.loads(out.read_text())
+    assert result["actuation_latency_s"] == pytest.approx(0.02) and result["actuation_latency_source"] == "deployment"
+    assert result["sim_actuation_latency_s"] == pytest.approx(0.08)
+    assert sim2real([*base, "--actuation-latency", "0.08"]) == 0
+    result = json.loads(out.read_text())
+    assert result["actuation_latency_s"] == pytest.approx(0.08) and result["actuation_latency_source"] == "override"
+    capsys.readouterr()
+    assert sim2real([*base, "--actuation-latency", "-0.1"]) == 2
+    assert "--actuation-latency" in capsys.readouterr().out

@@ -16,8 +16,8 @@ from test_teleop_recording import teleop_recording
 
 from sim2real_ros.cli.main import main as sim2real
 from sim2real_ros.core.errors import ConfigError
+from sim2real_ros.core.stats import wilson_interval
 from sim2real_ros.paths import config_path
-from sim2real_ros.training.stats import wilson_interval
 from sim2real_ros.validation.gates import (
     NOT_READY,
     READY,

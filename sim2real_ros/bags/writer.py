@@ -19,11 +19,11 @@ from mcap.writer import CompressionType
 from mcap.writer import Writer as McapWriter
 
 from ..core.errors import BagError
+from ..core.timebase import NS_PER_S
 from .metadata import FileEntry, TopicMetadata, metadata_document, write_metadata
 from .typestores import _base_store, installed_definition, store_order
 
 LIBRARY = "sim2real_ros bags"
-NS_PER_S = 1_000_000_000
 # Infinite durations as rosbag2 writes them in offered_qos_profiles.
 _INFINITE = {"sec": 9223372036, "nsec": 854775807}
 

@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..orchestration.demo import Demo, DemoConfig, replay_error_rad
+    from ..runtime.demo import Demo, DemoConfig, replay_error_rad
 
     config = DemoConfig(out_dir=args.out, checkpoint=args.checkpoint, episodes=args.episodes, seed=args.seed)
     report = Demo(config, log=lambda text: print(text, flush=True)).run()

@@ -1,5 +1,9 @@
 """`sim2real eval-sim [--checkpoint CKPT] --episodes N [--perturb] [--pushes] [--sim-config YAML] [--graph]
---json OUT`."""
+[--actuation-latency S] --json OUT`.
+
+The core path's actuator compensates the deployment's configured latency (config/params.yaml), as
+the graph's actuator node does, unless --actuation-latency overrides it; the JSON says which
+(`actuation_latency_s`, `actuation_latency_source`)."""
 from __future__ import annotations
 
 import argparse
@@ -26,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="core path: the plain loop (observe from the episode start at a fixed inference delay, "
                              "no supervisor) instead of the graph's timing and supervisor (docs/graph_gap.md)")
     parser.add_argument("--seed", type=int, default=1000)
+    parser.add_argument("--actuation-latency", type=float, default=None, metavar="S",
+                        help="core path: the latency [s] the actuator compensates (default: the deployment's, "
+                             "config/params.yaml; not the sim variant's own true latency)")
     parser.add_argument("--real-time-factor", type=float, default=None,
                         help="--graph: the sim's pace, sim s per wall s (default 0.3: on a machine that also runs "
                              "the whole graph, keeps the pipeline's sim-time latency near a robot computer's)")
@@ -43,8 +50,14 @@ def run(args: argparse.Namespace) -> int:
     if args.episodes <= 0:
         print(f"--episodes must be > 0, got {args.episodes}")
         return 2
+    if args.actuation_latency is not None and not (0 <= args.actuation_latency < 1):
+        print(f"--actuation-latency must be in [0, 1) s, got {args.actuation_latency}")
+        return 2
+    if args.graph and args.actuation_latency is not None:
+        print("--actuation-latency applies to the core path; the graph's actuator reads config/params.yaml")
+        return 2
     if args.graph:
-        from ..evaluation.graph_eval import DEFAULT_GRAPH_RTF, evaluate_in_graph
+        from ..runtime.graph_eval import DEFAULT_GRAPH_RTF, evaluate_in_graph
 
         rtf = DEFAULT_GRAPH_RTF if args.real_time_factor is None else args.real_time_factor
         if not 0 < rtf <= 10:
@@ -67,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
             result = evaluate_in_sim(args.checkpoint, args.episodes, perturb=args.perturb, sim_config=args.sim_config,
                                      robot_description=args.robot_description, seed=args.seed,
                                      graph_conditions=not args.no_graph_conditions, pushes=args.pushes,
-                                     workers=workers, backend=args.backend)
+                                     workers=workers, backend=args.backend,
+                                     actuation_latency_s=args.actuation_latency)
         finally:
             shutdown_ray()
     text = json.dumps(result, indent=2)

@@ -5,7 +5,7 @@ import argparse
 import dataclasses
 
 from ..graph import MODES, GraphArgs, declare_graph
-from .launcher import GraphLauncher
+from ..runtime.launcher import GraphLauncher
 
 
 def add_graph_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +24,10 @@ def add_graph_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the ros2_control forward position controller's command topic")
     parser.add_argument("--ee-link", default=defaults.ee_link,
                         help="tool link for the sim task and Cartesian jogging (e.g. panda_grasptarget)")
+    parser.add_argument("--viz", action="store_true", help="add viz_node: a live Foxglove view (docs/viz.md)")
+    parser.add_argument("--viz-port", type=int, default=defaults.viz_port, help="viz_node's WebSocket port")
+    parser.add_argument("--viz-host", default=defaults.viz_host,
+                        help="address viz_node listens on (default 127.0.0.1; 0.0.0.0 = every interface)")
 
 
 def graph_args_from(args: argparse.Namespace) -> GraphArgs:

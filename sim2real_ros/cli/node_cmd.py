@@ -11,9 +11,9 @@ import importlib
 import os
 import sys
 
-from .lifeline import LAUNCHER_PID_ENV, die_with_launcher
+from ..runtime.lifeline import LAUNCHER_PID_ENV, die_with_launcher
 
-NODES = ("sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder")
+NODES = ("sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder", "viz_node")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..evaluation.options import HUMAN_MODES, MODES, ReplayOptions
+from ..episodes.options import HUMAN_MODES, MODES, ReplayOptions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,9 +72,14 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         options = options_from(args)
-        from ..evaluation.replay import evaluate_bag
+        if args.mode == "graph":
+            from ..runtime.replay_graph import evaluate_bag_in_graph
 
-        report = evaluate_bag(Path(args.bag), Path(args.checkpoint), args.mode, Path(args.report), options)
+            report = evaluate_bag_in_graph(Path(args.bag), Path(args.checkpoint), Path(args.report), options)
+        else:
+            from ..evaluation.replay import evaluate_bag
+
+            report = evaluate_bag(Path(args.bag), Path(args.checkpoint), args.mode, Path(args.report), options)
     except Sim2RealError as err:
         print(f"sim2real replay: {err}", file=sys.stderr)
         return 2

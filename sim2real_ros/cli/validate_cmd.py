@@ -1,5 +1,5 @@
 """`sim2real validate --checkpoint CKPT [--real-bags PATH...] [--gates YAML] --report DIR [--json] [--episodes N]
-[--graph | --core-only]`.
+[--graph | --core-only] [--robot-sim YAML [--robot-sim-graph]]`.
 
 Stage 1: nominal sim success; stage 2: perturbed sim success; stage 3: offline action error on real
 bags; then the verdict ("ready for supervised rollout" or "not ready", naming the stage, the figure
@@ -8,6 +8,9 @@ Stages 1-2 run on the full ROS graph and on the core path (same seed and episode
 when both Wilson lower bounds reach the threshold; --graph runs the graph only; --core-only the
 core path only, which is quick but fails stages 1-2 (no graph figure: the gate cannot pass on
 the core path alone). See validation/validate.py.
+--robot-sim YAML adds stage 4 when no robot is attached: closed-loop success on that sim variant
+standing in for the robot (core path; --robot-sim-graph: through the full ROS graph), and the report
+says when it and the offline action error of stage 3 disagree.
 --json prints one JSON object and nothing else on stdout (progress goes to stderr).
 Exit code: 0 ready, 1 not ready, 2 bad input.
 """
@@ -41,14 +44,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     paths.add_argument("--core-only", dest="sim_paths", action="store_const", const="core",
                        help="stages 1-2 on the core path only (quick, for development): they then FAIL, since the "
                             "gate needs the graph figure")
+    parser.add_argument("--robot-sim", type=Path, default=None, metavar="YAML",
+                        help="sim params of a robot stand-in (e.g. config/sim_params_real_b.yaml): stage 4, "
+                             "closed-loop success on it (when no robot is attached)")
+    parser.add_argument("--robot-sim-graph", action="store_true",
+                        help="stage 4 through the full ROS graph instead of the core path")
     parser.add_argument("--real-time-factor", type=float, default=None,
                         help="graph: the sim's pace, sim s per wall s (default 0.3, as eval-sim --graph)")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..core.errors import Sim2RealError
-    from ..evaluation.options import ReplayOptions
-    from ..finetune.dataset import default_actuation_latency_s
+    from ..episodes.dataset import default_actuation_latency_s
+    from ..episodes.options import ReplayOptions
     from ..sim.quiet_stdout import stdout_to_stderr
     from ..validation.gates import READY, load_gates
     from ..validation.validate import validate
@@ -60,6 +68,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"sim2real validate: --real-time-factor must be in (0, 10], got {args.real_time_factor}", file=sys.stderr)
         return 2
     log = (lambda text: print(text, file=sys.stderr)) if args.json else print
+    if args.robot_sim_graph and args.robot_sim is None:
+        print("sim2real validate: --robot-sim-graph needs --robot-sim YAML", file=sys.stderr)
+        return 2
+    if args.robot_sim is not None and not args.robot_sim.is_file():
+        print(f"sim2real validate: --robot-sim {args.robot_sim}: no such file", file=sys.stderr)
+        return 2
+    evaluator = _graph_evaluator(args.real_time_factor, args.report) if args.robot_sim_graph else None
     try:
         gates = load_gates(args.gates)
         latency = default_actuation_latency_s() if args.actuation_latency is None else args.actuation_latency
@@ -70,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
             report = validate(args.checkpoint, args.real_bags, gates, args.report, episodes=args.episodes,
                               sim_config=args.sim_config, seed=args.seed, replay_options=options,
                               plots=not args.no_plots, log=log, sim_paths=args.sim_paths,
-                              real_time_factor=args.real_time_factor)
+                              real_time_factor=args.real_time_factor, robot_sim=args.robot_sim,
+                              robot_evaluator=evaluator, robot_path="graph" if evaluator else "core")
     except Sim2RealError as err:
         print(f"sim2real validate: {err}", file=sys.stderr)
         return 2
@@ -81,7 +97,20 @@ def run(args: argparse.Namespace) -> int:
                                      for s in report["stages"]],
                           "sim_paths": report["sim_paths"],
                           "sim_vs_real": report["sim_vs_real"], "failure_modes": report["failure_modes"],
+                          "disagreement": report.get("disagreement", ""),
                           "report": str(args.report)}, indent=2))
     else:
         print(f"{report['verdict_text']}: {report['reason']}\nreport: {args.report / 'report.md'}")
     return 0 if report["verdict"] == READY else 1
+
+
+def _graph_evaluator(real_time_factor: float | None, report_dir: Path):
+    """Stage 4 through the full ROS graph (runtime.graph_eval), injected into validation."""
+    from ..runtime.graph_eval import DEFAULT_GRAPH_RTF, evaluate_in_graph
+
+    def evaluate(checkpoint, episodes, sim_config, seed):
+        return evaluate_in_graph(checkpoint, episodes, sim_config=sim_config, seed=seed,
+                                 real_time_factor=DEFAULT_GRAPH_RTF if real_time_factor is None else real_time_factor,
+                                 log_file=report_dir / "graph_robot_closed_loop.log")
+
+    return evaluate

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..conversions import NS_PER_S, ActionChunk
+from .action_chunk import ActionChunk
 from .chunk_buffer import (
     BLENDINGS,
     INTERPOLATIONS,
@@ -42,6 +42,7 @@ from .chunk_buffer import (
 from .errors import ConfigError
 from .joint_jump import JointJumpConfig, JointJumpDetector
 from .latency_estimator import LatencyEstimate, LatencyEstimator, LatencyEstimatorConfig
+from .timebase import NS_PER_S
 
 DEFAULT_SOURCE = "actuator_node"
 CLOCK_JUMP_NS = 1_000_000_000  # [ns] a backwards clock step larger than this is a restart, not jitter

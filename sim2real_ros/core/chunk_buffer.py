@@ -43,8 +43,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..conversions import NS_PER_S, ActionChunk
+from .action_chunk import ActionChunk
 from .errors import ConfigError
+from .timebase import NS_PER_S
 
 INTERPOLATIONS = ("linear", "cubic")
 BLENDINGS = ("crossfade", "temporal_ensemble")

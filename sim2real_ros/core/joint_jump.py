@@ -21,8 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import ConfigError
-
-NS_PER_S = 1_000_000_000
+from .timebase import NS_PER_S
 
 
 @dataclass(frozen=True)

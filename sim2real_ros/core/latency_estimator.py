@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..conversions import NS_PER_S
 from .errors import ConfigError
+from .timebase import NS_PER_S
 
 
 @dataclass(frozen=True)

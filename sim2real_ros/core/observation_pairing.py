@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import ConfigError
+from .timebase import NS_PER_S
 
-NS_PER_S = 1_000_000_000
 # A joint stamp this much older than the newest one means the clock was reset [ns].
 CLOCK_RESET_NS = NS_PER_S
 

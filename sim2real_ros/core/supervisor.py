@@ -82,8 +82,7 @@ from .joint_jump import JointJumpConfig, JointJumpDetector
 from .joystick import JoyMessageError, JoySample, decode_joy
 from .safety import InvalidInputError, SafetyLimits, clamp_command, clamp_position, order_positions
 from .teleop import Jogger
-
-NS_PER_S = 1_000_000_000
+from .timebase import NS_PER_S
 
 
 class Mode(str, enum.Enum):

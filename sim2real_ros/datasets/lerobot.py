@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import ConfigError, Sim2RealError
+from ..core.timebase import NS_PER_S
 
-NS_PER_S = 1_000_000_000
 STATE_KEY = "observation.state"
 ACTION_KEY = "action"
 IMAGE_PREFIX = "observation.images."
@@ -411,7 +411,7 @@ def import_dataset(dataset_dir: str | Path, bag_dir: str | Path, episodes: list[
     import time
 
     from ..bags.writer import BagWriter
-    from ..training.progress import progress as progress_bar
+    from ..core.progress import progress as progress_bar
 
     started = time.perf_counter()
     dataset = LeRobotDataset(dataset_dir)

@@ -2,7 +2,7 @@
 
 Frames lie on an `fps` grid from each episode's start. Per frame: `observation.state` = the joint
 state nearest the frame time (within half a frame), `action` = the robot command meant for the
-frame time, linearly interpolated as the fine-tuning labels are (finetune/dataset.py: a command
+frame time, linearly interpolated as the fine-tuning labels are (episodes/dataset.py: a command
 sent at tau is meant for tau + actuation_latency; the default latency 0 gives LeRobot's convention,
 the command sent at frame t), `observation.images.<camera>` = the image nearest the frame time, per
 Image topic, encoded (H.264 or AV1) one frame at a time. Frames lacking any of them are left out
@@ -27,9 +27,9 @@ import numpy as np
 
 from ..bags import BagReader
 from ..conversions import stamp_to_ns
-from ..evaluation.metrics import sample_actions
-from ..evaluation.recording import RecordingCollector
-from ..evaluation.topics import resolve_topic
+from ..episodes.actions import sample_actions
+from ..episodes.recording import RecordingCollector
+from ..episodes.topics import resolve_topic
 from .lerobot import ACTION_KEY, IMAGE_PREFIX, NS_PER_S, STATE_KEY, DatasetError
 
 ACTION_TOPICS = ("command/teleop", "forward_position_controller/commands")
@@ -276,8 +276,8 @@ def export_bag(bags: str | Path | list, out_dir: str | Path, fps: float = 30.0, 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ..finetune.dataset import expand_bags
-    from ..training.progress import progress as progress_bar
+    from ..core.progress import progress as progress_bar
+    from ..episodes.dataset import expand_bags
 
     started = time.perf_counter()
     if not (np.isfinite(fps) and fps > 0):

@@ -31,14 +31,14 @@ from ..conversions import MessageError, camera_info_to_model, image_to_array, st
 from ..core.camera_model import CameraModel
 from ..core.errors import ConfigError
 from ..core.preprocess import ImageError, ImagePipeline
-from ..evaluation.bag_source import feed, find_topics, make_collector
-from ..evaluation.metrics import sample_actions
-from ..evaluation.options import HUMAN_MODES, ReplayOptions
-from ..evaluation.recording import Recording, modes_at
-from ..evaluation.topics import resolve_topic
+from ..core.timebase import NS_PER_S
 from ..paths import config_path
+from .actions import sample_actions
+from .bag_source import feed, find_topics, make_collector
+from .options import HUMAN_MODES, ReplayOptions
+from .recording import Recording, modes_at
+from .topics import resolve_topic
 
-NS_PER_S = 1_000_000_000
 EPISODE_TOPIC = "sim/episode"
 POLICY_MODES = ("AUTONOMOUS", "SHARED")
 # A takeover this soon after an episode starts is a demonstration: the policy had no real turn [s].

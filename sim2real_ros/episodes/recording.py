@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..conversions import MessageError, joint_state_to_sample, position_command_to_array, reorder, stamp_to_ns
+from ..core.timebase import NS_PER_S
 
-NS_PER_S = 1_000_000_000
 # |log time - stamp| above this means the recorder's clock is not the stamps' clock [ns].
 CLOCK_MISMATCH_NS = NS_PER_S // 2
 FLOAT_ARRAY = "std_msgs/msg/Float64MultiArray"

@@ -12,7 +12,7 @@ __all__ = ["ReplayOptions", "evaluate_bag"]
 
 def __getattr__(name: str) -> Any:
     if name == "ReplayOptions":
-        from .options import ReplayOptions
+        from ..episodes.options import ReplayOptions
 
         return ReplayOptions
     if name == "evaluate_bag":

@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 
 from ..bags.reader import BagReader
-from ..training.stats import summary
+from ..core.stats import summary
+from ..core.timebase import NS_PER_S
 
 NS_PER_MS = 1_000_000
-NS_PER_S = 1_000_000_000
 
 EPISODE_TOPIC = "/sim/episode"
 CHUNK_TOPIC = "/policy/action_chunk"

@@ -3,29 +3,36 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..core.policy_backend import load_policy
+from ..episodes.options import MODES, ReplayOptions
 from .metrics import NS_PER_S, compare
-from .options import MODES, ReplayOptions
 from .replay_offline import ReplayRun, replay_offline
 from .report import _clean, write_report
 
+# (bag, checkpoint, loaded policy, options, log_dir) -> (run, graph info): runtime.replay_graph.replay_graph.
+GraphReplay = Callable[..., tuple[ReplayRun, dict[str, Any]]]
+
 
 def evaluate_bag(bag: Path, checkpoint: Path, mode: str = "offline", report_dir: Path | None = None,
-                 options: ReplayOptions | None = None) -> dict[str, Any]:
+                 options: ReplayOptions | None = None, *, graph_replay: GraphReplay | None = None) -> dict[str, Any]:
     """Replay `bag` through `checkpoint` and compare the predicted chunks with the recorded actions.
 
     mode: "offline" (the core code, no ROS) or "graph" (the bag played into the replay graph's
-    nodes). report_dir: where report.json, report.md and the plots go (None: nothing written).
+    nodes by `graph_replay`, which the runtime layer provides: `runtime.replay_graph.evaluate_bag_in_graph`
+    passes it). report_dir: where report.json, report.md and the plots go (None: nothing written).
     Returns the report.json content. Raises MissingTopicsError (a BagError) when the bag lacks a
     needed topic, CheckpointError for a bad checkpoint, ConfigError for bad options.
     """
     if mode not in MODES:
         raise ValueError(f"unknown replay mode {mode!r}; choose one of {MODES}")
+    if mode == "graph" and graph_replay is None:
+        raise ValueError("graph mode needs graph_replay: use runtime.replay_graph.evaluate_bag_in_graph")
     options = options or ReplayOptions()
     bag, checkpoint = Path(bag), Path(checkpoint)
     started = time.perf_counter()
@@ -35,9 +42,7 @@ def evaluate_bag(bag: Path, checkpoint: Path, mode: str = "offline", report_dir:
     if mode == "offline":
         run = replay_offline(bag, policy, options)
     else:
-        from .replay_graph import replay_graph
-
-        run, graph_info = replay_graph(bag, checkpoint, policy, options, log_dir=report_dir)
+        run, graph_info = graph_replay(bag, checkpoint, policy, options, log_dir=report_dir)
     report, comparison = build_report(run, options)
     report.update({
         "bag": str(bag), "checkpoint": str(checkpoint), "checkpoint_hash": policy.checkpoint_hash,

@@ -23,11 +23,11 @@ from ..core.checkpoint import LoadedPolicy
 from ..core.observation_pairing import DropReason, ObservationPairer, PairingConfig
 from ..core.preprocess import ImageError, ImagePipeline
 from ..core.preprocess_config import PreprocessConfig
-from ..training.progress import progress
-from .bag_source import BagTopics, feed, find_topics, make_collector
+from ..core.progress import progress
+from ..episodes.bag_source import BagTopics, feed, find_topics, make_collector
+from ..episodes.options import ReplayOptions
+from ..episodes.recording import Recording
 from .metrics import NS_PER_S, Predictions
-from .options import ReplayOptions
-from .recording import Recording
 
 # Offline there is no "now": images are never too old (the node's max age is about its clock).
 _NO_MAX_AGE_NS = 10 ** 18

@@ -1,11 +1,20 @@
-"""Fine-tune a checkpoint on real bags (demonstrations and interventions), with a held-out check.
+"""Fine-tune a checkpoint on real bags (demonstrations and interventions), co-trained with sim data.
 
-The dataset comes from finetune.dataset (the same preprocessing as the graph, labels aligned with
-the actuator's latency). Episodes, not frames, are held out: frames of one episode are nearly
-copies of each other, so a frame split would measure memory, not generalization. The model keeps
-its parent's normalization statistics (the network was trained in those units) and trains with a
-low learning rate; `freeze_encoder` leaves the image encoder untouched so a few real episodes only
-adapt the head. The new checkpoint's provenance names its parent's hash and the bags it learned from.
+The real dataset comes from episodes.dataset (the same preprocessing as the graph, labels: the
+human's commands aligned with the actuator's latency). A handful of real episodes alone overfits and
+forgets what the sim taught, so by default every batch mixes real frames (`real_fraction` of it)
+with sim frames of the checkpoint's own training distribution (finetune.sim_data: regenerated, the
+checkpoint driving and its teacher labelling, as in its DAgger rounds). Real frames of intervention
+episodes (a person took over from the policy: the states the policy drives into, HG-DAgger) are
+drawn INTERVENTION_WEIGHT times as often as demonstration frames. real_fraction 1.0 is real-data-
+only fine-tuning (no sim frames), kept for comparison.
+
+Episodes, not frames, are held out: frames of one episode are nearly copies of each other, so a
+frame split would measure memory, not generalization. The model keeps its parent's normalization
+statistics (the network was trained in those units) and trains with a low learning rate;
+`freeze_encoder` leaves the image encoder untouched. The new checkpoint's provenance names its
+parent's hash, the bags and the sim frames it learned from. Offline action error does not decide
+whether fine-tuning helped: finetune.judge measures closed-loop success before and after.
 """
 from __future__ import annotations
 
@@ -27,21 +36,31 @@ from ..core.errors import ConfigError
 from ..core.policy_model import PolicyModel, build_model
 from ..core.preprocess import ImagePipeline
 from ..core.preprocess_config import PreprocessConfig
-from ..training.trainer import regress
-from .dataset import EpisodeFrames, LabelConfig, RealDataset, build_dataset
+from ..core.progress import progress
+from ..episodes.dataset import EpisodeFrames, LabelConfig, RealDataset, build_dataset
+from .sim_data import SimFrames, collect_sim_frames
 
 SOURCE = "finetune"
+# Real frames of intervention episodes are drawn this many times as often as demonstration frames:
+# they show the states the policy itself drives into and what a person did there (HG-DAgger).
+INTERVENTION_WEIGHT = 2.0
 
 
 @dataclass(frozen=True)
 class FinetuneConfig:
-    """epochs; lr (AdamW, low: the policy is adapted, not retrained); freeze_encoder: keep the
-    image encoder's weights; holdout: fraction of episodes held out (0 = none); batch_size;
-    weight_decay; seed (split and shuffling); num_threads (torch); labels: LabelConfig."""
+    """The options (docs/finetune.md): epochs (passes over the real training frames); lr (AdamW,
+    low: the policy is adapted, not retrained); real_fraction: share of real frames in every batch
+    (the rest: sim frames of the checkpoint's training distribution; 1.0 = real data only);
+    freeze_encoder: keep the image encoder's weights.
+    Also: sim_episodes (sim episodes regenerated for co-training); holdout: fraction of episodes held
+    out (0 = none); batch_size; weight_decay; seed (split, sampling, sim seeds: the run's seed + it);
+    num_threads (torch); labels: LabelConfig."""
 
     epochs: int = 50
     lr: float = 1e-4
+    real_fraction: float = 0.5
     freeze_encoder: bool = False
+    sim_episodes: int = 40
     holdout: float = 0.3
     batch_size: int = 32
     weight_decay: float = 0.0
@@ -54,6 +73,11 @@ class FinetuneConfig:
             raise ConfigError(SOURCE, "epochs", self.epochs, "must be an integer > 0")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and 0 < self.lr < 1):
             raise ConfigError(SOURCE, "lr", self.lr, "must be in (0, 1)")
+        if not (isinstance(self.real_fraction, (int, float)) and 0 < self.real_fraction <= 1):
+            raise ConfigError(SOURCE, "real_fraction", self.real_fraction,
+                              "must be in (0, 1] (1 = real data only, no sim frames)")
+        if not (isinstance(self.sim_episodes, int) and self.sim_episodes > 0):
+            raise ConfigError(SOURCE, "sim_episodes", self.sim_episodes, "must be an integer > 0")
         if not (isinstance(self.holdout, (int, float)) and 0 <= self.holdout < 1):
             raise ConfigError(SOURCE, "holdout", self.holdout, "must be in [0, 1)")
         for name in ("batch_size", "num_threads"):
@@ -101,20 +125,61 @@ def action_error(model: PolicyModel, images: np.ndarray, joints: np.ndarray, lab
             "mae_by_k_rad": absolute.mean(axis=(0, 2)).tolist()}
 
 
-def fit_radians(model: PolicyModel, images: np.ndarray, joints: np.ndarray, labels: np.ndarray, epochs: int,
-                batch_size: int, lr: float, weight_decay: float, seed: int, log: Callable[[str], None]) -> list[float]:
-    """Regress the label chunks with the error measured in radians (MSE of target - label).
+def frame_weights(episodes: list[EpisodeFrames]) -> np.ndarray:
+    """Sampling weight of each real frame, in the order of RealDataset.arrays(episodes):
+    INTERVENTION_WEIGHT for intervention episodes, 1 otherwise."""
+    return np.concatenate([np.full(len(e), INTERVENTION_WEIGHT if e.kind == "intervention" else 1.0)
+                           for e in episodes if len(e)])
+
+
+def cotrain(model: PolicyModel, real: tuple[np.ndarray, np.ndarray, np.ndarray], real_weights: np.ndarray,
+            sim: SimFrames | None, epochs: int, batch_size: int, real_fraction: float, lr: float,
+            weight_decay: float, seed: int, log: Callable[[str], None]) -> list[float]:
+    """Regress label chunks with the error in radians (MSE of target - label) on mixed batches:
+    round(real_fraction * batch_size) real frames (drawn with probability proportional to
+    `real_weights`) and the rest sim frames (uniform), each batch. An epoch is as many batches as it
+    takes to draw as many real frames as there are. AdamW, cosine schedule; only parameters that
+    require gradients are optimized. Returns the mean loss [rad^2] of each epoch.
 
     Not the normalized-delta loss of sim training (training.trainer.fit): a teacher's point 0 is
     exactly the current position, so its normalization std is at the floor (1e-4 rad), and a
     person's command for "now" differs from the measured position by milliradians of tracking lag,
-    which that normalization would blow up ~100-fold and let dominate the loss. Returns the mean
-    loss [rad^2] of each epoch."""
-    def radian_loss(model: PolicyModel, imgs: torch.Tensor, q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.mse_loss(model(imgs, q), target)
-
-    return regress(model, images, joints, labels, radian_loss, epochs, batch_size, lr, weight_decay, seed, log,
-                   "finetune", describe=lambda loss: f"RMSE {1e3 * loss ** 0.5:.1f} mrad")
+    which that normalization would blow up ~100-fold and let dominate the loss."""
+    n_real = batch_size if sim is None or real_fraction >= 1 else max(1, int(round(real_fraction * batch_size)))
+    n_sim = batch_size - n_real
+    tensors = [torch.from_numpy(np.ascontiguousarray(real[0])), torch.from_numpy(real[1].astype(np.float32)),
+               torch.from_numpy(real[2].astype(np.float32))]
+    sim_t = None if not n_sim else [torch.from_numpy(np.ascontiguousarray(sim.images)),
+                                    torch.from_numpy(sim.joints.astype(np.float32)),
+                                    torch.from_numpy(sim.labels.astype(np.float32))]
+    weights = torch.from_numpy(np.asarray(real_weights, dtype=np.float64))
+    steps = max(1, math.ceil(len(tensors[0]) / n_real))
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, epochs * steps))
+    generator = torch.Generator().manual_seed(seed)
+    losses = []
+    model.train()
+    for epoch in progress(range(epochs), epochs, "[finetune] epochs"):
+        total = 0.0
+        for _ in range(steps):
+            idx = torch.multinomial(weights, n_real, replacement=True, generator=generator)
+            imgs, q, target = (t[idx] for t in tensors)
+            if sim_t is not None:
+                sidx = torch.randint(len(sim_t[0]), (n_sim,), generator=generator)
+                imgs, q, target = (torch.cat([a, b[sidx]]) for a, b in zip((imgs, q, target), sim_t, strict=True))
+            loss = torch.nn.functional.mse_loss(model(imgs, q), target)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            total += loss.item()
+        losses.append(total / steps)
+        if epoch == epochs - 1 or epoch % max(1, epochs // 4) == 0:
+            log(f"[finetune] epoch {epoch + 1}/{epochs} RMSE {1e3 * losses[-1] ** 0.5:.1f} mrad "
+                f"({n_real} real + {n_sim} sim frames per batch)")
+    model.eval()
+    return losses
 
 
 def freeze_encoder(model: PolicyModel) -> list[str]:
@@ -146,10 +211,13 @@ def bag_fingerprint(path: str | Path) -> str:
 
 
 def finetune(checkpoint: str | Path, bags: list[str | Path], out: str | Path, config: FinetuneConfig | None = None,
-             log: Callable[[str], None] = print, dataset: RealDataset | None = None) -> dict[str, Any]:
-    """Fine-tune `checkpoint` on `bags`, write `out`; returns the report (offline action error on
-    the held-out and the training episodes before and after, the dataset, the provenance).
-    `dataset`: an already built dataset of the same bags (saves reading them again).
+             log: Callable[[str], None] = print, dataset: RealDataset | None = None,
+             sim_frames: SimFrames | None = None) -> dict[str, Any]:
+    """Fine-tune `checkpoint` on `bags` (co-trained with sim frames unless real_fraction is 1),
+    write `out`; returns the report (offline action error on the held-out and the training
+    episodes before and after, on the sim frames too, the dataset, the provenance).
+    `dataset`: an already built dataset of the same bags (saves reading them again); `sim_frames`:
+    already collected sim frames of this checkpoint (finetune.sim_data.collect_sim_frames).
     Raises ConfigError when the bags hold no labelled frame."""
     config = config or FinetuneConfig()
     started = time.monotonic()
@@ -174,19 +242,31 @@ def finetune(checkpoint: str | Path, bags: list[str | Path], out: str | Path, co
     held = dataset.arrays(hold_eps) if hold_eps else (np.zeros((0,)),) * 3
     log(f"[finetune] {len(episodes)} episodes ({dataset.frames} frames): training on {len(train_eps)} "
         f"({len(train[0])} frames), holding out {len(hold_eps)} ({len(held[0])} frames)")
+    if config.real_fraction < 1 and sim_frames is None:
+        sim_frames = collect_sim_frames(spec, model, config.sim_episodes, seed=config.seed,
+                                        num_threads=config.num_threads, log=log)
+    sim = sim_frames if config.real_fraction < 1 else None
     before = {"holdout": action_error(model, *held), "train": action_error(model, *train)}
+    if sim is not None:
+        before["sim"] = action_error(model, sim.images, sim.joints, sim.labels)
     frozen = freeze_encoder(model) if config.freeze_encoder else []
-    losses = fit_radians(model, *train, config.epochs, config.batch_size, config.lr, config.weight_decay, config.seed,
-                         log)
+    losses = cotrain(model, train, frame_weights(train_eps), sim, config.epochs, config.batch_size,
+                     config.real_fraction, config.lr, config.weight_decay, config.seed, log)
     after = {"holdout": action_error(model, *held), "train": action_error(model, *train)}
+    if sim is not None:
+        after["sim"] = action_error(model, sim.images, sim.joints, sim.labels)
     for parameter in model.parameters():
         parameter.requires_grad_(True)
     bag_list = [{"path": b, "fingerprint": bag_fingerprint(b)} for b in dataset.bags]
     provenance = {
-        "method": "fine-tuning on real demonstrations and interventions (behavior cloning of the human's commands)",
+        "method": ("fine-tuning on real demonstrations and interventions (behavior cloning of the human's commands)"
+                   + ("" if sim is None else f", co-trained with sim frames of the parent's training distribution "
+                      f"(real fraction {config.real_fraction} per batch)")),
         "parent": parent_hash, "parent_checkpoint": str(checkpoint),
         "parent_method": spec.provenance.get("method"),
-        "data": "real bags", "bags": bag_list,
+        "data": "real bags" if sim is None else "real bags + sim", "bags": bag_list,
+        "sim_frames": None if sim is None else sim.source,
+        "intervention_weight": INTERVENTION_WEIGHT,
         "episodes": {"train": [e.episode_id for e in train_eps], "holdout": [e.episode_id for e in hold_eps]},
         "frames": {"train": int(len(train[0])), "holdout": int(len(held[0]))},
         "by_kind": dataset.summary()["by_kind"],
@@ -202,6 +282,7 @@ def finetune(checkpoint: str | Path, bags: list[str | Path], out: str | Path, co
         f"mrad; wrote {out} (hash {digest}, parent {parent_hash})")
     return {"checkpoint": str(out), "hash": digest, "parent": parent_hash, "before": before, "after": after,
             "losses": losses, "dataset": dataset.summary(), "frozen_parameters": frozen,
+            "sim_frames": provenance["sim_frames"], "config": config.to_dict(),
             "train_episodes": provenance["episodes"]["train"], "holdout_episodes": provenance["episodes"]["holdout"],
             "provenance": provenance}
 

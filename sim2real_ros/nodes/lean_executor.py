@@ -29,6 +29,8 @@ from typing import Any
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 
+from ..core.timebase import NS_PER_S
+
 try:  # the pybind11 wait set and handle methods used below (Humble through Kilted)
     from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 
@@ -39,7 +41,6 @@ except (ImportError, AttributeError):  # pragma: no cover - such an rclpy gets t
     _HAS_WAIT_SET = False
     InvalidHandle = RuntimeError
 
-NS_PER_S = 1_000_000_000
 
 
 class _Plan:

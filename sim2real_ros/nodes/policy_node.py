@@ -41,7 +41,6 @@ from trajectory_msgs.msg import JointTrajectory
 
 from .. import paths
 from ..conversions import (
-    ActionChunk,
     MessageError,
     chunk_to_trajectory,
     image_to_array,
@@ -50,6 +49,7 @@ from ..conversions import (
     reorder,
     stamp_to_ns,
 )
+from ..core.action_chunk import ActionChunk
 from ..core.errors import ConfigError
 from ..core.joint_list import resolve_joint_list
 from ..core.observation_pairing import (

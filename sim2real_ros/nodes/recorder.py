@@ -2,7 +2,12 @@
 
 Parameters: output (bag folder; default rosbag2_<date>), topics (empty = every topic, discovered
 continuously), storage (mcap | sqlite3), flush_period_s, discovery_period_s, max_file_size_mb,
-max_file_duration_s.
+max_file_duration_s, robot_description (URDF path or XML, default the package's arm; '' = none).
+
+Every bag gets the URDF as `robot_description` (std_msgs/msg/String, offered transient local, as
+robot_state_publisher latches it), written just before the first recorded message so it shares the
+bag's time base, and once only: a graph's own robot_description publisher is then not recorded
+again. Viewers (`sim2real view`, `bag export-foxglove`) draw the arm from it.
 
 Subscriptions are raw (serialized CDR) so recording costs no deserialization, use the QoS the
 publishers offer (latched topics with transient local), and each message's receive time is its log
@@ -32,13 +37,15 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.expand_topic_name import expand_topic_name
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.serialization import serialize_message
+from std_msgs.msg import String
 
-from ..bags.recording import adapt_qos, select_topics
+from ..bags.topic_selection import adapt_qos, select_topics
 from ..bags.writer import BagWriter, qos_profiles_yaml
 from ..core.errors import BagError, ConfigError
+from ..core.timebase import NS_PER_S
+from ..paths import urdf_path
 from .common import declare, freeze_startup_objects, now_ns, single_threaded_executor
-
-NS_PER_S = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,8 @@ class RecorderNode(Node):
         discovery = declare(self, "discovery_period_s", 0.5, "how often to look for new topics [s]")
         max_mb = declare(self, "max_file_size_mb", 0.0, "split into a new file past this size [MB]; 0 = never")
         max_s = declare(self, "max_file_duration_s", 0.0, "split into a new file past this duration [s]; 0 = never")
+        description = declare(self, "robot_description", str(urdf_path()),
+                              "URDF (file path or XML) stored as robot_description in the bag; '' = none")
         self.config = RecorderConfig(
             output=output or default_output(), topics=tuple(t for t in (topics or []) if t), storage=storage,
             flush_period_s=float(flush), discovery_period_s=float(discovery), max_file_size_mb=float(max_mb),
@@ -146,6 +155,7 @@ class RecorderNode(Node):
             if self.config.topics else None)
         self.received = 0
         self._closed = False
+        self._description: tuple[str, bytes] | None = self._description_message(description)
         self.create_timer(self.config.discovery_period_s, self._discover, callback_group=self._group)
         self.create_timer(self._flush_check_s, self._flush_tick, callback_group=self._group)
         self.create_timer(10.0, self._report, callback_group=self._group)
@@ -153,6 +163,29 @@ class RecorderNode(Node):
             f"recording {'every topic' if self._requested is None else sorted(self._requested)} "
             f"to {self.config.output} ({self.config.storage}, flush every {self.config.flush_period_s} s)")
         self._discover()
+
+    def _description_message(self, description: str) -> tuple[str, bytes] | None:
+        """(topic, CDR bytes) of the robot_description to store, added to the bag now; None for ''."""
+        if not description:
+            return None
+        try:
+            text = description if description.lstrip().startswith("<") else Path(description).read_text()
+        except OSError as err:
+            raise ConfigError(self.config.source, "robot_description", description, f"cannot read: {err}") from err
+        topic = expand_topic_name("robot_description", self.get_name(), self.get_namespace())
+        offered = qos_profiles_yaml([_qos_dict(QoSProfile(
+            history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL))])
+        self.writer.add_topic(topic, "std_msgs/msg/String", offered_qos_profiles=offered)
+        self._given_up.add(topic)  # stored once, by us: a graph's own publisher is not recorded again
+        return topic, serialize_message(String(data=text))
+
+    def _write_description(self, log_time_ns: int) -> None:
+        """Write the pending robot_description at `log_time_ns` [ns]; call with the lock held."""
+        if self._description is not None:
+            topic, data = self._description
+            self._description = None
+            self.writer.write(topic, log_time_ns, data, now_ns=time.monotonic_ns())
 
     # ------------------------------------------------------------------ discovery
     def _discover(self) -> None:
@@ -197,6 +230,7 @@ class RecorderNode(Node):
         with self._lock:
             if self._closed:
                 return
+            self._write_description(received_ns)
             self.writer.write(topic, received_ns, data, now_ns=time.monotonic_ns(), publish_time_ns=publish_ns)
             self.received += 1
 
@@ -228,6 +262,7 @@ class RecorderNode(Node):
             if self._closed:
                 return
             self._closed = True
+            self._write_description(now_ns(self))
             path = self.writer.close()
         self.get_logger().info(f"bag closed: {path} ({self.writer.message_count} messages)")
 

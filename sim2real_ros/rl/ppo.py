@@ -28,9 +28,9 @@ import yaml
 from ..core.checkpoint import git_commit, sim_params_version
 from ..core.errors import ConfigError
 from ..core.hashing import content_hash
+from ..core.stats import wilson_interval
 from ..paths import config_path, urdf_path
 from ..sim.params import load_sim_params
-from ..training.stats import wilson_interval
 from .batch import EnvSpec
 from .cluster import default_workers
 from .env import EnvConfig, observation_layout

@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 
 from ..core.joystick import load_joystick_mapping
+from ..core.stats import summary, wilson_interval
 from ..core.urdf import RobotModel
 from ..graph import GraphArgs
 from ..paths import config_path, default_policy_path
 from ..sim.expert import ReachExpert
 from ..sim.params import load_sim_params
-from ..training.stats import summary, wilson_interval
 from .graph_session import SimGraphSession, diagnostic_values
 from .scripted_joystick import ScriptedJoystick
 

@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 
+from ..core.progress import progress
+from ..core.stats import summary, wilson_interval
 from ..graph import GraphArgs
 from ..nodes.common import LATCHED_QOS
-from ..orchestration.graph_session import EpisodeOutcome, SimGraphSession, diagnostic_values
 from ..sim.params import load_sim_params
-from ..training.progress import progress
-from ..training.stats import summary, wilson_interval
+from .graph_session import EpisodeOutcome, SimGraphSession, diagnostic_values
 
 # [-] the sim's real-time factor during graph evaluation; see the module docstring.
 DEFAULT_GRAPH_RTF = 0.3

@@ -18,9 +18,9 @@ from sensor_msgs.msg import JointState, Joy
 from std_msgs.msg import Bool, Float64MultiArray
 from std_srvs.srv import Trigger
 
-from ..cli.launcher import GraphLauncher
 from ..graph import GraphArgs, NodeDecl, declare_graph
 from ..nodes.common import EVENTS_QOS, JOINT_STATE_QOS, JOY_QOS, LATCHED_QOS
+from .launcher import GraphLauncher
 from .probe import RosProbe, wait_until
 
 

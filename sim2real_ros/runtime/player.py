@@ -19,9 +19,9 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 
 from ..conversions import ns_to_stamp
-from .recording import ClockOffset
+from ..core.timebase import NS_PER_S
+from ..episodes.recording import ClockOffset
 
-NS_PER_S = 1_000_000_000
 CLOCK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
 # Wall time between checks of the stop event while waiting for the next message [s].
 _WAIT_SLICE_S = 0.05

@@ -28,19 +28,20 @@ from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 
 from ..bags import BagReader
-from ..cli.launcher import GraphLauncher
 from ..conversions import MessageError, joint_state_to_sample, reorder, trajectory_to_chunk
 from ..core.checkpoint import LoadedPolicy
 from ..core.errors import Sim2RealError
+from ..core.progress import progress
+from ..episodes.actions import sample_actions
+from ..episodes.bag_source import BagTopics, feed, find_topics, make_collector
+from ..episodes.options import ReplayOptions
+from ..episodes.recording import Recording
+from ..evaluation.metrics import NS_PER_S, Predictions, _error_stats
+from ..evaluation.replay_offline import ReplayRun
 from ..graph import GraphArgs, declare_graph
 from ..nodes.common import JOINT_STATE_QOS, SENSOR_QOS
-from ..training.progress import progress
-from .bag_source import BagTopics, feed, find_topics, make_collector
-from .metrics import NS_PER_S, Predictions, _error_stats, sample_actions
-from .options import ReplayOptions
+from .launcher import GraphLauncher
 from .player import BagPlayer, PlayedTopic
-from .recording import Recording
-from .replay_offline import ReplayRun
 
 # Collect every chunk and command: the graph's publishers keep only the newest, we must not drop.
 COLLECT_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10_000, reliability=ReliabilityPolicy.RELIABLE)
@@ -334,3 +335,11 @@ def _commands_vs_recording(commands: list[JointState], joint_names: tuple[str, .
             "per_joint_mae": {name: float(np.abs(errors[:, j]).mean()) if len(errors) else None
                               for j, name in enumerate(joint_names)}}
 
+
+
+def evaluate_bag_in_graph(bag: Path, checkpoint: Path, report_dir: Path | None = None,
+                          options: ReplayOptions | None = None) -> dict[str, Any]:
+    """`evaluation.evaluate_bag` in graph mode: the bag played into the replay graph's nodes."""
+    from ..evaluation.replay import evaluate_bag
+
+    return evaluate_bag(bag, checkpoint, "graph", report_dir, options, graph_replay=replay_graph)

@@ -13,7 +13,7 @@ the supervisor, like a person would:
 The session bag is then cut into one bag per episode (episode boundaries from sim/episode), so the
 episodes can be held out one by one. `episodes.json` in the output folder lists them.
 
-    sim2real_ros.orchestration.teleop_recording --out DIR --episodes 10 --checkpoint CKPT
+    sim2real_ros.runtime.teleop_recording --out DIR --episodes 10 --checkpoint CKPT
 """
 from __future__ import annotations
 
@@ -38,8 +38,9 @@ from ..bags.writer import BagWriter
 from ..conversions import stamp_to_ns
 from ..core.errors import ConfigError
 from ..core.joystick import load_joystick_mapping
+from ..core.timebase import NS_PER_S
 from ..core.urdf import RobotModel
-from ..finetune.dataset import TAKEOVER_GRACE_S
+from ..episodes.dataset import TAKEOVER_GRACE_S
 from ..graph import GraphArgs
 from ..paths import config_path, default_policy_path, urdf_path
 from ..sim.expert import ReachExpert
@@ -47,7 +48,6 @@ from ..sim.params import SimParams, load_sim_params
 from .graph_session import EpisodeOutcome, SimGraphSession, diagnostic_values
 from .scripted_joystick import ScriptedJoystick
 
-NS_PER_S = 1_000_000_000
 MANIFEST = "episodes.json"
 SESSION_BAG = "session_bag"
 # Topics whose last message before an episode is carried into that episode's bag (latched state).
@@ -454,7 +454,7 @@ def header_stamp_ns(msgtype: str, data: bytes | memoryview) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim2real_ros.orchestration.teleop_recording",
+    parser = argparse.ArgumentParser(prog="python -m sim2real_ros.runtime.teleop_recording",
                                      description="record scripted teleoperation episodes as 'real' bags")
     parser.add_argument("--out", required=True, type=Path, help="output folder (one bag per episode)")
     parser.add_argument("--episodes", type=int, default=10)

@@ -14,10 +14,9 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import ConfigError
+from ..core.timebase import NS_PER_S
 from ..core.urdf import RobotModel
 from .params import PushParams
-
-NS_PER_S = 1_000_000_000
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from pybullet_utils import bullet_client
 from ..core.camera_artifacts import ArtifactConfig, apply_artifacts
 from ..core.camera_model import CameraModel, load_calibration_yaml
 from ..core.errors import ConfigError, UrdfError
+from ..core.timebase import NS_PER_S
 from ..core.urdf import RobotModel
 from .actuation import LatencyQueue, ServoLoop, pd_torque
 from .params import SimParams
@@ -36,7 +37,6 @@ from .rendering import gl_list, look_at_rotation, projection_matrix, view_matrix
 from .snapshot import WorldState
 from .tasks import Task, make_task
 
-NS_PER_S = 1_000_000_000
 DYNAMICS_KEYS = ("kp", "kd", "damping", "friction", "effort_limit", "actuation_latency_s", "gravity_compensation",
                  "servo_max_speed", "servo_max_acceleration", "servo_gain", "servo_deadband")
 SERVO_KEYS = ("servo_max_speed", "servo_max_acceleration", "servo_gain", "servo_deadband")

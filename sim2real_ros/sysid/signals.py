@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-NS_PER_S = 1_000_000_000
+from ..core.timebase import NS_PER_S
 
 # Header stamps further than this from the recorder's log time are not trusted [s].
 MAX_STAMP_LOG_OFFSET_S = 2.0

@@ -7,18 +7,40 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from ..core.checkpoint import LoadedPolicy
 from ..core.errors import ConfigError
 from ..core.policy_backend import load_policy
 from ..core.preprocess_config import PreprocessConfig
-from ..paths import urdf_path
+from ..core.stats import summary, wilson_interval
+from ..paths import config_path, urdf_path
 from ..sim.params import load_sim_params
 from ..sim.world import episode_seed
 from .graph_conditions import GraphConditions
 from .parallel import EpisodeJob, EpisodePool, counting_progress
 from .rollout import EpisodeRecord, RolloutConfig
-from .stats import summary, wilson_interval
+
+# Where an evaluation's compensated actuation latency came from (reported in its JSON).
+LATENCY_DEPLOYMENT = "deployment"  # config/params.yaml's actuator_node actuation_latency (what a robot compensates)
+LATENCY_OVERRIDE = "override"      # given by the caller (`eval-sim --actuation-latency S`)
+DEFAULT_DEPLOYMENT_LATENCY_S = 0.02
+
+
+def deployment_actuation_latency_s(params_file: str | Path | None = None) -> float:
+    """The latency [s] the deployed actuator compensates: `actuation_latency` of actuator_node in
+    config/params.yaml (or `params_file`), else the node's default 0.02 s. Not the sim variant's own
+    true latency: a robot's actuator knows only its configured value (or what sysid measured)."""
+    path = Path(params_file) if params_file else config_path("params.yaml")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+        value = float(data["/**/actuator_node"]["ros__parameters"]["actuation_latency"])
+    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):
+        return DEFAULT_DEPLOYMENT_LATENCY_S
+    if not (np.isfinite(value) and value >= 0):
+        raise ConfigError(str(path), "/**/actuator_node.ros__parameters.actuation_latency", value,
+                          "must be a finite number >= 0 [s]")
+    return value
 
 
 def rollout_config_from(policy: LoadedPolicy, actuation_latency_s: float,
@@ -77,14 +99,23 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     counted per episode (pushes_applied) and in all (pushes_applied_total). workers: Ray rollout
     workers (ray must be initialized, rl.cluster.init_ray); 0 runs in this process. Each episode runs
     on a fresh world, so the results depend on the seeds only, not on the worker count. backend:
-    auto (by the file) | torch | onnxruntime (a checkpoint or an exported ONNX policy, docs/onnx.md)."""
+    auto (by the file) | torch | onnxruntime (a checkpoint or an exported ONNX policy, docs/onnx.md).
+    actuation_latency_s [s]: the latency the rollout's actuator compensates; None = the deployment's
+    configured value (config/params.yaml), never the sim variant's own true latency (which would
+    flatter every "real" variant). The result reports the value and its source."""
     policy = load_policy(checkpoint, backend=backend, num_threads=num_threads)
     params = load_sim_params(sim_config)
     preprocess = PreprocessConfig.from_dict(policy.spec.preprocess, source=f"{checkpoint} preprocess")
     if pushes and params.randomization.pushes is None:
         raise ConfigError(params.source, "randomization.pushes", None,
                           "pushes were asked for, but the sim params have no randomization.pushes ranges")
-    latency = params.actuator.actuation_latency_s if actuation_latency_s is None else actuation_latency_s
+    if actuation_latency_s is None:
+        latency, latency_source = deployment_actuation_latency_s(), LATENCY_DEPLOYMENT
+    else:
+        latency, latency_source = float(actuation_latency_s), LATENCY_OVERRIDE
+        if not (np.isfinite(latency) and latency >= 0):
+            raise ConfigError("eval-sim", "actuation_latency_s", actuation_latency_s,
+                              "must be a finite number >= 0 [s]")
     config = rollout_config_from(policy, latency, graph_conditions)
     job = EpisodeJob(str(params.source), robot_description or str(urdf_path()), preprocess.to_dict(),
                      list(policy.spec.joint_names), config.to_dict(), policy.spec.chunk_length, policy.spec.dt_s,
@@ -103,4 +134,6 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
             "perturb": perturb,
             "pushes": bool(pushes), **push_info, "sim_params_version": params.version, "mode": "core",
             "graph_conditions": None if config.graph_conditions is None else config.graph_conditions.to_dict(),
+            "actuation_latency_s": latency, "actuation_latency_source": latency_source,
+            "sim_actuation_latency_s": params.actuator.actuation_latency_s, "seed": int(seed),
             **episode_metrics(records)}

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..conversions import NS_PER_S, ActionChunk
+from ..core.action_chunk import ActionChunk
 from ..core.actuator import ActuatorConfig, ActuatorCore
 from ..core.errors import ConfigError
 from ..core.joystick import load_joystick_mapping
@@ -40,6 +40,7 @@ from ..core.observation_pairing import ObservationThrottle
 from ..core.safety import limits_from_urdf
 from ..core.supervisor import Supervisor, SupervisorConfig
 from ..core.teleop import Jogger
+from ..core.timebase import NS_PER_S
 from ..paths import config_path
 from ..sim.world import SimWorld
 

@@ -178,8 +178,8 @@ class EpisodePool:
 
 
 def counting_progress(total: int, label: str) -> Callable[[int], None]:
-    """An on_done callback that advances a progress bar (training.progress) by n episodes."""
-    from .progress import progress
+    """An on_done callback that advances a progress bar (core.progress) by n episodes."""
+    from ..core.progress import progress
 
     bar = progress(range(total), total, label)
     done = 0

@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from ..conversions import NS_PER_S, ActionChunk
+from ..core.action_chunk import ActionChunk
 from ..core.chunk_buffer import ChunkBuffer, ChunkBufferConfig
 from ..core.preprocess import ImagePipeline
+from ..core.timebase import NS_PER_S
 from ..sim.expert import ReachExpert
 from ..sim.world import SimWorld
 from .graph_conditions import GraphConditions, run_graph_loop

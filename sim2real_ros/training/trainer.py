@@ -18,14 +18,14 @@ from ..core.hashing import content_hash
 from ..core.policy_model import PolicyModel, build_model
 from ..core.preprocess import ImagePipeline
 from ..core.preprocess_config import PreprocessConfig
+from ..core.progress import progress
+from ..core.stats import wilson_interval
 from ..sim.expert import ReachExpert
 from ..sim.params import load_sim_params
 from ..sim.world import SimWorld, episode_seed
 from .config import TrainConfig
 from .parallel import EpisodeJob, EpisodePool, counting_progress
-from .progress import progress
 from .rollout import EpisodeRecord
-from .stats import wilson_interval
 
 
 @dataclass

@@ -23,14 +23,18 @@ import numpy as np
 import yaml
 
 from ..core.errors import ConfigError
+from ..core.stats import wilson_interval
 from ..paths import config_path
-from ..training.stats import wilson_interval
 
 READY = "ready"
 NOT_READY = "not_ready"
 STAGES = ("nominal_sim", "perturbed_sim", "real_offline")
+# Run only when asked for (`validate --robot-sim`: a closed-loop stage on a sim variant standing in
+# for the robot when none is attached); when it ran, the verdict counts it like the others.
+OPTIONAL_STAGES = ("robot_closed_loop",)
 STAGE_TITLES = {"nominal_sim": "stage 1: nominal sim success", "perturbed_sim": "stage 2: perturbed sim success",
-                "real_offline": "stage 3: offline action error on real bags"}
+                "real_offline": "stage 3: offline action error on real bags",
+                "robot_closed_loop": "stage 4: closed-loop success on the robot stand-in"}
 # The paths a sim stage can measure success on; GATED_PATH's figure is the stage's figure.
 SIM_PATHS = ("graph", "core")
 GATED_PATH = "graph"
@@ -68,15 +72,25 @@ class RealGate:
 
 
 @dataclass(frozen=True)
+class RobotGate(SimGate):
+    """The closed-loop stage on a robot stand-in (`validate --robot-sim`): episodes, and the
+    min_success_rate its Wilson 95% lower bound must reach (as stage 1's: the robot is the task)."""
+
+    episodes: int = 20
+
+
+@dataclass(frozen=True)
 class Gates:
     nominal_sim: SimGate = field(default_factory=SimGate)
     perturbed_sim: PerturbedGate = field(default_factory=PerturbedGate)
     real_offline: RealGate = field(default_factory=RealGate)
+    robot_closed_loop: RobotGate = field(default_factory=RobotGate)
     source: str = "defaults"
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "nominal_sim": asdict(self.nominal_sim),
-                "perturbed_sim": asdict(self.perturbed_sim), "real_offline": asdict(self.real_offline)}
+                "perturbed_sim": asdict(self.perturbed_sim), "real_offline": asdict(self.real_offline),
+                "robot_closed_loop": asdict(self.robot_closed_loop)}
 
 
 def _check(source: str, section: str, gate: Any) -> None:
@@ -105,11 +119,13 @@ def gates_from_dict(data: Any, source: str) -> Gates:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(source, "<file>", data, "expected a mapping of stages")
-    unknown = sorted(set(data) - set(STAGES))
+    unknown = sorted(set(data) - set(STAGES) - set(OPTIONAL_STAGES))
     if unknown:
-        raise ConfigError(source, unknown[0], data[unknown[0]], f"unknown stage; known: {list(STAGES)}")
+        raise ConfigError(source, unknown[0], data[unknown[0]],
+                          f"unknown stage; known: {list(STAGES) + list(OPTIONAL_STAGES)}")
     built = {}
-    for section, cls in (("nominal_sim", SimGate), ("perturbed_sim", PerturbedGate), ("real_offline", RealGate)):
+    for section, cls in (("nominal_sim", SimGate), ("perturbed_sim", PerturbedGate), ("real_offline", RealGate),
+                         ("robot_closed_loop", RobotGate)):
         values = data.get(section) or {}
         if not isinstance(values, dict):
             raise ConfigError(source, section, values, "must be a mapping")
@@ -301,15 +317,17 @@ class Verdict:
 
 
 def decide(stages: list[StageResult]) -> Verdict:
-    """The verdict over the stages in order (a missing stage counts as failed)."""
+    """The verdict over the stages in order (a missing stage counts as failed; an optional stage,
+    OPTIONAL_STAGES, counts when it is there)."""
     by_name = {s.stage: s for s in stages}
     failed = []
-    for name in STAGES:
+    names = [*STAGES, *(n for n in OPTIONAL_STAGES if n in by_name)]
+    for name in names:
         result = by_name.get(name)
         if result is None or not result.passed:
             failed.append(name)
     if not failed:
-        return Verdict(READY, "every stage passed: " + "; ".join(by_name[n].describe() for n in STAGES), ())
+        return Verdict(READY, "every stage passed: " + "; ".join(by_name[n].describe() for n in names), ())
     first = by_name.get(failed[0])
     reason = first.describe() if first else f"{STAGE_TITLES[failed[0]]}: not evaluated"
     return Verdict(NOT_READY, reason, tuple(failed))

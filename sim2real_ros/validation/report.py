@@ -12,10 +12,11 @@ from typing import Any
 REPORT_MD = "report.md"
 COLUMNS = (("sim_nominal_graph", "sim nominal (graph)"), ("sim_nominal", "sim nominal (core)"),
            ("sim_perturbed_graph", "sim perturbed (graph)"), ("sim_perturbed", "sim perturbed (core)"),
-           ("real", "real"))
+           ("real", "real"), ("robot_sim", "robot stand-in (closed loop)"))
 # Which stage's threshold each sim column is held to (the plot's red lines).
 COLUMN_STAGE = {"sim_nominal_graph": "nominal_sim", "sim_nominal": "nominal_sim",
-                "sim_perturbed_graph": "perturbed_sim", "sim_perturbed": "perturbed_sim"}
+                "sim_perturbed_graph": "perturbed_sim", "sim_perturbed": "perturbed_sim",
+                "robot_sim": "robot_closed_loop"}
 PERCENTILES = ("p50", "p90", "p99", "max")
 
 
@@ -105,6 +106,8 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
               "taking over ends the attempt (taken_over). Demonstrations: "
               f"{report['real_episodes']['demonstrations']['episodes']} episode(s), not counted.", "",
               "## Failure modes", "", report["failure_modes"]["message"], ""]
+    if report.get("disagreement"):
+        lines += ["## Offline error and closed-loop success disagree", "", report["disagreement"], ""]
     replay = next((s["details"].get("replay") for s in report["stages"] if s["stage"] == "real_offline"), None) or {}
     if replay.get("bags"):
         lines += ["## Real bags (offline replay against the human's commands)", "",

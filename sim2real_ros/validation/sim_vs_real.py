@@ -21,12 +21,12 @@ import numpy as np
 
 from ..bags import BagReader
 from ..conversions import stamp_to_ns
-from ..evaluation.options import HUMAN_MODES
-from ..evaluation.topics import resolve_topic
-from ..finetune.dataset import episode_kind
-from ..training.stats import summary, wilson_interval
+from ..core.stats import summary, wilson_interval
+from ..core.timebase import NS_PER_S
+from ..episodes.dataset import episode_kind
+from ..episodes.options import HUMAN_MODES
+from ..episodes.topics import resolve_topic
 
-NS_PER_S = 1_000_000_000
 NEAR_M = 0.10  # [m] a timeout closer than this is "near" (as the sim evaluations count it)
 # Failure category -> the gap it points to when it appears in real but not in sim.
 GAP_OF_FAILURE = {

@@ -2,7 +2,7 @@
 
 Stage 1: success rate in the nominal sim.
 Stage 2: success rate with the sim params' randomization plus extra latency and sensor noise.
-Stages 1 and 2 measure on the full ROS graph (evaluation.graph_eval.evaluate_in_graph: the nodes
+Stages 1 and 2 measure on the full ROS graph (runtime.graph_eval.evaluate_in_graph: the nodes
 as processes over DDS, what runs on the robot) and on the core path (training.evaluation.
 evaluate_in_sim: the same policy in one process, no ROS), with the same seed and episode count.
 `sim_paths` chooses: "both" (default), "graph" (the graph only), "core" (the core only, for quick
@@ -12,6 +12,12 @@ sim_success_stage), so with "core" stages 1 and 2 always fail: the gate cannot p
 path alone. A graph that fails to come up or stalls fails its stage (the error is in the report).
 Stage 3: offline action error of the policy against the human's commands on real bags (the
 replay evaluator: evaluation.replay_offline), pooled over bags, with a block-bootstrap interval.
+Stage 4 (only with `robot_sim`, when no robot is attached): closed-loop success on a sim variant
+standing in for the robot (e.g. config/sim_params_real_b.yaml), on the core path (training.
+evaluation.evaluate_in_sim, the actuator compensating the deployment's configured latency) or
+through an evaluator the caller passes in (the cli passes the graph's; validation does not import
+the runtime). When stage 3 and stage 4 disagree (offline error passes and closed loop fails, or the
+reverse), the report says so: the offline figure alone does not decide.
 Every stage runs (the report is complete); the verdict names the first stage that fails.
 """
 from __future__ import annotations
@@ -30,20 +36,21 @@ import yaml
 
 from ..core.checkpoint import checkpoint_hash, load_checkpoint
 from ..core.errors import BagError, Sim2RealError
-from ..evaluation.options import ReplayOptions
+from ..core.stats import summary
+from ..episodes.dataset import default_actuation_latency_s, expand_bags
+from ..episodes.options import ReplayOptions
 from ..evaluation.replay import build_report
 from ..evaluation.replay_offline import replay_offline
 from ..evaluation.report import _clean, write_report
-from ..finetune.dataset import default_actuation_latency_s, expand_bags
 from ..paths import config_path
 from ..training.evaluation import evaluate_in_sim
-from ..training.stats import summary
 from .gates import (
     PATH_TITLES,
     Gates,
     PathFigure,
     PerturbedGate,
     RealGate,
+    RobotGate,
     SimGate,
     StageResult,
     block_bootstrap_mean,
@@ -51,6 +58,7 @@ from .gates import (
     error_stage,
     load_gates,
     sim_success_stage,
+    success_stage,
 )
 from .report import write_validation_report
 from .sim_vs_real import chunk_magnitudes, compare_failure_modes, read_real_episodes, real_outcomes
@@ -123,14 +131,17 @@ SIM_PATH_CHOICES = {"both": ("core", "graph"), "graph": ("graph",), "core": ("co
 
 def sim_vs_real_table(nominal: dict[str, Any], perturbed: dict[str, Any], real: dict[str, Any],
                       replay: dict[str, Any], nominal_graph: dict[str, Any] | None = None,
-                      perturbed_graph: dict[str, Any] | None = None) -> dict[str, Any]:
+                      perturbed_graph: dict[str, Any] | None = None,
+                      robot: dict[str, Any] | None = None) -> dict[str, Any]:
     """Rows: success rate (+ ci95), episode length, action magnitude, failure categories; columns:
     sim nominal and sim perturbed on the core path (sim_nominal, sim_perturbed) and on the full
-    ROS graph (sim_nominal_graph, sim_perturbed_graph), real. A path that was not run has empty
-    cells (rate None). The graph evaluation measures no action magnitude (n/a)."""
+    ROS graph (sim_nominal_graph, sim_perturbed_graph), real, and the robot stand-in's closed loop
+    (robot_sim, stage 4). A path that was not run has empty cells (rate None). The graph
+    evaluation measures no action magnitude (n/a)."""
     nominal_graph, perturbed_graph = nominal_graph or {}, perturbed_graph or {}
     columns = {"sim_nominal_graph": nominal_graph, "sim_nominal": nominal,
-               "sim_perturbed_graph": perturbed_graph, "sim_perturbed": perturbed, "real": real}
+               "sim_perturbed_graph": perturbed_graph, "sim_perturbed": perturbed, "real": real,
+               "robot_sim": robot or {}}
 
     def success(column: dict[str, Any]) -> dict[str, Any]:
         return {"rate": column.get("success_rate"), "ci95": column.get("ci95"), "episodes": column.get("episodes")}
@@ -140,7 +151,7 @@ def sim_vs_real_table(nominal: dict[str, Any], perturbed: dict[str, Any], real: 
         "episode_length_s": {name: column.get("episode_length_s") for name, column in columns.items()},
         "action_magnitude_rad": {**{name: columns[name].get("action_magnitude_rad")
                                     for name in ("sim_nominal_graph", "sim_nominal", "sim_perturbed_graph",
-                                                 "sim_perturbed")},
+                                                 "sim_perturbed", "robot_sim")},
                                  "real": replay.get("action_magnitude_rad"),
                                  "real_human": replay.get("human_action_magnitude_rad")},
         "failures": {name: column.get("failures", {}) for name, column in columns.items()},
@@ -165,7 +176,7 @@ def sim_stage(stage: str, gate: SimGate, checkpoint: str | Path, episodes: int, 
         evaluations["core"] = core
         figures.append(PathFigure("core", int(core["successes"]), int(core["episodes"])))
     if "graph" in paths:
-        from ..evaluation.graph_eval import DEFAULT_GRAPH_RTF, evaluate_in_graph
+        from ..runtime.graph_eval import DEFAULT_GRAPH_RTF, evaluate_in_graph
 
         log(f"[validate] {stage}: {episodes} {label} sim episodes on the {PATH_TITLES['graph']}")
         try:
@@ -187,19 +198,66 @@ def sim_stage(stage: str, gate: SimGate, checkpoint: str | Path, episodes: int, 
     return result, evaluations
 
 
+# (checkpoint, episodes, sim_config, seed) -> an evaluate_in_sim-like result (successes, episodes,
+# success_rate, ci95, failures, ...): the closed-loop stage's evaluator, passed in by the caller.
+ClosedLoopEvaluator = Callable[[str | Path, int, str | Path, int], dict[str, Any]]
+ROBOT_SEED = 5000
+
+
+def robot_stage(gate: RobotGate, checkpoint: str | Path, robot_sim: str | Path, episodes: int, seed: int,
+                evaluator: ClosedLoopEvaluator | None, log: Callable[[str], None],
+                path: str = "core") -> tuple[StageResult, dict[str, Any]]:
+    """Stage 4: closed-loop success on the robot stand-in `robot_sim` (a sim params YAML), core path
+    unless an evaluator (`path` names it, e.g. "graph") is given. A failed evaluator fails the stage."""
+    log(f"[validate] stage 4: {episodes} closed-loop episodes on {Path(robot_sim).name} ({path})")
+    try:
+        if evaluator is None:
+            evaluation = evaluate_in_sim(checkpoint, episodes, sim_config=robot_sim, seed=seed,
+                                         label="validate robot stand-in")
+        else:
+            evaluation = evaluator(checkpoint, episodes, robot_sim, seed)
+    except (RuntimeError, TimeoutError) as err:
+        message = f"{type(err).__name__}: {err}"
+        log(f"[validate] stage 4: the closed-loop evaluation failed: {message}")
+        return (StageResult("robot_closed_loop", "success_rate", None, None, gate.min_success_rate, False, False,
+                            message, {"robot_sim": str(robot_sim), "path": path}), {"error": message})
+    result = success_stage("robot_closed_loop", int(evaluation["successes"]), int(evaluation["episodes"]),
+                           gate.min_success_rate, {"robot_sim": str(robot_sim), "path": path, "seed": seed,
+                                                   "failures": evaluation.get("failures", {}),
+                                                   "actuation_latency_s": evaluation.get("actuation_latency_s")})
+    log(f"[validate] {result.describe()}")
+    return result, evaluation
+
+
+def offline_vs_closed_loop(offline: StageResult, closed: StageResult) -> str:
+    """A sentence when the offline-error stage and the closed-loop stage disagree, '' otherwise."""
+    if not (offline.ran and closed.ran) or offline.passed == closed.passed:
+        return ""
+    if offline.passed:
+        return (f"the offline action error passes its gate but closed-loop success fails: {closed.describe()}. "
+                f"A policy can copy the person's commands frame by frame and still fail in closed loop; "
+                f"the closed-loop figure is the one to trust.")
+    return (f"closed-loop success passes but the offline action error fails its gate ({offline.describe()}): "
+            f"the policy reaches its goals differently from the person (e.g. faster or along another path).")
+
+
 def validate(checkpoint: str | Path, real_bags: list[str | Path] | None = None, gates: Gates | None = None,
              report_dir: str | Path | None = None, episodes: int | None = None,
              sim_config: str | Path | None = None, seed: int = 1000, replay_options: ReplayOptions | None = None,
              robot_description: str | None = None, plots: bool = True,
              log: Callable[[str], None] = print, sim_paths: str = "both",
-             real_time_factor: float | None = None) -> dict[str, Any]:
-    """Run the three stages and write report.json, report.md and plots into report_dir.
+             real_time_factor: float | None = None, robot_sim: str | Path | None = None,
+             robot_evaluator: ClosedLoopEvaluator | None = None, robot_path: str = "core") -> dict[str, Any]:
+    """Run the three stages (four with `robot_sim`) and write report.json, report.md and plots into report_dir.
 
     episodes: overrides the gates' episode counts of stages 1 and 2. sim_config: the nominal sim
     params (default config/sim_params.yaml); stage 2 adds the gates' perturbations to it.
     sim_paths: "both" (graph and core), "graph" or "core" (then stages 1-2 fail: no graph figure;
     see the module docstring). real_time_factor: the graph's sim pace (default DEFAULT_GRAPH_RTF).
-    Returns the report (verdict, stages, sim-vs-real table, failure-mode comparison).
+    robot_sim: a sim params YAML standing in for the robot: stage 4, closed-loop success on it
+    (gates.robot_closed_loop; `episodes` overrides its count too), through `robot_evaluator` when
+    given (`robot_path` names it), else the core path.
+    Returns the report (verdict, stages, sim-vs-real table, failure-mode comparison, disagreement).
     """
     if sim_paths not in SIM_PATH_CHOICES:
         raise ValueError(f"sim_paths must be one of {sorted(SIM_PATH_CHOICES)}, got {sim_paths!r}")
@@ -238,6 +296,16 @@ def validate(checkpoint: str | Path, real_bags: list[str | Path] | None = None, 
     stages.append(error_stage("real_offline", replay["mae_rad"], tuple(replay["ci95"]) if replay["ci95"] else None,
                               replay["frames"], gates.real_offline, {"replay": replay}, note))
     log(f"[validate] {stages[-1].describe()}")
+    robot: dict[str, Any] = {}
+    disagreement = ""
+    if robot_sim is not None:
+        stage4, robot = robot_stage(gates.robot_closed_loop, checkpoint, robot_sim,
+                                    episodes or gates.robot_closed_loop.episodes, ROBOT_SEED, robot_evaluator, log,
+                                    robot_path)
+        stages.append(stage4)
+        disagreement = offline_vs_closed_loop(stages[2], stage4)
+        if disagreement:
+            log(f"[validate] disagreement: {disagreement}")
     real_episodes = [e for bag in bags for e in read_real_episodes(bag, options.human_modes)]
     real = real_outcomes(real_episodes)
     # The graph's failures when it ran (what runs on the robot), the core path's otherwise.
@@ -253,7 +321,8 @@ def validate(checkpoint: str | Path, real_bags: list[str | Path] | None = None, 
         "sim_paths": list(paths),
         "gates": gates.to_dict(), "stages": [s.to_dict() for s in stages],
         "sim_vs_real": sim_vs_real_table(nominal.get("core", {}), perturbed.get("core", {}), real, replay,
-                                         nominal.get("graph"), perturbed.get("graph")),
+                                         nominal.get("graph"), perturbed.get("graph"), robot),
+        "robot_sim": None if robot_sim is None else str(robot_sim), "disagreement": disagreement,
         "failure_modes": failure_modes, "real_episodes": real, "real_bags": [str(b) for b in bags],
         "elapsed_s": round(time.monotonic() - started, 1),
     }
