@@ -23,7 +23,7 @@ $(STAMP): requirements.txt setup.py setup.cfg package.xml
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(TEST_ENV) $(BIN)/python -m pytest test -q -m "not timing" --reruns 1
+	$(TEST_ENV) $(BIN)/python -m pytest test -q -m "not timing"
 
 # The closed-loop latency compensation ratio over DDS with the sim as a process on the wall clock:
 # it holds on an idle machine and moves with CPU contention. make test checks the same acceptance
@@ -31,8 +31,10 @@ test: $(STAMP)
 test-timing: $(STAMP)
 	$(TEST_ENV) $(BIN)/python -m pytest test -q -m timing
 
+# ruff, then the package layers (.importlinter: which package may import which).
 lint: $(STAMP)
 	$(BIN)/ruff check sim2real_ros test launch benchmarks
+	$(BIN)/lint-imports --no-cache
 
 demo: $(STAMP)
 	$(BIN)/sim2real demo
