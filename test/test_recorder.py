@@ -106,7 +106,8 @@ def test_recorder_records_every_topic_with_publisher_qos(ros, tmp_path):
     assert topics["/robot_description"].count == 1
     assert "durability: 1" in topics["/robot_description"].offered_qos_profiles
     description = next(iter_messages(bag, ["/robot_description"]))
-    assert description.msg.data == urdf_path().read_text() and description.log_time_ns >= t0
+    assert description.msg.data == urdf_path().read_text()
+    assert description.log_time_ns == min(m.log_time_ns for m in iter_messages(bag))  # the bag's first
 
     recorded = list(iter_messages(bag, ["/joint_states", "/supervisor/state", "/camera/image_raw", "/sim/episode"]))
     joint_msgs = [m for m in recorded if m.topic == "/joint_states"]
@@ -237,11 +238,12 @@ def test_sigkill_loses_at_most_the_flush_period_and_repair_fixes_it(ros, tmp_pat
     assert f"sim2real bag repair {bag}" in capsys.readouterr().out
     assert cli_main(["bag", "repair", str(bag)]) == 0
     repaired = bag_info(bag)
-    assert not repaired.needs_repair and not repaired.problems and repaired.message_count == len(got)
+    # every joint state that survived, and the robot_description the recorder stores
+    assert not repaired.needs_repair and not repaired.problems and repaired.message_count == len(got) + 1
     from rosbags.rosbag2 import Reader as RosbagsReader
 
     with RosbagsReader(bag) as other:
-        assert other.message_count == len(got)
+        assert other.message_count == len(got) + 1
 
 
 def test_record_command_and_bad_parameters(ros, tmp_path):
