@@ -69,14 +69,5 @@ def _export_foxglove(args: argparse.Namespace) -> int:
                              jpeg_quality=args.jpeg_quality, overwrite=args.overwrite)
     print("\n".join(report.lines()))
     if args.layout:
-        from ..core.urdf import RobotModel
-
-        joints = RobotModel.from_file(args.urdf).joint_names if args.urdf else None
-        print(f"wrote layout {write_layout(args.layout, joints or _bag_joint_names(args.path))}")
+        print(f"wrote layout {write_layout(args.layout, report.joint_names)}")
     return 0
-
-
-def _bag_joint_names(path: str) -> list[str]:
-    from ..viz.source import open_bag_view
-
-    return open_bag_view(path).kinematics().model.joint_names

@@ -187,7 +187,23 @@ class Demo:
             self.log(f"[demo] episode {o.episode}: {'success' if o.success else o.reason} "
                      f"in {o.duration_s:.1f} s (final distance {o.final_distance_m * 100:.1f} cm)")
         replay = self._replay(bag)
-        return self._report(outcomes, interventions, takeover, estop, replay)
+        foxglove = self._foxglove(bag)
+        return self._report(outcomes, interventions, takeover, estop, replay, foxglove)
+
+    def _foxglove(self, bag: Path) -> dict[str, Any]:
+        """demo.foxglove.mcap (the bag with the 3D arm, docs/viz.md) and demo.layout.json beside it."""
+        from ..viz.export import export_foxglove
+        from ..viz.layout import write_layout
+
+        out = self.config.out_dir
+        try:
+            exported = export_foxglove(bag, out / "demo.foxglove.mcap", overwrite=True)
+            layout = write_layout(out / "demo.layout.json", exported.joint_names)
+        except Exception as err:  # noqa: BLE001 - the demo reports what failed and keeps its other results
+            self.log(f"[demo] Foxglove export failed: {type(err).__name__}: {err}")
+            return {"error": f"{type(err).__name__}: {err}"}
+        self.log(f"[demo] Foxglove: open {exported.output} (layout {layout}), or `sim2real view {bag}`")
+        return {"mcap": str(exported.output), "layout": str(layout), "messages": dict(exported.shown)}
 
     def _replay(self, bag: Path) -> dict[str, Any]:
         from ..evaluation import evaluate_bag
@@ -200,7 +216,7 @@ class Demo:
             self.log(f"[demo] replay failed: {type(err).__name__}: {err}")
             return {"error": f"{type(err).__name__}: {err}"}
 
-    def _report(self, outcomes, interventions, takeover, estop, replay) -> dict[str, Any]:
+    def _report(self, outcomes, interventions, takeover, estop, replay, foxglove=None) -> dict[str, Any]:
         wins = sum(o.success for o in outcomes)
         report = {
             "checkpoint": str(self.config.checkpoint),
@@ -209,7 +225,8 @@ class Demo:
             "episode_duration_s": summary([o.duration_s for o in outcomes]),
             "outcomes": [o.__dict__ for o in outcomes],
             "interventions": interventions, "takeover": takeover, "estop": estop,
-            "replay": replay, "events": self.events, "wall_time_s": round(time.monotonic() - self._start, 1),
+            "replay": replay, "foxglove": foxglove or {},
+            "events": self.events, "wall_time_s": round(time.monotonic() - self._start, 1),
         }
         out = self.config.out_dir
         (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
@@ -249,5 +266,6 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {o['episode']} | {'success' if o['success'] else o['reason']} | {o['duration_s']:.2f} | "
                      f"{o['final_distance_m'] * 100:.1f} |")
     lines += ["", "## Events", ""] + [f"- {e['t_s']:.1f} s: {e['event']}" for e in report["events"]]
-    lines += ["", "Replay report: `replay/report.md` (plots in `replay/`). Bag: `bag/`.", ""]
+    lines += ["", "Replay report: `replay/report.md` (plots in `replay/`). Bag: `bag/`. Foxglove: "
+              "`demo.foxglove.mcap` with the layout `demo.layout.json` (docs/viz.md).", ""]
     return "\n".join(lines)

@@ -30,6 +30,7 @@ class ExportReport:
     output: Path
     tool_link: str
     urdf_source: str
+    joint_names: list[str] = field(default_factory=list)
     read: Counter = field(default_factory=Counter)
     shown: Counter = field(default_factory=Counter)
     dropped: dict[str, str] = field(default_factory=dict)
@@ -54,14 +55,15 @@ def export_foxglove(bag: str | Path, out: str | Path, *, urdf: str | None = None
     if out.parent and not out.parent.exists():
         raise BagError(f"{out}: folder {out.parent} does not exist")
     context = Context()
-    report = ExportReport(out, view.tool_link, view.urdf_source)
+    kinematics = view.kinematics()
+    report = ExportReport(out, view.tool_link, view.urdf_source, kinematics.model.joint_names)
     try:
         writer = foxglove.open_mcap(str(out), allow_overwrite=overwrite, context=context)
     except RuntimeError as err:
         raise BagError(f"{out}: cannot write the MCAP file: {err}") from err
     with writer:
         publisher = VizPublisher(context, jpeg_quality=jpeg_quality)
-        router = VizRouter(publisher, view.kinematics(), view.urdf_xml)
+        router = VizRouter(publisher, kinematics, view.urdf_xml)
         router.publish_robot(view.start_ns)
         next_stats = view.start_ns + NS_PER_S
         with BagReader(view.path) as reader:
