@@ -11,11 +11,11 @@ STAMP := $(VENV)/.setup-stamp
 # Every test run gets its own DDS domain and stays on localhost (DESIGN.md §7).
 TEST_ENV := ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
 
-.PHONY: setup test test-timing demo lint bench clean
+.PHONY: setup setup-jazzy test test-jazzy test-timing demo lint bench clean
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt setup.py setup.cfg package.xml
+$(STAMP): requirements.txt requirements-common.txt setup.py setup.cfg package.xml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip $(PIP_QUIET)
 	$(BIN)/python -m pip install --quiet -r requirements.txt $(PIP_QUIET)
@@ -24,6 +24,23 @@ $(STAMP): requirements.txt setup.py setup.cfg package.xml
 
 test: $(STAMP)
 	$(TEST_ENV) $(BIN)/python -m pytest test -q -m "not timing"
+
+# The same stack and suite on ROS 2 Jazzy (rclpy 7): its own venv from requirements-jazzy.txt.
+VENV_JAZZY := .venv-jazzy
+BIN_JAZZY := $(VENV_JAZZY)/bin
+STAMP_JAZZY := $(VENV_JAZZY)/.setup-stamp
+
+setup-jazzy: $(STAMP_JAZZY)
+
+$(STAMP_JAZZY): requirements-jazzy.txt requirements-common.txt setup.py setup.cfg package.xml
+	test -x $(BIN_JAZZY)/python || $(PYTHON) -m venv $(VENV_JAZZY)
+	$(BIN_JAZZY)/python -m pip install --quiet --upgrade pip $(PIP_QUIET)
+	$(BIN_JAZZY)/python -m pip install --quiet -r requirements-jazzy.txt $(PIP_QUIET)
+	$(BIN_JAZZY)/python -m pip install --quiet --no-deps --no-build-isolation -e . $(PIP_QUIET)
+	touch $(STAMP_JAZZY)
+
+test-jazzy: $(STAMP_JAZZY)
+	$(TEST_ENV) $(BIN_JAZZY)/python -m pytest test -q -m "not timing"
 
 # The closed-loop latency compensation ratio over DDS with the sim as a process on the wall clock:
 # it holds on an idle machine and moves with CPU contention. make test checks the same acceptance
@@ -43,4 +60,4 @@ bench: $(STAMP)
 	$(BIN)/sim2real bench --json bench_out/bench.json
 
 clean:
-	rm -rf $(VENV) demo_out bench_out build *.egg-info
+	rm -rf $(VENV) $(VENV_JAZZY) demo_out bench_out build *.egg-info
