@@ -5,16 +5,19 @@ Everything that turns a ROS message into arrays, or arrays into a message, lives
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 from builtin_interfaces.msg import Duration, Time
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from .core.action_chunk import ActionChunk
 from .core.camera_model import CameraModel
+from .core.report import Level
 from .core.timebase import NS_PER_S
 
 # Channels and dtype of each image encoding the stack accepts (real drivers publish all of these).
@@ -215,6 +218,37 @@ def position_command_to_array(msg: Float64MultiArray, expected_len: int) -> np.n
         raise MessageError(f"command contains NaN/Inf: {values.tolist()}")
     return values
 
+
+
+# ----------------------------------------------------------------------------------------------
+# Diagnostics (every state, event and report topic of the stack speaks DiagnosticArray)
+_LEVELS = {Level.OK: DiagnosticStatus.OK, Level.WARN: DiagnosticStatus.WARN,
+           Level.ERROR: DiagnosticStatus.ERROR, Level.STALE: DiagnosticStatus.STALE}
+
+
+def diagnostic_array(name: str, values: Mapping[str, object], stamp_ns: int, *, level: Level | str = Level.OK,
+                     message: str = "", hardware_id: str = "") -> DiagnosticArray:
+    """One DiagnosticStatus (name, level, message, hardware_id, values as str(value) in the
+    mapping's order) in a DiagnosticArray stamped `stamp_ns` [ns]. level: a core.report.Level or
+    its value ("ok", "warn", "error", "stale")."""
+    status = DiagnosticStatus(level=_LEVELS[Level(level)], name=name, message=message, hardware_id=hardware_id,
+                              values=[KeyValue(key=str(k), value=str(v)) for k, v in values.items()])
+    msg = DiagnosticArray(status=[status])
+    msg.header.stamp = ns_to_stamp(stamp_ns)
+    return msg
+
+
+def diagnostic_values(msg: DiagnosticArray | None, index: int = 0) -> dict[str, str]:
+    """Key-values of status `index` of a DiagnosticArray ({} for None or a missing status)."""
+    if msg is None or len(msg.status) <= index:
+        return {}
+    return {kv.key: kv.value for kv in msg.status[index].values}
+
+
+def diagnostic_level(msg: DiagnosticArray, index: int = 0) -> Level:
+    """The Level of status `index` of a DiagnosticArray (IndexError when it has none)."""
+    raw = msg.status[index].level
+    return next(level for level, byte in _LEVELS.items() if byte == raw)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -16,13 +16,13 @@ from std_srvs.srv import Trigger
 from support import node_decl, running_nodes, wait_until
 
 from sim2real_ros import conversions as cv
+from sim2real_ros.core.command_order import CommandOrder
 from sim2real_ros.core.joystick import load_joystick_mapping
 from sim2real_ros.core.safety import limits_from_urdf
 from sim2real_ros.core.supervisor import COMMAND_MARGIN_RAD, CONFIG_RANGES
 from sim2real_ros.core.urdf import RobotModel
 from sim2real_ros.graph import declare_graph
 from sim2real_ros.nodes.common import EVENTS_QOS, JOINT_STATE_QOS, JOY_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS
-from sim2real_ros.nodes.supervisor import CommandOrder
 from sim2real_ros.paths import config_path, urdf_path
 
 URDF = str(urdf_path()) if urdf_path().is_file() else f"{pybullet_data.getDataPath()}/franka_panda/panda.urdf"
@@ -76,10 +76,7 @@ class Rig:
             self._joy_pub.publish(Joy(axes=axes, buttons=buttons))
 
     def state(self) -> dict[str, str]:
-        if not self.states:
-            return {}
-        status = self.states[-1].status[0]
-        return {kv.key: kv.value for kv in status.values}
+        return cv.diagnostic_values(self.states[-1]) if self.states else {}
 
     def wait_mode(self, mode: str, timeout_s: float = TIMEOUT) -> None:
         assert wait_until(lambda: self.state().get("mode") == mode, timeout_s), f"mode {mode} not reached: " \
@@ -160,7 +157,7 @@ def test_estop_thread_hears_a_remapped_topic_in_a_namespace_and_holds(ros, tmp_p
         estop_pub.publish(Bool(data=True))
 
         def reason() -> str:
-            values = {kv.key: kv.value for kv in states[-1].status[0].values} if states else {}
+            values = cv.diagnostic_values(states[-1]) if states else {}
             return values.get("mode", "") + ": " + values.get("reason", "")
 
         assert wait_until(lambda: reason().startswith("ESTOP") and "estop topic is true" in reason(), TIMEOUT), \
@@ -197,7 +194,7 @@ def test_deadman_release_holds_at_the_measured_position(rig, tmp_path):
             assert np.allclose(q, HOME, atol=1e-12), q
         assert "deadman released" in rig.state()["reason"]
         rig.ros.wait_for_messages(rig.events, 1, TIMEOUT)
-        takeover = {kv.key: kv.value for kv in rig.events[0].status[0].values}
+        takeover = cv.diagnostic_values(rig.events[0])
         assert takeover["event"] == "takeover" and takeover["mode"] == "TELEOP" and int(takeover["start_ns"]) > 0
 
 

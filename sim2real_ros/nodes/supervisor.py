@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -33,10 +33,12 @@ from sensor_msgs.msg import JointState, Joy
 from std_msgs.msg import Bool, Float64MultiArray
 from std_srvs.srv import Trigger
 
-from .. import conversions as cv
+from .. import conversions as msgconv
+from ..core.command_order import CommandForwarding, CommandOrder
 from ..core.errors import ConfigError
 from ..core.joint_list import resolve_joint_list
 from ..core.joystick import load_joystick_mapping
+from ..core.report import Level
 from ..core.safety import limits_from_urdf
 from ..core.supervisor import (
     CONFIG_RANGES,
@@ -64,7 +66,7 @@ from .common import (
 
 SOURCE = "supervisor parameters"
 COMMAND_TOPIC = "forward_position_controller/commands"
-LEVELS = {Mode.ESTOP: DiagnosticStatus.ERROR, Mode.HOLD: DiagnosticStatus.WARN}
+LEVELS = {Mode.ESTOP: Level.ERROR, Mode.HOLD: Level.WARN}
 
 
 # [Hz] control_rate_hz bounds: the core's control period bounds, inverted.
@@ -175,58 +177,16 @@ def status_message(status: SupervisorStatus, stamp_ns: int) -> DiagnosticArray:
         "last_rejection": status.last_rejection,
         **{name: str(count) for name, count in status.counters.items()},
     }
-    diag = DiagnosticStatus(level=LEVELS.get(status.mode, DiagnosticStatus.OK), name="supervisor",
-                            message=f"{status.mode.value}: {status.reason}", hardware_id="")
-    diag.values = [KeyValue(key=k, value=v) for k, v in values.items()]
-    msg = DiagnosticArray()
-    msg.header.stamp = cv.ns_to_stamp(stamp_ns)
-    msg.status = [diag]
-    return msg
+    return msgconv.diagnostic_array("supervisor", values, stamp_ns, level=LEVELS.get(status.mode, Level.OK),
+                                    message=f"{status.mode.value}: {status.reason}")
 
 
 def event_message(event: InterventionEvent, stamp_ns: int) -> DiagnosticArray:
     """supervisor/interventions: one status per event (event, start_ns, end_ns, mode, reason)."""
-    diag = DiagnosticStatus(level=DiagnosticStatus.OK, name="supervisor/intervention",
-                            message=f"{event.event}: {event.reason}", hardware_id="")
-    diag.values = [KeyValue(key="event", value=event.event), KeyValue(key="start_ns", value=str(event.start_ns)),
-                   KeyValue(key="end_ns", value=str(event.end_ns)), KeyValue(key="mode", value=event.mode.value),
-                   KeyValue(key="reason", value=event.reason)]
-    msg = DiagnosticArray()
-    msg.header.stamp = cv.ns_to_stamp(stamp_ns)
-    msg.status = [diag]
-    return msg
-
-
-class CommandOrder:
-    """Robot commands leave in the order they were decided, whichever thread decided them.
-
-    The executor thread (ticks, joystick) and the e-stop thread both decide under the core lock and
-    publish after releasing it. A command decided before one that is already out is dropped, never
-    sent late: a tick decided just before an e-stop cannot overwrite the e-stop's hold on the robot.
-    Dropping loses nothing, because the command already out reflects a newer state of the core.
-    """
-
-    def __init__(self, publish: Callable[[Any], None]) -> None:
-        self._publish = publish
-        self._decided = 0
-        self._sent = 0
-        self._send_lock = threading.Lock()  # makes "newer than the last sent?" and the publish one step
-        self.superseded = 0
-
-    def number(self) -> int:
-        """Number the next decision; call it under the lock that serializes the decisions."""
-        self._decided += 1
-        return self._decided
-
-    def send(self, number: int, msg: Any) -> bool:
-        """Publish `msg` (decision `number`) unless a later decision is already out; True if sent."""
-        with self._send_lock:
-            if number <= self._sent:
-                self.superseded += 1
-                return False
-            self._sent = number
-            self._publish(msg)
-            return True
+    values = {"event": event.event, "start_ns": event.start_ns, "end_ns": event.end_ns, "mode": event.mode.value,
+              "reason": event.reason}
+    return msgconv.diagnostic_array("supervisor/intervention", values, stamp_ns,
+                                    message=f"{event.event}: {event.reason}")
 
 
 class EstopListener:
@@ -298,8 +258,8 @@ class SupervisorNode(Node):
         self._last_state_key: tuple = ()
         self._last_change_key: tuple = ()
         self._last_rejections = 0
-        self._period_ns = int(round(config.control_period_s * 1e9))
-        self._last_tick_ns: int | None = None  # node clock of the last core tick [ns]
+        self._forwarding = CommandForwarding(int(round(config.control_period_s * 1e9)),
+                                             enabled=params.forward_policy_commands)
 
         self._command_pub = self.create_publisher(Float64MultiArray, COMMAND_TOPIC, RELIABLE_LATEST_QOS)
         self._commands = CommandOrder(lambda msg: self._publish(self._command_pub, msg))
@@ -347,7 +307,7 @@ class SupervisorNode(Node):
             if command is None:
                 return
             number = self._commands.number()
-        self._commands.send(number, cv.make_position_command(command.positions))
+        self._commands.send(number, msgconv.make_position_command(command.positions))
 
     def _on_estop(self, msg: Bool) -> None:
         """E-stop thread: the hold goes out from here; reporting waits for the executor thread."""
@@ -361,8 +321,8 @@ class SupervisorNode(Node):
 
     def _on_joint_state(self, msg: JointState) -> None:
         try:
-            sample = cv.joint_state_to_sample(msg)
-        except cv.MessageError as err:
+            sample = msgconv.joint_state_to_sample(msg)
+        except msgconv.MessageError as err:
             with self._core_lock:
                 self._core.record_rejection("rejected_joint_states", f"joint_states: {err}")
         else:
@@ -372,8 +332,8 @@ class SupervisorNode(Node):
 
     def _on_policy(self, msg: JointState) -> None:
         try:
-            sample = cv.joint_state_to_sample(msg)
-        except cv.MessageError as err:
+            sample = msgconv.joint_state_to_sample(msg)
+        except msgconv.MessageError as err:
             with self._core_lock:
                 self._core.record_rejection("rejected_policy", f"command/policy: {err}")
         else:
@@ -381,8 +341,7 @@ class SupervisorNode(Node):
                 self._core.on_policy_command(sample.names, sample.positions, now_ns(self))
                 # Forward it now rather than at the next tick (up to a control period later): the
                 # commands then go out at the actuator's rate, in phase with it.
-                forward = (self._params.forward_policy_commands and self._core.mode == Mode.AUTONOMOUS
-                           and self._since_tick_ns() >= self._period_ns // 2)
+                forward = self._forwarding.forward_now(self._core.mode == Mode.AUTONOMOUS, now_ns(self))
             if forward:
                 self._tick()
                 # The timer is the fallback for when commands stop: restarting its period on every
@@ -390,16 +349,10 @@ class SupervisorNode(Node):
                 self._control_timer.reset()
         self._after_input()
 
-    def _since_tick_ns(self) -> int:
-        """[ns] since the last tick; a clock that went backwards (sim restart) counts as long ago."""
-        since = None if self._last_tick_ns is None else now_ns(self) - self._last_tick_ns
-        return self._period_ns * 2 if since is None or since < 0 else since
-
     def _on_tick(self) -> None:
         if not self.context.ok():
             return
-        if (self._params.forward_policy_commands and self._core.mode == Mode.AUTONOMOUS
-                and self._since_tick_ns() < self._period_ns * 3 // 2):
+        if not self._forwarding.timer_ticks(self._core.mode == Mode.AUTONOMOUS, now_ns(self)):
             return  # commands are being forwarded as they arrive; this timer is the fallback
         self._tick()
         self._after_input()
@@ -409,7 +362,7 @@ class SupervisorNode(Node):
         foreign = max(0, self.count_publishers(self._command_pub.topic_name) - 1)
 
         def tick(t: int) -> SentCommand | None:
-            self._last_tick_ns = t
+            self._forwarding.ticked(t)
             self._core.set_foreign_publishers(foreign)
             return self._core.tick(t)
 

@@ -1,0 +1,62 @@
+"""core.command_order at fixed times: which decisions go out, and forward-or-wait of policy commands."""
+from __future__ import annotations
+
+import pytest
+
+from sim2real_ros.core.command_order import CommandForwarding, CommandOrder
+
+PERIOD_NS = 10_000_000  # 100 Hz
+
+
+def test_commands_leave_in_decision_order_and_late_ones_are_dropped():
+    sent = []
+    order = CommandOrder(sent.append)
+    first, second, third = order.number(), order.number(), order.number()
+    assert (first, second, third) == (1, 2, 3)
+    assert order.send(second, "b") is True
+    assert order.send(first, "a") is False  # decided before one already out: dropped, never late
+    assert order.send(second, "b again") is False  # the same decision twice: once
+    assert order.send(third, "c") is True
+    assert sent == ["b", "c"]
+    assert order.superseded == 2
+
+
+def test_no_tick_yet_or_a_clock_that_went_back_counts_as_two_periods_ago():
+    fwd = CommandForwarding(PERIOD_NS)
+    assert fwd.since_tick_ns(123) == 2 * PERIOD_NS
+    fwd.ticked(1_000_000_000)
+    assert fwd.since_tick_ns(1_003_000_000) == 3_000_000
+    assert fwd.since_tick_ns(999_999_999) == 2 * PERIOD_NS  # sim restart
+
+
+@pytest.mark.parametrize(("since_ns", "forward"), [
+    (0, False), (4_999_999, False), (5_000_000, True), (7_000_000, True), (30_000_000, True)])
+def test_autonomous_policy_command_is_forwarded_from_half_a_period_after_the_last_tick(since_ns, forward):
+    fwd = CommandForwarding(PERIOD_NS)
+    fwd.ticked(2_000_000_000)
+    assert fwd.forward_now(True, 2_000_000_000 + since_ns) is forward
+
+
+def test_nothing_is_forwarded_outside_autonomous_or_when_disabled():
+    fwd = CommandForwarding(PERIOD_NS)
+    assert fwd.forward_now(False, 10 * PERIOD_NS) is False
+    off = CommandForwarding(PERIOD_NS, enabled=False)
+    assert off.forward_now(True, 10 * PERIOD_NS) is False
+    off.ticked(0)
+    assert off.timer_ticks(True, 1) is True  # disabled: every timer tick runs
+
+
+@pytest.mark.parametrize(("since_ns", "ticks"), [
+    (0, False), (9_000_000, False), (14_999_999, False), (15_000_000, True), (40_000_000, True)])
+def test_timer_is_the_fallback_after_one_and_a_half_periods_without_a_tick(since_ns, ticks):
+    fwd = CommandForwarding(PERIOD_NS)
+    fwd.ticked(5_000_000_000)
+    assert fwd.timer_ticks(True, 5_000_000_000 + since_ns) is ticks
+    assert fwd.timer_ticks(False, 5_000_000_000 + since_ns) is True  # HOLD, TELEOP...: the timer drives
+
+
+def test_odd_period_rounds_the_thresholds_down():
+    fwd = CommandForwarding(3)  # [ns]: half = 1, one and a half = 4
+    fwd.ticked(100)
+    assert [fwd.forward_now(True, 100 + d) for d in (0, 1, 2)] == [False, True, True]
+    assert [fwd.timer_ticks(True, 100 + d) for d in (3, 4)] == [False, True]
