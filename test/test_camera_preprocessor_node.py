@@ -50,7 +50,7 @@ def publish_until(publishers_msgs, predicate, timeout_s: float = TIMEOUT_S, peri
 def diagnostics(received: list) -> dict[str, str]:
     if not received:
         return {}
-    return {kv.key: kv.value for kv in received[-1].status[0].values}
+    return cv.diagnostic_values(received[-1])
 
 
 def counter(received: list, key: str) -> int:

@@ -23,29 +23,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image
 
-from .. import conversions as cv
+from .. import conversions as msgconv
 from ..core.camera_model import CameraModel
 from ..core.errors import ConfigError
+from ..core.image_drops import DropLedger, ImageDropReason, classify_image_layout
 from ..core.preprocess import CoverageReport, ImageError, ImagePipeline
 from ..core.preprocess_config import PreprocessConfig
+from ..core.report import Level
 from ..paths import config_path
 from .common import RELIABLE_LATEST_QOS, SENSOR_QOS, declare, now_ns, run_node
 
 NODE_NAME = "camera_preprocessor"
-# Why an image was dropped; every reason is always reported (zero included) so dashboards can plot it.
-DROP_REASONS = (
-    "no_camera_info",  # no valid camera_info received yet: the image's geometry is unknown
-    "unknown_encoding",
-    "bad_step",  # step smaller than width * channels
-    "bad_data_size",  # data length != step * height
-    "empty_image",
-    "size_mismatch",  # image size differs from its camera_info's
-    "bad_image",  # anything else the pipeline refuses (odd width for packed YUV...)
-)
+# Why an image was dropped: core.image_drops.ImageDropReason (every reason is always reported).
+DROP_REASONS = tuple(reason.value for reason in ImageDropReason)
 TIMING_HISTORY = 300  # processing times kept for the diagnostics' percentiles
 
 
@@ -75,19 +69,6 @@ class CameraPreprocessorConfig:
             raise ConfigError(self.source, "log_throttle_s", self.log_throttle_s, "must be >= 0 s")
 
 
-def classify_image_error(text: str) -> str:
-    """The DROP_REASONS entry for a conversions.MessageError raised by image_to_array."""
-    if text.startswith("unknown image encoding"):
-        return "unknown_encoding"
-    if text.startswith("step"):
-        return "bad_step"
-    if text.startswith("data has"):
-        return "bad_data_size"
-    if text.startswith("empty image"):
-        return "empty_image"
-    return "bad_image"
-
-
 class CameraPreprocessor(Node):
     def __init__(self) -> None:
         super().__init__(NODE_NAME)
@@ -98,12 +79,11 @@ class CameraPreprocessor(Node):
         self._last_info: tuple | None = None  # the raw fields _camera was built from
         self._coverage: CoverageReport | None = None
         self._counts: Counter[str] = Counter()
-        self._drops: Counter[str] = Counter({reason: 0 for reason in DROP_REASONS})
-        self._drops_reported: Counter[str] = Counter()
+        self._drops = DropLedger()
         self._bad_infos_reported = 0
         self._last_log_s: dict[str, float] = {}
         self._process_ms: deque[float] = deque(maxlen=TIMING_HISTORY)
-        self._policy_info = cv.camera_model_to_info(self.preprocess.policy_camera, 0)
+        self._policy_info = msgconv.camera_model_to_info(self.preprocess.policy_camera, 0)
 
         self._image_pub = self.create_publisher(Image, "policy/image", RELIABLE_LATEST_QOS)
         self._info_pub = self.create_publisher(CameraInfo, "policy/camera_info", RELIABLE_LATEST_QOS)
@@ -133,8 +113,8 @@ class CameraPreprocessor(Node):
         if key == self._last_info:  # drivers repeat it with every frame: parse once
             return
         try:
-            camera = cv.camera_info_to_model(msg)
-        except cv.MessageError as err:
+            camera = msgconv.camera_info_to_model(msg)
+        except msgconv.MessageError as err:
             self._counts["bad_camera_info"] += 1
             self._warn_throttled("bad_camera_info", f"camera_info dropped: {err}")
             return
@@ -150,23 +130,26 @@ class CameraPreprocessor(Node):
         self._counts["received"] += 1
         camera = self._camera
         if camera is None:
-            self._drop("no_camera_info", "image dropped: no valid camera_info received yet on camera/camera_info")
+            self._drop(ImageDropReason.NO_CAMERA_INFO,
+                       "image dropped: no valid camera_info received yet on camera/camera_info")
             return
         try:
-            array = cv.image_to_array(msg)
-        except cv.MessageError as err:
-            self._drop(classify_image_error(str(err)), f"image dropped: {err}")
+            array = msgconv.image_to_array(msg)
+        except msgconv.MessageError as err:
+            channels = msgconv.ENCODING_CHANNELS.get(msg.encoding.lower())
+            reason = classify_image_layout(channels, msg.width, msg.height, msg.step, len(msg.data))
+            self._drop(reason or ImageDropReason.BAD_IMAGE, f"image dropped: {err}")
             return
         if (msg.width, msg.height) != (camera.width, camera.height):
-            self._drop("size_mismatch", f"image dropped: it is {msg.width}x{msg.height} but camera_info says "
-                                        f"{camera.width}x{camera.height}")
+            self._drop(ImageDropReason.SIZE_MISMATCH, f"image dropped: it is {msg.width}x{msg.height} but "
+                                                      f"camera_info says {camera.width}x{camera.height}")
             return
         try:
             rgb = self.pipeline.process(array, msg.encoding, camera)
         except ImageError as err:
-            self._drop("bad_image", f"image dropped: {err}")
+            self._drop(ImageDropReason.BAD_IMAGE, f"image dropped: {err}")
             return
-        out = cv.array_to_image(rgb, "rgb8", 0, msg.header.frame_id)
+        out = msgconv.array_to_image(rgb, "rgb8", 0, msg.header.frame_id)
         out.header.stamp = msg.header.stamp  # the capture time travels with the observation
         self._policy_info.header = out.header
         self._image_pub.publish(out)
@@ -178,9 +161,9 @@ class CameraPreprocessor(Node):
     def _coverage_warning(self, text: str) -> None:
         self.get_logger().warning(f"POLICY VIEW NOT COVERED: {text}")
 
-    def _drop(self, reason: str, text: str) -> None:
-        self._drops[reason] += 1
-        self._warn_throttled(reason, f"{text} ({self._drops[reason]} dropped for {reason} so far)")
+    def _drop(self, reason: ImageDropReason, text: str) -> None:
+        count = self._drops.add(reason)
+        self._warn_throttled(reason.value, f"{text} ({count} dropped for {reason.value} so far)")
 
     def _warn_throttled(self, reason: str, text: str) -> None:
         now = time.monotonic()
@@ -190,12 +173,10 @@ class CameraPreprocessor(Node):
             self.get_logger().warning(text)
 
     def _publish_diagnostics(self) -> None:
-        new_drops = sum(self._drops.values()) - sum(self._drops_reported.values())
+        new_drops = self._drops.since_report()
         new_bad_infos = self._counts["bad_camera_info"] - self._bad_infos_reported
-        self._drops_reported = Counter(self._drops)
         self._bad_infos_reported = self._counts["bad_camera_info"]
         coverage = self._coverage
-        status = DiagnosticStatus(name=f"{self.get_name()}: preprocessing", hardware_id="camera")
         problems = []
         if new_drops:
             problems.append(f"{new_drops} images dropped since last report")
@@ -205,13 +186,10 @@ class CameraPreprocessor(Node):
             problems.append(f"source covers only {100 * (1 - coverage.uncovered_fraction):.1f}% of the policy view")
         if self._camera is None:
             problems.append("no camera_info yet")
-        status.level = DiagnosticStatus.WARN if problems else DiagnosticStatus.OK
-        status.message = "; ".join(problems) if problems else "ok"
         values = {
             "received": self._counts["received"],
             "published": self._counts["published"],
-            "dropped": sum(self._drops.values()),
-            **{f"dropped_{reason}": count for reason, count in self._drops.items()},
+            **self._drops.values(),
             "bad_camera_info": self._counts["bad_camera_info"],
             "preprocess_config_hash": self.preprocess.content_hash,
         }
@@ -224,11 +202,9 @@ class CameraPreprocessor(Node):
             values["source_fov_deg"] = f"{coverage.source_fov_deg[0]:.2f} x {coverage.source_fov_deg[1]:.2f}"
             values["policy_fov_deg"] = f"{coverage.policy_fov_deg[0]:.2f} x {coverage.policy_fov_deg[1]:.2f}"
             values["uncovered_fraction"] = f"{coverage.uncovered_fraction:.4f}"
-        status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
-        array = DiagnosticArray()
-        array.header.stamp = cv.ns_to_stamp(now_ns(self))
-        array.status = [status]
-        self._diag_pub.publish(array)
+        self._diag_pub.publish(msgconv.diagnostic_array(
+            f"{self.get_name()}: preprocessing", values, now_ns(self), level=Level.WARN if problems else Level.OK,
+            message="; ".join(problems) if problems else "ok", hardware_id="camera"))
 
 
 def main(args: list[str] | None = None) -> None:
