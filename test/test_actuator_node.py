@@ -49,7 +49,7 @@ def ramp_chunk(names, stamp_ns: int, duration_s: float, dt: float = 0.05, slope=
 
 
 def diagnostics_values(received: list) -> dict[str, str]:
-    return {kv.key: kv.value for kv in received[-1].status[0].values} if received else {}
+    return cv.diagnostic_values(received[-1]) if received else {}
 
 
 def wait_for_diagnostics(received: list, predicate, timeout_s: float = 20.0) -> dict[str, str]:
@@ -98,7 +98,11 @@ def test_chunks_in_commands_out_at_rate_with_tick_stamps(ros, tmp_path):
     assert stamps[-1] + int(latency_s * 1e9) > end_ns - 100_000_000  # and it did not stop early
     values = diagnostics_values(diagnostics)
     assert values["chunks_accepted"] == "1" and values["chunks_rejected"] == "0"
-    assert 25.0 < float(values["chunk_age_at_use_ms_p50"]) < 5000.0
+    # Each command is the one chunk's target at its tick, stamped with the tick time: the age of the
+    # chunk at each use is the command's stamp minus the chunk's, so the node's figures follow exactly.
+    ages_ms = (stamps - stamp_ns) / 1e6
+    assert float(values["chunk_age_at_use_ms_p50"]) == pytest.approx(np.percentile(ages_ms, 50), abs=0.01)
+    assert float(values["chunk_age_at_use_ms_max"]) == pytest.approx(ages_ms.max(), abs=0.01)
     assert 8.0 < float(values["timer_period_ms_p50"]) < 12.0
 
 

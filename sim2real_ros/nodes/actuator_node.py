@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
@@ -31,10 +31,12 @@ from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 
-from .. import conversions as cv
+from .. import conversions as msgconv
 from ..core.actuator import HISTORY, ActuatorConfig, ActuatorCore, Rejection, percentiles_ms
+from ..core.deadline_schedule import DeadlineSchedule
 from ..core.errors import ConfigError, Sim2RealError
 from ..core.joint_list import resolve_joint_list
+from ..core.report import Level
 from ..core.safety import limits_from_urdf
 from ..core.tick_phase import TickPhaseLock
 from ..core.urdf import RobotModel
@@ -152,14 +154,12 @@ class ActuatorNode(Node):
 
     # ------------------------------------------------------------------------------------------
     def _wall_clock_loop(self) -> None:
-        """Tick at absolute deadlines k * period on the steady clock (no drift); after an overrun of
-        more than one period, skip the missed ticks instead of bursting to catch up. With
-        tick_phase_lock, the deadline after a chunk's arrival moves by a bounded nudge
-        (core.tick_phase) so that ticks follow arrivals closely."""
-        period_ns = self._period_ns
-        deadline_ns = time.monotonic_ns() + period_ns
+        """Tick at the deadlines of core.deadline_schedule.DeadlineSchedule on the steady clock
+        (absolute, no drift; missed ticks skipped after an overrun; nudged towards chunk arrivals
+        with tick_phase_lock)."""
+        schedule = DeadlineSchedule(self._period_ns, time.monotonic_ns(), self._phase_lock)
         while not self._stop.is_set():
-            delay_ns = deadline_ns - time.monotonic_ns()
+            delay_ns = schedule.delay_ns(time.monotonic_ns())
             if delay_ns > 0 and self._stop.wait(delay_ns / 1e9):
                 return
             if not self.context.ok():
@@ -170,13 +170,8 @@ class ActuatorNode(Node):
                 if self._stop.is_set() or not self.context.ok():
                     return
                 self.get_logger().error(f"control tick failed: {err!r}", throttle_duration_sec=1.0)
-            deadline_ns += period_ns
             arrival, self._chunk_arrival_ns = self._chunk_arrival_ns, None
-            if arrival is not None and self._phase_lock is not None:
-                deadline_ns += self._phase_lock.shift_ns(arrival, deadline_ns)
-            now = time.monotonic_ns()
-            if now - deadline_ns > period_ns:
-                deadline_ns = now + period_ns
+            schedule.advance(time.monotonic_ns(), arrival)
 
     def destroy_node(self) -> None:
         self._stop.set()
@@ -195,7 +190,7 @@ class ActuatorNode(Node):
             self.get_logger().warning("clock jumped back by more than 1 s: dropped buffered chunks and latency history")
         if sample is None:
             return
-        self._command_pub.publish(cv.make_joint_state(self.config.joints, sample.positions, tick_ns,
+        self._command_pub.publish(msgconv.make_joint_state(self.config.joints, sample.positions, tick_ns,
                                                       velocities=sample.velocities))
         with self._lock:
             self._tick_cpu_s.append(time.thread_time() - cpu_start)
@@ -203,8 +198,8 @@ class ActuatorNode(Node):
     def _on_chunk(self, msg: JointTrajectory) -> None:
         received_ns = now_ns(self)
         try:
-            chunk = cv.trajectory_to_chunk(msg)
-        except cv.MessageError as err:
+            chunk = msgconv.trajectory_to_chunk(msg)
+        except msgconv.MessageError as err:
             with self._lock:
                 rejection: Rejection | None = self._core.on_bad_chunk_message(str(err))
         else:
@@ -221,8 +216,8 @@ class ActuatorNode(Node):
             return  # nothing uses joint states then
         received_ns = now_ns(self)
         try:
-            sample = cv.joint_state_to_sample(msg)
-        except cv.MessageError as err:
+            sample = msgconv.joint_state_to_sample(msg)
+        except msgconv.MessageError as err:
             with self._lock:
                 rejection: Rejection | None = self._core.on_bad_joint_state(str(err))
         else:
@@ -247,14 +242,10 @@ class ActuatorNode(Node):
             values, level, message = self._core.report()
             tick_cpu = percentiles_ms(list(self._tick_cpu_s))
         values["tick_cpu_ms_p50"], values["tick_cpu_ms_p99"] = tick_cpu["p50"], tick_cpu["p99"]
-        status = DiagnosticStatus(name=f"{self.get_name()}: commands", hardware_id=self.get_fully_qualified_name())
-        status.level = DiagnosticStatus.WARN if level == "warn" else DiagnosticStatus.OK
-        status.message = message
-        status.values = [KeyValue(key=key, value=_format(value)) for key, value in values.items()]
-        array = DiagnosticArray()
-        array.header.stamp = cv.ns_to_stamp(now_ns(self))
-        array.status = [status]
-        self._diagnostics_pub.publish(array)
+        self._diagnostics_pub.publish(msgconv.diagnostic_array(
+            f"{self.get_name()}: commands", {key: _format(value) for key, value in values.items()}, now_ns(self),
+            level=Level.WARN if level == "warn" else Level.OK, message=message,
+            hardware_id=self.get_fully_qualified_name()))
 
 
 def _format(value: float | int | str) -> str:
