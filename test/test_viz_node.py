@@ -1,7 +1,7 @@
 """viz_node as a process against the real PyBullet sim_node, seen through a Foxglove WebSocket
 client over a real socket: advertised channels and schemas, transforms whose tool point matches
-PyBullet's forward kinematics within 1 mm, camera images at the camera's rate, with a stalled
-client connected; a port in use fails at start-up naming the port."""
+PyBullet's forward kinematics within 1 mm, camera images at the rate the camera publishes, with and
+without a stalled client connected; a port in use fails at start-up naming the port."""
 from __future__ import annotations
 
 import subprocess
@@ -11,12 +11,12 @@ import time
 import cv2
 import numpy as np
 from foxglove_client import FoxgloveClient, StalledClient, free_port
-from sensor_msgs.msg import JointState
+from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray
 from support import REPO_ROOT, node_decl, running_nodes, wait_until
 
 from sim2real_ros.conversions import stamp_to_ns
-from sim2real_ros.nodes.common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS
+from sim2real_ros.nodes.common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS, SENSOR_QOS
 from sim2real_ros.paths import urdf_path
 from sim2real_ros.sim.params import load_sim_params
 from sim2real_ros.viz import channels as ch
@@ -49,6 +49,11 @@ def _image_rate(client: FoxgloveClient, since: float) -> float:
     return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 2 else 0.0
 
 
+def _published_rate(received: list, since: float) -> float:
+    times = [t for t, _ in list(received) if t >= since]
+    return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 2 else 0.0
+
+
 def test_live_view_of_the_sim(ros, tmp_path):
     from sim2real_ros.sim.world import SimWorld
 
@@ -56,6 +61,7 @@ def test_live_view_of_the_sim(ros, tmp_path):
     camera_hz = float(params.rates.camera_hz)
     port = free_port()
     joints = ros.collect(JointState, "joint_states", JOINT_STATE_QOS)
+    camera = ros.collect(Image, "camera/image_raw", SENSOR_QOS, stamped=True)  # what the sim really publishes
     commands = ros.publisher(Float64MultiArray, "forward_position_controller/commands", RELIABLE_LATEST_QOS)
     decls = [node_decl("sim_node", {"use_sim_time": True}),
              node_decl("viz_node", {"use_sim_time": True, "port": port})]
@@ -83,7 +89,7 @@ def test_live_view_of_the_sim(ros, tmp_path):
                 phase = (time.monotonic() - start) / 3.0
                 commands.publish(Float64MultiArray(data=list(home + 0.5 * np.sin(np.pi * phase))))
                 time.sleep(0.02)
-            rate_alone = _image_rate(client, start + 1.0)
+            rate_alone, published_alone = _image_rate(client, start + 1.0), _published_rate(camera, start + 1.0)
 
             # A stalled client (subscribed to everything, reading nothing) does not slow the others.
             stalled = StalledClient(f"ws://127.0.0.1:{port}")
@@ -94,6 +100,7 @@ def test_live_view_of_the_sim(ros, tmp_path):
                                                                                             - stalled_from) / 3.0))))
                 time.sleep(0.02)
             rate_stalled = _image_rate(client, stalled_from + 0.5)
+            published_stalled = _published_rate(camera, stalled_from + 0.5)
 
             # A second viz_node on the same port fails at start-up, naming the port.
             result = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "node", "viz_node", "--ros-args",
@@ -126,8 +133,11 @@ def test_live_view_of_the_sim(ros, tmp_path):
         # Images: JPEG frames of the camera's size, at the camera's rate, with or without a stalled client.
         frame = cv2.imdecode(np.frombuffer(client.decoded(ch.CAMERA_IMAGE)[-1][2].data, np.uint8), cv2.IMREAD_COLOR)
         assert frame.shape == (world.camera.height, world.camera.width, 3)
-        assert rate_alone > 0.7 * camera_hz, f"{rate_alone:.1f} Hz alone (camera {camera_hz} Hz)"
-        assert rate_stalled > 0.7 * camera_hz, f"{rate_stalled:.1f} Hz with a stalled client (camera {camera_hz} Hz)"
+        # At the rate the sim really published (it renders slower than camera_hz on a loaded machine).
+        assert published_alone > 0.4 * camera_hz, f"the sim published {published_alone:.1f} Hz of {camera_hz} Hz"
+        assert rate_alone > 0.85 * published_alone, f"{rate_alone:.1f} Hz alone, camera {published_alone:.1f} Hz"
+        assert rate_stalled > 0.85 * published_stalled, (
+            f"{rate_stalled:.1f} Hz with a stalled client, camera {published_stalled:.1f} Hz")
         assert stats["joint_states"]["received"] > 100 and stats["camera/image_raw"]["published"] > 30
     finally:
         world.close()

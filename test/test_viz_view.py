@@ -31,6 +31,9 @@ def test_replay_clock_pacing_pause_speed_seek():
     assert clock.position(10_000) == 9_000
     clock.seek(2_000, 10_000)
     assert clock.position(10_000) == 2_000 and clock.position(100_000) == 11_000 and clock.at_end(100_000)
+    clock.seek(3_000, 0)
+    clock.restart(50_000)  # time spent getting ready is not skipped
+    assert clock.position(50_000) == 3_000 and clock.position(51_000) == 7_000
     with pytest.raises(ValueError, match="speed"):
         ReplayClock(0, 1, speed=0.0)
 

@@ -44,6 +44,11 @@ class ReplayClock:
         pos = self._anchor_ns + int((int(wall_ns) - self._wall_anchor_ns) * self.speed)
         return max(self.start_ns, min(self.end_ns, pos))
 
+    def restart(self, wall_ns: int) -> None:
+        """Count from `wall_ns` on, from the position the clock was anchored at (what a replay
+        calls when it starts, so the time spent getting ready is not skipped)."""
+        self._wall_anchor_ns = int(wall_ns)
+
     def _reanchor(self, wall_ns: int) -> None:
         self._anchor_ns = self.position(wall_ns)
         self._wall_anchor_ns = int(wall_ns)
@@ -130,8 +135,9 @@ class BagReplayer:
 
     def run(self, stop: threading.Event, exit_at_end: bool = False) -> None:
         """Replay until `stop` is set (or the end, with exit_at_end); seeking restarts the walk."""
-        seek_to: int | None = self.clock.position(self.clock_ns())
         self.router.publish_robot(self.view.start_ns)
+        self.clock.restart(self.clock_ns())
+        seek_to: int | None = self.clock.position(self.clock_ns())
         while not stop.is_set():
             restarted = False
             with BagReader(self.view.path) as reader:
