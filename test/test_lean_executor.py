@@ -1,6 +1,8 @@
 """LeanExecutor (sim2real_ros/nodes/lean_executor.py) over real DDS: every kind of entity the
-stack's nodes use is dispatched, entities come and go while it spins, errors surface as with
-rclpy's executors, and nodes it cannot serve get rclpy's own executor."""
+stack's nodes use is dispatched, timer callbacks get what rclpy's executor gives them (a TimerInfo
+on Kilted), entities come and go while it spins, errors surface as with rclpy's executors, and
+nodes it cannot serve get rclpy's own executor. The choice of executor (nodes/executor.py,
+SIM2REAL_EXECUTOR) is tested at the end. The suite runs on Kilted and Jazzy (make test-jazzy)."""
 from __future__ import annotations
 
 import threading
@@ -21,7 +23,10 @@ try:
 except ImportError:  # Humble
     from rclpy.qos_event import SubscriptionEventCallbacks
 
+from sim2real_ros.core.errors import ConfigError
+from sim2real_ros.nodes import lean_executor
 from sim2real_ros.nodes.common import single_threaded_executor
+from sim2real_ros.nodes.executor import EXECUTOR_ENV, executor_choice, make_executor
 from sim2real_ros.nodes.lean_executor import LeanExecutor, supports
 
 RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
@@ -194,14 +199,14 @@ def test_nodes_it_cannot_serve_get_rclpys_executor(spinning):
     lean = spinning("lean_with_client")
     node = lean.node
     assert supports(node)
-    assert isinstance(single_threaded_executor(node), LeanExecutor)
+    assert isinstance(single_threaded_executor(node, "lean"), LeanExecutor)
 
     async def coroutine_callback(_msg):
         return None
 
     node.create_subscription(String, "lean/async", coroutine_callback, RELIABLE)
     assert not supports(node)
-    assert type(single_threaded_executor(node)) is SingleThreadedExecutor
+    assert type(single_threaded_executor(node, "lean")) is SingleThreadedExecutor
 
     other = spinning("lean_client_only")
     other.node.create_client(Trigger, "lean/nobody")
@@ -209,3 +214,70 @@ def test_nodes_it_cannot_serve_get_rclpys_executor(spinning):
     other.executor.add_node(other.node)
     with pytest.raises(RuntimeError, match="clients or coroutine callbacks"):
         other.executor.spin_once(timeout_sec=0.1)
+
+
+def _timer_arguments(executor_kind, callback_of) -> list:
+    """What one timer callback built by callback_of(record) receives in its first three calls
+    when spun by executor_kind, in a context of its own."""
+    context = Context()
+    rclpy.init(context=context)
+    node = Node("lean_timer_args", context=context)
+    calls: list = []
+    node.create_timer(0.01, callback_of(calls))
+    executor = executor_kind(context=context)
+    executor.add_node(node)
+    try:
+        deadline = time.monotonic() + 10.0
+        while len(calls) < 3 and time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=0.1)
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+    return calls[:3]
+
+
+def test_timer_callbacks_get_no_argument_unless_they_ask_for_timer_info():
+    def plain(calls):
+        return lambda *args, **kwargs: calls.append((args, kwargs))
+
+    for kind in (SingleThreadedExecutor, LeanExecutor):
+        assert _timer_arguments(kind, plain) == [((), {})] * 3, kind
+
+
+@pytest.mark.skipif(not lean_executor.TIMER_INFO,
+                    reason="this rclpy (Jazzy's, Humble's) has no TimerInfo: timer callbacks take no argument")
+def test_timer_info_reaches_a_callback_that_asks_for_it_as_with_rclpys_executor():
+    TimerInfo = lean_executor.TimerInfo  # noqa: N806 - the class
+
+    def asking(calls):
+        def on_timer(info) -> None:
+            calls.append(info)
+
+        # `info: TimerInfo` as evaluated (rclpy compares the annotation object; this file's
+        # `from __future__ import annotations` would leave the string "TimerInfo").
+        on_timer.__annotations__["info"] = TimerInfo
+        return on_timer
+
+    for kind in (SingleThreadedExecutor, LeanExecutor):
+        infos = _timer_arguments(kind, asking)
+        assert len(infos) == 3 and all(isinstance(info, TimerInfo) for info in infos), kind
+        expected = [info.expected_call_time.nanoseconds for info in infos]
+        assert all(later - earlier >= 5_000_000 for earlier, later in zip(expected, expected[1:], strict=False)), kind
+        assert all(info.actual_call_time.nanoseconds >= info.expected_call_time.nanoseconds for info in infos), kind
+
+
+def test_the_executor_choice(monkeypatch, spinning):
+    node = spinning("lean_choice").node
+    monkeypatch.setenv(EXECUTOR_ENV, "rclpy")
+    assert executor_choice() == "rclpy"
+    assert type(single_threaded_executor(node)) is SingleThreadedExecutor
+    monkeypatch.setenv(EXECUTOR_ENV, "lean")
+    assert isinstance(make_executor(node), LeanExecutor)
+    monkeypatch.setenv(EXECUTOR_ENV, "auto")
+    default = executor_choice()
+    monkeypatch.delenv(EXECUTOR_ENV)
+    assert executor_choice() == default in ("lean", "rclpy")
+    monkeypatch.setenv(EXECUTOR_ENV, "fast")
+    with pytest.raises(ConfigError, match=EXECUTOR_ENV):
+        single_threaded_executor(node)

@@ -13,7 +13,7 @@ from rclpy.exceptions import (
     InvalidParameterValueException,
     ParameterUninitializedException,
 )
-from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.executors import Executor, ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import (
@@ -24,8 +24,8 @@ from rclpy.qos import (
 )
 
 from ..core.errors import ConfigError, Sim2RealError
-from .lean_executor import LeanExecutor
-from .lean_executor import supports as lean_supports
+from .executor import make_executor
+from .executor import single_threaded_executor as single_threaded_executor  # re-exported
 
 # Camera topics: best effort depth 5. A best-effort subscription also matches reliable publishers,
 # so real drivers of either kind connect.
@@ -122,20 +122,12 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
-def single_threaded_executor(node: Node) -> Executor:
-    """A LeanExecutor for `node` where it supports the node's entities, else rclpy's
-    SingleThreadedExecutor (clients, coroutine callbacks, an rclpy without the API it uses)."""
-    kind = LeanExecutor if lean_supports(node) else SingleThreadedExecutor
-    return kind(context=node.context)
-
-
 def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_threads: int = 2) -> int:
     """Start rclpy, build the node, spin it, and always clean up (Humble has no `with rclpy.init()`).
 
     A Sim2RealError raised while building the node (bad parameters, bad config file) is printed
     as one clear line and gives exit code 2. Ctrl-C and SIGTERM end the node with exit code 0.
-    num_threads=1 spins one thread: a LeanExecutor where the node allows it (lean_executor.py: the
-    same semantics at half the dispatch cost), else rclpy's SingleThreadedExecutor.
+    num_threads=1 spins one thread on the executor that executor.py chooses (SIM2REAL_EXECUTOR).
     """
     rclpy.init(args=args)
     node = None
@@ -143,7 +135,7 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_thr
     code = 0
     try:
         node = factory()
-        executor = single_threaded_executor(node) if num_threads == 1 else MultiThreadedExecutor(num_threads)
+        executor = make_executor(node, num_threads)
         executor.add_node(node)
         freeze_startup_objects()
         executor.spin()

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
@@ -63,6 +63,7 @@ from .common import (
     now_ns,
     run_node,
 )
+from .executor import single_threaded_executor
 
 SOURCE = "supervisor parameters"
 COMMAND_TOPIC = "forward_position_controller/commands"
@@ -207,7 +208,7 @@ class EstopListener:
         self._node = Node(f"{owner.get_name()}_estop", namespace=owner.get_namespace(), context=owner.context,
                           use_global_arguments=False, enable_rosout=False, start_parameter_services=False)
         self._subscription = self._node.create_subscription(Bool, topic, callback, LATCHED_QOS)
-        self._executor = SingleThreadedExecutor(context=owner.context)
+        self._executor = single_threaded_executor(self._node)
         self._executor.add_node(self._node)
         self._thread = threading.Thread(target=self._spin, name="supervisor-estop", daemon=True)
         self._thread.start()

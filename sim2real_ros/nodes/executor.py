@@ -1,0 +1,55 @@
+"""The one place that chooses how this stack's nodes spin: rclpy's executors or LeanExecutor.
+
+Every node process spins through `make_executor` (via `common.run_node`), the recorder and the
+supervisor's e-stop thread through `single_threaded_executor`. Which single-threaded executor they
+get is chosen here, by the environment variable SIM2REAL_EXECUTOR (the launcher passes its
+environment to every node, so one setting covers a whole graph):
+
+- `auto` (or unset): the measured default, DEFAULT_CHOICE (docs/design.md §7 has the figures).
+- `lean`: LeanExecutor (lean_executor.py) for a node it supports, else rclpy's.
+- `rclpy`: rclpy's SingleThreadedExecutor.
+
+LeanExecutor is used only where this rclpy offers every internal it relies on
+(`lean_executor.AVAILABLE`, checked by feature, not by version) and the node has no clients or
+coroutine callbacks; anywhere else the choice falls back to rclpy's own executor.
+"""
+from __future__ import annotations
+
+import os
+
+from rclpy.executors import Executor, MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.node import Node
+
+from ..core.errors import ConfigError
+from . import lean_executor
+
+EXECUTOR_ENV = "SIM2REAL_EXECUTOR"
+CHOICES = ("auto", "lean", "rclpy")
+# Measured on Kilted (docs/design.md §7): the lean executor takes about half the dispatch CPU of
+# rclpy's, which shows in the camera-to-command latency tail on 2 cores.
+DEFAULT_CHOICE = "lean"
+
+
+def executor_choice() -> str:
+    """`lean` or `rclpy`: SIM2REAL_EXECUTOR resolved (`auto` and unset give DEFAULT_CHOICE)."""
+    value = os.environ.get(EXECUTOR_ENV, "").strip().lower() or "auto"
+    if value not in CHOICES:
+        raise ConfigError("environment", EXECUTOR_ENV, value, f"must be one of {', '.join(CHOICES)}")
+    return DEFAULT_CHOICE if value == "auto" else value
+
+
+def single_threaded_executor(node: Node, choice: str | None = None) -> Executor:
+    """A single-threaded executor for `node`, in its context: a LeanExecutor where `choice`
+    (default: executor_choice()) is `lean` and it can serve the node, else rclpy's."""
+    choice = choice or executor_choice()
+    if choice == "lean" and lean_executor.supports(node):
+        return lean_executor.LeanExecutor(context=node.context)
+    return SingleThreadedExecutor(context=node.context)
+
+
+def make_executor(node: Node, num_threads: int = 1) -> Executor:
+    """The executor a node process spins: single-threaded as above for num_threads=1, else
+    rclpy's MultiThreadedExecutor with that many threads."""
+    if num_threads == 1:
+        return single_threaded_executor(node)
+    return MultiThreadedExecutor(num_threads, context=node.context)
