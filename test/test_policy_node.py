@@ -18,6 +18,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from sim2real_ros.conversions import (
     array_to_image,
+    diagnostic_values,
     duration_to_seconds,
     make_joint_state,
     stamp_to_ns,
@@ -140,7 +141,7 @@ def panda_checkpoint(tmp_path_factory) -> Path:
 
 
 def diagnostics_values(msg: DiagnosticArray) -> dict[str, str]:
-    return {kv.key: kv.value for kv in msg.status[0].values}
+    return diagnostic_values(msg)
 
 
 # Every image ends in exactly one of these (or is still waiting for its joint state / in inference).

@@ -17,7 +17,7 @@ are counted by reason and reported with inference time, observation-to-chunk lat
 image-to-joint-state stamp offset of each pairing on ~/diagnostics (policy_node/diagnostics) about
 once a second.
 
-Every image is accounted for exactly once, in every report:
+Every image is accounted for exactly once, in every report (core.policy_ledger.ImageLedger):
 images_received = chunks_published + image drops (stale, unpaired, superseded, throttled, bad_image,
 inference_error) + observations_waiting, where observations_waiting (0 or 1) is the image held for
 its joint state or in inference at the moment of the report.
@@ -28,10 +28,11 @@ import math
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
@@ -43,9 +44,9 @@ from .. import paths
 from ..conversions import (
     MessageError,
     chunk_to_trajectory,
+    diagnostic_array,
     image_to_array,
     joint_state_to_sample,
-    ns_to_stamp,
     reorder,
     stamp_to_ns,
 )
@@ -59,9 +60,9 @@ from ..core.observation_pairing import (
     ObservationPairer,
     ObservationThrottle,
     PairingConfig,
-    RollingStats,
 )
 from ..core.policy_backend import BACKENDS, load_policy
+from ..core.policy_ledger import ImageLedger
 from ..core.preprocess_config import PreprocessConfig
 from ..core.urdf import RobotModel
 from .common import LATCHED_QOS, RELIABLE_LATEST_QOS, declare, now_ns, run_node
@@ -178,17 +179,8 @@ class PolicyNode(Node):
             tolerance_ns=int(round(cfg.pairing_tolerance_s * NS_PER_S)),
             max_age_ns=int(round(cfg.max_observation_age_s * NS_PER_S)),
         ))
-        self._pending: _PendingObservation | None = None
-        self._in_inference = False  # an observation taken from _pending whose outcome is not counted yet
-        self.drops = DropCounter()
-        self._inference_ms = RollingStats()
-        self._latency_ms = RollingStats()
-        self._pairing_offset_ms = RollingStats()  # image stamp - paired joint state stamp [ms]
-        self._images_received = 0
-        self._joint_states_received = 0
-        self._chunks_published = 0
-        self._chunks_at_last_report = 0
-        self._images_at_last_report = 0
+        # Counts, drops, timing and the pending observation; every change under self._lock.
+        self._ledger: ImageLedger[_PendingObservation] = ImageLedger()
         self._last_log_s: dict[DropReason, float] = {}
 
         # Inference in a thread of its own, woken by an event: a slow inference never delays taking
@@ -257,16 +249,17 @@ class PolicyNode(Node):
             diagnostics_period_s=float(declare(self, "diagnostics_period_s", 1.0, "diagnostics period [s]")),
         )
 
+    @property
+    def drops(self) -> DropCounter:
+        """Drops by reason so far."""
+        return self._ledger.drops
+
     # -- receiving ----------------------------------------------------------------------------------
-    def _drop(self, reason: DropReason, detail: str = "", images: int = 0, in_inference: bool = False) -> None:
-        """Count a drop and log it, at most once per LOG_THROTTLE_S per reason. `images` adds to
-        images_received in the same critical section (an image refused on arrival); `in_inference`
-        ends the observation's time in inference."""
+    def _drop(self, count: Callable[[ImageLedger], None], reason: DropReason, detail: str = "") -> None:
+        """Count a drop in the ledger (`count(ledger)` under the lock: image_refused,
+        inference_dropped or input_dropped) and log it, at most once per LOG_THROTTLE_S per reason."""
         with self._lock:
-            self.drops.add(reason)
-            self._images_received += images
-            if in_inference:
-                self._in_inference = False
+            count(self._ledger)
         now = time.monotonic()
         if now - self._last_log_s.get(reason, -math.inf) >= LOG_THROTTLE_S:
             self._last_log_s[reason] = now
@@ -281,8 +274,7 @@ class PolicyNode(Node):
             # is neither waiting nor published nor dropped.
             throttled = not self._throttle.accept(stamp_ns)
             if throttled:
-                self._images_received += 1
-                self.drops.add(DropReason.THROTTLED)
+                self._ledger.image_throttled()
         if throttled:
             # Awake anyway: read the joint states now, so the next observation has few left to read.
             self._joint_states.drain(self._on_joint_state)
@@ -296,23 +288,21 @@ class PolicyNode(Node):
                 raise MessageError(f"image is {msg.width}x{msg.height}, the policy needs "
                                    f"{spec.image_width}x{spec.image_height}")
         except MessageError as err:
-            self._drop(DropReason.BAD_IMAGE, str(err), images=1)
+            self._drop(lambda ledger: ledger.image_refused(DropReason.BAD_IMAGE), DropReason.BAD_IMAGE, str(err))
             return
         with self._lock:
-            self._images_received += 1
-            if self._pending is not None:
-                self.drops.add(DropReason.SUPERSEDED)
-            self._pending = _PendingObservation(stamp_ns, image)
+            self._ledger.image_accepted(_PendingObservation(stamp_ns, image))
         self._inference_wake.set()
 
     def _on_joint_state(self, msg: JointState) -> None:
         with self._lock:
-            self._joint_states_received += 1
+            self._ledger.joint_state_received()
         try:
             sample = joint_state_to_sample(msg)
             positions = np.array(reorder(sample, self._joint_names), dtype=float)
         except MessageError as err:
-            self._drop(DropReason.BAD_JOINT_STATE, str(err))
+            self._drop(lambda ledger: ledger.input_dropped(DropReason.BAD_JOINT_STATE), DropReason.BAD_JOINT_STATE,
+                       str(err))
             return
         with self._lock:
             self._pairer.add_joint_state(sample.stamp_ns, positions)
@@ -343,42 +333,39 @@ class PolicyNode(Node):
         """Pair the pending image and run the policy on it; True if it waits for its joint state."""
         self._joint_states.drain(self._on_joint_state)
         with self._lock:
-            observation = self._pending
+            observation = self._ledger.pending
             if observation is None:
                 return False
-            self._pending = None
             pairing = self._pairer.pair(observation.stamp_ns, now_ns(self))
             if pairing.wait:
-                self._pending = observation  # the matching joint state may still arrive
-                return True
-            self._in_inference = True
+                return True  # it stays pending: the matching joint state may still arrive
+            self._ledger.start_inference()
         if pairing.drop is not None or pairing.positions is None:
             reason = pairing.drop or DropReason.UNPAIRED
-            self._drop(reason, f"image stamped {observation.stamp_ns * 1e-9:.3f} s", in_inference=True)
+            self._drop(lambda ledger: ledger.inference_dropped(reason), reason,
+                       f"image stamped {observation.stamp_ns * 1e-9:.3f} s")
             return False
         start = time.perf_counter()
         try:
             targets = self.policy.select_action(observation.image, pairing.positions)
         except (ValueError, RuntimeError) as err:
-            self._drop(DropReason.INFERENCE_ERROR, str(err), in_inference=True)
+            self._drop(lambda ledger: ledger.inference_dropped(DropReason.INFERENCE_ERROR), DropReason.INFERENCE_ERROR,
+                       str(err))
             return False
         inference_ms = (time.perf_counter() - start) * 1e3
         chunk = ActionChunk(self._joint_names, observation.stamp_ns, self._times_s, targets)
         self._chunk_pub.publish(chunk_to_trajectory(chunk))
         latency_ms = (now_ns(self) - observation.stamp_ns) / 1e6
+        offset_ms = (observation.stamp_ns - pairing.joint_stamp_ns) / 1e6
         with self._lock:  # the diagnostics timer reads these from the other thread
-            self._in_inference = False
-            self._chunks_published += 1
-            self._inference_ms.add(inference_ms)
-            self._latency_ms.add(latency_ms)
-            self._pairing_offset_ms.add((observation.stamp_ns - pairing.joint_stamp_ns) / 1e6)
+            self._ledger.chunk_published(inference_ms, latency_ms, offset_ms)
         return False
 
     # -- diagnostics --------------------------------------------------------------------------------
     def _on_diagnostics_timer(self) -> None:
         self._joint_states.drain(self._on_joint_state)  # keeps the count and the history current without images
         with self._lock:
-            pending = self._pending is not None
+            pending = self._ledger.pending is not None
             diagnostics = self.diagnostics()
         if pending:
             # Re-examine a waiting image: it may have gone stale while no joint state came.
@@ -388,40 +375,16 @@ class PolicyNode(Node):
     def diagnostics(self) -> DiagnosticArray:
         """The node's DiagnosticArray: chunks, inference time, latency, drops by reason (call with
         the lock held; it also starts the next reporting period)."""
-        chunks = self._chunks_published - self._chunks_at_last_report
-        images = self._images_received - self._images_at_last_report
-        self._chunks_at_last_report = self._chunks_published
-        self._images_at_last_report = self._images_received
-        status = DiagnosticStatus()
-        status.name = f"{self.get_name()}: inference"
-        status.hardware_id = self.policy.checkpoint_hash
-        if images > 0 and chunks == 0:
-            status.level = DiagnosticStatus.WARN
-            status.message = f"{images} images but no chunk in the last period (see drops)"
-        else:
-            status.level = DiagnosticStatus.OK
-            status.message = f"{chunks} chunks in the last period"
+        report = self._ledger.report()
         values = {
             "checkpoint": self.config.checkpoint,
             "checkpoint_hash": self.policy.checkpoint_hash,
             "backend": self.policy.backend,
             "device": self.config.device,
-            "images_received": self._images_received,
-            "joint_states_received": self._joint_states_received,
-            "chunks_published": self._chunks_published,
-            "observations_waiting": int(self._pending is not None) + int(self._in_inference),
+            **report.values,
         }
-        for prefix, stats in (("inference_ms", self._inference_ms), ("obs_to_chunk_ms", self._latency_ms),
-                              ("pairing_offset_ms", self._pairing_offset_ms)):
-            for key, value in stats.summary().items():
-                values[f"{prefix}_{key}"] = f"{value:.3f}"
-        for reason, count in self.drops.as_dict().items():
-            values[f"drops_{reason}"] = count
-        status.values = [KeyValue(key=key, value=str(value)) for key, value in values.items()]
-        array = DiagnosticArray()
-        array.header.stamp = ns_to_stamp(now_ns(self))
-        array.status = [status]
-        return array
+        return diagnostic_array(f"{self.get_name()}: inference", values, now_ns(self), level=report.level,
+                                message=report.message, hardware_id=self.policy.checkpoint_hash)
 
 
 def main(args: list[str] | None = None) -> None:
