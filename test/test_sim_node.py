@@ -35,7 +35,7 @@ JOINTS = RobotModel.from_file(urdf_path()).joint_names
 
 
 def status_values(msg: DiagnosticArray) -> dict[str, str]:
-    return {kv.key: kv.value for kv in msg.status[0].values}
+    return cv.diagnostic_values(msg)
 
 
 @pytest.fixture(scope="module")

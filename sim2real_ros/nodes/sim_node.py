@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PointStamped
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -42,10 +42,12 @@ from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
-from .. import conversions as cv
+from .. import conversions as msgconv
 from ..core.camera_model import load_calibration_yaml
 from ..core.errors import ConfigError
 from ..core.joint_list import resolve_joint_list
+from ..core.report import Level
+from ..core.sim_schedule import MultiRateSchedule, RateReporter, RealtimePacer, period_ns
 from ..core.urdf import RobotModel
 from ..paths import config_path, urdf_path
 from ..sim.params import load_sim_params
@@ -64,9 +66,9 @@ from .common import (
 NODE_NAME = "sim_node"
 PACINGS = ("realtime", "lockstep", "fast")
 CLOCK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
-MAX_LAG_S = 0.25  # [s] behind wall time by more than this: stop catching up (the RTF shows it)
-STATUS_PERIOD_S = 1.0  # [s] wall time between sim/status messages
-RTF_LOG_PERIOD_S = 10.0  # [s] wall time between real-time factor log lines
+MAX_LAG_NS = 250_000_000  # int [ns] behind wall time by more than this: stop catching up (the RTF shows it)
+STATUS_PERIOD_NS = 1_000_000_000  # int [ns] wall time between sim/status messages
+RTF_LOG_PERIOD_NS = 10_000_000_000  # int [ns] wall time between real-time factor log lines
 # [rad] how near the arm a command must come after an episode reset that moved it to be followed
 # again: the supervisor's hold converges on the measured position, a stale policy command does not.
 RESYNC_TOLERANCE_RAD = 0.1
@@ -131,9 +133,9 @@ class SimNode(Node):
                               randomize=cfg.randomize, pushes=cfg.pushes)
         self.params = params
         rates = params.rates
-        self._js_period_ns = _period_ns(cfg.joint_state_rate_hz or rates.joint_states_hz)
-        self._cam_period_ns = _period_ns(cfg.camera_rate_hz or rates.camera_hz)
-        self._clock_period_ns = _period_ns(cfg.clock_rate_hz or rates.clock_hz)
+        self._js_period_ns = period_ns(cfg.joint_state_rate_hz or rates.joint_states_hz)
+        self._cam_period_ns = period_ns(cfg.camera_rate_hz or rates.camera_hz)
+        self._clock_period_ns = period_ns(cfg.clock_rate_hz or rates.clock_hz)
         self._lock = threading.Lock()  # guards the world: physics thread vs command/reset callbacks
         self._stop = threading.Event()
         self._command_after_frame = threading.Event()
@@ -218,8 +220,8 @@ class SimNode(Node):
     # callbacks (executor threads)
     def _on_command(self, msg: Float64MultiArray) -> None:
         try:
-            q = cv.position_command_to_array(msg, len(self.world.joint_names))
-        except cv.MessageError as err:
+            q = msgconv.position_command_to_array(msg, len(self.world.joint_names))
+        except msgconv.MessageError as err:
             self._reject(str(err))
             return
         with self._lock:
@@ -289,48 +291,44 @@ class SimNode(Node):
                 raise
 
     def _run_physics(self) -> None:
+        """The multi-rate loop (core.sim_schedule): publish what is due at the world's time, step
+        to the next output, pace against the wall clock."""
         world, cfg = self.world, self.config
         dt_ns = world.dt_ns
-        next_clock = next_js = next_cam = world.time_ns
-        wall0, sim0 = time.monotonic(), world.time_ns
-        status_wall, status_sim = wall0, world.time_ns
-        rtf_log_wall = wall0
+        schedule = MultiRateSchedule(world.time_ns, self._clock_period_ns, self._js_period_ns,
+                                     self._cam_period_ns if cfg.camera_enabled else None)
+        wall = time.monotonic_ns()
+        pacer = RealtimePacer(cfg.real_time_factor, MAX_LAG_NS, wall, world.time_ns)
+        reporter = RateReporter(STATUS_PERIOD_NS, RTF_LOG_PERIOD_NS, wall, world.time_ns)
         while not self._stop.is_set():
             now = world.time_ns
-            if now >= next_clock:
-                self._clock_pub.publish(Clock(clock=cv.ns_to_stamp(now)))
-                next_clock = _next_tick(next_clock, self._clock_period_ns, now)
-            if now >= next_js:
+            due = schedule.due(now)
+            if due.clock:
+                self._clock_pub.publish(Clock(clock=msgconv.ns_to_stamp(now)))
+            if due.joint_states:
                 self._publish_joint_states()
-                next_js = _next_tick(next_js, self._js_period_ns, now)
             self._handle_episode()
-            if cfg.camera_enabled and now >= next_cam:
+            if due.camera:
                 self._capture_frame()
-                next_cam = _next_tick(next_cam, self._cam_period_ns, now)
                 if cfg.pacing == "lockstep":
                     self._command_after_frame.wait(cfg.lockstep_timeout_s)
-                    wall0, sim0 = time.monotonic(), world.time_ns
-            wall = time.monotonic()
-            if wall - status_wall >= STATUS_PERIOD_S:
-                self._rtf = (world.time_ns - status_sim) / 1e9 / (wall - status_wall)
+                    pacer.rebase(time.monotonic_ns(), world.time_ns)
+            report = reporter.poll(time.monotonic_ns(), world.time_ns)
+            if report is not None:
+                self._rtf = report.real_time_factor
                 self._publish_status()
-                status_wall, status_sim = wall, world.time_ns
-                if wall - rtf_log_wall >= RTF_LOG_PERIOD_S:
+                if report.log:
                     self.get_logger().info(f"real-time factor {self._rtf:.2f}, sim time {world.time_ns / 1e9:.1f} s")
-                    rtf_log_wall = wall
-            next_event = min(next_clock, next_js, next_cam if cfg.camera_enabled else next_js)
-            steps = max(1, -(-(next_event - world.time_ns) // dt_ns))
+            steps = schedule.steps(world.time_ns, dt_ns)
             with self._lock:
                 world.step(steps)
             if cfg.pacing == "realtime":
-                due = wall0 + (world.time_ns - sim0) / 1e9 / cfg.real_time_factor
-                delay = due - time.monotonic()
-                if delay > 0:
-                    self._stop.wait(delay)
+                pace = pacer.after_step(world.time_ns, time.monotonic_ns())
+                if pace.wait_ns > 0:
+                    self._stop.wait(pace.wait_ns / 1e9)
                     continue
-                if -delay > MAX_LAG_S:
+                if pace.lag_reset:
                     # Too slow to keep up: run on from here rather than racing to catch up.
-                    wall0, sim0 = time.monotonic(), world.time_ns
                     self._counters["wall_lag_resets"] += 1
             # Behind (or not pacing): give the command/reset callbacks waiting on the world lock a turn
             # (a Python lock is not fair: this thread would otherwise take it straight back).
@@ -343,7 +341,7 @@ class SimNode(Node):
             q = world.joint_positions(all_joints=True)
             qd = world.joint_velocities(all_joints=True)
             effort = world.joint_efforts(all_joints=True)
-        self._js_pub.publish(cv.make_joint_state(world.all_joint_names, q, stamp, qd, effort))
+        self._js_pub.publish(msgconv.make_joint_state(world.all_joint_names, q, stamp, qd, effort))
 
     def _capture_frame(self) -> None:
         # Lockstep: a command that arrives while this frame renders already answers it.
@@ -380,7 +378,7 @@ class SimNode(Node):
             target = self.world.target_position()
             stamp = self.world.time_ns
         msg = PointStamped()
-        msg.header.stamp = cv.ns_to_stamp(stamp)
+        msg.header.stamp = msgconv.ns_to_stamp(stamp)
         msg.header.frame_id = self.config.world_frame_id
         msg.point.x, msg.point.y, msg.point.z = (float(v) for v in target)
         self._target_pub.publish(msg)
@@ -394,13 +392,9 @@ class SimNode(Node):
             "last_command_sim_ns": str(self._last_command_ns), "last_rejection": self._last_rejection,
             **{k: str(v) for k, v in self._counters.items()},
         }
-        level = DiagnosticStatus.WARN if self._counters["commands_rejected"] else DiagnosticStatus.OK
-        status = DiagnosticStatus(level=level, name="sim", hardware_id=NODE_NAME,
-                                  message=f"rtf {self._rtf:.2f}",
-                                  values=[KeyValue(key=k, value=v) for k, v in values.items()])
-        msg = DiagnosticArray(status=[status])
-        msg.header.stamp = cv.ns_to_stamp(world.time_ns)
-        self._status_pub.publish(msg)
+        level = Level.WARN if self._counters["commands_rejected"] else Level.OK
+        self._status_pub.publish(msgconv.diagnostic_array("sim", values, world.time_ns, level=level,
+                                                          message=f"rtf {self._rtf:.2f}", hardware_id=NODE_NAME))
 
     # ------------------------------------------------------------------------------------------
     # camera thread
@@ -414,8 +408,8 @@ class SimNode(Node):
                 continue
             try:
                 image = self.world.finish_image(raw)
-                self._image_pub.publish(cv.array_to_image(image, "rgb8", stamp, frame_id))
-                self._info_pub.publish(cv.camera_model_to_info(model, stamp, frame_id))
+                self._image_pub.publish(msgconv.array_to_image(image, "rgb8", stamp, frame_id))
+                self._info_pub.publish(msgconv.camera_model_to_info(model, stamp, frame_id))
                 self._counters["frames_published"] += 1
             except Exception as err:  # noqa: BLE001
                 if self._stop.is_set() or not self.context.ok():
@@ -434,17 +428,6 @@ class SimNode(Node):
         super().destroy_node()
 
 
-def _period_ns(rate_hz: float) -> int:
-    return max(1, int(round(1e9 / rate_hz)))
-
-
-def _next_tick(tick_ns: int, period_ns: int, now_ns: int) -> int:
-    """The first tick of the grid tick_ns + k * period_ns that lies after now_ns."""
-    if now_ns < tick_ns:
-        return tick_ns
-    return tick_ns + ((now_ns - tick_ns) // period_ns + 1) * period_ns
-
-
 def _episode_message(outcome: dict[str, Any], stamp_ns: int) -> DiagnosticArray:
     """sim/episode: one DiagnosticStatus "episode", message = reason, values as DESIGN/issue list them."""
     values = {
@@ -453,12 +436,8 @@ def _episode_message(outcome: dict[str, Any], stamp_ns: int) -> DiagnosticArray:
         "final_distance_m": f"{outcome['final_distance_m']:.4f}", "seed": str(outcome["seed"]),
         **({"pushes_applied": str(outcome["pushes_applied"])} if "pushes_applied" in outcome else {}),
     }
-    status = DiagnosticStatus(level=DiagnosticStatus.OK if outcome["success"] else DiagnosticStatus.WARN,
-                              name="episode", message=outcome["reason"], hardware_id=NODE_NAME,
-                              values=[KeyValue(key=k, value=v) for k, v in values.items()])
-    msg = DiagnosticArray(status=[status])
-    msg.header.stamp = cv.ns_to_stamp(stamp_ns)
-    return msg
+    return msgconv.diagnostic_array("episode", values, stamp_ns, level=Level.OK if outcome["success"] else Level.WARN,
+                                    message=outcome["reason"], hardware_id=NODE_NAME)
 
 
 def main(args: Sequence[str] | None = None) -> None:
