@@ -271,3 +271,42 @@ def test_validate_runs_the_real_graph_and_reports_both_figures(tmp_path):
     text = (report_dir / "report.md").read_text()
     assert "sim nominal (graph)" in text and "graph: " in text and "core: " in text
     print(f"validate through the graph: {wall_s:.0f} s wall")
+
+
+def test_an_optional_closed_loop_stage_counts_when_it_ran_and_disagreement_is_named():
+    from sim2real_ros.validation.validate import offline_vs_closed_loop
+
+    gate = RealGate(max_action_mae_rad=0.05, min_frames=10)
+    good = [success_stage("nominal_sim", 50, 50, 0.8), success_stage("perturbed_sim", 45, 50, 0.6),
+            error_stage("real_offline", 0.03, (0.02, 0.04), 200, gate)]
+    assert decide(good).verdict == READY  # no stage 4: not required
+    closed = success_stage("robot_closed_loop", 9, 20, 0.8)
+    verdict = decide([*good, closed])
+    assert verdict.verdict == NOT_READY and verdict.failed == ("robot_closed_loop",) and "stage 4" in verdict.reason
+    text = offline_vs_closed_loop(good[2], closed)
+    assert "offline action error passes" in text and "45%" in text
+    assert offline_vs_closed_loop(good[2], success_stage("robot_closed_loop", 20, 20, 0.8)) == ""
+    assert gates_from_dict({"robot_closed_loop": {"episodes": 5}}, "g.yaml").robot_closed_loop.episodes == 5
+    with pytest.raises(ConfigError, match="robot_closed_loop.min_success_rate"):
+        gates_from_dict({"robot_closed_loop": {"min_success_rate": 2.0}}, "g.yaml")
+
+
+def test_validate_robot_sim_adds_the_closed_loop_stage(recording, tmp_path, capsys):
+    sim_file, _ = short_sim_params(tmp_path, 1.5)
+    robot_sim = tmp_path / "real_b_short.yaml"  # the stand-in with short episodes
+    raw = yaml.safe_load(config_path("sim_params_real_b.yaml").read_text())
+    raw["task"]["timeout_s"] = 1.5
+    raw["camera"]["calibration_file"] = str(config_path(raw["camera"]["calibration_file"]))
+    robot_sim.write_text(yaml.safe_dump(raw))
+    code = sim2real(["validate", "--checkpoint", str(recording.untrained), "--real-bags", str(recording.out),
+                     "--report", str(tmp_path / "report"), "--episodes", "1", "--sim-config", str(sim_file),
+                     "--json", "--core-only", "--no-plots", "--robot-sim", str(robot_sim)])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert [s["stage"] for s in out["stages"]] == ["nominal_sim", "perturbed_sim", "real_offline", "robot_closed_loop"]
+    robot = out["stages"][3]
+    assert robot["ran"] and robot["figure"] == 0.0 and not robot["passed"]  # the untrained policy holds still
+    assert out["sim_vs_real"]["success_rate"]["robot_sim"]["episodes"] == 1
+    assert out["sim_vs_real"]["failures"]["robot_sim"] in ({"timeout_far": 1}, {"timeout_near": 1})
+    assert "robot stand-in (closed loop)" in (tmp_path / "report" / "report.md").read_text()
+    assert sim2real(["validate", "--report", str(tmp_path / "r"), "--robot-sim-graph"]) == 2

@@ -86,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
                               sim_config=args.sim_config, seed=args.seed, replay_options=options,
                               plots=not args.no_plots, log=log, sim_paths=args.sim_paths,
                               real_time_factor=args.real_time_factor, robot_sim=args.robot_sim,
-                              robot_evaluator=evaluator, robot_path="graph" if evaluator else "core")
+                              robot_evaluator=evaluator, robot_path="graph" if evaluator else "core",
+                              graph_evaluator=None if args.sim_paths == "core" else _graph_stages_evaluator())
     except Sim2RealError as err:
         print(f"sim2real validate: {err}", file=sys.stderr)
         return 2
@@ -102,6 +103,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"{report['verdict_text']}: {report['reason']}\nreport: {args.report / 'report.md'}")
     return 0 if report["verdict"] == READY else 1
+
+
+def _graph_stages_evaluator():
+    """Stages 1-2 on the full ROS graph (runtime.graph_eval), injected into validation."""
+    from ..runtime.graph_eval import DEFAULT_GRAPH_RTF, evaluate_in_graph
+
+    def evaluate(real_time_factor=None, **kwargs):
+        return evaluate_in_graph(real_time_factor=DEFAULT_GRAPH_RTF if real_time_factor is None else real_time_factor,
+                                 **kwargs)
+
+    return evaluate
 
 
 def _graph_evaluator(real_time_factor: float | None, report_dir: Path):

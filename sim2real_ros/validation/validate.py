@@ -2,8 +2,9 @@
 
 Stage 1: success rate in the nominal sim.
 Stage 2: success rate with the sim params' randomization plus extra latency and sensor noise.
-Stages 1 and 2 measure on the full ROS graph (runtime.graph_eval.evaluate_in_graph: the nodes
-as processes over DDS, what runs on the robot) and on the core path (training.evaluation.
+Stages 1 and 2 measure on the full ROS graph (a GraphEvaluator the caller passes in; the cli
+passes runtime.graph_eval.evaluate_in_graph: the nodes as processes over DDS, what runs on the
+robot; validation sits below the runtime and never imports it) and on the core path (training.evaluation.
 evaluate_in_sim: the same policy in one process, no ROS), with the same seed and episode count.
 `sim_paths` chooses: "both" (default), "graph" (the graph only), "core" (the core only, for quick
 development runs). The stage's figure is the graph's; it passes only when the graph figure exists
@@ -162,10 +163,12 @@ def sim_stage(stage: str, gate: SimGate, checkpoint: str | Path, episodes: int, 
               sim_config: str | Path | None, seed: int, paths: tuple[str, ...], robot_description: str | None,
               real_time_factor: float | None, log: Callable[[str], None],
               details: dict[str, Any] | None = None,
-              log_dir: Path | None = None) -> tuple[StageResult, dict[str, dict[str, Any]]]:
+              log_dir: Path | None = None,
+              graph_evaluator: GraphEvaluator | None = None) -> tuple[StageResult, dict[str, dict[str, Any]]]:
     """Stage 1 or 2 on the requested paths (same seed, same episodes); returns the stage and each
     path's evaluation ({"core": ..., "graph": ...}; a graph that failed: {"error": ...}). log_dir:
-    where the graph's node output goes (graph_<stage>.log; None: a temporary file)."""
+    where the graph's node output goes (graph_<stage>.log; None: a temporary file).
+    graph_evaluator: runs the graph path (none given: the graph path fails, saying so)."""
     label = "nominal" if stage == "nominal_sim" else "perturbed"
     evaluations: dict[str, dict[str, Any]] = {}
     figures: list[PathFigure] = []
@@ -176,15 +179,14 @@ def sim_stage(stage: str, gate: SimGate, checkpoint: str | Path, episodes: int, 
         evaluations["core"] = core
         figures.append(PathFigure("core", int(core["successes"]), int(core["episodes"])))
     if "graph" in paths:
-        from ..runtime.graph_eval import DEFAULT_GRAPH_RTF, evaluate_in_graph
-
         log(f"[validate] {stage}: {episodes} {label} sim episodes on the {PATH_TITLES['graph']}")
         try:
-            graph = evaluate_in_graph(checkpoint, episodes, perturb=perturb, sim_config=sim_config,
-                                      robot_description=robot_description, seed=seed,
-                                      real_time_factor=DEFAULT_GRAPH_RTF if real_time_factor is None
-                                      else real_time_factor,
-                                      log_file=None if log_dir is None else log_dir / f"graph_{stage}.log")
+            if graph_evaluator is None:
+                raise RuntimeError("no graph evaluator was given (the cli passes runtime.graph_eval's)")
+            graph = graph_evaluator(checkpoint=checkpoint, episodes=episodes, perturb=perturb, sim_config=sim_config,
+                                    robot_description=robot_description, seed=seed,
+                                    real_time_factor=real_time_factor,
+                                    log_file=None if log_dir is None else log_dir / f"graph_{stage}.log")
         except (RuntimeError, TimeoutError) as err:  # a node died, the graph never armed or stalled
             message = f"{type(err).__name__}: {err}"
             log(f"[validate] {stage}: the graph evaluation failed: {message}")
@@ -198,6 +200,9 @@ def sim_stage(stage: str, gate: SimGate, checkpoint: str | Path, episodes: int, 
     return result, evaluations
 
 
+# evaluate_in_graph's keywords (checkpoint, episodes, perturb, sim_config, robot_description, seed,
+# real_time_factor (None: its default), log_file) -> its result; raises RuntimeError/TimeoutError.
+GraphEvaluator = Callable[..., dict[str, Any]]
 # (checkpoint, episodes, sim_config, seed) -> an evaluate_in_sim-like result (successes, episodes,
 # success_rate, ci95, failures, ...): the closed-loop stage's evaluator, passed in by the caller.
 ClosedLoopEvaluator = Callable[[str | Path, int, str | Path, int], dict[str, Any]]
@@ -247,13 +252,16 @@ def validate(checkpoint: str | Path, real_bags: list[str | Path] | None = None, 
              robot_description: str | None = None, plots: bool = True,
              log: Callable[[str], None] = print, sim_paths: str = "both",
              real_time_factor: float | None = None, robot_sim: str | Path | None = None,
-             robot_evaluator: ClosedLoopEvaluator | None = None, robot_path: str = "core") -> dict[str, Any]:
+             robot_evaluator: ClosedLoopEvaluator | None = None, robot_path: str = "core",
+             graph_evaluator: GraphEvaluator | None = None) -> dict[str, Any]:
     """Run the three stages (four with `robot_sim`) and write report.json, report.md and plots into report_dir.
 
     episodes: overrides the gates' episode counts of stages 1 and 2. sim_config: the nominal sim
     params (default config/sim_params.yaml); stage 2 adds the gates' perturbations to it.
     sim_paths: "both" (graph and core), "graph" or "core" (then stages 1-2 fail: no graph figure;
     see the module docstring). real_time_factor: the graph's sim pace (default DEFAULT_GRAPH_RTF).
+    graph_evaluator: runs stages 1-2 on the graph (the cli passes runtime.graph_eval.evaluate_in_graph);
+    without one, a requested graph path fails its stage.
     robot_sim: a sim params YAML standing in for the robot: stage 4, closed-loop success on it
     (gates.robot_closed_loop; `episodes` overrides its count too), through `robot_evaluator` when
     given (`robot_path` names it), else the core path.
@@ -276,7 +284,7 @@ def validate(checkpoint: str | Path, real_bags: list[str | Path] | None = None, 
     n1 = episodes or gates.nominal_sim.episodes
     n2 = episodes or gates.perturbed_sim.episodes
     common = {"checkpoint": checkpoint, "paths": paths, "robot_description": robot_description,
-              "real_time_factor": real_time_factor, "log": log, "log_dir": out}
+              "real_time_factor": real_time_factor, "log": log, "log_dir": out, "graph_evaluator": graph_evaluator}
     log(f"[validate] stage 1: {n1} nominal sim episodes ({' and '.join(PATH_TITLES[p] for p in paths)})")
     stage1, nominal = sim_stage("nominal_sim", gates.nominal_sim, episodes=n1, perturb=False, sim_config=sim_config,
                                 seed=seed, **common)
