@@ -28,7 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval-sim": ("sim2real_ros.cli.eval_sim_cmd", "success rate of a checkpoint in the sim"),
     "sysid": ("sim2real_ros.cli.sysid_cmd", "system identification: latency, fit, excite"),
     "validate": ("sim2real_ros.cli.validate_cmd", "staged validation gate and sim-vs-real report"),
-    "finetune": ("sim2real_ros.cli.finetune_cmd", "fine-tune a checkpoint on real bags"),
+    "finetune": ("sim2real_ros.cli.finetune_cmd", "fine-tune a checkpoint on real bags, co-trained with sim"),
+    "teleop-record": ("sim2real_ros.cli.teleop_record_cmd", "record scripted teleop bags on a sim robot stand-in"),
     "bench": ("sim2real_ros.cli.bench_cmd", "run every benchmark of the stack"),
     "view": ("sim2real_ros.cli.view_cmd", "serve a recorded bag to Foxglove: 3D arm, camera, plots (docs/viz.md)"),
 }
