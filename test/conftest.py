@@ -43,3 +43,12 @@ def ros():
         yield probe
     finally:
         probe.close()
+
+
+@pytest.fixture(scope="session")
+def sim_recording(tmp_path_factory: pytest.TempPathFactory):
+    """The sim graph's recorded bag, its checkpoints and a perturbed copy (recordings.SimRecording),
+    recorded once per session for the replay tests."""
+    from recordings import build_sim_recording
+
+    return build_sim_recording(tmp_path_factory.mktemp("replay_sim_recording"))

@@ -1,21 +1,20 @@
 """Graph replay: the sim bag played (with `clock`) into the replay graph's real nodes as processes.
 
-The bag is the namespaced, perturbed copy of test_replay_offline's sim recording: the player must
+The bag is the namespaced, perturbed copy of the session's sim recording (test/recordings.py): the player must
 find /arm1/camera/... and publish it under the graph's names, and the chunks of the nodes must match
 the recorded commands on every joint but joint3, whose commands were moved by 50 mrad.
 """
 from __future__ import annotations
 
 import pytest
-from test_replay_offline import JOINTS, NEAR_ZERO_MAE, PERTURBATION, PERTURBED_JOINT, sim_recording
+from recordings import JOINTS, NEAR_ZERO_MAE, PERTURBATION, PERTURBED_JOINT
 
 from sim2real_ros.evaluation import ReplayOptions
 from sim2real_ros.runtime.replay_graph import evaluate_bag_in_graph
 
 
-def test_graph_replay_of_a_namespaced_bag_matches_the_recording_except_the_perturbed_joint(tmp_path_factory,
-                                                                                              tmp_path):
-    sim = sim_recording(tmp_path_factory)
+def test_graph_replay_of_a_namespaced_bag_matches_the_recording_except_the_perturbed_joint(sim_recording, tmp_path):
+    sim = sim_recording
     # Half speed: the nodes share 2 busy cores; the clock follows the bag, so sim-time latencies stay small.
     options = ReplayOptions(human_modes=(), rate=0.5, progress=False, plots=False)
     report = evaluate_bag_in_graph(sim.perturbed_bag, sim.checkpoint, tmp_path, options)
