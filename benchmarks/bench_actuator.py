@@ -63,7 +63,7 @@ def _chunk(stamp_ns: int, duration_s: float = 0.5, dt: float = 0.02) -> JointTra
 def measure_rate(rate_hz: float, duration_s: float, domain_id: int) -> dict:
     """Run the node at `rate_hz` for `duration_s` [s] of commanding; return period and CPU figures."""
     env = {"ROS_DOMAIN_ID": str(domain_id), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
-    params = {"joints": JOINTS, "control_rate": float(rate_hz), "actuation_latency": 0.05}
+    params = {"joints": JOINTS, "control_rate_hz": float(rate_hz), "actuation_latency_s": 0.05}
     context = Context()
     rclpy.init(context=context, domain_id=domain_id)
     node = Node("bench_actuator_probe", context=context)
@@ -139,7 +139,7 @@ def measure_sampling(n: int) -> dict:
 def measure_core(n_ticks: int, n_estimates: int) -> dict:
     """Cost of ActuatorCore.tick [us] (100 Hz, 60 ms echo of the commands as joint states, 10 Hz
     chunks) and of one latency estimate over the full 4 s window [ms]."""
-    core = ActuatorCore(ActuatorConfig(joints=tuple(JOINTS), actuation_latency=0.05))
+    core = ActuatorCore(ActuatorConfig(joints=tuple(JOINTS), actuation_latency_s=0.05))
     period_ns, stamp = 10_000_000, 10_000_000_000
     sent: list[np.ndarray] = []
     tick_us = []

@@ -3,7 +3,7 @@
 Issue #5 acceptance: with a policy stand-in publishing 15 Hz chunks of a known smooth trajectory
 (sinusoids per joint), each stamped with an observation time 30 ms before it is published, and the
 actuator commanding at 100 Hz, the joints follow the intended trajectory with compensation
-(actuation_latency = 0.05) with at most 40 % of the RMS error without it (actuation_latency = 0),
+(actuation_latency_s = 0.05) with at most 40 % of the RMS error without it (actuation_latency_s = 0),
 and the actuator's online latency estimate lands within one control period of 50 ms.
 
 Two ways to check it:
@@ -106,7 +106,7 @@ class LockstepRun:
 
 def actuator_config(latency_s: float, **overrides) -> ActuatorConfig:
     """The actuator settings of both tests here (as the DDS test passes them as node parameters)."""
-    values = dict(joints=tuple(JOINTS), control_rate=CONTROL_RATE_HZ, actuation_latency=latency_s,
+    values = dict(joints=tuple(JOINTS), control_rate_hz=CONTROL_RATE_HZ, actuation_latency_s=latency_s,
                   interpolation="cubic", blending="crossfade", latency_window_s=MEASURE_S)
     return ActuatorConfig(**{**values, **overrides})
 
@@ -126,7 +126,7 @@ def run_lockstep(params: SimParams, config: ActuatorConfig) -> LockstepRun:
         core = ActuatorCore(config)
         home = world.joint_positions()
         js_period_ns = int(round(NS / params.rates.joint_states_hz))
-        tick_period_ns = int(round(NS / config.control_rate))
+        tick_period_ns = int(round(NS / config.control_rate_hz))
         estimate_period_ns = int(ESTIMATE_PERIOD_S * NS)
         inference_ns = int(round(INFERENCE_DELAY_S * NS))
         end_ns = int(LOCKSTEP_DURATION_S * NS)
@@ -183,7 +183,7 @@ def stiff_params() -> SimParams:
 
 @pytest.fixture(scope="module")
 def uncompensated(stiff_params) -> LockstepRun:
-    """The same loop without compensation (actuation_latency = 0): the reference error."""
+    """The same loop without compensation (actuation_latency_s = 0): the reference error."""
     return run_lockstep(stiff_params, actuator_config(0.0))
 
 
@@ -315,7 +315,7 @@ def run_phase(ros, tmp_path, policy: PolicyStandIn, latency_s: float) -> tuple[f
     """Run an actuator with `latency_s` compensation; return (RMS tracking error [rad], diagnostics)."""
     # The 50x stiffer servos snap the light wrist joint faster than the URDF allows (0.38 rad in 10 ms):
     # not a jump in this sim, so the jump rule gets room for it.
-    params = {"use_sim_time": True, "control_rate": CONTROL_RATE_HZ, "actuation_latency": latency_s,
+    params = {"use_sim_time": True, "control_rate_hz": CONTROL_RATE_HZ, "actuation_latency_s": latency_s,
               "interpolation": "cubic", "blending": "crossfade", "latency_window_s": MEASURE_S,
               "max_joint_jump_rad": 2.0}
     diagnostics = ros.collect(DiagnosticArray, "actuator_node/diagnostics", 10)
@@ -328,7 +328,7 @@ def run_phase(ros, tmp_path, policy: PolicyStandIn, latency_s: float) -> tuple[f
         stop_ns = start_ns + int(MEASURE_S * 1e9)
         # Diagnostics (~1 Hz wall) stamped after the window closed hold the estimate over it.
         assert wait_until(lambda: cv.stamp_to_ns(diagnostics[-1].header.stamp) >= stop_ns, 90.0), "sim time stalled"
-        values = {kv.key: kv.value for kv in diagnostics[-1].status[0].values}
+        values = cv.diagnostic_values(diagnostics[-1])
         problems = {k: v for k, v in values.items() if ("reject" in k or "jump" in k) and v != "0"}
         assert int(values["chunks_rejected"]) == 0, problems
     window = [m for m in list(policy.states) if start_ns <= cv.stamp_to_ns(m.header.stamp) <= stop_ns]
@@ -340,7 +340,7 @@ def run_phase(ros, tmp_path, policy: PolicyStandIn, latency_s: float) -> tuple[f
 
 
 def _value(diagnostics: list, key: str) -> str | None:
-    return {kv.key: kv.value for kv in diagnostics[-1].status[0].values}.get(key)
+    return cv.diagnostic_values(diagnostics[-1]).get(key)
 
 
 @pytest.mark.timing
@@ -378,7 +378,7 @@ def test_latency_compensation_halves_the_tracking_error_in_sim(ros, tmp_path):
           f"{diag_uncompensated['latency_estimate_s']} s (confidence {diag_uncompensated['latency_confidence']})")
     print("compensated:", diag_compensated)
     print("uncompensated:", diag_uncompensated)
-    print("sim status:", {kv.key: kv.value for kv in sim_status[-1].status[0].values} if sim_status else None)
+    print("sim status:", cv.diagnostic_values(sim_status[-1]) if sim_status else None)
     assert policy.published > 100
     assert rms_compensated <= 0.4 * rms_uncompensated
     control_period_s = 1.0 / CONTROL_RATE_HZ

@@ -61,7 +61,7 @@ def wait_for_diagnostics(received: list, predicate, timeout_s: float = 20.0) -> 
 
 def test_chunks_in_commands_out_at_rate_with_tick_stamps(ros, tmp_path):
     latency_s = 0.05
-    params = {**ROBOT, "control_rate": 100.0, "actuation_latency": latency_s, "interpolation": "cubic"}
+    params = {**ROBOT, "control_rate_hz": 100.0, "actuation_latency_s": latency_s, "interpolation": "cubic"}
     with running_nodes([node_decl("actuator_node", params)], tmp_path):
         commands = ros.collect(JointState, "command/policy", KEEP_ALL)
         diagnostics = ros.collect(DiagnosticArray, "actuator_node/diagnostics", 10)
@@ -107,7 +107,7 @@ def test_chunks_in_commands_out_at_rate_with_tick_stamps(ros, tmp_path):
 
 
 def test_bad_chunks_are_rejected_counted_and_the_node_keeps_going(ros, tmp_path):
-    params = {"robot_description": TWO_JOINT_URDF, "control_rate": 50.0, "interpolation": "linear",
+    params = {"robot_description": TWO_JOINT_URDF, "control_rate_hz": 50.0, "interpolation": "linear",
               "blending": "temporal_ensemble", "crossfade_s": 0.0}
     names = ["shoulder", "elbow"]  # from the URDF: no `joints` parameter given
     with running_nodes([node_decl("actuator_node", params)], tmp_path):
@@ -154,7 +154,7 @@ def test_bad_chunks_are_rejected_counted_and_the_node_keeps_going(ros, tmp_path)
 
 
 def test_sim_time_ticks_and_a_clock_jump_back_drops_old_chunks(ros, tmp_path):
-    params = {**ROBOT, "control_rate": 100.0, "actuation_latency": 0.02, "use_sim_time": True}
+    params = {**ROBOT, "control_rate_hz": 100.0, "actuation_latency_s": 0.02, "use_sim_time": True}
     sim_ns = [1000 * 1_000_000_000]
     stop = threading.Event()
 
@@ -204,7 +204,7 @@ def test_latency_estimate_is_reported_and_optionally_used(ros, tmp_path):
     """
     echo_delay_ns, period_ns = 60_000_000, 10_000_000
     start_ns = 1000 * 1_000_000_000
-    params = {**ROBOT, "control_rate": 100.0, "actuation_latency": 0.0, "use_estimated_latency": True,
+    params = {**ROBOT, "control_rate_hz": 100.0, "actuation_latency_s": 0.0, "use_estimated_latency": True,
               "latency_window_s": 2.0, "latency_max_s": 0.2, "latency_min_confidence": 0.8, "use_sim_time": True}
     times = np.arange(0.0, 10.0 + 1e-9, 0.05)
     t_abs = start_ns / 1e9 + times
@@ -295,7 +295,8 @@ def test_latency_estimate_is_reported_and_optionally_used(ros, tmp_path):
 @pytest.mark.parametrize(
     "bad, expected",
     [({"interpolation": "quintic"}, ("interpolation", "'quintic'")),
-     ({"control_rate": 100}, ("control_rate", "float", "INTEGER"))],  # an int where a double is declared
+     ({"control_rate_hz": 100}, ("control_rate_hz", "float", "INTEGER")),  # an int where a double is declared
+     ({"control_rate": 100}, ("control_rate", "float", "control_rate_hz"))],  # the same, under the deprecated name
 )
 def test_bad_parameter_fails_at_start_naming_field_and_value(tmp_path, bad, expected):
     decl = node_decl("actuator_node", {**ROBOT, **bad})
@@ -311,9 +312,9 @@ def test_bad_parameter_fails_at_start_naming_field_and_value(tmp_path, bad, expe
 @pytest.mark.parametrize(
     "kwargs, field",
     [
-        (dict(control_rate=0.0), "control_rate"),
-        (dict(control_rate=float("inf")), "control_rate"),
-        (dict(actuation_latency=-0.02), "actuation_latency"),
+        (dict(control_rate_hz=0.0), "control_rate_hz"),
+        (dict(control_rate_hz=float("inf")), "control_rate_hz"),
+        (dict(actuation_latency_s=-0.02), "actuation_latency_s"),
         (dict(blending="median"), "blending"),
         (dict(crossfade_s=-1.0), "crossfade_s"),
         (dict(estimate_latency=False, use_estimated_latency=True), "use_estimated_latency"),
@@ -328,6 +329,39 @@ def test_config_validation_names_field_and_value(kwargs, field):
         ActuatorConfig(**arguments)
     assert info.value.field == field
     assert info.value.source == "actuator_node"
+
+
+@pytest.mark.parametrize(("overrides", "rate_hz", "latency_s", "warned"), [
+    ({"control_rate": 50.0, "actuation_latency": 0.03}, 50.0, 0.03, ["control_rate", "actuation_latency"]),
+    ({"control_rate": 50.0, "control_rate_hz": 200.0}, 200.0, 0.0, ["control_rate"]),  # the new name wins
+    ({"control_rate_hz": 250.0, "actuation_latency_s": 0.01}, 250.0, 0.01, []),
+])
+def test_old_parameter_names_are_accepted_with_one_warning_naming_the_new_name(capfd, overrides, rate_hz,
+                                                                               latency_s, warned):
+    import rclpy
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+
+    from sim2real_ros.nodes import parameters
+    from sim2real_ros.nodes.actuator_node import declare_parameters
+
+    parameters._WARNED.clear()  # once per node and name in a process: each case is a fresh start
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    try:
+        node = Node("actuator_node", context=context, start_parameter_services=False,
+                    parameter_overrides=[Parameter(k, value=v) for k, v in {**ROBOT, **overrides}.items()])
+        config = declare_parameters(node)
+        node.destroy_node()
+    finally:
+        rclpy.shutdown(context=context)
+    assert (config.control_rate_hz, config.actuation_latency_s) == (rate_hz, latency_s)
+    err = capfd.readouterr().err
+    for old in ("control_rate", "actuation_latency"):
+        lines = [line for line in err.splitlines() if f"parameter '{old}' is deprecated" in line]
+        assert len(lines) == (1 if old in warned else 0), err
+        if lines:
+            assert f"use '{old}_{'hz' if old == 'control_rate' else 's'}'" in lines[0]
 
 
 def test_core_joint_states_reordered_zero_stamps_timed_at_reception_missing_joints_refused():

@@ -1,5 +1,6 @@
-"""The README tells the truth: every node parameter is documented, every command it shows exists
-and parses its options, and the two quick-start commands are the ones CI and make use."""
+"""The README tells the truth: every node parameter is documented (docs/parameters.md, generated from
+the tables the nodes declare from), every command it shows exists and parses its options, and the two
+quick-start commands are the ones CI and make use."""
 import ast
 import re
 import shlex
@@ -11,31 +12,39 @@ from sim2real_ros.cli.main import available_commands
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
-NODES = ("sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder", "viz_node")
-DECLARERS = {"declare", "declare_array", "declare_parameter", "_declare_string_array", "bounded"}
 
 
-def declared_parameters(node: str) -> set[str]:
-    """Parameter names a node declares (string literals passed to its declare helpers)."""
+def test_parameters_doc_is_generated_from_the_declaration_tables():
+    """docs/parameters.md is what `python -m sim2real_ros.nodes.parameters` writes from the tables
+    the nodes declare from; the README links to it for every node."""
+    from sim2real_ros.nodes.parameters import DOC_PATH, NODES, render_markdown
+
+    assert DOC_PATH == ROOT / "docs" / "parameters.md"
+    assert DOC_PATH.read_text() == render_markdown(), (
+        "docs/parameters.md is out of date: run `python -m sim2real_ros.nodes.parameters`")
+    for node in NODES:
+        assert f"(docs/parameters.md#{node})" in README, f"README does not link the parameters of {node}"
+
+
+DECLARERS = {"declare", "declare_array", "declare_parameter", "declare_parameters"}
+
+
+@pytest.mark.parametrize("node", ["sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor",
+                                  "recorder", "viz_node"])
+def test_nodes_declare_parameters_only_from_their_table(node):
+    """No parameter is declared by name in a node's source: each comes from nodes/parameters.py."""
+    from sim2real_ros.nodes.parameters import NODES
+
     tree = ast.parse((ROOT / "sim2real_ros" / "nodes" / f"{node}.py").read_text())
-    names = set()
+    by_name = []
     for call in ast.walk(tree):
-        if not isinstance(call, ast.Call):
-            continue
-        func = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
-        if func in DECLARERS:
-            for arg in call.args[:2]:
-                if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.isidentifier():
-                    names.add(arg.value)
-    return names - {"node", "self"}
-
-
-@pytest.mark.parametrize("node", NODES)
-def test_every_node_parameter_is_in_the_readme(node):
-    section = README.split(f"### {node}", 1)[1].split("\n### ", 1)[0]
-    missing = sorted(p for p in declared_parameters(node) if f"`{p}`" not in section)
-    assert declared_parameters(node), f"found no parameters declared by {node}"
-    assert not missing, f"README section of {node} lacks parameters {missing}"
+        if isinstance(call, ast.Call):
+            func = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+            if func in DECLARERS and any(isinstance(a, ast.Constant) and isinstance(a.value, str)
+                                         for a in call.args[:2]):
+                by_name.append(ast.unparse(call)[:80])
+    assert not by_name, f"{node} declares parameters outside its table: {by_name}"
+    assert "declare_table(" in ast.unparse(tree) and NODES[node]
 
 
 def readme_commands() -> list[list[str]]:

@@ -4,7 +4,7 @@
       actuation dead time per joint (and overall) from commanded vs measured positions: the onset
       of a fitted servo response (dead time, then rate-limited first order), per command step and
       its median, with slew rate and time constant; the cross-correlation lag beside it as "bulk
-      lag". The dead time is the number to put in the actuator node's `actuation_latency`.
+      lag". The dead time is the number to put in the actuator node's `actuation_latency_s`.
   sysid fit --bag PATH --out YAML --report DIR [--method nelder-mead|differential-evolution]
             [--fit latency,kp,kd,damping,friction]
       replays the recorded commands in the PyBullet sim and fits the actuator dynamics to the

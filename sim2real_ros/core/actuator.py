@@ -8,7 +8,7 @@ nothing here reads a clock, sleeps or locks (the node serializes calls).
 At tick t the command is the buffered chunks' target for t + latency in use (core.chunk_buffer,
 DESIGN.md §3). The latency the joints actually show is estimated from the commands sent vs the
 joint states measured (core.latency_estimator); with `use_estimated_latency` it replaces the
-configured `actuation_latency` once its confidence reaches `latency_min_confidence`.
+configured `actuation_latency_s` once its confidence reaches `latency_min_confidence`.
 
 With the joints' velocity limits configured, a measured joint jump (core.joint_jump: a teleported sim
 robot at an episode reset, a re-homed encoder) drops the buffered chunks and refuses chunks observed
@@ -49,14 +49,15 @@ CLOCK_JUMP_NS = 1_000_000_000  # [ns] a backwards clock step larger than this is
 HISTORY = 2000  # tick periods and chunk ages kept for the statistics (20 s at 100 Hz, 4 s at 500 Hz)
 
 # Fields of the core configs that carry another name as node parameters.
-_CORE_FIELD_TO_PARAMETER = {"window_s": "latency_window_s", "max_lag_s": "latency_max_s", "grid_dt_s": "control_rate"}
+_CORE_FIELD_TO_PARAMETER = {"window_s": "latency_window_s", "max_lag_s": "latency_max_s",
+                            "grid_dt_s": "control_rate_hz"}
 
 
 @dataclass(frozen=True)
 class ActuatorConfig:
     """Validated actuator settings (the node's parameters; see actuator_node.declare_parameters).
 
-    joints: command joint order; control_rate [Hz]; actuation_latency [s]: configured compensation;
+    joints: command joint order; control_rate_hz [Hz]; actuation_latency_s [s]: configured compensation;
     interpolation, blending, crossfade_s [s], ensemble_decay: chunk_buffer settings;
     estimate_latency / use_estimated_latency: estimate the latency / compensate with the estimate;
     latency_window_s [s], latency_max_s [s]: estimator history and search range;
@@ -67,8 +68,8 @@ class ActuatorConfig:
     """
 
     joints: tuple[str, ...]
-    control_rate: float = 100.0
-    actuation_latency: float = 0.0
+    control_rate_hz: float = 100.0
+    actuation_latency_s: float = 0.0
     interpolation: str = "cubic"
     blending: str = "crossfade"
     crossfade_s: float = 0.05
@@ -88,10 +89,10 @@ class ActuatorConfig:
 
         if not self.joints or any(not name for name in self.joints) or len(set(self.joints)) != len(self.joints):
             raise bad("joints", "must be distinct, non-empty joint names")
-        if not (np.isfinite(self.control_rate) and 0.0 < self.control_rate <= 2000.0):
-            raise bad("control_rate", "must be in (0, 2000] Hz")
-        if not (np.isfinite(self.actuation_latency) and 0.0 <= self.actuation_latency <= 1.0):
-            raise bad("actuation_latency", "must be in [0, 1] s")
+        if not (np.isfinite(self.control_rate_hz) and 0.0 < self.control_rate_hz <= 2000.0):
+            raise bad("control_rate_hz", "must be in (0, 2000] Hz")
+        if not (np.isfinite(self.actuation_latency_s) and 0.0 <= self.actuation_latency_s <= 1.0):
+            raise bad("actuation_latency_s", "must be in [0, 1] s")
         if self.interpolation not in INTERPOLATIONS:
             raise bad("interpolation", f"must be one of {INTERPOLATIONS}")
         if self.blending not in BLENDINGS:
@@ -114,7 +115,7 @@ class ActuatorConfig:
     @property
     def control_period_s(self) -> float:
         """[s] between control ticks."""
-        return 1.0 / self.control_rate
+        return 1.0 / self.control_rate_hz
 
     def buffer_config(self) -> ChunkBufferConfig:
         return ChunkBufferConfig(
@@ -132,7 +133,7 @@ class ActuatorConfig:
         return LatencyEstimatorConfig(
             window_s=self.latency_window_s, max_lag_s=self.latency_max_s, source=self.source,
             # Resample at least as finely as the control period, so one tick is several grid steps.
-            grid_dt_s=min(0.002, 0.5 / self.control_rate),
+            grid_dt_s=min(0.002, 0.5 / self.control_rate_hz),
         )
 
 
@@ -166,7 +167,7 @@ class ActuatorCore:
         self._buffer = ChunkBuffer(config.joints, config.buffer_config())
         self._estimator = LatencyEstimator(config.estimator_config())
         self.estimate = LatencyEstimate(None, 0.0, 0.0, "not estimated yet")
-        self.latency_in_use_s = config.actuation_latency
+        self.latency_in_use_s = config.actuation_latency_s
         self.ticks = 0
         self.published = 0
         self.stale_ticks = 0
@@ -324,13 +325,13 @@ class ActuatorCore:
             "chunks_buffered": len(self._buffer),
             "chunk_age_at_use_ms_p50": ages["p50"],
             "chunk_age_at_use_ms_max": ages["max"],
-            "actuation_latency_configured_s": self.config.actuation_latency,
+            "actuation_latency_configured_s": self.config.actuation_latency_s,
             "actuation_latency_in_use_s": self.latency_in_use_s,
             "latency_estimate_s": float("nan") if estimate.latency_s is None else estimate.latency_s,
             "latency_confidence": estimate.confidence,
             "latency_excitation_rad_s": estimate.excitation,
             "latency_estimate_status": estimate.reason,
-            "control_rate_hz": self.config.control_rate,
+            "control_rate_hz": self.config.control_rate_hz,
             "timer_period_ms_p50": periods["p50"],
             "timer_period_ms_p99": periods["p99"],
             "timer_period_ms_max": periods["max"],

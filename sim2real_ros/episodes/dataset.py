@@ -51,7 +51,9 @@ def default_actuation_latency_s() -> float:
     use the actuator's value: executing the learned chunk then reproduces the human's commands."""
     try:
         data = yaml.safe_load(config_path("params.yaml").read_text()) or {}
-        return float(data["/**/actuator_node"]["ros__parameters"]["actuation_latency"])
+        parameters = data["/**/actuator_node"]["ros__parameters"]
+        # actuation_latency: the name before actuation_latency_s, still accepted for one release.
+        return float(parameters.get("actuation_latency_s", parameters.get("actuation_latency")))
     except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):
         return 0.02
 

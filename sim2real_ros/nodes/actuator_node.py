@@ -2,12 +2,12 @@
 
 Subscribes  policy/action_chunk (trajectory_msgs/JointTrajectory), joint_states (sensor_msgs/JointState)
 Publishes   command/policy (sensor_msgs/JointState: positions [rad], velocities [rad/s]) at
-            `control_rate`, stamped with the tick time; nothing while stale (the supervisor decides
+            `control_rate_hz`, stamped with the tick time; nothing while stale (the supervisor decides
             what the robot does when commands stop).
             ~/diagnostics (diagnostic_msgs/DiagnosticArray, ~1 Hz): chunk age at use, stale ticks,
             rejected chunks by reason, latency estimate and confidence, timer period statistics.
 
-At tick t the command is the buffered chunks' target for t + actuation_latency (core.chunk_buffer).
+At tick t the command is the buffered chunks' target for t + actuation_latency_s (core.chunk_buffer).
 The latency the joints actually show is estimated online from commands sent vs joint states
 measured (core.latency_estimator) and reported; `use_estimated_latency` makes the node use it
 (once its confidence reaches `latency_min_confidence`) instead of the configured value.
@@ -27,7 +27,6 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
-from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 
@@ -40,8 +39,8 @@ from ..core.report import Level
 from ..core.safety import limits_from_urdf
 from ..core.tick_phase import TickPhaseLock
 from ..core.urdf import RobotModel
-from ..paths import urdf_path
-from .common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS, declare, declare_array, now_ns, run_node
+from .common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS, now_ns, run_node
+from .parameters import ACTUATOR_NODE, declare_table
 
 __all__ = ["ActuatorConfig", "ActuatorNode", "declare_parameters", "main"]
 
@@ -50,38 +49,12 @@ DIAGNOSTICS_PERIOD_S = 1.0
 
 
 def declare_parameters(node: Node) -> ActuatorConfig:
-    """Declare the node's parameters (with descriptions) and validate them into an ActuatorConfig."""
-    description = declare(node, "robot_description", str(urdf_path()),
-                          "URDF XML or a URDF file path; its movable joints are the default `joints`")
-    joints = declare_array(node, "joints", Parameter.Type.STRING_ARRAY,
-                           "joint names of the commands, in order (default: the URDF's movable joints); each a "
-                           "movable joint of robot_description, named once")
-    values = dict(
-        control_rate=declare(node, "control_rate", 100.0, "command publication rate [Hz]"),
-        actuation_latency=declare(node, "actuation_latency", 0.0,
-                                  "delay from sending a command to the joints acting on it [s]; the command "
-                                  "at tick t is the chunk target for t + actuation_latency"),
-        interpolation=declare(node, "interpolation", "cubic", "between chunk points: linear | cubic (C1 Hermite)"),
-        blending=declare(node, "blending", "crossfade",
-                         "overlapping chunks: crossfade (newest wins) | temporal_ensemble (ACT)"),
-        crossfade_s=declare(node, "crossfade_s", 0.05, "fade-in time of a new chunk [s] (0: switch at once)"),
-        ensemble_decay=declare(node, "ensemble_decay", 0.01,
-                               "temporal_ensemble: m in w_i = exp(-m i), i = 0 the oldest chunk (m > 0 favours "
-                               "older chunks, as ACT)"),
-        estimate_latency=declare(node, "estimate_latency", True,
-                                 "estimate the actuation latency from commands vs joint_states and report it"),
-        use_estimated_latency=declare(node, "use_estimated_latency", False,
-                                      "compensate with the estimated latency instead of actuation_latency once "
-                                      "its confidence reaches latency_min_confidence"),
-        latency_window_s=declare(node, "latency_window_s", 4.0, "history used by the latency estimate [s]"),
-        latency_max_s=declare(node, "latency_max_s", 0.25, "largest latency the estimate searches [s]"),
-        latency_min_confidence=declare(node, "latency_min_confidence", 0.8,
-                                       "confidence (normalized correlation) needed to use the estimate [0..1]"),
-    )
-    values["max_joint_jump_rad"] = declare(
-        node, "max_joint_jump_rad", 0.2,
-        "a measured step beyond 2 x URDF velocity limit x dt plus this is a jump (teleported sim robot, re-homed "
-        "encoder): buffered chunks are dropped, chunks observed before it refused [rad]")
+    """Declare parameters.ACTUATOR_NODE (docs/parameters.md; `control_rate` and `actuation_latency`
+    still accepted, with a warning, for one release) and validate them into an ActuatorConfig."""
+    v = declare_table(node, ACTUATOR_NODE)
+    description, joints = v.pop("robot_description"), v.pop("joints")
+    v.pop("tick_phase_lock")  # the node's, not the core's
+    values = v
     source = f"{node.get_name()} parameters"
     try:
         model = RobotModel.from_description(description)
@@ -130,9 +103,7 @@ class ActuatorNode(Node):
         self._period_ns = int(round(cfg.control_period_s * 1e9))
         self._phase_lock: TickPhaseLock | None = None
         self._chunk_arrival_ns: int | None = None  # steady clock of the last chunk accepted, for the phase lock
-        if declare(self, "tick_phase_lock", True,
-                   "wall clock: nudge the control schedule (at most 10% of a period per chunk) so the first tick "
-                   "after a typical chunk arrival comes 15% of a period after it; the rate is unchanged"):
+        if self.get_parameter("tick_phase_lock").value:
             self._phase_lock = TickPhaseLock(self._period_ns, lead_ns=int(0.15 * self._period_ns),
                                              max_shift_ns=int(0.1 * self._period_ns))
         if self.get_parameter("use_sim_time").value:
@@ -148,8 +119,8 @@ class ActuatorNode(Node):
         self.create_timer(DIAGNOSTICS_PERIOD_S, self._on_diagnostics, callback_group=io_group,
                           clock=Clock(clock_type=ClockType.STEADY_TIME))
         self.get_logger().info(
-            f"commanding {len(cfg.joints)} joints {list(cfg.joints)} at {cfg.control_rate:g} Hz, "
-            f"actuation_latency {cfg.actuation_latency * 1e3:.1f} ms, {cfg.interpolation}, {cfg.blending}"
+            f"commanding {len(cfg.joints)} joints {list(cfg.joints)} at {cfg.control_rate_hz:g} Hz, "
+            f"actuation_latency_s {cfg.actuation_latency_s * 1e3:.1f} ms, {cfg.interpolation}, {cfg.blending}"
         )
 
     # ------------------------------------------------------------------------------------------

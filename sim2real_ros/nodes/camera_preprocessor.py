@@ -34,8 +34,8 @@ from ..core.image_drops import DropLedger, ImageDropReason, classify_image_layou
 from ..core.preprocess import CoverageReport, ImageError, ImagePipeline
 from ..core.preprocess_config import PreprocessConfig
 from ..core.report import Level
-from ..paths import config_path
-from .common import RELIABLE_LATEST_QOS, SENSOR_QOS, declare, now_ns, run_node
+from .common import RELIABLE_LATEST_QOS, SENSOR_QOS, now_ns, run_node
+from .parameters import CAMERA_PREPROCESSOR, declare_table
 
 NODE_NAME = "camera_preprocessor"
 # Why an image was dropped: core.image_drops.ImageDropReason (every reason is always reported).
@@ -98,14 +98,12 @@ class CameraPreprocessor(Node):
         )
 
     def _read_parameters(self) -> CameraPreprocessorConfig:
-        path = declare(self, "preprocess_config", str(config_path("preprocess.yaml")),
-                             "Preprocessing YAML: policy camera intrinsics and size, center_crop, fill_rgb, "
-                             "interpolation. Its content hash must match the checkpoint's.")
-        period = declare(self, "diagnostics_period_s", 1.0, "Period of the ~/diagnostics report [s].")
-        throttle = declare(self, "log_throttle_s", 5.0,
-                                 "At most one warning per drop reason per this period [s] (counters are exact).")
-        return CameraPreprocessorConfig(preprocess_config=str(path), diagnostics_period_s=float(period),
-                                        log_throttle_s=float(throttle), source=f"{self.get_name()} parameter")
+        """Declare parameters.CAMERA_PREPROCESSOR (docs/parameters.md) and validate them."""
+        v = declare_table(self, CAMERA_PREPROCESSOR)
+        return CameraPreprocessorConfig(preprocess_config=str(v["preprocess_config"]),
+                                        diagnostics_period_s=float(v["diagnostics_period_s"]),
+                                        log_throttle_s=float(v["log_throttle_s"]),
+                                        source=f"{self.get_name()} parameter")
 
     # ------------------------------------------------------------------------------------------
     def _on_camera_info(self, msg: CameraInfo) -> None:

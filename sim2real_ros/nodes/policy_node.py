@@ -33,14 +33,12 @@ from dataclasses import dataclass
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
-from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
 from trajectory_msgs.msg import JointTrajectory
 
-from .. import paths
 from ..conversions import (
     MessageError,
     chunk_to_trajectory,
@@ -65,7 +63,8 @@ from ..core.policy_backend import BACKENDS, load_policy
 from ..core.policy_ledger import ImageLedger
 from ..core.preprocess_config import PreprocessConfig
 from ..core.urdf import RobotModel
-from .common import LATCHED_QOS, RELIABLE_LATEST_QOS, declare, now_ns, run_node
+from .common import LATCHED_QOS, RELIABLE_LATEST_QOS, now_ns, run_node
+from .parameters import POLICY_NODE, declare_table
 from .polled_subscription import PolledSubscription
 
 NODE_NAME = "policy_node"
@@ -220,33 +219,15 @@ class PolicyNode(Node):
 
     # -- parameters -------------------------------------------------------------------------------
     def _read_parameters(self) -> PolicyNodeConfig:
-        self.declare_parameter("joints", "", ParameterDescriptor(
-            description="graph joint names (string array or comma-separated); empty: movable joints of the URDF",
-            read_only=True, dynamic_typing=True))
+        """Declare parameters.POLICY_NODE (docs/parameters.md) and validate them."""
+        v = declare_table(self, POLICY_NODE)
         return PolicyNodeConfig(
-            checkpoint=str(declare(self, "checkpoint", str(paths.default_policy_path()),
-                                   "policy checkpoint file (create one with `sim2real policy init`) or exported "
-                                   ".onnx policy (`sim2real policy export`)")),
-            backend=str(declare(self, "backend", "auto",
-                                "what runs the policy: auto (by the file: checkpoint -> torch, .onnx -> "
-                                "onnxruntime), torch or onnxruntime")),
-            preprocess_config=str(declare(self, "preprocess_config", str(paths.config_path("preprocess.yaml")),
-                                          "preprocessing YAML the graph runs; the checkpoint must match its hash")),
-            robot_description=str(declare(self, "robot_description", str(paths.urdf_path()),
-                                          "URDF XML or file path; the graph's joint names come from it")),
-            joints=_joint_list(self.get_parameter("joints").value),
-            device=str(declare(self, "device", "cpu", "inference device: cpu or cuda[:index]")),
-            num_threads=int(declare(self, "num_threads", 1,
-                                    "torch (or onnxruntime) intra-op threads (0: its default); 1 leaves a core to "
-                                    "the executor")),
-            pairing_tolerance_s=float(declare(self, "pairing_tolerance_s", 0.05,
-                                              "largest |image stamp - joint state stamp| paired [s]")),
-            max_observation_age_s=float(declare(self, "max_observation_age_s", 0.25,
-                                                "observations older than this on the node clock are dropped [s]")),
-            observation_period_s=float(declare(self, "observation_period_s", -1.0,
-                                               "least time between observations used [s]; 0: every image; "
-                                               "-1: the checkpoint's training observation period")),
-            diagnostics_period_s=float(declare(self, "diagnostics_period_s", 1.0, "diagnostics period [s]")),
+            checkpoint=str(v["checkpoint"]), backend=str(v["backend"]), preprocess_config=str(v["preprocess_config"]),
+            robot_description=str(v["robot_description"]), joints=_joint_list(v["joints"]), device=str(v["device"]),
+            num_threads=int(v["num_threads"]), pairing_tolerance_s=float(v["pairing_tolerance_s"]),
+            max_observation_age_s=float(v["max_observation_age_s"]),
+            observation_period_s=float(v["observation_period_s"]),
+            diagnostics_period_s=float(v["diagnostics_period_s"]),
         )
 
     @property

@@ -44,8 +44,8 @@ from ..bags.topic_selection import adapt_qos, select_topics
 from ..bags.writer import BagWriter, qos_profiles_yaml
 from ..core.errors import BagError, ConfigError
 from ..core.timebase import NS_PER_S
-from ..paths import urdf_path
-from .common import declare, freeze_startup_objects, now_ns, single_threaded_executor
+from .common import freeze_startup_objects, now_ns, single_threaded_executor
+from .parameters import RECORDER, declare_table
 
 
 @dataclass(frozen=True)
@@ -124,16 +124,10 @@ def _qos_dict(qos: QoSProfile) -> dict[str, Any]:
 class RecorderNode(Node):
     def __init__(self, **node_kwargs: Any) -> None:
         super().__init__("recorder", **node_kwargs)
-        output = declare(self, "output", "", "bag folder to create (empty: rosbag2_<date> in the working directory)")
-        topics = declare(self, "topics", [""], "topics to record; empty = every topic, discovered continuously")
-        storage = declare(self, "storage", "mcap", "storage plugin: mcap (default) or sqlite3")
-        flush = declare(self, "flush_period_s", 1.0, "the longest a received message waits to be handed to "
-                        "the OS [s]: the most a killed recorder loses (a flush is no fsync: a power loss loses more)")
-        discovery = declare(self, "discovery_period_s", 0.5, "how often to look for new topics [s]")
-        max_mb = declare(self, "max_file_size_mb", 0.0, "split into a new file past this size [MB]; 0 = never")
-        max_s = declare(self, "max_file_duration_s", 0.0, "split into a new file past this duration [s]; 0 = never")
-        description = declare(self, "robot_description", str(urdf_path()),
-                              "URDF (file path or XML) stored as robot_description in the bag; '' = none")
+        v = declare_table(self, RECORDER)  # parameters.RECORDER, docs/parameters.md
+        output, topics, storage = v["output"], v["topics"], v["storage"]
+        flush, discovery = v["flush_period_s"], v["discovery_period_s"]
+        max_mb, max_s, description = v["max_file_size_mb"], v["max_file_duration_s"], v["robot_description"]
         self.config = RecorderConfig(
             output=output or default_output(), topics=tuple(t for t in (topics or []) if t), storage=storage,
             flush_period_s=float(flush), discovery_period_s=float(discovery), max_file_size_mb=float(max_mb),

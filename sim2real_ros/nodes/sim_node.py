@@ -35,7 +35,6 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PointStamped
 from rclpy.node import Node
-from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
@@ -49,7 +48,6 @@ from ..core.joint_list import resolve_joint_list
 from ..core.report import Level
 from ..core.sim_schedule import MultiRateSchedule, RateReporter, RealtimePacer, period_ns
 from ..core.urdf import RobotModel
-from ..paths import config_path, urdf_path
 from ..sim.params import load_sim_params
 from ..sim.world import SimWorld
 from .common import (
@@ -58,10 +56,9 @@ from .common import (
     LATCHED_QOS,
     RELIABLE_LATEST_QOS,
     SENSOR_QOS,
-    declare,
-    declare_array,
     run_node,
 )
+from .parameters import SIM_NODE, declare_table
 
 NODE_NAME = "sim_node"
 PACINGS = ("realtime", "lockstep", "fast")
@@ -76,7 +73,7 @@ RESYNC_TOLERANCE_RAD = 0.1
 
 @dataclass(frozen=True)
 class SimNodeConfig:
-    """Validated parameters of the sim node (see SimNode._declare for their meaning)."""
+    """Validated parameters of the sim node (parameters.SIM_NODE, docs/parameters.md, give their meaning)."""
 
     robot_description: str
     sim_params_file: str
@@ -184,36 +181,17 @@ class SimNode(Node):
         return replace(config, joints=resolve_joint_list(config.joints, model, f"{NODE_NAME} parameter"))
 
     def _declare_parameters(self) -> SimNodeConfig:
+        """Declare parameters.SIM_NODE (docs/parameters.md) and validate them into a SimNodeConfig."""
+        v = declare_table(self, SIM_NODE)
         return SimNodeConfig(
-            robot_description=declare(self, "robot_description", str(urdf_path()),
-                                      "URDF XML or URDF file path of the simulated robot"),
-            sim_params_file=declare(self, "sim_params_file", str(config_path("sim_params.yaml")),
-                                    "sim parameters YAML (dynamics, latency, task, randomization)"),
-            camera_calibration=declare(self, "camera_calibration", "",
-                                       "camera calibration YAML (ROS format); empty = the sim params' file"),
-            ee_link=declare(self, "ee_link", "", "end-effector (tool point) link; empty = the sim params' ee_link"),
-            joints=tuple(str(v) for v in declare_array(
-                self, "joints", Parameter.Type.STRING_ARRAY,
-                "command joint order (Float64MultiArray layout); empty = all movable URDF joints")),
-            seed=int(declare(self, "seed", 0, "random seed of targets and randomization (reproducible episodes)")),
-            randomize=bool(declare(self, "randomize", False, "domain randomization per episode (false = nominal)")),
-            pushes=bool(declare(self, "pushes", False, "random pushes on the arm's links per episode "
-                                "(the sim params' randomization.pushes ranges; false = none)")),
-            auto_reset=bool(declare(self, "auto_reset", True, "start a new episode after each outcome")),
-            pacing=str(declare(self, "pacing", "realtime", "realtime | lockstep | fast")),
-            real_time_factor=float(declare(self, "real_time_factor", 1.0,
-                                           "target sim speed / wall speed for realtime pacing")),
-            joint_state_rate_hz=float(declare(self, "joint_state_rate_hz", 0.0,
-                                              "joint_states rate [Hz]; 0 = sim params rates.joint_states_hz")),
-            camera_rate_hz=float(declare(self, "camera_rate_hz", 0.0,
-                                         "camera rate [Hz] (sim time); 0 = sim params rates.camera_hz")),
-            clock_rate_hz=float(declare(self, "clock_rate_hz", 0.0,
-                                        "clock rate [Hz] (sim time); 0 = sim params rates.clock_hz")),
-            camera_enabled=bool(declare(self, "camera_enabled", True, "render and publish the camera")),
-            lockstep_timeout_s=float(declare(self, "lockstep_timeout_s", 1.0,
-                                             "lockstep: longest wall wait for a command after a frame [s]")),
-            world_frame_id=str(declare(self, "world_frame_id", "world", "frame of sim/target (robot base)")),
-            camera_frame_id=str(declare(self, "camera_frame_id", "camera_link", "frame_id of the camera topics")),
+            robot_description=v["robot_description"], sim_params_file=v["sim_params_file"],
+            camera_calibration=v["camera_calibration"], ee_link=v["ee_link"],
+            joints=tuple(str(name) for name in v["joints"]), seed=int(v["seed"]), randomize=bool(v["randomize"]),
+            pushes=bool(v["pushes"]), auto_reset=bool(v["auto_reset"]), pacing=str(v["pacing"]),
+            real_time_factor=float(v["real_time_factor"]), joint_state_rate_hz=float(v["joint_state_rate_hz"]),
+            camera_rate_hz=float(v["camera_rate_hz"]), clock_rate_hz=float(v["clock_rate_hz"]),
+            camera_enabled=bool(v["camera_enabled"]), lockstep_timeout_s=float(v["lockstep_timeout_s"]),
+            world_frame_id=str(v["world_frame_id"]), camera_frame_id=str(v["camera_frame_id"]),
         )
 
     # ------------------------------------------------------------------------------------------

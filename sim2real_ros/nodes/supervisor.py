@@ -22,12 +22,10 @@ import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
-from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
 from sensor_msgs.msg import JointState, Joy
 from std_msgs.msg import Bool, Float64MultiArray
@@ -41,7 +39,6 @@ from ..core.joystick import load_joystick_mapping
 from ..core.report import Level
 from ..core.safety import limits_from_urdf
 from ..core.supervisor import (
-    CONFIG_RANGES,
     InterventionEvent,
     Mode,
     SentCommand,
@@ -51,28 +48,25 @@ from ..core.supervisor import (
 )
 from ..core.teleop import Jogger
 from ..core.urdf import RobotModel
-from ..paths import config_path, urdf_path
 from .common import (
     EVENTS_QOS,
     JOINT_STATE_QOS,
     JOY_QOS,
     LATCHED_QOS,
     RELIABLE_LATEST_QOS,
-    declare,
-    declare_array,
     now_ns,
     run_node,
 )
 from .executor import single_threaded_executor
+from .parameters import SUPERVISOR, SUPERVISOR_CONTROL_RATE_RANGE, SUPERVISOR_STATE_RATE_RANGE, declare_table
 
 SOURCE = "supervisor parameters"
 COMMAND_TOPIC = "forward_position_controller/commands"
 LEVELS = {Mode.ESTOP: Level.ERROR, Mode.HOLD: Level.WARN}
 
 
-# [Hz] control_rate_hz bounds: the core's control period bounds, inverted.
-CONTROL_RATE_RANGE = (1.0 / CONFIG_RANGES["control_period_s"][1], 1.0 / CONFIG_RANGES["control_period_s"][0])
-STATE_RATE_RANGE = (0.1, 100.0)  # [Hz]
+CONTROL_RATE_RANGE = SUPERVISOR_CONTROL_RATE_RANGE  # [Hz] the core's control period bounds, inverted
+STATE_RATE_RANGE = SUPERVISOR_STATE_RATE_RANGE  # [Hz]
 
 
 @dataclass(frozen=True)
@@ -97,72 +91,20 @@ class SupervisorNodeParams:
 
 
 def declare_parameters(node: Node) -> tuple[SupervisorNodeParams, dict]:
-    """Declare every parameter (with descriptions; the numeric ones with the ranges of the core's
-    CONFIG_RANGES, refused outside them); return node params and the core's config fields."""
-
-    def bounded(name: str, default: float, description: str) -> Any:
-        """A core timing or limit parameter, declared with its CONFIG_RANGES bounds."""
-        return declare(node, name, default, description, value_range=CONFIG_RANGES[name], source=SOURCE)
-
+    """Declare parameters.SUPERVISOR (docs/parameters.md; the numeric ones with the ranges of the
+    core's CONFIG_RANGES, refused outside them); return node params and the core's config fields."""
+    v = declare_table(node, SUPERVISOR, range_source=SOURCE)
     params = SupervisorNodeParams(
-        robot_description=str(declare(node, "robot_description", str(urdf_path()),
-                                      "URDF XML or URDF file path: joints, limits, Jacobian")),
-        joints=tuple(declare_array(node, "joints", Parameter.Type.STRING_ARRAY,
-                                    "command joint order (default: the URDF's movable joints); each a movable "
-                                    "joint of the URDF, named once")),
-        ee_link=str(declare(node, "ee_link", "", "end-effector link for Cartesian jogging ('' = the arm's tip)")),
-        joystick_config=str(declare(node, "joystick_config", str(config_path("joystick.yaml")),
-                                    "joystick mapping YAML (buttons, axes, scales, deadzone)")),
-        control_rate_hz=float(declare(node, "control_rate_hz", 100.0, "robot command rate [Hz]",
-                                      value_range=CONTROL_RATE_RANGE, source=SOURCE)),
-        state_rate_hz=float(declare(node, "state_rate_hz", 5.0, "supervisor/state rate when nothing changes [Hz]",
-                                    value_range=STATE_RATE_RANGE, source=SOURCE)),
-        forward_policy_commands=bool(declare(
-            node, "forward_policy_commands", True,
-            "AUTONOMOUS: send each command/policy as it arrives (at most one per half control period) "
-            "instead of at the next control tick")),
+        robot_description=str(v.pop("robot_description")), joints=tuple(v.pop("joints")),
+        ee_link=str(v.pop("ee_link")), joystick_config=str(v.pop("joystick_config")),
+        control_rate_hz=float(v.pop("control_rate_hz")), state_rate_hz=float(v.pop("state_rate_hz")),
+        forward_policy_commands=bool(v.pop("forward_policy_commands")),
     )
-    core = dict(
-        policy_timeout_s=bounded("policy_timeout_s", 0.1, "command/policy silence -> HOLD [s]"),
-        joy_timeout_s=bounded("joy_timeout_s", 0.5,
-                              "joy silence while the human is in control -> HOLD; with require_stop_source, how "
-                              "recent the joystick's e-stop button must be to count as a live stop source [s]"),
-        joint_state_timeout_s=bounded("joint_state_timeout_s", 0.2, "joint_states silence -> HOLD [s]"),
-        estop_heartbeat_timeout_s=bounded("estop_heartbeat_timeout_s", 0.0,
-                                          "estop silence -> ESTOP [s]; 0 = no heartbeat required"),
-        auto_arm=bool(declare(node, "auto_arm", False,
-                              "arm automatically once joint states and policy commands are fresh")),
-        require_stop_source=bool(declare(
-            node, "require_stop_source", False,
-            "arming needs a live stop source (estop messages within estop_heartbeat_timeout_s when that is > 0, "
-            "or a joystick whose e-stop button was read within joy_timeout_s); losing it while moving latches "
-            "ESTOP (true in the robot graph)")),
-        handover_ramp_s=bounded("handover_ramp_s", 1.0,
-                                "ramp time for a gap of handover_max_gap_rad; smaller gaps ramp faster [s]"),
-        handover_max_gap_rad=bounded("handover_max_gap_rad", 0.5,
-                                     "largest policy-vs-measured gap a handover accepts [rad]"),
-        max_joint_jump_rad=bounded("max_joint_jump_rad", 0.2,
-                                   "measured step beyond 2 x velocity limit x dt plus this -> hold at the new "
-                                   "position (re-homed encoder, teleported sim robot) [rad]"),
-        joint_jump_confirm_samples=bounded("joint_jump_confirm_samples", 3,
-                                           "consecutive joint states a measured jump must persist over before the "
-                                           "hold moves to it; a shorter excursion is rejected as outliers"),
-        joint_state_limit_margin_rad=bounded("joint_state_limit_margin_rad", 0.5,
-                                             "a measured position beyond the URDF position limits by more than "
-                                             "this is rejected as implausible [rad]"),
-        shared_authority=bounded("shared_authority", 0.5,
-                                 "SHARED: fraction of the human's jog velocity added to the policy [0..1]"),
-        shared_max_offset_rad=bounded("shared_max_offset_rad", 0.3,
-                                      "SHARED: largest human correction per joint [rad]"),
-        lower=declare_array(node, "position_lower_limits", Parameter.Type.DOUBLE_ARRAY,
-                             "tighter lower position limits per joint [rad] (empty: URDF)"),
-        upper=declare_array(node, "position_upper_limits", Parameter.Type.DOUBLE_ARRAY,
-                             "tighter upper position limits per joint [rad] (empty: URDF)"),
-        velocity=declare_array(node, "velocity_limits", Parameter.Type.DOUBLE_ARRAY,
-                                "tighter velocity limits per joint [rad/s] (empty: URDF)"),
-        velocity_scale=declare(node, "velocity_scale", 1.0, "scale of the velocity limits, in (0, 1]"),
-    )
-    return params, core
+    v["auto_arm"], v["require_stop_source"] = bool(v["auto_arm"]), bool(v["require_stop_source"])
+    for parameter, field in (("position_lower_limits", "lower"), ("position_upper_limits", "upper"),
+                             ("velocity_limits", "velocity")):
+        v[field] = v.pop(parameter)
+    return params, v  # the rest are SupervisorConfig fields (limits: limits_from_urdf's)
 
 
 def status_message(status: SupervisorStatus, stamp_ns: int) -> DiagnosticArray:

@@ -24,20 +24,18 @@ from rclpy.qos import QoSProfile
 
 from ..core.errors import ConfigError, UrdfError
 from ..core.urdf import RobotModel
-from ..paths import urdf_path
 from ..viz.channels import VizPublisher
 from ..viz.kinematics import ArmKinematics
 from ..viz.router import INPUTS, VizRouter
 from ..viz.server import (
-    DEFAULT_BACKLOG,
     DEFAULT_HOST,
-    DEFAULT_PORT,
     LatchOnSubscribe,
     ServerStartError,
     start_viz_server,
 )
 from ..viz.source import tool_link_for
-from .common import EVENTS_QOS, LATCHED_QOS, SENSOR_QOS, declare, now_ns, run_node
+from .common import EVENTS_QOS, LATCHED_QOS, SENSOR_QOS, now_ns, run_node
+from .parameters import VIZ_NODE, declare_table
 
 QOS = {"sensor": SENSOR_QOS, "latched": LATCHED_QOS, "events": EVENTS_QOS}
 LATCH_CHECK_S = 0.2
@@ -52,16 +50,9 @@ class VizNode(Node):
     def __init__(self, **node_kwargs: Any) -> None:
         super().__init__("viz_node", **node_kwargs)
         source = f"node '{self.get_name()}' parameters"
-        description = declare(self, "robot_description", str(urdf_path()), "URDF file path or XML")
-        ee_link = declare(self, "ee_link", "", "tool point link ('' = the sim params' ee_link, else the arm's tip)")
-        host = declare(self, "host", DEFAULT_HOST, "address to listen on (127.0.0.1: this machine only; "
-                       "0.0.0.0: every interface, see docs/viz.md)")
-        port = declare(self, "port", DEFAULT_PORT, "Foxglove WebSocket port (0 = any free port)",
-                       value_range=(0, 65535))
-        quality = declare(self, "jpeg_quality", 80, "camera JPEG quality (0 = raw images)", value_range=(0, 100))
-        backlog = declare(self, "client_backlog", DEFAULT_BACKLOG, "messages queued per client before the oldest "
-                          "is dropped", value_range=(1, 100000))
-        stats_period = declare(self, "stats_period_s", 1.0, "period of /viz/stats [s]", value_range=(0.05, 60.0))
+        v = declare_table(self, VIZ_NODE)  # parameters.VIZ_NODE, docs/parameters.md
+        description, ee_link, host, port = v["robot_description"], v["ee_link"], v["host"], v["port"]
+        quality, backlog, stats_period = v["jpeg_quality"], v["client_backlog"], v["stats_period_s"]
         try:
             model = RobotModel.from_description(description)
             urdf_xml = description if description.lstrip().startswith("<") else Path(description).read_text()

@@ -143,7 +143,7 @@ def replay_graph(bag: Path, checkpoint: Path, policy: LoadedPolicy, options: Rep
                            camera_info_topic=options.camera_info_topic.strip("/"),
                            joint_states_topic=options.joint_states_topic.strip("/"),
                            extra_parameters={"policy_node": {"pairing_tolerance_s": options.pairing_tolerance_s},
-                                             "actuator_node": {"actuation_latency": options.actuation_latency_s}})
+                                             "actuator_node": {"actuation_latency_s": options.actuation_latency_s}})
     if options.preprocess_config:
         extra = dict(graph_args.extra_parameters)
         for name in ("camera_preprocessor", "policy_node"):

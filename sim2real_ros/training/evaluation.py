@@ -28,17 +28,20 @@ DEFAULT_DEPLOYMENT_LATENCY_S = 0.02
 
 
 def deployment_actuation_latency_s(params_file: str | Path | None = None) -> float:
-    """The latency [s] the deployed actuator compensates: `actuation_latency` of actuator_node in
-    config/params.yaml (or `params_file`), else the node's default 0.02 s. Not the sim variant's own
-    true latency: a robot's actuator knows only its configured value (or what sysid measured)."""
+    """The latency [s] the deployed actuator compensates: `actuation_latency_s` (or its deprecated name
+    `actuation_latency`) of actuator_node in config/params.yaml (or `params_file`), else 0.02 s.
+    Not the sim variant's own true latency: a robot's actuator knows only its configured value (or
+    what sysid measured)."""
     path = Path(params_file) if params_file else config_path("params.yaml")
     try:
         data = yaml.safe_load(path.read_text()) or {}
-        value = float(data["/**/actuator_node"]["ros__parameters"]["actuation_latency"])
+        parameters = data["/**/actuator_node"]["ros__parameters"]
+        name = "actuation_latency_s" if "actuation_latency_s" in parameters else "actuation_latency"
+        value = float(parameters[name])
     except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):
         return DEFAULT_DEPLOYMENT_LATENCY_S
     if not (np.isfinite(value) and value >= 0):
-        raise ConfigError(str(path), "/**/actuator_node.ros__parameters.actuation_latency", value,
+        raise ConfigError(str(path), f"/**/actuator_node.ros__parameters.{name}", value,
                           "must be a finite number >= 0 [s]")
     return value
 

@@ -164,8 +164,8 @@ def run_graph_loop(world: SimWorld, conditions: GraphConditions, observe: Observ
                (("camera", camera_hz), ("joint_states", js_hz), ("control", control_rate_hz))}
     grids = {name: _Grid(start, period, int(rng.integers(0, period))) for name, period in periods.items()}
     throttle = ObservationThrottle(obs_period_s)
-    actuator = ActuatorCore(ActuatorConfig(joints=tuple(world.joint_names), control_rate=control_rate_hz,
-                                           actuation_latency=actuation_latency_s, interpolation=interpolation,
+    actuator = ActuatorCore(ActuatorConfig(joints=tuple(world.joint_names), control_rate_hz=control_rate_hz,
+                                           actuation_latency_s=actuation_latency_s, interpolation=interpolation,
                                            blending=blending, estimate_latency=False))
     supervisor = make_supervisor(world, conditions, control_rate_hz) if conditions.supervisor else None
     names = list(world.joint_names)
