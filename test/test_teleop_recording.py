@@ -27,14 +27,10 @@ from sim2real_ros.core.errors import ConfigError
 from sim2real_ros.core.policy_model import build_model
 from sim2real_ros.core.preprocess_config import PreprocessConfig
 from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.episodes.episode_split import split_by_episode
 from sim2real_ros.paths import config_path, urdf_path
-from sim2real_ros.runtime.teleop_recording import (
-    MANIFEST,
-    TeleopPlan,
-    operator_joystick_config,
-    record_teleop_episodes,
-    split_by_episode,
-)
+from sim2real_ros.runtime.scripted_operator import TeleopPlan, operator_joystick_config
+from sim2real_ros.runtime.teleop_recording import MANIFEST, record_teleop_episodes
 
 JOINTS = tuple(RobotModel.from_description(str(urdf_path())).joint_names)
 EPISODES = 3
@@ -196,3 +192,20 @@ def test_bad_plans_and_outputs_are_refused_naming_the_field(tmp_path):
     mapping = load_joystick_mapping(path)
     assert mapping.groups_for(len(JOINTS)) == (tuple(range(len(JOINTS))),)
     assert mapping.joint_speed_fraction == 0.5 and len(set(mapping.joint_axes)) == len(JOINTS)
+
+
+def test_teleop_record_command_refuses_bad_input(tmp_path, capsys):
+    from sim2real_ros.cli.main import main as sim2real
+
+    out = str(tmp_path / "out")
+    assert sim2real(["teleop-record", "--sim-config", str(tmp_path / "none.yaml"), "--out", out]) == 2
+    assert "--sim-config" in capsys.readouterr().err
+    variant = str(config_path("sim_params_real_b.yaml"))
+    missing = str(tmp_path / "x.pt")
+    assert sim2real(["teleop-record", "--sim-config", variant, "--out", out, "--checkpoint", missing]) == 2
+    assert "--checkpoint" in capsys.readouterr().err
+    assert sim2real(["teleop-record", "--sim-config", variant, "--out", out, "--episodes", "0"]) == 2
+    assert "episodes" in capsys.readouterr().err
+    assert sim2real(["teleop-record", "--sim-config", variant, "--out", out, "--intervention-every", "-1"]) == 2
+    assert "intervention_every" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
