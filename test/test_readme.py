@@ -1,6 +1,6 @@
-"""The README tells the truth: every node parameter is documented (docs/parameters.md, generated from
-the tables the nodes declare from), every command it shows exists and parses its options, and the two
-quick-start commands are the ones CI and make use."""
+"""The README and docs tell the truth: every node parameter is documented (docs/parameters.md, generated
+from the tables the nodes declare from), every command they show exists and parses its options, every
+document they link exists, and the two quick-start commands are the ones CI and make use."""
 import ast
 import re
 import shlex
@@ -47,10 +47,13 @@ def test_nodes_declare_parameters_only_from_their_table(node):
     assert "declare_table(" in ast.unparse(tree) and NODES[node]
 
 
-def readme_commands() -> list[list[str]]:
-    """`sim2real ...` invocations inside the README's code blocks (continuation lines joined)."""
+DOCS = {path.name: path.read_text() for path in sorted((ROOT / "docs").glob("*.md"))}
+
+
+def shown_commands(text: str) -> list[list[str]]:
+    """`sim2real ...` invocations inside the code blocks of `text` (continuation lines joined)."""
     commands = []
-    for block in re.findall(r"```bash\n(.*?)```", README, re.S):
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split("#", 1)[0].strip()
             if line.startswith("sim2real "):
@@ -58,15 +61,18 @@ def readme_commands() -> list[list[str]]:
     return commands
 
 
-def test_readme_commands_exist_and_parse(capsys):
+@pytest.mark.parametrize("document", ["README.md", *DOCS])
+def test_shown_commands_exist_and_parse(document, capsys):
+    """Every `sim2real` command in the README's and the docs' bash blocks exists and takes its options."""
     import argparse
     import importlib
 
-    commands = readme_commands()
-    assert len(commands) >= 10
+    commands = shown_commands(README if document == "README.md" else DOCS[document])
+    if document == "README.md":
+        assert len(commands) >= 8
     known = available_commands()
     for argv in commands:
-        assert argv[0] in known, f"README shows `sim2real {argv[0]}`, which does not exist"
+        assert argv[0] in known, f"{document} shows `sim2real {argv[0]}`, which does not exist"
         if argv[0] == "node":
             continue  # its arguments are rclpy's --ros-args
         module = importlib.import_module(known[argv[0]][0])
@@ -82,3 +88,21 @@ def test_quick_start_commands_are_what_make_and_ci_run():
     assert re.search(r"^demo: .*\n\t.*sim2real demo", makefile, re.M)
     assert re.search(r"^test: .*\n\t.*pytest test", makefile, re.M)
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+@pytest.mark.parametrize("document", ["README.md", "CHANGELOG.md", *DOCS])
+def test_linked_files_exist(document):
+    """Relative links ([text](path) and [text](path#anchor)) point at files of the repository."""
+    path = ROOT / document if document in ("README.md", "CHANGELOG.md") else ROOT / "docs" / document
+    missing = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text()):
+        if re.match(r"[a-z]+://|#|mailto:", target):
+            continue
+        if not (path.parent / target.split("#", 1)[0]).exists():
+            missing.append(target)
+    assert not missing, f"{document} links to files that do not exist: {missing}"
+
+
+def test_readme_is_a_first_page():
+    """The README is what a newcomer needs first (the reference lives in docs/)."""
+    assert len(README.splitlines()) < 250
