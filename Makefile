@@ -8,7 +8,7 @@ PIP_QUIET := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory"
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-stamp
-# Every test run gets its own DDS domain and stays on localhost (DESIGN.md §7).
+# Every test run gets its own DDS domain and stays on localhost (docs/design.md §7).
 TEST_ENV := ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
 
 .PHONY: setup setup-jazzy test test-jazzy test-timing demo lint bench clean

@@ -17,7 +17,7 @@ plus the four nodes), on sim time. Receipt times are converted to sim time throu
 messages, so it is the latency the simulated robot experiences, with the sim's real-time factor
 beside it: on 2 cores, rendering and five processes saturate the CPU, which is what this shows.
 
-For each action chunk (stamped with its image's capture time, DESIGN.md §3) the figure takes the
+For each action chunk (stamped with its image's capture time, docs/design.md §3) the figure takes the
 first command/policy tick after the chunk arrived, then the first robot command after that tick:
 the first command that can carry the new observation.
 

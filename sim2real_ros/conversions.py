@@ -1,4 +1,4 @@
-"""Message <-> numpy conversion, in one place (DESIGN.md §6).
+"""Message <-> numpy conversion, in one place (docs/design.md §6).
 
 Imports message types only (no rclpy.init needed), so it is tested without a running node.
 Everything that turns a ROS message into arrays, or arrays into a message, lives here.

@@ -1,4 +1,4 @@
-"""The one declaration of the graph (DESIGN.md §2, §6).
+"""The one declaration of the graph (docs/design.md §2, §6).
 
 Which nodes run in each mode (sim / robot / replay), with which parameters and remaps. The launch
 files under launch/ and `sim2real launch` both build from `declare_graph`, so what runs on a robot
@@ -97,7 +97,7 @@ def declare_graph(mode: str, args: GraphArgs | None = None) -> list[NodeDecl]:
     if mode == "robot":
         # The camera driver and ros2_control (joint_state_broadcaster + forward position controller)
         # are the robot's own; the supervisor never arms by itself on hardware, and arms only while a
-        # stop source is live (an `estop` heartbeat or a joystick; losing it latches ESTOP, DESIGN.md §4).
+        # stop source is live (an `estop` heartbeat or a joystick; losing it latches ESTOP, docs/design.md §4).
         supervisor = node("supervisor", {**description, **tool, "auto_arm": False, "require_stop_source": True},
                           _remaps(args, joints=True, command=True))
         return [*perception, supervisor, *viewer]

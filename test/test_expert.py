@@ -1,4 +1,4 @@
-"""The scripted IK teacher reaches targets and labels chunks that follow DESIGN.md §3 timing."""
+"""The scripted IK teacher reaches targets and labels chunks that follow docs/design.md §3 timing."""
 import numpy as np
 import pybullet_data
 

@@ -208,7 +208,7 @@ def test_cotraining_mixes_sim_frames_of_the_training_distribution(recording, tmp
     model.load_state_dict(state)
     sim = collect_sim_frames(spec, model, 2, seed=3)
     assert len(sim) > 0 and sim.images.shape[1:] == (96, 96, 3) and sim.labels.shape[1:] == (10, len(JOINTS))
-    # DAgger labels from the teacher: point 0 is where the arm is when observed (DESIGN.md §3).
+    # DAgger labels from the teacher: point 0 is where the arm is when observed (docs/design.md §3).
     assert np.allclose(sim.labels[:, 0], sim.joints, atol=1e-6)
     out = tmp_path / "cotrained.pt"
     report = finetune(recording.tiny, recording.bags, out, FinetuneConfig(epochs=3, lr=1e-3, real_fraction=0.5,

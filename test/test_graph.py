@@ -1,4 +1,4 @@
-"""The one graph declaration: node set, parameters and remaps of each mode (DESIGN.md §2, §6)."""
+"""The one graph declaration: node set, parameters and remaps of each mode (docs/design.md §2, §6)."""
 import pytest
 
 from sim2real_ros.graph import MODES, GraphArgs, declare_graph
@@ -61,7 +61,7 @@ def test_ee_link_reaches_sim_and_supervisor():
 
 
 def test_robot_supervisor_requires_a_live_stop_source_and_the_sim_one_does_not():
-    """DESIGN.md §4: on a robot, arming needs a live stop source (an `estop` heartbeat or a joystick)."""
+    """docs/design.md §4: on a robot, arming needs a live stop source (an `estop` heartbeat or a joystick)."""
     robot_args = GraphArgs(robot_description="/arm.urdf", checkpoint="/p.pt", namespace="arm1", ee_link="tool")
     for args in (None, robot_args):
         assert by_name("robot", args)["supervisor"].parameters["require_stop_source"] is True

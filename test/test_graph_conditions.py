@@ -42,7 +42,7 @@ def test_the_teacher_succeeds_through_the_graph_timing_and_the_supervisor(world,
     assert graph["armed_s"] is not None and graph["armed_s"] >= graph["first_chunk_s"], graph
     # 10 Hz observations from a 30 Hz camera (every third frame).
     assert graph["observations"] == pytest.approx(outcome["duration_s"] * 10, abs=1.5), graph
-    # Labels follow DESIGN.md §3 here too: point 0 is where the arm was when the frame was taken.
+    # Labels follow docs/design.md §3 here too: point 0 is where the arm was when the frame was taken.
     assert np.allclose(record.labels[0][0], record.joints[0])
 
 

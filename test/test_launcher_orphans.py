@@ -1,4 +1,4 @@
-"""Nodes die with their launcher (DESIGN.md §4): a launcher killed outright (SIGKILL, as the OOM
+"""Nodes die with their launcher (docs/design.md §4): a launcher killed outright (SIGKILL, as the OOM
 killer does) leaves no node process behind. Real processes throughout, found through /proc."""
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Inputs: joint states (valid, outliers, beyond the limits, NaN/Inf, 1e308), polic
 same), Joy messages (any length, NaN/Inf axes, any buttons), e-stop messages, unheard e-stop
 publishers, foreign publishers, reset/arm/hold requests, time passing, and the clock stepping back.
 
-What must hold after every call, whatever the sequence (DESIGN.md §4):
+What must hold after every call, whatever the sequence (docs/design.md §4):
 - every command is finite and inside the position limits;
 - every command, holds included, moves at most velocity x the time since the last command sent
   (capped at one control period) from the last one;

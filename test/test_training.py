@@ -44,7 +44,7 @@ def test_teacher_reaches_the_target_through_the_actuator_core():
                                  randomize=False, seed=seed)
             assert record.outcome["success"], record.outcome
             assert record.images[0].shape == (96, 96, 3) and record.images[0].dtype == np.uint8
-            # Labels follow DESIGN.md §3: point 0 is the target at the observation time (= where the arm is).
+            # Labels follow docs/design.md §3: point 0 is the target at the observation time (= where the arm is).
             assert np.allclose(record.labels[0][0], record.joints[0])
     finally:
         world.close()

@@ -9,7 +9,7 @@ from ..runtime.launcher import GraphLauncher
 
 
 def add_graph_arguments(parser: argparse.ArgumentParser) -> None:
-    """The launch arguments of DESIGN.md §2 / launch/*.launch.py, as command-line options."""
+    """The launch arguments of docs/design.md §2 / launch/*.launch.py, as command-line options."""
     defaults = GraphArgs()
     parser.add_argument("--namespace", default=defaults.namespace, help="push the graph into a namespace")
     parser.add_argument("--robot-description", default=defaults.robot_description, help="URDF path")

@@ -1,4 +1,4 @@
-"""`sim2real`: the user's entry point (DESIGN.md §6).
+"""`sim2real`: the user's entry point (docs/design.md §6).
 
 Each command lives in its own module with `add_arguments(parser)` and `run(args) -> int`; only the
 chosen command's module is imported, so `sim2real node supervisor` never pays for importing torch.

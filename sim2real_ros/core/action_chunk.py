@@ -1,4 +1,4 @@
-"""ActionChunk: the policy's output, a short plan of future joint targets (DESIGN.md §3)."""
+"""ActionChunk: the policy's output, a short plan of future joint targets (docs/design.md §3)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,7 +10,7 @@ from .timebase import NS_PER_S
 
 @dataclass(frozen=True)
 class ActionChunk:
-    """A chunk of future joint targets (DESIGN.md §3).
+    """A chunk of future joint targets (docs/design.md §3).
 
     positions (K, n) [rad]: point k is the target for time stamp_ns + times_s[k].
     times_s (K,) [s]: time_from_start of each point, strictly increasing.

@@ -6,7 +6,7 @@ the node does. Time is passed in as integer nanoseconds on the node's clock (sim
 nothing here reads a clock, sleeps or locks (the node serializes calls).
 
 At tick t the command is the buffered chunks' target for t + latency in use (core.chunk_buffer,
-DESIGN.md §3). The latency the joints actually show is estimated from the commands sent vs the
+docs/design.md §3). The latency the joints actually show is estimated from the commands sent vs the
 joint states measured (core.latency_estimator); with `use_estimated_latency` it replaces the
 configured `actuation_latency_s` once its confidence reaches `latency_min_confidence`.
 

@@ -1,4 +1,4 @@
-"""Policy checkpoints: one self-contained file that never executes code when loaded (DESIGN.md §5).
+"""Policy checkpoints: one self-contained file that never executes code when loaded (docs/design.md §5).
 
 File layout (a safetensors-like format, written and read without pickle):
 
@@ -220,7 +220,7 @@ def _architecture_name(model: PolicyModel) -> str:
 # ----------------------------------------------------------------------------------------------
 # Reading
 #
-# A checkpoint is untrusted input (DESIGN.md §5): every size it gives is checked against the file's
+# A checkpoint is untrusted input (docs/design.md §5): every size it gives is checked against the file's
 # real size and the caps at the top of this module (the spec's against those in policy_model.py)
 # before anything is allocated, so a hostile or damaged file fails with a CheckpointError naming the
 # file, the field and the value: never a traceback, a hang or gigabytes of memory.

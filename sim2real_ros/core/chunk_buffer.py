@@ -1,4 +1,4 @@
-"""Action-chunk buffer: what position to command at a control tick (DESIGN.md §3).
+"""Action-chunk buffer: what position to command at a control tick (docs/design.md §3).
 
 A chunk's `stamp_ns` is the capture time of the observation the policy saw; its point k is the
 target for the absolute time `stamp_ns + times_s[k]`. At a control tick `tick_ns` the actuator

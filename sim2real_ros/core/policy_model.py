@@ -14,7 +14,7 @@ is, which is the safe behaviour, and training regresses a well-scaled, zero-mean
 positions are normalized as (q - joint_mean) / joint_std before entering the network. Images enter
 as uint8 RGB (B, H, W, 3) and are scaled to [-1, 1] inside the model.
 
-Time convention (DESIGN.md §3): chunk point k is the target for time `stamp + k * dt`, where stamp
+Time convention (docs/design.md §3): chunk point k is the target for time `stamp + k * dt`, where stamp
 is the observation's capture time; point 0 is therefore the target at the observation time.
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ MIN_JOINT_STD = 0.05  # [rad] floor of the joint-position std learned from data
 # position, i.e. it holds still.
 UNTRAINED_ACTION_STD = 1e-3
 
-# Caps on every size a spec gives (DESIGN.md §5: a checkpoint is untrusted input, and each of these
+# Caps on every size a spec gives (docs/design.md §5: a checkpoint is untrusted input, and each of these
 # sizes becomes an allocation when the model is built or warmed up). Generous: each is 10x or more
 # what this stack uses, and far below what would take a machine's memory.
 MAX_LAYER_WIDTH = 4096  # any integer hyperparameter (conv channels, MLP widths, keypoints, pool size)

@@ -18,7 +18,7 @@ from .preprocess_config import PreprocessConfig
 # The first 16 bytes of a checkpoint file (core/checkpoint.py).
 CHECKPOINT_MAGIC = b"SIM2REAL-POLICY\n"
 
-# Caps on the sizes a spec gives (DESIGN.md §5: a policy file is untrusted input); the caps on
+# Caps on the sizes a spec gives (docs/design.md §5: a policy file is untrusted input); the caps on
 # model sizes are in policy_model.py.
 MAX_JOINTS = 64  # joints per policy: the arms here have 6-9, a humanoid about 40
 MAX_NAME_LENGTH = 256  # characters of a joint or architecture name (URDF names are short)

@@ -1,6 +1,6 @@
 """The preprocessing config: the policy camera model and what is done to every image.
 
-The same config runs on sim and real images (DESIGN.md §1, observation matching). Its content hash
+The same config runs on sim and real images (docs/design.md §1, observation matching). Its content hash
 is recorded in every checkpoint; the policy node refuses a checkpoint trained with another one.
 """
 from __future__ import annotations

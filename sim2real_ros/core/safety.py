@@ -1,6 +1,6 @@
 """Joint limits and the command clamp: the last arithmetic between a command and the robot.
 
-Pure numpy, no rclpy (DESIGN.md §4, §6). Limits always come from the URDF; a configuration may
+Pure numpy, no rclpy (docs/design.md §4, §6). Limits always come from the URDF; a configuration may
 tighten them and is refused (ConfigError) when it tries to loosen them.
 """
 from __future__ import annotations

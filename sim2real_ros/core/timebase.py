@@ -1,4 +1,4 @@
-"""The stack's time base: integer nanoseconds everywhere (DESIGN.md §3), one constant for all."""
+"""The stack's time base: integer nanoseconds everywhere (docs/design.md §3), one constant for all."""
 from __future__ import annotations
 
 NS_PER_S = 1_000_000_000

@@ -1,6 +1,6 @@
 """Read what the stack needs from a URDF: joints, limits, and the kinematic chain.
 
-Joint names and limits always come from the URDF (DESIGN.md §4), so nothing is wired to one robot.
+Joint names and limits always come from the URDF (docs/design.md §4), so nothing is wired to one robot.
 Forward kinematics and the Jacobian are computed here (pure numpy) for the supervisor's Cartesian
 jogging and the scripted teacher's inverse kinematics.
 """

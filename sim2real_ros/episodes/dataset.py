@@ -3,7 +3,7 @@
 Inputs are what the policy node would have seen: each recorded camera image through the same
 preprocessing (core.preprocess.ImagePipeline, with the bag's camera_info), paired with the
 measured joint state nearest its stamp. Labels follow the time convention of the graph
-(DESIGN.md §3): for an observation stamped t, point k of the label chunk is the human's command
+(docs/design.md §3): for an observation stamped t, point k of the label chunk is the human's command
 meant for time t + k*dt, where a robot command sent at tau is meant for tau + actuation_latency
 (the latency the actuator compensates), linearly interpolated between commands.
 

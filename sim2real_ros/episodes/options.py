@@ -8,7 +8,7 @@ from typing import Any
 from ..core.errors import ConfigError
 
 MODES = ("offline", "graph")
-# Supervisor modes in which the robot commands come from a person (DESIGN.md §4).
+# Supervisor modes in which the robot commands come from a person (docs/design.md §4).
 HUMAN_MODES = ("TELEOP", "SHARED")
 SUPERVISOR_MODES = ("ESTOP", "HOLD", "AUTONOMOUS", "SHARED", "TELEOP")
 SOURCE = "replay option"
@@ -30,7 +30,7 @@ class ReplayOptions:
     human_modes: supervisor modes whose commands count as human actions; empty = every command
       (no mode filter, the supervisor state is then not needed).
     actuation_latency_s [s]: a command sent at time tau is the target for tau + actuation_latency
-      (DESIGN.md §3); the recorded actions are aligned on that.
+      (docs/design.md §3); the recorded actions are aligned on that.
     pairing_tolerance_s [s]: largest |image stamp - joint state stamp| paired (as policy_node).
     action_tolerance_s [s]: largest gap between recorded actions interpolated across, and largest
       distance to the nearest action at the ends of a run of actions.

@@ -1,6 +1,6 @@
 """Action error metrics: predicted chunks against recorded actions (pure numpy, no ROS).
 
-Alignment (DESIGN.md §3): point k of a chunk stamped s is the target for time s + k*dt; a recorded
+Alignment (docs/design.md §3): point k of a chunk stamped s is the target for time s + k*dt; a recorded
 command sent at tau is the target for tau + actuation_latency. Each predicted point is compared
 with the recorded actions interpolated at its target time.
 """

@@ -1,4 +1,4 @@
-"""actuator_node: action chunks in, fixed-rate latency-compensated joint commands out (DESIGN.md §3).
+"""actuator_node: action chunks in, fixed-rate latency-compensated joint commands out (docs/design.md §3).
 
 Subscribes  policy/action_chunk (trajectory_msgs/JointTrajectory), joint_states (sensor_msgs/JointState)
 Publishes   command/policy (sensor_msgs/JointState: positions [rad], velocities [rad/s]) at

@@ -1,4 +1,4 @@
-"""camera_preprocessor: any camera (sim or real) -> the policy camera's image (DESIGN.md §1 stage 2).
+"""camera_preprocessor: any camera (sim or real) -> the policy camera's image (docs/design.md §1 stage 2).
 
 Subscribes  camera/image_raw (sensor_msgs/Image, any encoding of conversions.ENCODING_CHANNELS),
             camera/camera_info (sensor_msgs/CameraInfo): sensor-data QoS (best effort, which also

@@ -1,4 +1,4 @@
-"""What every node shares: QoS profiles (DESIGN.md §2), parameter declaration, a clean main()."""
+"""What every node shares: QoS profiles (docs/design.md §2), parameter declaration, a clean main()."""
 from __future__ import annotations
 
 import gc

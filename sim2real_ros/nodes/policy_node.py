@@ -1,4 +1,4 @@
-"""policy_node: policy/image + joint_states -> policy/action_chunk (DESIGN.md §2, §3).
+"""policy_node: policy/image + joint_states -> policy/action_chunk (docs/design.md §2, §3).
 
 Each image is paired with the joint state nearest its capture stamp (joint states are read from
 the reader's history when an observation needs them, nodes/polled_subscription.py, rather than

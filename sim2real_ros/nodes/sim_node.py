@@ -1,4 +1,4 @@
-"""sim_node: the PyBullet sim as the robot at the bottom of the graph (DESIGN.md §2, §3).
+"""sim_node: the PyBullet sim as the robot at the bottom of the graph (docs/design.md §2, §3).
 
 Publishes   clock (rosgraph_msgs/Clock, `clock_rate_hz`), joint_states (sensor_msgs/JointState, all
             movable URDF joints: positions, velocities, efforts), camera/image_raw (rgb8, stamp =
@@ -215,7 +215,7 @@ class SimNode(Node):
         """After an episode reset that moved the arm, commands are ignored until one comes within
         RESYNC_TOLERANCE_RAD of where the arm is. Why: the reset teleports the arm, but the commands
         in flight (and the supervisor's hold, which moves to the new position only through its step
-        limit, DESIGN.md §4) still aim at the old pose; followed, they would drag the arm back. A
+        limit, docs/design.md §4) still aim at the old pose; followed, they would drag the arm back. A
         real robot is reset by something that owns the arm until the controller's command has caught
         up; this is that. Call with the lock held."""
         if not self._resync:

@@ -1,4 +1,4 @@
-"""Supervisor node: the only writer of the robot command topic (DESIGN.md §4).
+"""Supervisor node: the only writer of the robot command topic (docs/design.md §4).
 
 A thin shell around core.supervisor.Supervisor: declares and validates parameters, wires topics
 and services, and serializes every call into the core with one short lock. Two threads: the
@@ -7,7 +7,7 @@ subscription has a node, executor and thread of its own (EstopListener), whose w
 nothing else, and publishes the hold from its callback instead of waiting for the next tick
 (issue #6: p99 <= 10 ms from the e-stop's publication to the hold on the robot topic). Commands
 leave in decision order (CommandOrder). The e-stop node is `<name>_estop` in the same namespace.
-`estop` is reliable + transient local (DESIGN.md §2); a publisher with a QoS this subscription cannot hear
+`estop` is reliable + transient local (docs/design.md §2); a publisher with a QoS this subscription cannot hear
 (volatile or best effort) is itself treated as a pressed e-stop, so no stop request is lost silently.
 
 Topics (relative names): subscribes command/policy (JointState), joint_states, joy, estop (Bool,

@@ -129,7 +129,7 @@ class Demo:
         reaction_ms, reached_ms, held = float("nan"), float("nan"), False
         if during:
             hold = during[-1][1]
-            # Holds are step-limited (DESIGN.md §4): from the first hold command on, every command
+            # Holds are step-limited (docs/design.md §4): from the first hold command on, every command
             # comes nearer the final hold (the measured position at the press) until it is there;
             # before it the policy's commands lead away from it.
             distance = [float(np.max(np.abs(c - hold))) for _, c in during]

@@ -1,4 +1,4 @@
-"""Nodes die with their launcher (DESIGN.md §4): the node side of GraphLauncher's contract.
+"""Nodes die with their launcher (docs/design.md §4): the node side of GraphLauncher's contract.
 
 A launcher that is killed outright (SIGKILL, the OOM killer, a closed terminal) runs no cleanup,
 so its nodes must notice by themselves; otherwise the supervisor keeps commanding the robot.

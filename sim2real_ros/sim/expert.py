@@ -2,7 +2,7 @@
 
 It knows the true target position, solves inverse kinematics for it with the arm's Jacobian
 (core/urdf.py, damped least squares), and labels action chunks: the joint targets it would command
-at times t + k*dt (DESIGN.md §3) from the current measured joint positions. The labels depend only
+at times t + k*dt (docs/design.md §3) from the current measured joint positions. The labels depend only
 on (current joints, target), so DAgger can relabel any state the student reaches.
 """
 from __future__ import annotations
@@ -85,7 +85,7 @@ class ReachExpert:
 
     def chunk(self, q_now: np.ndarray, target_xyz: np.ndarray, chunk_length: int, dt_s: float) -> np.ndarray:
         """Labels (K, n) [rad]: the targets for times t + k*dt, k = 0..K-1, from measured q_now
-        (point 0 is q_now itself: the target for the observation time, DESIGN.md §3).
+        (point 0 is q_now itself: the target for the observation time, docs/design.md §3).
 
         A straight joint-space line to the IK goal at `speed_rad_s` (largest joint), time-scaled
         so short moves still take `min_duration_s`.

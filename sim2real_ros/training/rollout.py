@@ -1,7 +1,7 @@
 """Run episodes in the sim through the same core the nodes run (no rclpy).
 
 Each observation goes through the robot's preprocessing (core/preprocess.ImagePipeline); each
-chunk goes through the actuator's ChunkBuffer, sampled at tick + actuation latency (DESIGN.md §3),
+chunk goes through the actuator's ChunkBuffer, sampled at tick + actuation latency (docs/design.md §3),
 with the chunk arriving an inference delay after its observation. So what the student learns and
 how it is evaluated is what the graph will do, minus DDS.
 """

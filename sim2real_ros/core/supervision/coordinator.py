@@ -1,7 +1,7 @@
 """The supervisor: the only thing that decides what the robot is commanded.
 
 Pure numpy, no rclpy; every input carries the time it was received (`now_ns`, int [ns]) so every
-transition and watchdog is tested at fixed times (DESIGN.md §4, §6). The `Supervisor` here drives the
+transition and watchdog is tested at fixed times (docs/design.md §4, §6). The `Supervisor` here drives the
 explicit transition table of `modes.py` (docs/safety.md shows it) and the parts of this package; what
 each mode means:
 
