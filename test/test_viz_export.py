@@ -6,85 +6,15 @@ import json
 
 import numpy as np
 import pytest
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from mcap.reader import make_reader
-from rclpy.serialization import serialize_message
-from sensor_msgs.msg import CameraInfo, Image, JointState
-from std_msgs.msg import Float64MultiArray, String
-from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+from viz_bags import MODEL, MS, N_CHUNKS, N_IMAGES, N_JOINTS, NAMES, T0, URDF, q, write_bag
 
-from sim2real_ros.bags.writer import BagWriter
 from sim2real_ros.cli.main import main as cli_main
-from sim2real_ros.conversions import ns_to_stamp
-from sim2real_ros.core.urdf import RobotModel
 from sim2real_ros.paths import urdf_path
 from sim2real_ros.viz import channels as ch
 from sim2real_ros.viz.kinematics import ArmKinematics, LinkTransform, compose, matrix_to_quaternion
 from sim2real_ros.viz.layout import layout, panel_ids
 from sim2real_ros.viz.source import open_bag_view, tool_link_for
-
-MS = 1_000_000
-T0 = 1_700_000_000 * 1_000_000_000
-N_JOINTS, N_IMAGES, N_CHUNKS = 200, 30, 10
-URDF = urdf_path().read_text()
-MODEL = RobotModel.from_string(URDF, "arm6")
-NAMES = MODEL.joint_names
-
-
-def _q(i: int) -> np.ndarray:
-    return 0.6 * np.sin(0.05 * i + np.arange(len(NAMES)))
-
-
-def _joint_state(i: int) -> JointState:
-    msg = JointState(name=NAMES, position=list(_q(i)), velocity=[0.0] * len(NAMES))
-    msg.header.stamp = ns_to_stamp(T0 + i * 10 * MS)
-    return msg
-
-
-def _image(i: int) -> Image:
-    msg = Image(height=24, width=32, encoding="rgb8", step=96, data=bytes((i + np.arange(24 * 96)) % 256))
-    msg.header.stamp = ns_to_stamp(T0 + i * 33 * MS)
-    msg.header.frame_id = "camera_optical"
-    return msg
-
-
-def _chunk(i: int) -> JointTrajectory:
-    msg = JointTrajectory(joint_names=NAMES)
-    msg.header.stamp = ns_to_stamp(T0 + i * 100 * MS)
-    msg.points = [JointTrajectoryPoint(positions=list(_q(10 * i + k))) for k in range(10)]
-    return msg
-
-
-def _state(mode: str) -> DiagnosticArray:
-    status = DiagnosticStatus(name="supervisor", message=mode, level=1)
-    status.values = [KeyValue(key="mode", value=mode), KeyValue(key="reason", value="test"),
-                     KeyValue(key="commands_clamped", value="3")]
-    return DiagnosticArray(status=[status])
-
-
-def write_bag(path, *, description: bool = True, joints: bool = True) -> None:
-    events = []
-    if description:
-        events.append((T0, "/robot_description", "std_msgs/msg/String", serialize_message(String(data=URDF))))
-    if joints:
-        events += [(T0 + i * 10 * MS + 1, "/joint_states", "sensor_msgs/msg/JointState",
-                    serialize_message(_joint_state(i))) for i in range(N_JOINTS)]
-    events += [(T0 + i * 33 * MS + 2, "/camera/image_raw", "sensor_msgs/msg/Image", serialize_message(_image(i)))
-               for i in range(N_IMAGES)]
-    events.append((T0 + 3, "/camera/camera_info", "sensor_msgs/msg/CameraInfo",
-                   serialize_message(CameraInfo(width=32, height=24, k=[30.0, 0, 16, 0, 30, 12, 0, 0, 1]))))
-    events += [(T0 + i * 100 * MS + 4, "/policy/action_chunk", "trajectory_msgs/msg/JointTrajectory",
-                serialize_message(_chunk(i))) for i in range(N_CHUNKS)]
-    events += [(T0 + i * 10 * MS + 5, "/forward_position_controller/commands", "std_msgs/msg/Float64MultiArray",
-                serialize_message(Float64MultiArray(data=list(_q(i))))) for i in range(50)]
-    events += [(T0 + 6, "/supervisor/state", "diagnostic_msgs/msg/DiagnosticArray", serialize_message(_state("HOLD"))),
-               (T0 + 500 * MS, "/supervisor/state", "diagnostic_msgs/msg/DiagnosticArray",
-                serialize_message(_state("AUTONOMOUS")))]
-    with BagWriter(path) as writer:
-        for _, topic, msgtype, _ in events:
-            writer.add_topic(topic, msgtype)
-        for t, topic, _, data in sorted(events, key=lambda e: e[0]):
-            writer.write(topic, t, data)
 
 
 def _read_mcap(path):
@@ -174,12 +104,12 @@ def test_export_foxglove_writes_schemas_model_transforms_and_counts(tmp_path):
         assert decoded.transforms[1].timestamp.ToNanoseconds() == T0 + i * 10 * MS
         tfs = [LinkTransform(t.parent_frame_id, t.child_frame_id, (t.translation.x, t.translation.y, t.translation.z),
                              (t.rotation.x, t.rotation.y, t.rotation.z, t.rotation.w)) for t in decoded.transforms]
-        expected = MODEL.forward_kinematics(_q(i), tool)[0][:3, 3]
+        expected = MODEL.forward_kinematics(q(i), tool)[0][:3, 3]
         assert np.linalg.norm(compose(tfs, "world", tool)[:3, 3] - expected) < 1e-6
     path = _decoder(summary, ch.PLANNED_PATH).FromString(by_topic[ch.PLANNED_PATH][3].data)
     points = path.entities[0].lines[0].points
     assert len(points) == 10
-    first = MODEL.forward_kinematics(_q(30), tool)[0][:3, 3]
+    first = MODEL.forward_kinematics(q(30), tool)[0][:3, 3]
     assert np.allclose([points[0].x, points[0].y, points[0].z], first, atol=1e-6)
     assert json.loads(by_topic[ch.SUPERVISOR_STATE][-1].data)["mode"] == "AUTONOMOUS"
     stats = json.loads(by_topic[ch.STATS][-1].data)["topics"]

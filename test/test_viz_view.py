@@ -11,7 +11,7 @@ import foxglove
 import pytest
 from foxglove_client import FoxgloveClient, free_port
 from support import REPO_ROOT
-from test_viz_export import MS, N_JOINTS, T0, write_bag
+from viz_bags import MS, N_JOINTS, T0, write_bag
 
 from sim2real_ros.viz import channels as ch
 from sim2real_ros.viz.channels import VizPublisher
