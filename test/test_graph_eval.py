@@ -5,10 +5,13 @@ import json
 import math
 import subprocess
 import sys
+from collections import Counter
 
+import pytest
 import yaml
 from support import REPO_ROOT
 
+from sim2real_ros.core.stats import wilson_interval
 from sim2real_ros.evaluation.graph_timing import episode_timing, read_trace
 from sim2real_ros.paths import config_path
 from sim2real_ros.sim.world import episode_seed
@@ -29,10 +32,16 @@ def test_graph_evaluation_counts_episodes_and_reports_the_latency_the_policy_saw
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["mode"] == "graph" and result["episodes"] == 2
-    assert 0 <= result["successes"] <= 2 and result["success_rate"] == result["successes"] / 2
-    lo, hi = result["ci95"]
-    assert 0 <= lo <= result["success_rate"] <= hi <= 1
-    assert sum(result["failures"].values()) == 2
+    # The totals are the per-episode outcomes counted, each outcome consistent with its distance.
+    per_episode = result["per_episode"]
+    wins = sum(e["success"] for e in per_episode)
+    assert result["successes"] == wins and result["success_rate"] == wins / 2
+    assert list(result["ci95"]) == pytest.approx(list(wilson_interval(wins, 2)))
+    assert result["failures"] == dict(Counter(e["failure"] for e in per_episode))
+    for e in per_episode:
+        expected = "success" if e["success"] else ("timeout_near" if e["final_distance_m"] < 0.10 else "timeout_far")
+        assert e["failure"] == expected, e
+        assert e["success"] or e["duration_s"] >= 2.0 - 0.05  # a failure ran to the 2 s timeout
     assert 0 < result["episode_length_s"]["max"] <= 2.0 + 0.05  # [s] sim time: the task timeout ends each
     # The policy ran in the graph and measured its observation-to-chunk latency (sim time).
     assert math.isfinite(result["obs_to_chunk_ms"]["p50"]) and result["obs_to_chunk_ms"]["p50"] > 0
