@@ -41,8 +41,9 @@ from ..core.timebase import NS_PER_S
 # messages and calling timers through the C extension's handles directly, on a wait set built
 # once, halves that cost (measured on Kilted, 2 cores: a 100 Hz JointState subscriber 12% -> 5%
 # of a core; the graph's figures with each executor are in docs/design.md §7). Each internal is
-# checked here by feature, not by version string: present in Humble's, Jazzy's (7.1) and Kilted's
-# (9.1) rclpy; the suite runs this executor on Jazzy and Kilted (make test, make test-jazzy).
+# checked here by feature, not by version string (AVAILABLE): all are in Jazzy's (7.1) and
+# Kilted's (9.1) rclpy, where the suite runs this executor (make test-jazzy, make test); an rclpy
+# that lacks one (Humble's is not tested here) gets rclpy's own executor.
 #
 # - rclpy_implementation: WaitSet (constructor, clear_entities, add_*, wait, get_ready_entities),
 #   InvalidHandle, and the handles' call_timer / call_timer_with_info / is_timer_ready /
