@@ -110,7 +110,7 @@ def run(quick: bool = False, checkpoint: str | Path | None = None, work_dir: str
 
         # 2. validation (core path: quick; never "ready" without the graph) with the closed-loop stage
         t0 = time.monotonic()
-        report = validate(ckpt, [bag_dir], report_dir=work / "validation", episodes=eval_episodes, log=log,
+        report = validate(ckpt, [bag_dir], report_dir=work / "validation", episodes=max(1, eval_episodes // 2), log=log,
                           sim_paths="core", robot_sim=variant, plots=False)
         figures["validate"] = {"verdict": report["verdict"], "reason": report["reason"],
                                "stages": {s["stage"]: {"figure": s["figure"], "interval": s["interval"],

@@ -1,4 +1,4 @@
-"""`sim2real finetune --checkpoint CKPT --bags PATH... --out CKPT2 [--epochs 50] [--lr 1e-4] [--real-fraction 0.5]
+"""`sim2real finetune --checkpoint CKPT --bags PATH... --out CKPT2 [--epochs 100] [--lr 1e-3] [--real-fraction 0.5]
 [--freeze-encoder] [--holdout 0.3] [--robot-sim YAML --eval-episodes N]`.
 
 Builds a dataset from real bags (teleoperated demonstrations and intervention segments, labelled
@@ -23,8 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bags", nargs="+", required=True,
                         help="real bags (bag folders, .mcap/.db3 files, or folders of bag folders)")
     parser.add_argument("--out", type=Path, required=True, help="fine-tuned checkpoint to write")
-    parser.add_argument("--epochs", type=int, default=50, help="passes over the real training frames")
-    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--epochs", type=int, default=100, help="passes over the real training frames")
+    parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--real-fraction", type=float, default=0.5,
                         help="share of real frames in every batch; the rest are sim frames of the checkpoint's "
                              "training distribution (1.0 = real data only)")

@@ -11,8 +11,8 @@ only fine-tuning (no sim frames), kept for comparison.
 
 Episodes, not frames, are held out: frames of one episode are nearly copies of each other, so a
 frame split would measure memory, not generalization. The model keeps its parent's normalization
-statistics (the network was trained in those units) and trains with a low learning rate;
-`freeze_encoder` leaves the image encoder untouched. The new checkpoint's provenance names its
+statistics (the network was trained in those units); `freeze_encoder` leaves the image encoder
+untouched. The new checkpoint's provenance names its
 parent's hash, the bags and the sim frames it learned from. Offline action error does not decide
 whether fine-tuning helped: finetune.judge measures closed-loop success before and after.
 """
@@ -48,16 +48,19 @@ INTERVENTION_WEIGHT = 2.0
 
 @dataclass(frozen=True)
 class FinetuneConfig:
-    """The options (docs/finetune.md): epochs (passes over the real training frames); lr (AdamW,
-    low: the policy is adapted, not retrained); real_fraction: share of real frames in every batch
-    (the rest: sim frames of the checkpoint's training distribution; 1.0 = real data only);
+    """The options (docs/finetune.md): epochs (passes over the real training frames); lr (AdamW;
+    1e-3, the shipped policy's own training rate: with half of every batch from the sim the policy
+    keeps its sim skill, and 1e-4 under-fits the real gap, docs/finetune.md); real_fraction: share
+    of real frames in every batch (the rest: sim frames of the checkpoint's training distribution;
+    1.0 = real data only);
     freeze_encoder: keep the image encoder's weights.
-    Also: sim_episodes (sim episodes regenerated for co-training); holdout: fraction of episodes held
-    out (0 = none); batch_size; weight_decay; seed (split, sampling, sim seeds: the run's seed + it);
+    Also: sim_episodes (sim episodes regenerated for co-training: 40, one DAgger round of the
+    shipped policy's training); holdout: fraction of episodes held
+    out (0 = none); batch_size; weight_decay; seed (split, sampling, the sim episodes' run seed);
     num_threads (torch); labels: LabelConfig."""
 
-    epochs: int = 50
-    lr: float = 1e-4
+    epochs: int = 100
+    lr: float = 1e-3
     real_fraction: float = 0.5
     freeze_encoder: bool = False
     sim_episodes: int = 40
