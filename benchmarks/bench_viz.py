@@ -6,7 +6,8 @@ Per condition: the camera-to-command latency (each chunk's capture stamp to the 
 command that can carry it, on sim time, as bench_e2e's sim-graph figure) over `duration_s`, then
 e-stop trials: publish estop=true and time until supervisor/state reports ESTOP (the supervisor
 publishes its state on every change; monotonic publication to receipt in this process), release,
-reset, re-arm. The viz_node figures should match the ones without it within the run-to-run spread.
+reset, re-arm. Rounds alternate the two conditions (3; 1 with --quick), so each ratio with / without
+is taken under one load; the result is the median ratio and its range over the rounds.
 
     .venv/bin/python benchmarks/bench_viz.py [--json OUT] [--quick]
 """
@@ -141,17 +142,39 @@ def run_condition(checkpoint: Path, viz: bool, duration_s: float, trials: int, t
             **({"viewer_bytes_received": int(sum(received))} if viz else {})}
 
 
+def _ratio_summary(rounds: list[dict], key: str, figure: str) -> dict:
+    """Median and range over the rounds of with / without for one figure (same round, same load)."""
+    ratios = [r["with"][key][figure] / r["without"][key][figure] for r in rounds
+              if r["without"][key][figure] and np.isfinite(r["without"][key][figure])]
+    if not ratios:
+        return {"median": float("nan"), "min": float("nan"), "max": float("nan"), "rounds": 0}
+    return {"median": round(float(np.median(ratios)), 3), "min": round(float(min(ratios)), 3),
+            "max": round(float(max(ratios)), 3), "rounds": len(ratios)}
+
+
 def run(quick: bool = False) -> dict:
+    """Rounds of (without viz_node, with viz_node + a reading and a stalled viewer), interleaved so
+    both conditions of a round share the machine's load; the ratios with / without are the result."""
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randrange(150, 230)))
-    duration_s, trials = (8.0, 5) if quick else (20.0, 15)
+    duration_s, trials, n_rounds = (8.0, 5, 1) if quick else (20.0, 15, 3)
+    load_before = os.getloadavg()
+    rounds = []
     with tempfile.TemporaryDirectory(prefix="bench_viz_") as tmp_name:
         tmp = Path(tmp_name)
         checkpoint = _checkpoint(tmp)
-        without = run_condition(checkpoint, False, duration_s, trials, tmp)
-        with_viz = run_condition(checkpoint, True, duration_s, trials, tmp)
-    return {"without_viz": without, "with_viz_and_stalled_client": with_viz, "duration_s": duration_s,
-            "load_after": os.getloadavg()}
+        for _ in range(n_rounds):
+            without = run_condition(checkpoint, False, duration_s, trials, tmp)
+            with_viz = run_condition(checkpoint, True, duration_s, trials, tmp)
+            rounds.append({"without": without, "with": with_viz, "load": os.getloadavg()})
+    return {
+        "ratio_with_to_without": {
+            "camera_to_command_p50": _ratio_summary(rounds, "camera_to_command_ms", "p50"),
+            "camera_to_command_p99": _ratio_summary(rounds, "camera_to_command_ms", "p99"),
+            "estop_to_state_p50": _ratio_summary(rounds, "estop_to_state_ms", "p50"),
+        },
+        "rounds": rounds, "duration_s": duration_s, "load_before": load_before, "load_after": os.getloadavg(),
+    }
 
 
 if __name__ == "__main__":
