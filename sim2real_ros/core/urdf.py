@@ -67,7 +67,9 @@ def _axis_angle(axis: np.ndarray, angle: float) -> np.ndarray:
     return np.eye(3) + math.sin(angle) * k + (1.0 - math.cos(angle)) * (k @ k)
 
 
-def _floats(text: str | None, default: tuple[float, ...], where: str) -> tuple[float, ...]:
+def parse_floats(text: str | None, default: tuple[float, ...], where: str) -> tuple[float, ...]:
+    """A URDF attribute's numbers (as many as `default` has; `default` when absent); UrdfError naming
+    `where` otherwise."""
     if text is None:
         return default
     try:
@@ -123,10 +125,10 @@ class RobotModel:
             if parent is None or child is None:
                 raise UrdfError(f"{where}: missing <parent> or <child>")
             origin = el.find("origin")
-            xyz = _floats(origin.get("xyz") if origin is not None else None, (0.0, 0.0, 0.0), where)
-            rpy = _floats(origin.get("rpy") if origin is not None else None, (0.0, 0.0, 0.0), where)
+            xyz = parse_floats(origin.get("xyz") if origin is not None else None, (0.0, 0.0, 0.0), where)
+            rpy = parse_floats(origin.get("rpy") if origin is not None else None, (0.0, 0.0, 0.0), where)
             axis_el = el.find("axis")
-            axis = _floats(axis_el.get("xyz") if axis_el is not None else None, (1.0, 0.0, 0.0), where)
+            axis = parse_floats(axis_el.get("xyz") if axis_el is not None else None, (1.0, 0.0, 0.0), where)
             limits = None
             limit_el = el.find("limit")
             if jtype in MOVABLE_TYPES:

@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
 from ..core.errors import UrdfError
+from ..core.urdf import parse_floats
 
 DEFAULT_RGBA = (0.7, 0.7, 0.72, 1.0)
 
@@ -33,18 +34,6 @@ class RobotVisuals:
     skipped_meshes: int = 0
 
 
-def _numbers(text: str | None, count: int, default: tuple[float, ...], where: str) -> tuple[float, ...]:
-    if text is None:
-        return default
-    try:
-        values = tuple(float(v) for v in text.split())
-    except ValueError as err:
-        raise UrdfError(f"{where}: cannot parse numbers from {text!r}") from err
-    if len(values) != count:
-        raise UrdfError(f"{where}: expected {count} numbers, got {text!r}")
-    return values
-
-
 def parse_visuals(urdf_xml: str, source: str = "robot_description") -> RobotVisuals:
     """Every link's <visual> elements of a URDF XML string; UrdfError names the link when malformed."""
     try:
@@ -55,33 +44,33 @@ def parse_visuals(urdf_xml: str, source: str = "robot_description") -> RobotVisu
     for mat in root.findall("material"):
         color = mat.find("color")
         if color is not None:
-            materials[mat.get("name", "")] = _numbers(color.get("rgba"), 4, DEFAULT_RGBA, f"{source}: material")
+            materials[mat.get("name", "")] = parse_floats(color.get("rgba"), DEFAULT_RGBA, f"{source}: material")
     out = RobotVisuals()
     for link in root.findall("link"):
         name = link.get("name", "")
         where = f"{source}: link '{name}' visual"
         for visual in link.findall("visual"):
             origin = visual.find("origin")
-            xyz = _numbers(origin.get("xyz") if origin is not None else None, 3, (0.0, 0.0, 0.0), where)
-            rpy = _numbers(origin.get("rpy") if origin is not None else None, 3, (0.0, 0.0, 0.0), where)
+            xyz = parse_floats(origin.get("xyz") if origin is not None else None, (0.0, 0.0, 0.0), where)
+            rpy = parse_floats(origin.get("rpy") if origin is not None else None, (0.0, 0.0, 0.0), where)
             rgba = DEFAULT_RGBA
             mat = visual.find("material")
             if mat is not None:
                 color = mat.find("color")
-                rgba = (_numbers(color.get("rgba"), 4, DEFAULT_RGBA, where) if color is not None
+                rgba = (parse_floats(color.get("rgba"), DEFAULT_RGBA, where) if color is not None
                         else materials.get(mat.get("name", ""), DEFAULT_RGBA))
             geometry = visual.find("geometry")
             if geometry is None or len(geometry) == 0:
                 raise UrdfError(f"{where}: <visual> without <geometry>")
             shape = geometry[0]
             if shape.tag == "box":
-                size = _numbers(shape.get("size"), 3, (0.0, 0.0, 0.0), where)
+                size = parse_floats(shape.get("size"), (0.0, 0.0, 0.0), where)
             elif shape.tag == "cylinder":
-                r = _numbers(shape.get("radius"), 1, (0.0,), where)[0]
-                length = _numbers(shape.get("length"), 1, (0.0,), where)[0]
+                r = parse_floats(shape.get("radius"), (0.0,), where)[0]
+                length = parse_floats(shape.get("length"), (0.0,), where)[0]
                 size = (2 * r, 2 * r, length)
             elif shape.tag == "sphere":
-                d = 2 * _numbers(shape.get("radius"), 1, (0.0,), where)[0]
+                d = 2 * parse_floats(shape.get("radius"), (0.0,), where)[0]
                 size = (d, d, d)
             elif shape.tag == "mesh":
                 out.skipped_meshes += 1
