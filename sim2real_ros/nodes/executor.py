@@ -25,8 +25,11 @@ from . import lean_executor
 
 EXECUTOR_ENV = "SIM2REAL_EXECUTOR"
 CHOICES = ("auto", "lean", "rclpy")
-# Measured on Kilted (docs/design.md §7): the lean executor takes about half the dispatch CPU of
-# rclpy's, which shows in the camera-to-command latency tail on 2 cores.
+# The lean executor by default, on Kilted and Jazzy alike (the suite runs it on both). Measured on
+# 2 shared cores, one run each (docs/design.md §7): e-stop reaction p50 1.4 ms vs 3.0 ms with
+# rclpy's (p99 13.6 vs 47.6 ms) on Kilted, 1.5 vs 2.8 ms (p99 6.5 vs 29.9 ms) on Jazzy; the robot
+# graph's camera-to-command latency is close (p50 15.9 vs 16.0 ms, p99 32 vs 37 ms), the saturated
+# sim graph's is not (p50 27 vs 52 ms).
 DEFAULT_CHOICE = "lean"
 
 
