@@ -251,7 +251,12 @@ def test_finetune_cli_judges_in_closed_loop(recording, tmp_path, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     assert "closed-loop success, robot: 0/1" in printed and "closed-loop success, perturbed" in printed
-    judged = json.loads(report_file.read_text())["closed_loop"]
+    written = json.loads(report_file.read_text())
+    # One episode held out to measure; the written checkpoint was refit on all three.
+    assert len(written["holdout_episodes"]) == 1 and len(written["checkpoint_trained_on"]) == 3
+    assert written["after"]["written_checkpoint_all_episodes"]["frames"] == sum(
+        e["frames"] for e in written["dataset"]["episode_list"])
+    judged = written["closed_loop"]
     assert judged["seeds"] == {"robot": 5000, "nominal": 1000, "perturbed": 51000}
     for where in ("robot", "nominal", "perturbed"):
         for name in ("before", "after"):
