@@ -18,8 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "launch": ("sim2real_ros.cli.launch_cmd", "start a graph: sim | robot | replay (like ros2 launch)"),
     "topics": ("sim2real_ros.cli.topics_cmd", "list the topics of a running graph with their rates"),
     "demo": ("sim2real_ros.cli.demo_cmd", "the main job: the full graph against the PyBullet sim"),
-    "policy": ("sim2real_ros.cli.policy_cmd", "policy checkpoints: info, init"),
-    "bag": ("sim2real_ros.cli.bag_cmd", "rosbag2 tools: info, repair"),
+    "policy": ("sim2real_ros.cli.policy_cmd", "policy checkpoints: info, init, export (ONNX)"),
+    "bag": ("sim2real_ros.cli.bag_cmd", "rosbag2 tools: info, repair, export-foxglove"),
     "dataset": ("sim2real_ros.cli.dataset_cmd", "LeRobot datasets: import into a bag, export a bag"),
     "record": ("sim2real_ros.cli.record_cmd", "record the graph's topics to an MCAP bag"),
     "replay": ("sim2real_ros.cli.replay_cmd", "evaluate a checkpoint against a recorded bag"),
@@ -42,7 +42,7 @@ def available_commands() -> dict[str, tuple[str, str]]:
 def _usage() -> str:
     lines = ["usage: sim2real COMMAND [options]   (sim2real COMMAND --help for details)", "", "commands:"]
     for name, (_, text) in available_commands().items():
-        lines.append(f"  {name:<10} {text}")
+        lines.append(f"  {name:<14} {text}")
     return "\n".join(lines)
 
 
