@@ -59,7 +59,10 @@ class FinetuneConfig:
     offline action error; refit_all: then train the written checkpoint afresh from the parent on
     every episode (the held-out ones too: with 20 episodes, 30% is too much real data to keep from
     the policy; the split's fit only measures); batch_size; weight_decay; seed (split, sampling,
-    the sim episodes' run seed); num_threads (torch); labels: LabelConfig."""
+    the sim episodes' run seed); num_threads (torch); labels: LabelConfig; successful_only: leave
+    out episodes whose outcome (sim/episode, when the bag has it) is a failure: a person who did not
+    finish the task is no demonstration of it (a loaded machine can make the scripted operator time
+    out)."""
 
     epochs: int = 100
     lr: float = 1e-3
@@ -67,6 +70,7 @@ class FinetuneConfig:
     freeze_encoder: bool = False
     sim_episodes: int = 40
     refit_all: bool = True
+    successful_only: bool = True
     holdout: float = 0.3
     batch_size: int = 32
     weight_decay: float = 0.0
@@ -239,6 +243,10 @@ def finetune(checkpoint: str | Path, bags: list[str | Path], out: str | Path, co
         pipeline = ImagePipeline(PreprocessConfig.from_dict(spec.preprocess, source=f"{checkpoint} preprocess"))
         dataset = build_dataset(list(bags), pipeline, spec.joint_names, spec.chunk_length, spec.dt_s, config.labels)
     episodes = dataset.usable()
+    failed = [e.episode_id for e in episodes if e.outcome is not None and not e.outcome.get("success")]
+    if config.successful_only and failed:
+        log(f"[finetune] leaving out {len(failed)} episode(s) the person did not finish: {failed}")
+        episodes = [e for e in episodes if e.episode_id not in failed]
     if not episodes:
         raise ConfigError(SOURCE, "bags", [str(b) for b in bags],
                           f"hold no labelled frame (no human commands in TELEOP/SHARED covering a chunk?); "
@@ -248,7 +256,7 @@ def finetune(checkpoint: str | Path, bags: list[str | Path], out: str | Path, co
     hold_eps = [episodes[i] for i in hold_idx]
     train = dataset.arrays(train_eps)
     held = dataset.arrays(hold_eps) if hold_eps else (np.zeros((0,)),) * 3
-    log(f"[finetune] {len(episodes)} episodes ({dataset.frames} frames): training on {len(train_eps)} "
+    log(f"[finetune] {len(episodes)} episodes ({sum(len(e) for e in episodes)} frames): training on {len(train_eps)} "
         f"({len(train[0])} frames), holding out {len(hold_eps)} ({len(held[0])} frames)")
     if config.real_fraction < 1 and sim_frames is None:
         sim_frames = collect_sim_frames(spec, model, config.sim_episodes, seed=config.seed,
@@ -266,7 +274,8 @@ def finetune(checkpoint: str | Path, bags: list[str | Path], out: str | Path, co
     fit_episodes = train_eps
     if config.refit_all and hold_eps:
         # The split's fit measured the held-out error; the written checkpoint learns from every episode.
-        log(f"[finetune] refit on all {len(episodes)} episodes ({dataset.frames} frames) for the written checkpoint")
+        log(f"[finetune] refit on all {len(episodes)} episodes ({sum(len(e) for e in episodes)} frames) "
+            "for the written checkpoint")
         torch.manual_seed(config.seed)
         model = build_model(spec.architecture, spec, **spec.hparams)
         model.load_state_dict(state, strict=True)
@@ -295,6 +304,7 @@ def finetune(checkpoint: str | Path, bags: list[str | Path], out: str | Path, co
                      "checkpoint_trained_on": [e.episode_id for e in fit_episodes]},
         "frames": {"train": int(len(train[0])), "holdout": int(len(held[0]))},
         "by_kind": dataset.summary()["by_kind"],
+        "failed_episodes_left_out": failed if config.successful_only else [],
         "config": config.to_dict(), "frozen_parameters": len(frozen),
         "offline_action_error": {"before": before, "after": after},
         "final_loss": losses[-1],
@@ -310,6 +320,7 @@ def finetune(checkpoint: str | Path, bags: list[str | Path], out: str | Path, co
             "sim_frames": provenance["sim_frames"], "config": config.to_dict(),
             "train_episodes": provenance["episodes"]["train"], "holdout_episodes": provenance["episodes"]["holdout"],
             "checkpoint_trained_on": provenance["episodes"]["checkpoint_trained_on"],
+            "failed_episodes_left_out": provenance["failed_episodes_left_out"],
             "provenance": provenance}
 
 
