@@ -44,16 +44,17 @@ def _state(stamp_ns: int, mode: str) -> bytes:
     return serialize_message(msg)
 
 
-def _outcome(stamp_ns: int, duration_s: float) -> bytes:
+def _outcome(stamp_ns: int, duration_s: float, success: bool = True) -> bytes:
     msg = DiagnosticArray()
     msg.header.stamp = ns_to_stamp(stamp_ns)
-    values = {"episode": "1", "success": "true", "duration_s": f"{duration_s:.4f}", "reason": "success",
+    values = {"episode": "1", "success": "true" if success else "false", "duration_s": f"{duration_s:.4f}",
+              "reason": "success" if success else "timeout",
               "final_distance_m": "0.02"}
     msg.status = [DiagnosticStatus(name="episode", values=[KeyValue(key=k, value=v) for k, v in values.items()])]
     return serialize_message(msg)
 
 
-def hand_built_bag(path, human: bool = True):
+def hand_built_bag(path, human: bool = True, success: bool = True):
     """Policy (AUTONOMOUS) until TAKEOVER_S, then a person (TELEOP) sends a ramp of commands,
     one episode [0, END_S]; 10 Hz images stamped at 0.05 + 0.1 i, 100 Hz joint states."""
     camera = load_calibration_yaml(config_path("camera_sim.yaml"))
@@ -78,7 +79,7 @@ def hand_built_bag(path, human: bool = True):
         if tick % 10 == 5:
             writer.write("/camera/camera_info", t, serialize_message(camera_model_to_info(camera, t)))
             writer.write("/camera/image_raw", t + 2 * MS, serialize_message(array_to_image(image, "rgb8", t)))
-    writer.write("/sim/episode", int(END_S * S) + 5 * MS, _outcome(int(END_S * S), END_S))
+    writer.write("/sim/episode", int(END_S * S) + 5 * MS, _outcome(int(END_S * S), END_S, success))
     writer.close()
     return path
 
@@ -265,3 +266,15 @@ def test_finetune_cli_judges_in_closed_loop(recording, tmp_path, capsys):
             assert figure["ci95"] == list(wilson_interval(figure["successes"], 1))
     assert sim2real(["finetune", "--checkpoint", str(recording.tiny), "--bags", str(recording.out),
                      "--out", str(tmp_path / "x.pt"), "--robot-sim", str(tmp_path / "none.yaml")]) == 2
+
+
+def test_episodes_the_person_did_not_finish_are_left_out(tmp_path):
+    bag = hand_built_bag(tmp_path / "bag", success=False)
+    config = FinetuneConfig(epochs=1, real_fraction=1.0, holdout=0.0, labels=LabelConfig(actuation_latency_s=LATENCY_S))
+    with pytest.raises(ConfigError, match=r"no labelled frame.*left out as unfinished: \['bag#0'\]"):
+        finetune(teleop_checkpoint(tmp_path), [bag], tmp_path / "out.pt", config)
+    import dataclasses
+
+    report = finetune(teleop_checkpoint(tmp_path), [bag], tmp_path / "out.pt",
+                      dataclasses.replace(config, successful_only=False))
+    assert report["failed_episodes_left_out"] == [] and report["checkpoint_trained_on"] == ["bag#0"]

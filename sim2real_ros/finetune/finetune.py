@@ -250,7 +250,8 @@ def finetune(checkpoint: str | Path, bags: list[str | Path], out: str | Path, co
     if not episodes:
         raise ConfigError(SOURCE, "bags", [str(b) for b in bags],
                           f"hold no labelled frame (no human commands in TELEOP/SHARED covering a chunk?); "
-                          f"skipped frames: {dict(dataset.skipped)}")
+                          f"skipped frames: {dict(dataset.skipped)}"
+                          + (f"; left out as unfinished: {failed}" if failed and config.successful_only else ""))
     train_idx, hold_idx = split_episodes(episodes, config.holdout, config.seed)
     train_eps = [episodes[i] for i in train_idx]
     hold_eps = [episodes[i] for i in hold_idx]
