@@ -28,7 +28,7 @@ from ..core.camera_model import CameraModel, load_calibration_yaml
 from ..core.errors import ConfigError, UrdfError
 from ..core.timebase import NS_PER_S
 from ..core.urdf import RobotModel
-from .actuation import LatencyQueue, ServoLoop, pd_torque
+from .motor_model import LatencyQueue, ServoLoop, pd_torque
 from .params import SimParams
 from .pushes import ScheduledPush, draw_push_schedule, push_links
 from .quiet_stdout import stdout_to_stderr

@@ -105,7 +105,7 @@ class ServoFitResult:
 # ----------------------------------------------------------------------------------------------
 def simulate_servo(target: np.ndarray, x0: float, v: float, a: float, gain: float, deadband: float = 0.0,
                    dt: float = STEP_S) -> np.ndarray:
-    """ServoLoop (sim/actuation.py) for one joint, scalar, from rest at x0: positions (N,) for the
+    """ServoLoop (sim/motor_model.py) for one joint, scalar, from rest at x0: positions (N,) for the
     targets (N,) in effect at each step of dt [s]. Same arithmetic as the sim's loop."""
     ref, speed = float(x0), 0.0
     out = np.empty(len(target))
