@@ -16,10 +16,10 @@ outside the training ranges; the shipped policy succeeds on about half its episo
     .venv/bin/python benchmarks/bench_finetune.py [--json OUT] [--quick] [--checkpoint CKPT] [--work-dir DIR]
     sim2real bench --only finetune
 
-About 10 minutes here at 20 recorded episodes and 20 evaluation episodes per policy and sim (--quick:
-4 and 4, a smoke run). Without policies/reach_default.pt (and no --checkpoint), a small policy is
-trained first (BC + one DAgger round) and the figures say so. The machine is shared: wall times move
-with the load (reported).
+About 10-12 minutes here (2026-12-01: 9.7 and 12.0 min on a shared machine) at 20 recorded
+episodes and 20 evaluation episodes per policy and sim (--quick: 4 and 4, a smoke run). Without
+policies/reach_default.pt (and no --checkpoint), a small policy is trained first (BC + one DAgger
+round) and the figures say so. The machine is shared: wall times move with the load (reported).
 """
 from __future__ import annotations
 
