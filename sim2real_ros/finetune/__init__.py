@@ -1,6 +1,7 @@
-"""Fine-tuning a checkpoint on real bags: demonstrations and intervention segments (`sim2real finetune`).
+"""Fine-tuning a checkpoint on real bags, co-trained with sim data (`sim2real finetune`, docs/finetune.md).
 
-`build_dataset(bags, pipeline, joint_names, chunk_length, dt_s, LabelConfig)` labels frames with the
-human's commands; `finetune(checkpoint, bags, out, FinetuneConfig)` trains and writes the new
-checkpoint with its provenance. Submodules import torch; import them where needed.
+episodes.dataset.build_dataset labels real frames with the human's commands; sim_data regenerates
+teacher-labelled sim frames of the checkpoint's training distribution; `finetune(checkpoint, bags,
+out, FinetuneConfig)` co-trains and writes the new checkpoint with its provenance; judge measures
+closed-loop success before and after. Submodules import torch; import them where needed.
 """
