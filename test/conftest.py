@@ -52,3 +52,12 @@ def sim_recording(tmp_path_factory: pytest.TempPathFactory):
     from recordings import build_sim_recording
 
     return build_sim_recording(tmp_path_factory.mktemp("replay_sim_recording"))
+
+
+@pytest.fixture(scope="session")
+def teleop_recording(tmp_path_factory: pytest.TempPathFactory):
+    """Scripted-operator episodes on the "real A" sim variant (teleop_data.TeleopRecording),
+    recorded once per session for the teleop, fine-tuning and validation tests."""
+    from teleop_data import build_teleop_recording
+
+    return build_teleop_recording(tmp_path_factory.mktemp("teleop_recording"))

@@ -1,5 +1,6 @@
 """Fine-tuning on real bags: label timing on a hand-built bag, then real fine-tuning (torch) on the
-teleop recording of test_teleop_recording.py (the scripted operator in the "real" sim variant)."""
+teleop recording (the `teleop_recording` session fixture, test/teleop_data.py: the scripted operator in
+the "real" sim variant)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ import pytest
 import torch
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.serialization import serialize_message
-from test_teleop_recording import JOINTS, teleop_recording
+from teleop_data import JOINTS
 
 from sim2real_ros.bags.writer import BagWriter
 from sim2real_ros.cli.main import main as sim2real
@@ -124,7 +125,7 @@ def test_no_human_commands_is_a_clear_error(tmp_path):
 
 
 def teleop_checkpoint(tmp_path):
-    from test_teleop_recording import tiny_checkpoint
+    from teleop_data import tiny_checkpoint
 
     return tiny_checkpoint(tmp_path / "tiny.pt")
 
@@ -137,20 +138,15 @@ def test_split_holds_out_whole_episodes():
     assert split_episodes(episodes, 0.0, 0) == (episodes, [])
 
 
-@pytest.fixture(scope="module")
-def recording(tmp_path_factory):
-    return teleop_recording(tmp_path_factory)
-
-
-def test_finetune_fits_the_real_episodes_holds_out_whole_ones_and_records_provenance(recording, tmp_path):
-    spec, parent_state, _ = read_checkpoint(recording.tiny)
-    dataset = build_dataset(recording.bags, ImagePipeline(PreprocessConfig.from_dict(spec.preprocess)), JOINTS,
+def test_finetune_fits_the_real_episodes_holds_out_whole_ones_and_records_provenance(teleop_recording, tmp_path):
+    spec, parent_state, _ = read_checkpoint(teleop_recording.tiny)
+    dataset = build_dataset(teleop_recording.bags, ImagePipeline(PreprocessConfig.from_dict(spec.preprocess)), JOINTS,
                             spec.chunk_length, spec.dt_s, LabelConfig())
     assert len(dataset.usable()) == 3 and dataset.frames >= 12, dataset.summary()
     assert {e.kind for e in dataset.usable()} <= {"demonstration", "intervention"}
     out = tmp_path / "tuned.pt"
-    report = finetune(recording.tiny, recording.bags, out, FinetuneConfig(epochs=100, lr=1e-3, holdout=0.34, seed=1,
-                                                                            real_fraction=1.0),
+    report = finetune(teleop_recording.tiny, teleop_recording.bags, out,
+                      FinetuneConfig(epochs=100, lr=1e-3, holdout=0.34, seed=1, real_fraction=1.0),
                       dataset=dataset)
     # It fits the training episodes; the held-out episode is measured apart, before and after (whether
     # it improves needs more than three short episodes: benchmarks/bench_finetune.py shows that).
@@ -159,8 +155,8 @@ def test_finetune_fits_the_real_episodes_holds_out_whole_ones_and_records_proven
     assert report["before"]["holdout"]["frames"] == report["after"]["holdout"]["frames"] == held_frames > 0
     assert report["before"]["holdout"]["mae_rad"] > 0 and report["after"]["holdout"]["mae_rad"] > 0
     provenance = load_checkpoint(out).spec.provenance
-    assert provenance["parent"] == checkpoint_hash(recording.tiny)
-    assert [b["path"] for b in provenance["bags"]] == [str(b) for b in recording.bags]
+    assert provenance["parent"] == checkpoint_hash(teleop_recording.tiny)
+    assert [b["path"] for b in provenance["bags"]] == [str(b) for b in teleop_recording.bags]
     assert all(len(b["fingerprint"]) == 16 for b in provenance["bags"])
     held, train = provenance["episodes"]["holdout"], provenance["episodes"]["train"]
     assert len(held) == 1 and len(train) == 2 and not set(held) & set(train)
@@ -169,14 +165,15 @@ def test_finetune_fits_the_real_episodes_holds_out_whole_ones_and_records_proven
     assert any(not torch.equal(tuned_state[k], parent_state[k]) for k in parent_state if k.startswith("image_encoder"))
 
 
-def test_cli_freeze_encoder_keeps_the_encoder_and_changes_the_head(recording, tmp_path, capsys):
+def test_cli_freeze_encoder_keeps_the_encoder_and_changes_the_head(teleop_recording, tmp_path, capsys):
     out, report_file = tmp_path / "frozen.pt", tmp_path / "finetune.json"
-    code = sim2real(["finetune", "--checkpoint", str(recording.tiny), "--bags", str(recording.out), "--out", str(out),
+    code = sim2real(["finetune", "--checkpoint", str(teleop_recording.tiny), "--bags", str(teleop_recording.out),
+                     "--out", str(out),
                      "--epochs", "3", "--lr", "1e-3", "--freeze-encoder", "--holdout", "0.3", "--real-fraction", "1",
                      "--report", str(report_file)])
     assert code == 0
     assert "held-out offline action error" in capsys.readouterr().out
-    spec, parent, _ = read_checkpoint(recording.tiny)
+    spec, parent, _ = read_checkpoint(teleop_recording.tiny)
     _, tuned, _ = read_checkpoint(out)
     encoder = [k for k in parent if k.startswith("image_encoder")]
     assert encoder and all(torch.equal(tuned[k], parent[k]) for k in encoder)
@@ -185,17 +182,17 @@ def test_cli_freeze_encoder_keeps_the_encoder_and_changes_the_head(recording, tm
     for name in ("joint_mean", "joint_std", "action_mean", "action_std"):
         assert torch.equal(tuned[name], parent[name])
     report = json.loads(report_file.read_text())
-    assert report["parent"] == checkpoint_hash(recording.tiny) and report["frozen_parameters"]
+    assert report["parent"] == checkpoint_hash(teleop_recording.tiny) and report["frozen_parameters"]
     model = build_model(spec.architecture, spec, **spec.hparams)
     model.load_state_dict(tuned)  # still the parent's architecture
 
 
-def test_cotraining_mixes_sim_frames_of_the_training_distribution(recording, tmp_path):
+def test_cotraining_mixes_sim_frames_of_the_training_distribution(teleop_recording, tmp_path):
     from sim2real_ros.finetune.finetune import INTERVENTION_WEIGHT, frame_weights
     from sim2real_ros.finetune.sim_data import collect_sim_frames, training_distribution
 
-    spec, state, _ = read_checkpoint(recording.tiny)
-    dataset = build_dataset(recording.bags, ImagePipeline(PreprocessConfig.from_dict(spec.preprocess)), JOINTS,
+    spec, state, _ = read_checkpoint(teleop_recording.tiny)
+    dataset = build_dataset(teleop_recording.bags, ImagePipeline(PreprocessConfig.from_dict(spec.preprocess)), JOINTS,
                             spec.chunk_length, spec.dt_s, LabelConfig())
     # Interventions (the states the policy drove into) are drawn more often than demonstrations.
     weights = frame_weights(dataset.usable())
@@ -212,15 +209,15 @@ def test_cotraining_mixes_sim_frames_of_the_training_distribution(recording, tmp
     # DAgger labels from the teacher: point 0 is where the arm is when observed (docs/design.md §3).
     assert np.allclose(sim.labels[:, 0], sim.joints, atol=1e-6)
     out = tmp_path / "cotrained.pt"
-    report = finetune(recording.tiny, recording.bags, out, FinetuneConfig(epochs=3, lr=1e-3, real_fraction=0.5,
-                                                                           holdout=0.0, seed=1),
+    report = finetune(teleop_recording.tiny, teleop_recording.bags, out,
+                      FinetuneConfig(epochs=3, lr=1e-3, real_fraction=0.5, holdout=0.0, seed=1),
                       dataset=dataset, sim_frames=sim)
     assert report["sim_frames"]["frames"] == len(sim) and report["sim_frames"]["episodes"] == 2
     assert report["before"]["sim"]["frames"] == len(sim) and report["after"]["sim"]["mae_rad"] > 0
     provenance = load_checkpoint(out).spec.provenance
     assert provenance["data"] == "real bags + sim" and provenance["config"]["real_fraction"] == 0.5
     # real_fraction 1.0: real data only, no sim frames used or reported.
-    real_only = finetune(recording.tiny, recording.bags, tmp_path / "real_only.pt",
+    real_only = finetune(teleop_recording.tiny, teleop_recording.bags, tmp_path / "real_only.pt",
                          FinetuneConfig(epochs=1, lr=1e-3, real_fraction=1.0, holdout=0.0), dataset=dataset)
     assert real_only["sim_frames"] is None and "sim" not in real_only["after"]
     with pytest.raises(ConfigError, match="real_fraction"):
@@ -243,9 +240,9 @@ def test_judging_compares_intervals_and_names_disagreement():
     assert disagreement(None, None, figure(9), figure(19)) == ""
 
 
-def test_finetune_cli_judges_in_closed_loop(recording, tmp_path, capsys):
+def test_finetune_cli_judges_in_closed_loop(teleop_recording, tmp_path, capsys):
     report_file = tmp_path / "finetune.json"
-    code = sim2real(["finetune", "--checkpoint", str(recording.tiny), "--bags", str(recording.out),
+    code = sim2real(["finetune", "--checkpoint", str(teleop_recording.tiny), "--bags", str(teleop_recording.out),
                      "--out", str(tmp_path / "tuned.pt"), "--epochs", "1", "--real-fraction", "1.0",
                      "--robot-sim", str(config_path("sim_params_real_b.yaml")), "--eval-episodes", "1",
                      "--report", str(report_file)])
@@ -264,7 +261,7 @@ def test_finetune_cli_judges_in_closed_loop(recording, tmp_path, capsys):
             figure = judged[where][name]
             assert figure["episodes"] == 1 and figure["actuation_latency_source"] == "deployment"
             assert figure["ci95"] == list(wilson_interval(figure["successes"], 1))
-    assert sim2real(["finetune", "--checkpoint", str(recording.tiny), "--bags", str(recording.out),
+    assert sim2real(["finetune", "--checkpoint", str(teleop_recording.tiny), "--bags", str(teleop_recording.out),
                      "--out", str(tmp_path / "x.pt"), "--robot-sim", str(tmp_path / "none.yaml")]) == 2
 
 

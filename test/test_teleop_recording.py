@@ -7,91 +7,22 @@ test_validation.py (`teleop_recording(tmp_path_factory)`).
 from __future__ import annotations
 
 import json
-import shutil
-import sys
-import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.serialization import serialize_message
 from sensor_msgs.msg import JointState
+from teleop_data import EPISODES, JOINTS, S
 
 from sim2real_ros.bags import BagReader
 from sim2real_ros.bags.writer import BagWriter
 from sim2real_ros.conversions import ns_to_stamp, stamp_to_ns
-from sim2real_ros.core.checkpoint import init_checkpoint, read_checkpoint, save_checkpoint
 from sim2real_ros.core.errors import ConfigError
-from sim2real_ros.core.policy_model import build_model
-from sim2real_ros.core.preprocess_config import PreprocessConfig
-from sim2real_ros.core.urdf import RobotModel
 from sim2real_ros.episodes.episode_split import split_by_episode
-from sim2real_ros.paths import config_path, urdf_path
+from sim2real_ros.paths import config_path
 from sim2real_ros.runtime.scripted_operator import TeleopPlan, operator_joystick_config
 from sim2real_ros.runtime.teleop_recording import MANIFEST, record_teleop_episodes
-
-JOINTS = tuple(RobotModel.from_description(str(urdf_path())).joint_names)
-EPISODES = 3
-S = 1_000_000_000
-
-
-@dataclass(frozen=True)
-class TeleopRecording:
-    out: Path  # folder of episode bags + episodes.json
-    bags: list[Path]
-    untrained: Path  # holds still (drove before the intervention)
-    tiny: Path  # untrained weights with a ~5 cm action scale: moves, knows nothing
-
-
-def tiny_checkpoint(path: Path, seed: int = 1) -> Path:
-    """Random weights with a sensible normalization (actions of a few centiradians)."""
-    init_checkpoint(path, JOINTS, PreprocessConfig.from_yaml(config_path("preprocess.yaml")), seed=seed)
-    spec, state, _ = read_checkpoint(path)
-    model = build_model(spec.architecture, spec, **spec.hparams)
-    model.load_state_dict(state)
-    n = len(JOINTS)
-    model.set_normalization(np.zeros(n), np.ones(n), np.zeros(n), np.full(n, 0.05))
-    save_checkpoint(path, model, spec)
-    return path
-
-
-def teleop_recording(tmp_path_factory: pytest.TempPathFactory) -> TeleopRecording:
-    """The session's teleop recording (made by whichever module needs it first)."""
-    base = tmp_path_factory.getbasetemp() / "teleop_recording"
-    out = base / "episodes"
-    untrained, tiny = base / "untrained.pt", base / "tiny.pt"
-    if not (base / "done").exists():
-        base.mkdir(exist_ok=True)
-        init_checkpoint(untrained, JOINTS, PreprocessConfig.from_yaml(config_path("preprocess.yaml")), seed=0)
-        tiny_checkpoint(tiny)
-        # A 10 Hz camera keeps the graph near real time on a busy machine.
-        plan = TeleopPlan(intervention_every=2, policy_s=1.5, camera_rate_hz=10.0)
-        for attempt in (1, 2):
-            if out.exists():  # a failed attempt stopped part-way: record afresh, not on top of it
-                shutil.rmtree(out)
-            try:
-                record_teleop_episodes(out, EPISODES, config_path("sim_params_real_a.yaml"), untrained, seed=7,
-                                       plan=plan)
-                break
-            except Exception:
-                # This fixture is data, not a check: one more try on a machine too loaded to keep the
-                # graph's pace. The first failure is printed and kept, never swallowed silently (a
-                # module-scoped fixture that fails hides its error behind pytest-rerunfailures').
-                first = traceback.format_exc()
-                (base / f"attempt_{attempt}_failed.txt").write_text(first)
-                print(f"teleop recording attempt {attempt} failed:\n{first}", file=sys.stderr, flush=True)
-                if attempt == 2:
-                    raise
-        (base / "done").write_text("ok")
-    bags = sorted(p for p in out.iterdir() if p.is_dir())
-    return TeleopRecording(out, bags, untrained, tiny)
-
-
-@pytest.fixture(scope="module")
-def recording(tmp_path_factory) -> TeleopRecording:
-    return teleop_recording(tmp_path_factory)
 
 
 def _modes(bag: Path) -> list[tuple[int, str]]:
@@ -100,13 +31,13 @@ def _modes(bag: Path) -> list[tuple[int, str]]:
                 for kv in m.msg.status[0].values if kv.key == "mode"]
 
 
-def test_one_bag_per_episode_with_its_outcome_and_the_graph_topics(recording):
-    assert [b.name for b in recording.bags] == [f"episode_{i:03d}" for i in range(EPISODES)]
-    manifest = json.loads((recording.out / MANIFEST).read_text())
+def test_one_bag_per_episode_with_its_outcome_and_the_graph_topics(teleop_recording):
+    assert [b.name for b in teleop_recording.bags] == [f"episode_{i:03d}" for i in range(EPISODES)]
+    manifest = json.loads((teleop_recording.out / MANIFEST).read_text())
     assert [e["planned"] for e in manifest["episodes"]] == ["demonstration", "intervention", "demonstration"]
     # The scripted operator (the IK teacher on the joystick) reaches the target.
     assert sum(e["success"] for e in manifest["episodes"]) >= 2, manifest["episodes"]
-    for bag, entry in zip(recording.bags, manifest["episodes"], strict=True):
+    for bag, entry in zip(teleop_recording.bags, manifest["episodes"], strict=True):
         with BagReader(bag) as reader:
             topics = reader.topic_types()
             for needed in ("/camera/image_raw", "/camera/camera_info", "/joint_states", "/supervisor/state",
@@ -123,14 +54,14 @@ def test_one_bag_per_episode_with_its_outcome_and_the_graph_topics(recording):
         assert len(images) >= 5 and min(images) >= start - S // 10 and max(images) <= end + S // 10
 
 
-def test_the_person_acts_through_the_supervisor(recording):
+def test_the_person_acts_through_the_supervisor(teleop_recording):
     # Demonstration: TELEOP is in force from early in the episode; intervention: the policy
     # (AUTONOMOUS) drives first, then a takeover (TELEOP).
-    demo_modes = [m for _, m in _modes(recording.bags[0])]
+    demo_modes = [m for _, m in _modes(teleop_recording.bags[0])]
     assert "TELEOP" in demo_modes
-    intervention = [m for _, m in _modes(recording.bags[1])]
+    intervention = [m for _, m in _modes(teleop_recording.bags[1])]
     assert "AUTONOMOUS" in intervention and "TELEOP" in intervention[intervention.index("AUTONOMOUS"):]
-    with BagReader(recording.bags[1]) as reader:
+    with BagReader(teleop_recording.bags[1]) as reader:
         events = [{kv.key: kv.value for kv in m.msg.status[0].values}
                   for m in reader.messages(["/supervisor/interventions"])]
     assert any(e["event"] == "takeover" and e["mode"] == "TELEOP" for e in events), events

@@ -1,5 +1,5 @@
 """Staged validation: gate rules and verdict (pure), the sim stages' graph and core figures,
-failure-mode comparison, real episodes from the teleop recording, and `sim2real validate` end to
+failure-mode comparison, real episodes from the teleop teleop_recording, and `sim2real validate` end to
 end (real PyBullet, real torch, real bags; and once through the real ROS graph)."""
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import yaml
 from support import REPO_ROOT
-from test_teleop_recording import teleop_recording
 
 from sim2real_ros.cli.main import main as sim2real
 from sim2real_ros.core.errors import ConfigError
@@ -149,13 +148,8 @@ def test_failure_modes_that_differ_in_kind_point_to_a_sim_gap():
     assert not same["differ_in_kind"] and "agree" in same["message"]
 
 
-@pytest.fixture(scope="module")
-def recording(tmp_path_factory):
-    return teleop_recording(tmp_path_factory)
-
-
-def test_real_episodes_from_the_bags_count_only_what_the_policy_started(recording):
-    episodes = [e for bag in recording.bags for e in read_real_episodes(bag)]
+def test_real_episodes_from_the_bags_count_only_what_the_policy_started(teleop_recording):
+    episodes = [e for bag in teleop_recording.bags for e in read_real_episodes(bag)]
     assert [e.driver for e in episodes] == ["demonstration", "intervention", "demonstration"]
     real = real_outcomes(episodes)
     assert real["episodes"] == 1 and real["successes"] == 0 and real["failures"] == {"taken_over": 1}
@@ -173,12 +167,13 @@ def short_sim_params(tmp_path, timeout_s: float):
     return path, raw
 
 
-def test_validate_end_to_end_on_real_bags(recording, tmp_path, capsys):
+def test_validate_end_to_end_on_real_bags(teleop_recording, tmp_path, capsys):
     # A short sim episode keeps the test affordable; the untrained policy holds still. --core-only
     # (no graph): quick, but then stages 1 and 2 fail whatever the core figure.
     sim_file, sim = short_sim_params(tmp_path, 1.5)
     report_dir = tmp_path / "report"
-    code = sim2real(["validate", "--checkpoint", str(recording.untrained), "--real-bags", str(recording.out),
+    code = sim2real(["validate", "--checkpoint", str(teleop_recording.untrained),
+                     "--real-bags", str(teleop_recording.out),
                      "--report", str(report_dir), "--episodes", "1", "--sim-config", str(sim_file), "--json",
                      "--core-only"])
     out = json.loads(capsys.readouterr().out)
@@ -291,14 +286,15 @@ def test_an_optional_closed_loop_stage_counts_when_it_ran_and_disagreement_is_na
         gates_from_dict({"robot_closed_loop": {"min_success_rate": 2.0}}, "g.yaml")
 
 
-def test_validate_robot_sim_adds_the_closed_loop_stage(recording, tmp_path, capsys):
+def test_validate_robot_sim_adds_the_closed_loop_stage(teleop_recording, tmp_path, capsys):
     sim_file, _ = short_sim_params(tmp_path, 1.5)
     robot_sim = tmp_path / "real_b_short.yaml"  # the stand-in with short episodes
     raw = yaml.safe_load(config_path("sim_params_real_b.yaml").read_text())
     raw["task"]["timeout_s"] = 1.5
     raw["camera"]["calibration_file"] = str(config_path(raw["camera"]["calibration_file"]))
     robot_sim.write_text(yaml.safe_dump(raw))
-    code = sim2real(["validate", "--checkpoint", str(recording.untrained), "--real-bags", str(recording.out),
+    code = sim2real(["validate", "--checkpoint", str(teleop_recording.untrained),
+                     "--real-bags", str(teleop_recording.out),
                      "--report", str(tmp_path / "report"), "--episodes", "1", "--sim-config", str(sim_file),
                      "--json", "--core-only", "--no-plots", "--robot-sim", str(robot_sim)])
     out = json.loads(capsys.readouterr().out)
