@@ -245,6 +245,13 @@ def diagnostic_values(msg: DiagnosticArray | None, index: int = 0) -> dict[str, 
     return {kv.key: kv.value for kv in msg.status[index].values}
 
 
+def merged_diagnostic_values(msg: DiagnosticArray | None) -> dict[str, str]:
+    """Key-values of every status of a DiagnosticArray, later statuses winning ({} for None)."""
+    if msg is None:
+        return {}
+    return {kv.key: kv.value for status in msg.status for kv in status.values}
+
+
 def diagnostic_level(msg: DiagnosticArray, index: int = 0) -> Level:
     """The Level of status `index` of a DiagnosticArray (IndexError when it has none)."""
     raw = msg.status[index].level

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..bags import BagReader
+from ..conversions import diagnostic_values as _values
 from ..conversions import stamp_to_ns
 from ..episodes.actions import sample_actions
 from ..episodes.recording import RecordingCollector
@@ -63,12 +64,6 @@ def camera_key(topic: str) -> str:
     if len(parts) >= 2 and parts[-1] == "image_raw":
         return parts[-2]
     return re.sub(r"[^A-Za-z0-9_]", "_", "_".join(parts))
-
-
-def _values(msg) -> dict[str, str]:
-    for status in getattr(msg, "status", []):
-        return {kv.key: kv.value for kv in status.values}
-    return {}
 
 
 @dataclass

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..bags.reader import BagReader
+from ..conversions import diagnostic_values as _values
 from ..core.stats import summary
 from ..core.timebase import NS_PER_S
 
@@ -42,10 +43,6 @@ STATE_TOPIC = "/supervisor/state"
 
 def _stamp_ns(header: Any) -> int:
     return int(header.stamp.sec) * NS_PER_S + int(header.stamp.nanosec)
-
-
-def _values(msg: Any) -> dict[str, str]:
-    return {kv.key: kv.value for kv in msg.status[0].values} if msg.status else {}
 
 
 @dataclass

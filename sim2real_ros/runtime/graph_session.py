@@ -18,15 +18,11 @@ from sensor_msgs.msg import JointState, Joy
 from std_msgs.msg import Bool, Float64MultiArray
 from std_srvs.srv import Trigger
 
+from ..conversions import diagnostic_values
 from ..graph import GraphArgs, NodeDecl, declare_graph
 from ..nodes.common import EVENTS_QOS, JOINT_STATE_QOS, JOY_QOS, LATCHED_QOS
 from .launcher import GraphLauncher
 from .probe import RosProbe, wait_until
-
-
-def diagnostic_values(msg: DiagnosticArray) -> dict[str, str]:
-    """Key-values of the first status of a DiagnosticArray (how our state/event topics speak)."""
-    return {kv.key: kv.value for kv in msg.status[0].values} if msg.status else {}
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from ..bags import BagReader
 from ..conversions import MessageError, joint_state_to_sample, reorder, trajectory_to_chunk
+from ..conversions import merged_diagnostic_values as _diagnostic_values
 from ..core.checkpoint import LoadedPolicy
 from ..core.errors import Sim2RealError
 from ..core.progress import progress
@@ -93,12 +94,6 @@ class _Collector:
     def _on_diagnostics(self, name: str, msg: DiagnosticArray) -> None:
         with self.lock:
             self.diagnostics[name] = msg
-
-
-def _diagnostic_values(msg: DiagnosticArray | None) -> dict[str, str]:
-    if msg is None:
-        return {}
-    return {item.key: item.value for status in msg.status for item in status.values}
 
 
 def _wait(predicate, timeout_s: float, launcher: GraphLauncher, what: str, log: Path) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..bags import BagReader
+from ..conversions import diagnostic_values as _values
 from ..conversions import stamp_to_ns
 from ..core.stats import summary, wilson_interval
 from ..core.timebase import NS_PER_S
@@ -53,10 +54,6 @@ class RealEpisode:
     duration_s: float
     final_distance_m: float
     category: str
-
-
-def _values(msg) -> dict[str, str]:
-    return {kv.key: kv.value for kv in msg.status[0].values} if msg.status else {}
 
 
 def read_real_episodes(bag: str | Path, human_modes: tuple[str, ...] = HUMAN_MODES) -> list[RealEpisode]:
