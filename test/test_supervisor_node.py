@@ -298,7 +298,7 @@ def test_parameter_ranges_are_declared_and_described(ros, tmp_path):
     names = [*expected, "require_stop_source"]
     with running_nodes([node_decl("supervisor", PARAMS)], tmp_path):
         response = ros.call(DescribeParameters, "supervisor/describe_parameters",
-                            DescribeParameters.Request(names=names), timeout_s=TIMEOUT)
+                            DescribeParameters.Request(names=names), timeout_s=TIMEOUT, resend_period_s=2.0)
     described = dict(zip(names, response.descriptors, strict=True))
     for name, (low, high) in expected.items():
         descriptor = described[name]

@@ -68,16 +68,29 @@ class RosProbe:
             raise TimeoutError(f"got {len(received)} of {count} messages within {timeout_s} s")
         return received
 
-    def call(self, srv_type: Any, name: str, request: Any | None = None, timeout_s: float = 10.0):
-        """Call a service and return its response; TimeoutError if it is absent or silent."""
+    def call(self, srv_type: Any, name: str, request: Any | None = None, timeout_s: float = 10.0,
+             resend_period_s: float | None = None):
+        """Call a service and return its response; TimeoutError if it is absent or silent.
+
+        resend_period_s [s]: for a read-only service (parameter queries), send the request again
+        when no answer came within this long. wait_for_service only sees the server's request
+        reader; a server whose response writer has not yet matched our response reader drops the
+        answer ("failed to send response (timeout)" from the rmw), and a query can safely be asked
+        again. None: one request (services that act, like arm or reset, are never resent)."""
         client = self.node.create_client(srv_type, name)
         try:
             if not client.wait_for_service(timeout_sec=timeout_s):
                 raise TimeoutError(f"service {name} not available after {timeout_s} s")
-            future = client.call_async(request or srv_type.Request())
-            if not wait_until(future.done, timeout_s):
-                raise TimeoutError(f"service {name} did not answer within {timeout_s} s")
-            return future.result()
+            deadline = time.monotonic() + timeout_s
+            while True:
+                future = client.call_async(request or srv_type.Request())
+                remaining = deadline - time.monotonic()
+                wait_s = remaining if resend_period_s is None else min(remaining, resend_period_s)
+                if wait_until(future.done, max(wait_s, 0.0)):
+                    return future.result()
+                client.remove_pending_request(future)
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"service {name} did not answer within {timeout_s} s")
         finally:
             self.node.destroy_client(client)
 
