@@ -14,10 +14,13 @@ import io
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import struct
+import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -661,3 +664,39 @@ def test_message_compressed_bag_has_a_total_budget_not_only_one_per_message(tmp_
 
     with BagReader(bag) as reader:
         assert sum(1 for _ in reader.messages()) == 40
+
+
+def test_sigterm_while_inflating_leaves_no_temp_file(tmp_path):
+    # sqlite3 needs a named copy while it inflates: `sim2real bag info` stopped by SIGTERM (a
+    # closed session, `kill`) mid-way removes it on the way out (the old reader left it in /tmp).
+    bag, _ = _file_compressed_bag(tmp_path, "sqlite3", zeros=240 * 2**20)  # inflates for ~0.1-1 s
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(private_tmp), "PYTHONPATH": str(REPO_ROOT)}
+    child = subprocess.Popen([sys.executable, "-m", "sim2real_ros.cli.main", "bag", "info", str(bag)], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO_ROOT)
+    try:
+        deadline = time.monotonic() + CHILD_DEADLINE
+        while not any(p.is_file() for p in private_tmp.rglob("*")):  # the copy exists: inflating
+            assert child.poll() is None and time.monotonic() < deadline, "never saw the inflated copy"
+            time.sleep(0.001)
+        child.send_signal(signal.SIGTERM)
+        _, stderr = child.communicate(timeout=CHILD_DEADLINE)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 128 + signal.SIGTERM and b"Traceback" not in stderr, stderr
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_dataset_export_refuses_a_dangling_link_at_its_output(tmp_path):
+    from sim2real_ros.datasets.lerobot import DatasetError
+    from sim2real_ros.datasets.lerobot_export import export_bag
+
+    elsewhere = tmp_path / "elsewhere"
+    out = tmp_path / "dataset"
+    out.symlink_to(elsewhere)
+    with pytest.raises(DatasetError, match="exists already"):
+        export_bag(_written_bag(tmp_path), out, progress=False)
+    assert not elsewhere.exists()
