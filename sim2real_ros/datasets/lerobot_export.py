@@ -16,6 +16,7 @@ videos/<key>/chunk-000/file-000.mp4 (every episode in one file; no size split).
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -292,7 +293,7 @@ def export_bag(bags: str | Path | list, out_dir: str | Path, fps: float = 30.0, 
     if codec not in CODECS:
         raise DatasetError(f"codec {codec!r}: choose one of {sorted(CODECS)}")
     out = Path(out_dir)
-    if out.exists():
+    if os.path.lexists(out):  # a dangling link too: the dataset would be written where it points
         raise DatasetError(f"{out}: exists already; a dataset is never overwritten")
     paths = expand_bags([bags] if isinstance(bags, (str, Path)) else list(bags))
     plans = [_plan(Path(p), fps, actuation_latency_s, task) for p in paths]
