@@ -93,7 +93,9 @@ class AlarmMonitor:
 class FeetechDriver:
     """Drives the servos of `maps` (one per joint, in the order of the joint list) over `bus`.
 
-    lower, upper: URDF position limits [rad] in the same order; commands are clamped to them.
+    lower, upper: URDF position limits [rad] in the same order. Commands are clamped to them and to the
+    servo's calibrated range (range_min..range_max, where LeRobot found the joint's end stops),
+    whichever is narrower: `self.lower`, `self.upper`.
     """
 
     def __init__(self, bus: FeetechBus, maps: list[JointMap], lower: np.ndarray, upper: np.ndarray,
@@ -102,8 +104,15 @@ class FeetechDriver:
         self.maps = maps
         self.joints = tuple(m.joint for m in maps)
         self.ids = [m.motor.servo_id for m in maps]
-        self.lower = np.asarray(lower, dtype=float)
-        self.upper = np.asarray(upper, dtype=float)
+        ends = np.sort(np.array([[float(m.to_radians(m.motor.range_min)), float(m.to_radians(m.motor.range_max))]
+                                 for m in maps]), axis=1)
+        self.urdf_lower = np.asarray(lower, dtype=float)
+        self.urdf_upper = np.asarray(upper, dtype=float)
+        self.lower = np.maximum(self.urdf_lower, ends[:, 0])
+        self.upper = np.minimum(self.urdf_upper, ends[:, 1])
+        if np.any(self.lower > self.upper):
+            joint = self.joints[int(np.flatnonzero(self.lower > self.upper)[0])]
+            raise CalibrationError(f"motor '{joint}': its calibrated range does not overlap the URDF limits")
         self.config = config or DriverConfig()
         self.counters = DriverCounters(clamped={j: 0 for j in self.joints},
                                        servo_error_samples={j: 0 for j in self.joints})
@@ -194,8 +203,8 @@ class FeetechDriver:
     def command(self, positions: np.ndarray) -> np.ndarray:
         """Write goal positions (n,) [rad] in joint order with one sync write; returns what was sent [rad].
 
-        Values outside the URDF limits are clamped (counted per joint); a wrong length or a NaN/Inf is
-        rejected (ValueError, counted) and nothing is written.
+        Values outside the limits (URDF and calibrated range) are clamped (counted per joint); a wrong
+        length or a NaN/Inf is rejected (ValueError, counted) and nothing is written.
         """
         q = np.asarray(positions, dtype=float)
         if q.shape != (len(self.joints),) or not np.all(np.isfinite(q)):
