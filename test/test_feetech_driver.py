@@ -181,6 +181,22 @@ def test_an_overheating_servo_raises_the_alarm_after_n_samples(tmp_path):
             driver.bus.close()
 
 
+def test_a_stalled_servo_raises_the_overload_alarm_and_a_normal_move_does_not(tmp_path):
+    calibration = so101_calibration(tmp_path / "cal.json")
+    with emulated_bus("--faults", "overload:1:400") as port:
+        driver = make_driver(port, calibration, DriverConfig(alarm_samples=3))
+        try:
+            driver.start()
+            driver.command(np.array([1.0, -1.0, 1.0, -1.0, 1.0, 1.0]))  # a fast move: load, but no stall
+            read_until(driver, lambda f: np.all(np.abs(f.velocities) < 1e-9) and np.abs(f.positions[0] - 1.0) < 0.01)
+            assert driver.alarms.events["overload"] == 0
+            feedback = read_until(driver, lambda f: "shoulder_pan" in driver.alarms.active["overload"])
+            assert feedback.loads[0] == 1.0 and feedback.errors[0] & 0x20
+            assert driver.alarms.events["overload"] == 1
+        finally:
+            driver.bus.close()
+
+
 def test_calibration_mismatches_name_the_motor(tmp_path):
     arm = so101_calibration(tmp_path / "arm.json", homing_offsets={"wrist_flex": 250})
     other = so101_calibration(tmp_path / "other.json")

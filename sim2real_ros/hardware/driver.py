@@ -14,6 +14,10 @@ from . import protocol as p
 from .bus import BusError, FeetechBus
 from .calibration import CalibrationError, JointMap
 
+# A servo gets this many tries to answer at start: some USB adapters lose the first bytes after the
+# port opens, and one lost reply must not read as a missing servo.
+START_ATTEMPTS = 3
+
 
 @dataclass(frozen=True)
 class DriverConfig:
@@ -22,14 +26,15 @@ class DriverConfig:
     stall_torque_nm [N*m]: torque at 100 % load (STS3215 at 7.4 V: ~1.9), for efforts;
     overload_fraction: |load| (fraction of max torque, 0..1) that counts as overload;
     overheat_c [degC]: temperature that counts as overheat;
-    alarm_samples: consecutive samples past a threshold before the alarm is raised;
+    alarm_samples: consecutive samples past a threshold before the alarm is raised (50: 0.5 s at 100 Hz;
+    a servo briefly reads near 100 % load while it accelerates, a stalled one stays there);
     check_homing_offset: compare each servo's homing offset register with the calibration file.
     """
 
     stall_torque_nm: float = 1.9
     overload_fraction: float = 0.9
     overheat_c: float = 65.0
-    alarm_samples: int = 5
+    alarm_samples: int = 50
     check_homing_offset: bool = True
 
     def __post_init__(self) -> None:
@@ -69,25 +74,28 @@ class DriverCounters:
 
 
 class AlarmMonitor:
-    """Raises an alarm for a joint once a condition holds for `samples` consecutive samples; it stays
-    raised (latched) until reset, so a supervisor that polls slowly cannot miss it."""
+    """Raises an alarm for a joint once a condition holds for `samples` consecutive samples, and
+    clears it when the condition clears (a servo that cooled down); `events` counts raisings, so a
+    reader that polls slowly still sees that one happened. The supervisor latches its own stop."""
 
     def __init__(self, joints: tuple[str, ...], samples: int) -> None:
         self._joints = joints
         self._samples = samples
         self._runs = {kind: np.zeros(len(joints), dtype=int) for kind in ("overload", "overheat")}
         self.active: dict[str, set[str]] = {kind: set() for kind in self._runs}
+        self.events: dict[str, int] = {kind: 0 for kind in self._runs}
 
     def update(self, kind: str, over: np.ndarray) -> None:
         runs = self._runs[kind]
         runs[:] = np.where(over, runs + 1, 0)
-        for index in np.flatnonzero(runs >= self._samples):
-            self.active[kind].add(self._joints[index])
+        now = {self._joints[index] for index in np.flatnonzero(runs >= self._samples)}
+        self.events[kind] += len(now - self.active[kind])
+        self.active[kind] = now
 
     def reset(self) -> None:
         for kind in self._runs:
             self._runs[kind][:] = 0
-            self.active[kind].clear()
+            self.active[kind] = set()
 
 
 class FeetechDriver:
@@ -131,18 +139,31 @@ class FeetechDriver:
         """
         for joint_map in self.maps:
             motor = joint_map.motor
-            try:
-                self.bus.ping(motor.servo_id)
-                offset = self.bus.read(motor.servo_id, p.HOMING_OFFSET) if self.config.check_homing_offset else None
-            except BusError as err:
-                raise CalibrationError(f"motor '{motor.name}' (id {motor.servo_id}) does not answer on "
-                                       f"{self.bus.port}: {err}") from err
+            offset = None
+            for attempt in range(START_ATTEMPTS):
+                try:
+                    self.bus.ping(motor.servo_id)
+                    if self.config.check_homing_offset:
+                        offset = self.bus.read(motor.servo_id, p.HOMING_OFFSET)
+                    break
+                except BusError as err:
+                    if attempt + 1 == START_ATTEMPTS:
+                        raise CalibrationError(f"motor '{motor.name}' (id {motor.servo_id}) does not answer on "
+                                               f"{self.bus.port} ({START_ATTEMPTS} tries): {err}") from err
             if offset is not None and offset != motor.homing_offset:
                 raise CalibrationError(
                     f"motor '{motor.name}' (id {motor.servo_id}): the servo's homing offset is {offset}, the "
                     f"calibration file says {motor.homing_offset}: this file is not this arm's calibration "
                     f"(or the arm was recalibrated); use the matching file")
-        feedback = self.read()
+        feedback = None
+        for attempt in range(START_ATTEMPTS):
+            try:
+                feedback = self.read()
+                break
+            except BusError:
+                if attempt + 1 == START_ATTEMPTS:
+                    raise
+        assert feedback is not None
         hold = {servo_id: int(t) for servo_id, t in zip(self.ids, feedback.ticks, strict=True)}
         self.bus.sync_write(p.GOAL_POSITION, hold)
         self.last_goal_ticks = hold

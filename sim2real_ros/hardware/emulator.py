@@ -8,13 +8,15 @@ Timing: a reply is written when it would have finished on a real bus: after the 
 bytes, the servo's return delay (register 7, 2 us units) and the reply's bytes at the baud rate
 (10 bits per byte); sync-read replies follow one another. Dynamics (sim/motor_model.py's servo
 model): a dead time, then a position loop whose speed, gain * error, is limited to max_speed and
-changes at most at max_acceleration; the load register follows the loop's error.
+changes at most at max_acceleration; the load register reads what moving takes (a share for speed and
+one for acceleration), never near 100 % unless a fault says so.
 
 Faults (deterministic, counted in replies the servo would have sent):
   drop:ID:N      every Nth reply of servo ID is not sent
   corrupt:ID:N   every Nth reply of servo ID has a wrong checksum
   silent:ID:N    servo ID answers N replies, then never again
   overheat:ID:N  after N replies servo ID reads 85 degC and sets its overheat alarm bit
+  overload:ID:N  after N replies servo ID reads 100 % load and sets its overload alarm bit (stalled)
 """
 from __future__ import annotations
 
@@ -33,21 +35,23 @@ from ..sim.motor_model import LatencyQueue, ServoLoop
 from . import protocol as p
 
 RAD_PER_TICK = 2.0 * math.pi / p.TICKS_PER_TURN
-FAULT_KINDS = ("drop", "corrupt", "silent", "overheat")
+FAULT_KINDS = ("drop", "corrupt", "silent", "overheat", "overload")
 
 
 @dataclass(frozen=True)
 class ServoDynamics:
     """The emulated servo's response (sim/motor_model.py ServoLoop parameters, STS3215-like defaults):
     dead_time_s [s], max_speed [rad/s] (no load, 7.4 V: ~0.22 s per 60 deg), max_acceleration
-    [rad/s^2], gain [1/s], step_s [s] the integration step, load_per_rad: load fraction per rad of error."""
+    [rad/s^2], gain [1/s], step_s [s] the integration step; load_at_max_speed and
+    load_at_max_acceleration: the load register's share (0..1) at full speed and full acceleration."""
 
     dead_time_s: float = 0.005
     max_speed: float = 4.7
     max_acceleration: float = 60.0
     gain: float = 25.0
     step_s: float = 0.001
-    load_per_rad: float = 2.0
+    load_at_max_speed: float = 0.3
+    load_at_max_acceleration: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ class EmulatedServo:
     homing_offset: int = 0
     faults: list[Fault] = field(default_factory=list)
     replies: int = 0
+    stalled: bool = False
     memory: bytearray = field(default_factory=lambda: bytearray(256))
 
     def __post_init__(self) -> None:
@@ -117,14 +122,18 @@ class EmulatedServo:
         """The goal in effect after the dead time [rad]."""
         return float(self._delay.update(now_ns)[0])
 
-    def show(self, reference: float, speed: float, target: float) -> None:
+    def show(self, reference: float, speed: float, acceleration: float) -> None:
         """Put the loop's state in the present-value registers."""
         torque = bool(self.get(p.TORQUE_ENABLE))
+        d = self.dynamics
         self._put(p.PRESENT_POSITION, max(-32767, min(32767, int(round(reference / RAD_PER_TICK)))))
         ticks_per_s = int(round(speed / RAD_PER_TICK))
         self._put(p.PRESENT_SPEED, max(-32767, min(32767, ticks_per_s)))
-        load = max(-1.0, min(1.0, self.dynamics.load_per_rad * (target - reference))) if torque else 0.0
-        self._put(p.PRESENT_LOAD, int(round(1000 * load)))
+        load = (d.load_at_max_speed * speed / d.max_speed
+                + d.load_at_max_acceleration * acceleration / d.max_acceleration) if torque else 0.0
+        if self.stalled:
+            load = 1.0
+        self._put(p.PRESENT_LOAD, int(round(1000 * max(-1.0, min(1.0, load)))))
         self._put(p.MOVING, int(ticks_per_s != 0))
 
     def reply_fate(self) -> str:
@@ -140,10 +149,14 @@ class EmulatedServo:
                 fate = "corrupt"
             if fault.kind == "overheat" and self.replies > fault.count:
                 self._put(p.PRESENT_TEMPERATURE, 85)
+            if fault.kind == "overload" and self.replies > fault.count:
+                self.stalled = True
+                self._put(p.PRESENT_LOAD, 1000)
         return fate
 
     def error_bits(self) -> int:
-        return 0x04 if self.get(p.PRESENT_TEMPERATURE) > self.get(p.MAX_TEMPERATURE_LIMIT) else 0
+        overheat = 0x04 if self.get(p.PRESENT_TEMPERATURE) > self.get(p.MAX_TEMPERATURE_LIMIT) else 0
+        return overheat | (0x20 if self.stalled else 0)
 
 
 class BusEmulator:
@@ -210,6 +223,8 @@ class BusEmulator:
                   0.5 * RAD_PER_TICK * np.ones(n))
         target = np.array([s.target(t) for s in servos])
         torque = np.array([bool(s.get(p.TORQUE_ENABLE)) for s in servos])
+        start_speed = self._loop.speed.copy()
+        elapsed_s = max((now_ns - t) * 1e-9, 1e-9)
         while t < now_ns:
             dt_ns = min(step_ns, now_ns - t)
             t += dt_ns
@@ -220,7 +235,8 @@ class BusEmulator:
             self._loop.reference[:] = np.where(torque, self._loop.reference, reference)
             self._loop.speed[:] = np.where(torque, self._loop.speed, 0.0)
         for k, servo in enumerate(servos):
-            servo.show(float(self._loop.reference[k]), float(self._loop.speed[k]), float(target[k]))
+            acceleration = float(self._loop.speed[k] - start_speed[k]) / elapsed_s
+            servo.show(float(self._loop.reference[k]), float(self._loop.speed[k]), acceleration)
         self._last_ns = max(self._last_ns, now_ns)
 
     def handle(self, packet: p.Packet, arrived_ns: int) -> None:

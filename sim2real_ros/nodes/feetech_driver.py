@@ -148,6 +148,7 @@ class FeetechDriverNode(Node):
             "commands_clamped": sum(c.clamped.values()),
             "bus_timeouts": self._bus.counters.timeouts, "bus_checksum_errors": self._bus.counters.checksum_errors,
             "bus_bad_replies": self._bus.counters.bad_replies,
+            "overload_events": d.alarms.events["overload"], "overheat_events": d.alarms.events["overheat"],
         }
         for joint, count in c.clamped.items():
             values[f"clamped.{joint}"] = count

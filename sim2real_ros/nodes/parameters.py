@@ -286,7 +286,7 @@ FEETECH_DRIVER: tuple[ParamSpec, ...] = (
               value_range=(0.05, 1.0)),
     ParamSpec("overheat_c", "double", 65.0, "servo temperature that counts as overheat [degC]", "degC",
               value_range=(20.0, 100.0)),
-    ParamSpec("alarm_samples", "integer", 5, "consecutive samples past a threshold before the alarm (ERROR)",
+    ParamSpec("alarm_samples", "integer", 50, "consecutive samples past a threshold before the alarm (ERROR)",
               value_range=(1, 10000)),
     ParamSpec("check_homing_offset", "bool", True,
               "refuse to start when a servo's homing offset differs from the calibration file"),
