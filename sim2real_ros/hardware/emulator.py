@@ -4,9 +4,9 @@ Any serial client (this stack's driver, LeRobot, Feetech's tools) opens the pty'
 the USB adapter of an SO-101. Each emulated servo has the STS3215 control table (protocol.REGISTERS),
 answers ping, read, write and sync read with checksummed status packets and applies sync writes.
 
-Timing: a reply is written when it would have finished on a real bus: after the instruction's own
-bytes, the servo's return delay (register 7, 2 us units) and the reply's bytes at the baud rate
-(10 bits per byte); sync-read replies follow one another. Dynamics (sim/motor_model.py's servo
+Timing: the replies to an instruction are written when they would have finished on a real bus:
+after the instruction's own bytes, each servo's return delay (register 7, 2 us units) and each
+reply's bytes at the baud rate (10 bits per byte), sync-read replies one after another. Dynamics (sim/motor_model.py's servo
 model): a dead time, then a position loop whose speed, gain * error, is limited to max_speed and
 changes at most at max_acceleration; the load register reads what moving takes (a share for speed and
 one for acceleration), never near 100 % unless a fault says so.
@@ -269,6 +269,7 @@ class BusEmulator:
                 servo.write_memory(params[0], bytes(params[1:]), cursor)
                 replies.append((servo, b""))
         self._bus_free_ns = cursor
+        out = bytearray()
         for servo, data in replies:
             fate = servo.reply_fate()
             if fate == "drop":
@@ -278,7 +279,11 @@ class BusEmulator:
             if fate == "corrupt":
                 reply[-1] ^= 0x5A
             cursor += servo.get(p.RETURN_DELAY) * 2000 + int(len(reply) * self.byte_s * 1e9)
-            self._send_at(bytes(reply), cursor)
+            out += reply
+        # One write when the last reply would have ended: a USB adapter hands the host whole chunks
+        # too, and one wake-up per transaction keeps the emulator's own CPU use small.
+        if out:
+            self._send_at(bytes(out), cursor)
         self._bus_free_ns = cursor
 
     def _send_at(self, data: bytes, due_ns: int) -> None:
