@@ -84,6 +84,24 @@ def test_a_silent_servo_stops_joint_states_and_an_overheat_is_an_error(ros, tmp_
         assert wait_until(lambda: int(diagnostics(diag).get("failed_cycles", "0")) >= 3, 10)
 
 
+def test_dropped_and_corrupt_replies_are_reported_and_joint_states_go_on(ros, tmp_path):
+    calibration = so101_calibration(tmp_path / "cal.json")
+    with emulated_bus("--faults", "drop:3:40", "corrupt:4:60") as port, \
+            running_nodes([driver_decl(port, calibration)], tmp_path):
+        states = ros.collect(JointState, "joint_states", KEEP_ALL)
+        diag = ros.collect(DiagnosticArray, "feetech_driver/diagnostics", KEEP_ALL)
+
+        def reported() -> bool:
+            values = diagnostics(diag)
+            return int(values.get("bus_timeouts", "0")) >= 1 and int(values.get("bus_checksum_errors", "0")) >= 1
+        assert wait_until(reported, 30), diagnostics(diag)
+        values = diagnostics(diag)
+        assert int(values["failed_replies.id3"]) >= 1 and int(values["failed_replies.id4"]) >= 1
+        # A lost or corrupt reply costs one period, not the stream.
+        count = len(states)
+        assert wait_until(lambda: len(states) >= count + 20, 10)
+
+
 def test_a_calibration_without_the_gripper_fails_at_start_naming_it(tmp_path):
     calibration = so101_calibration(tmp_path / "cal.json", drop="gripper")
     with emulated_bus() as port:

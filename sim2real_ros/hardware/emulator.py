@@ -6,10 +6,11 @@ answers ping, read, write and sync read with checksummed status packets and appl
 
 Timing: the replies to an instruction are written when they would have finished on a real bus:
 after the instruction's own bytes, each servo's return delay (register 7, 2 us units) and each
-reply's bytes at the baud rate (10 bits per byte), sync-read replies one after another. Dynamics (sim/motor_model.py's servo
-model): a dead time, then a position loop whose speed, gain * error, is limited to max_speed and
-changes at most at max_acceleration; the load register reads what moving takes (a share for speed and
-one for acceleration), never near 100 % unless a fault says so.
+reply's bytes at the baud rate (10 bits per byte), sync-read replies one after another.
+Dynamics (sim/motor_model.py's servo model): a dead time, then a position loop whose speed,
+gain * error, is limited to max_speed and changes at most at max_acceleration; the load register
+reads what moving takes (a share for speed and one for acceleration), never near 100 % unless a
+fault says so.
 
 Faults (deterministic, counted in replies the servo would have sent):
   drop:ID:N      every Nth reply of servo ID is not sent
