@@ -40,6 +40,15 @@ def test_a_bad_checksum_is_dropped_counted_and_the_next_packet_still_parsed():
     assert reader.skipped_bytes > 0
 
 
+@given(st.lists(st.binary(max_size=600), max_size=20))
+def test_the_reader_survives_any_bytes_with_bounded_memory(chunks):
+    reader = p.PacketReader()
+    for chunk in chunks:
+        for packet in reader.feed(chunk):
+            assert 0 <= packet.servo_id <= 0xFE and len(packet.params) <= 253
+        assert reader.pending() <= 4 + 255
+
+
 @pytest.mark.parametrize(("register", "value"), [(p.PRESENT_SPEED, -1234), (p.PRESENT_SPEED, 1234),
                                                  (p.PRESENT_LOAD, -1000), (p.PRESENT_LOAD, 1000),
                                                  (p.HOMING_OFFSET, -2047), (p.GOAL_POSITION, 4095)])
