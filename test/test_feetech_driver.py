@@ -109,6 +109,24 @@ def test_commands_outside_the_urdf_limits_are_clamped_and_counted(tmp_path):
             driver.bus.close()
 
 
+def test_stop_holds_position_and_releases_torque_only_when_asked(tmp_path):
+    calibration = so101_calibration(tmp_path / "cal.json")
+    with emulated_bus() as port:
+        driver = make_driver(port, calibration)
+        try:
+            driver.start()
+            driver.command(np.array([0.5, 0.5, 0.5, 0.5, 0.5, 0.5]))
+            feedback = read_until(driver, lambda f: np.any(np.abs(f.velocities) > 0.5))  # mid-move
+            driver.stop(disable_torque=False)
+            for servo_id, ticks in zip(driver.ids, feedback.ticks, strict=True):
+                assert driver.bus.read(servo_id, p.GOAL_POSITION) == int(ticks)  # the last measured position
+                assert driver.bus.read(servo_id, p.TORQUE_ENABLE) == 1
+            driver.stop(disable_torque=True)
+            assert [driver.bus.read(i, p.TORQUE_ENABLE) for i in driver.ids] == [0] * 6
+        finally:
+            driver.bus.close()
+
+
 def failures_until(driver: FeetechDriver, kind: str, reads: int = 200) -> list[BusError]:
     errors = []
     for _ in range(reads):

@@ -14,6 +14,8 @@ from support import node_decl, running_nodes, wait_until
 
 from sim2real_ros import conversions as cv
 from sim2real_ros.core.report import Level
+from sim2real_ros.hardware import protocol as p
+from sim2real_ros.hardware.bus import FeetechBus
 from sim2real_ros.hardware.calibration import RAD_PER_TICK
 from sim2real_ros.nodes.common import RELIABLE_LATEST_QOS
 
@@ -34,8 +36,18 @@ def diagnostics(received: list) -> dict[str, str]:
 def test_driver_publishes_joint_states_and_follows_commands(ros, tmp_path):
     calibration = so101_calibration(tmp_path / "cal.json")
     initial = ["1:1800", "2:2300", "3:2000", "4:2100", "5:2000", "6:2400"]
-    with emulated_bus("--calibration", str(calibration), "--initial", *initial) as port, \
-            running_nodes([driver_decl(port, calibration)], tmp_path):
+    with emulated_bus("--calibration", str(calibration), "--initial", *initial) as port:
+        run_and_command(ros, port, calibration, tmp_path)
+        # The node is gone (SIGTERM): the arm holds where it was, torque still on (the default).
+        with FeetechBus(port, timeout_s=0.2) as bus:
+            for servo_id in range(1, 7):
+                assert bus.read(servo_id, p.TORQUE_ENABLE) == 1
+                assert wait_until(lambda i=servo_id: abs(bus.read(i, p.GOAL_POSITION)
+                                                         - bus.read(i, p.PRESENT_POSITION)) <= 1, 10)
+
+
+def run_and_command(ros, port: str, calibration, tmp_path) -> None:
+    with running_nodes([driver_decl(port, calibration)], tmp_path):
         states = ros.collect(JointState, "joint_states", KEEP_ALL)
         diag = ros.collect(DiagnosticArray, "feetech_driver/diagnostics", KEEP_ALL)
         ros.wait_for_messages(states, 20, timeout_s=30)
