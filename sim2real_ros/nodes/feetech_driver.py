@@ -81,7 +81,7 @@ class FeetechDriverNode(Node):
         self._published = 0
         self._failed_cycles = 0
         self._overruns = 0
-        self._reported = ("", "")  # (bus error, alarms) last reported at once
+        self._reported: tuple = (False, ())  # (bus failing, alarms) last reported at once
         self._running = True
         held = [round(float(q), 4) for q in feedback.positions]
         self.get_logger().info(
@@ -102,8 +102,8 @@ class FeetechDriverNode(Node):
                 except BusError as err:
                     feedback = None
                     self._failed_cycles += 1
-                    if self._reported[0] != str(err):
-                        self.get_logger().error(f"{err}; joint_states stopped until reads succeed")
+                    self.get_logger().error(f"{err}; joint_states stopped until reads succeed",
+                                            throttle_duration_sec=1.0)
             if not rclpy.ok():
                 return  # shutting down: close() holds the arm
             if feedback is not None:
@@ -113,8 +113,10 @@ class FeetechDriverNode(Node):
                 except RCLError:
                     return  # the context went away between the check and the publish
                 self._published += 1
-            state = (str(self.driver.last_error or ""), repr(sorted((k, sorted(v)) for k, v in
-                                                                 self.driver.alarms.active.items())))
+            # Report at once when the bus starts or stops failing and when an alarm changes (not
+            # on every failed read: a flapping bus must not flood the topic).
+            state = (self.driver.last_error is not None,
+                     tuple((kind, tuple(sorted(joints))) for kind, joints in sorted(self.driver.alarms.active.items())))
             if state != self._reported:
                 self._reported = state
                 try:
