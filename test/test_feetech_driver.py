@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+import yaml
 from feetech_support import SO101_MOTORS, SO101_URDF, emulated_bus, so101_calibration
 
 from sim2real_ros.core.urdf import RobotModel
@@ -16,6 +17,7 @@ from sim2real_ros.hardware import protocol as p
 from sim2real_ros.hardware.bus import BusError, FeetechBus
 from sim2real_ros.hardware.calibration import RAD_PER_TICK, CalibrationError, joint_maps, load_calibration
 from sim2real_ros.hardware.driver import DriverConfig, FeetechDriver
+from sim2real_ros.paths import config_path
 
 # Generous: the test machine is shared; a reply the emulator sends late must not look lost.
 SLACK_S = 0.2
@@ -234,6 +236,36 @@ def test_calibration_mismatches_name_the_motor(tmp_path):
             assert driver.bus.read(1, p.TORQUE_ENABLE) == 0
         finally:
             driver.bus.close()
+
+
+def test_emulator_takes_the_servo_model_of_a_sim_params_file(tmp_path):
+    """`--sim-params`: the servo model's per-joint max speed (here shoulder_pan 0.5 rad/s) bounds what
+    the present-speed register shows while moving; the other joints keep theirs (4 rad/s)."""
+    params = yaml.safe_load(config_path("sim_params.yaml").read_text())
+    params["actuator"]["model"] = "servo"
+    params["actuator"]["servo"] = {"max_speed": {"default": 4.0, "shoulder_pan": 0.5}, "max_acceleration": 40.0,
+                                   "gain": 20.0}
+    sim_params = tmp_path / "sim_params_so101.yaml"
+    sim_params.write_text(yaml.safe_dump(params))
+    calibration = so101_calibration(tmp_path / "cal.json")
+    with emulated_bus("--sim-params", str(sim_params)) as port:
+        driver = make_driver(port, calibration)
+        try:
+            driver.start()
+            driver.command(np.array([0.8, 0.8, 0.0, 0.0, 0.0, 0.5]))
+            peak = np.zeros(6)
+
+            def settled(feedback) -> bool:
+                peak[:] = np.maximum(peak, np.abs(feedback.velocities))
+                return abs(feedback.positions[0] - 0.8) <= RAD_PER_TICK and not np.any(feedback.velocities)
+            read_until(driver, settled, timeout_s=20)
+            assert 0.3 < peak[0] <= 0.5 + RAD_PER_TICK  # ticks/s round to whole ticks
+            assert peak[1] > 1.0
+        finally:
+            driver.bus.close()
+    bad = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "emulate-bus", "--sim-params",
+                          str(config_path("sim_params.yaml"))], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "actuator.model" in bad.stderr
 
 
 def test_emulate_bus_link_and_bad_faults(tmp_path):

@@ -9,9 +9,13 @@ import argparse
 import os
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ..core.errors import Sim2RealError
+
+# LeRobot's SO-101 motors by id (= the joint names of urdf/so101/so101_new_calib.urdf).
+SO101_JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
 
 
 def parse_ids(text: str) -> list[int]:
@@ -55,26 +59,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--return-delay-us", type=int, default=0,
                         help="every servo's return delay [us] (register 7, 2 us units; LeRobot sets 0)")
     parser.add_argument("--dead-time", type=float, default=None, help="servo dead time [s]")
+    parser.add_argument("--sim-params", type=Path,
+                        help="a sim params YAML with the servo actuator model (as `sim2real sysid fit` writes): "
+                             "dead time, max speed, acceleration and gain per joint; servo ids map to the "
+                             "SO-101 joints (1 = shoulder_pan ... 6 = gripper) or to --calibration's motors")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..hardware import protocol as p
     from ..hardware.calibration import load_calibration
-    from ..hardware.emulator import BusEmulator, Fault, ServoDynamics
+    from ..hardware.emulator import BusEmulator, Fault, ServoDynamics, dynamics_from_sim_params
 
     try:
         ids = parse_ids(args.ids)
         faults = [Fault.parse(text) for text in args.faults]
         initial: dict[int, int] = {}
         offsets: dict[int, int] = {}
+        motor_names: dict[int, str] = {}
         if args.calibration is not None:
             for motor in load_calibration(args.calibration).values():
+                motor_names[motor.servo_id] = motor.name
                 offsets[motor.servo_id] = motor.homing_offset
                 initial[motor.servo_id] = (motor.range_min + motor.range_max) // 2
         initial.update(parse_pairs(args.initial, "--initial"))
         if not 0 <= args.return_delay_us <= 510:
             raise Sim2RealError(f"--return-delay-us {args.return_delay_us}: must be in 0..510")
-        dynamics = ServoDynamics() if args.dead_time is None else ServoDynamics(dead_time_s=args.dead_time)
+        dynamics: ServoDynamics | dict[int, ServoDynamics]
+        if args.sim_params is not None:
+            names = dict(enumerate(SO101_JOINTS, start=1))
+            names.update(motor_names)
+            unnamed = [i for i in ids if i not in names]
+            if unnamed:
+                raise Sim2RealError(f"--sim-params: no joint name for servos {unnamed} (give --calibration)")
+            dynamics = dynamics_from_sim_params(str(args.sim_params), {i: names[i] for i in ids})
+            if args.dead_time is not None:
+                dynamics = {i: replace(d, dead_time_s=args.dead_time) for i, d in dynamics.items()}
+        else:
+            dynamics = ServoDynamics() if args.dead_time is None else ServoDynamics(dead_time_s=args.dead_time)
         emulator = BusEmulator(ids, args.baud, dynamics, faults, initial, offsets)
     except Sim2RealError as err:
         print(f"[ERROR] {err}", file=sys.stderr)

@@ -55,6 +55,24 @@ class ServoDynamics:
     load_at_max_acceleration: float = 0.5
 
 
+def dynamics_from_sim_params(path: str, joints_by_id: dict[int, str]) -> dict[int, ServoDynamics]:
+    """Per-servo dynamics from a sim params YAML whose actuator model is `servo` (what `sim2real sysid
+    fit` writes): dead time = actuator.actuation_latency_s, and actuator.servo's max_speed,
+    max_acceleration and gain for each servo's joint name. Raises Sim2RealError naming the file."""
+    from ..sim.params import load_sim_params
+
+    params = load_sim_params(path)
+    servo = params.actuator.servo
+    if servo is None:
+        raise Sim2RealError(f"{path}: actuator.model is {params.actuator.model!r}; the emulator needs the servo "
+                            f"model's parameters (actuator.model: servo, actuator.servo)")
+    names = [joints_by_id[i] for i in sorted(joints_by_id)]
+    speed, accel, gain = (v.resolve(names) for v in (servo.max_speed, servo.max_acceleration, servo.gain))
+    return {i: ServoDynamics(dead_time_s=params.actuator.actuation_latency_s, max_speed=float(speed[k]),
+                             max_acceleration=float(accel[k]), gain=float(gain[k]))
+            for k, i in enumerate(sorted(joints_by_id))}
+
+
 @dataclass(frozen=True)
 class Fault:
     kind: str
@@ -163,7 +181,8 @@ class EmulatedServo:
 class BusEmulator:
     """Servos `ids` behind a pseudo-terminal; `path` is what a client opens. Call serve_forever()."""
 
-    def __init__(self, ids: list[int], baudrate: int = 1_000_000, dynamics: ServoDynamics | None = None,
+    def __init__(self, ids: list[int], baudrate: int = 1_000_000,
+                 dynamics: ServoDynamics | dict[int, ServoDynamics] | None = None,
                  faults: list[Fault] | None = None, initial_ticks: dict[int, int] | None = None,
                  homing_offsets: dict[int, int] | None = None) -> None:
         if not ids or any(not 0 <= i <= p.MAX_ID for i in ids) or len(set(ids)) != len(ids):
@@ -175,9 +194,12 @@ class BusEmulator:
         self.baudrate = int(baudrate)
         self.byte_s = p.byte_time_s(self.baudrate)
         dynamics = dynamics or ServoDynamics()
+        per_servo = dynamics if isinstance(dynamics, dict) else {i: dynamics for i in ids}
+        if set(per_servo) != set(ids):
+            raise Sim2RealError(f"dynamics given for servos {sorted(per_servo)}, the bus has {ids}")
         initial_ticks = initial_ticks or {}
         homing_offsets = homing_offsets or {}
-        self.servos = {i: EmulatedServo(i, int(initial_ticks.get(i, p.TICKS_PER_TURN // 2)), dynamics,
+        self.servos = {i: EmulatedServo(i, int(initial_ticks.get(i, p.TICKS_PER_TURN // 2)), per_servo[i],
                                         int(homing_offsets.get(i, 0)), [f for f in faults if f.servo_id == i])
                        for i in ids}
         self._master, self._slave = os.openpty()
@@ -187,7 +209,11 @@ class BusEmulator:
         order = sorted(self.servos)
         self._order = order
         self._loop = ServoLoop(np.array([self.servos[i].initial_ticks * RAD_PER_TICK for i in order]))
-        self._dynamics = dynamics
+        # The loop's parameters as arrays over the servos (sorted by id), per servo.
+        ordered = [self.servos[i].dynamics for i in order]
+        self._step_ns = int(min(d.step_s for d in ordered) * 1e9)
+        self._limits = (np.array([d.max_speed for d in ordered]), np.array([d.max_acceleration for d in ordered]),
+                        np.array([d.gain for d in ordered]), np.full(len(order), 0.5 * RAD_PER_TICK))
         self._reader = p.PacketReader()
         self._last_ns = time.monotonic_ns()
         self._bus_free_ns = 0
@@ -214,14 +240,11 @@ class BusEmulator:
     # ------------------------------------------------------------------ protocol
     def _advance(self, now_ns: int) -> None:
         """Run every servo's loop from the last update to now_ns [ns] in steps of dynamics.step_s."""
-        d = self._dynamics
         servos = [self.servos[i] for i in self._order]
-        n = len(servos)
-        step_ns = int(d.step_s * 1e9)
+        step_ns = self._step_ns
         # After a long gap the loop has settled anyway: simulate at most its last 0.5 s.
         t = max(self._last_ns, now_ns - 500_000_000)
-        limits = (d.max_speed * np.ones(n), d.max_acceleration * np.ones(n), d.gain * np.ones(n),
-                  0.5 * RAD_PER_TICK * np.ones(n))
+        limits = self._limits
         target = np.array([s.target(t) for s in servos])
         torque = np.array([bool(s.get(p.TORQUE_ENABLE)) for s in servos])
         start_speed = self._loop.speed.copy()
