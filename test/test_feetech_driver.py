@@ -268,6 +268,24 @@ def test_emulator_takes_the_servo_model_of_a_sim_params_file(tmp_path):
     assert bad.returncode == 2 and "actuator.model" in bad.stderr
 
 
+@pytest.mark.parametrize(("baud", "return_delay_us"), [(57_600, 0), (1_000_000, 500)])
+def test_the_emulator_never_answers_before_the_bus_could(baud, return_delay_us):
+    """A sync read of 6 servos takes at least its bytes at the baud rate (10 bits per byte) plus each
+    servo's return delay: a lower bound only, which load cannot break."""
+    with emulated_bus("--baud", str(baud), "--return-delay-us", str(return_delay_us)) as port, \
+            FeetechBus(port, baud, timeout_s=SLACK_S) as bus:
+        ids = list(range(1, 7))
+        assert bus.read(1, p.RETURN_DELAY) == return_delay_us // 2
+        wire_s = (8 + len(ids) + 6 * (6 + p.FEEDBACK_LENGTH)) * 10 / baud + 6 * return_delay_us * 1e-6
+        shortest = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            replies = bus.sync_read(ids, p.FEEDBACK_START, p.FEEDBACK_LENGTH)
+            shortest = min(shortest, time.perf_counter() - start)
+            assert sorted(replies) == ids
+        assert shortest >= wire_s
+
+
 def test_emulate_bus_link_and_bad_faults(tmp_path):
     link = tmp_path / "ttySO101"
     with emulated_bus("--link", str(link)) as port:
