@@ -165,11 +165,29 @@ class FeetechDriver:
                     raise
         assert feedback is not None
         hold = {servo_id: int(t) for servo_id, t in zip(self.ids, feedback.ticks, strict=True)}
-        self.bus.sync_write(p.GOAL_POSITION, hold)
+        # A sync write has no reply: read the goals back before torque goes on, since a lost write
+        # would leave a servo with whatever goal its register held (a jump).
+        self._write_verified(p.GOAL_POSITION, hold)
         self.last_goal_ticks = hold
         if enable_torque:
-            self.bus.sync_write(p.TORQUE_ENABLE, {servo_id: 1 for servo_id in self.ids})
+            self._write_verified(p.TORQUE_ENABLE, {servo_id: 1 for servo_id in self.ids})
         return feedback
+
+    def _write_verified(self, register: p.Register, values: dict[int, int]) -> None:
+        """Sync-write `register` and read it back from every servo (START_ATTEMPTS tries)."""
+        for attempt in range(START_ATTEMPTS):
+            self.bus.sync_write(register, values)
+            try:
+                replies = self.bus.sync_read(list(values), register.address, register.size)
+            except BusError:
+                if attempt + 1 == START_ATTEMPTS:
+                    raise
+                continue
+            wrong = {i: p.decode_value(register, data) for i, (_, data) in replies.items()
+                     if p.decode_value(register, data) != values[i]}
+            if not wrong:
+                return
+        raise BusError("bad_reply", sorted(wrong), f"{register.name} reads back {wrong}, written {values}")
 
     def hold(self) -> None:
         """Command the last measured positions (nothing when none was measured)."""
