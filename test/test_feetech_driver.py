@@ -293,6 +293,7 @@ def test_emulate_bus_link_and_bad_faults(tmp_path):
         with FeetechBus(str(link), timeout_s=SLACK_S) as bus:
             assert bus.ping(3) == 0
             assert bus.read(3, p.MODEL_NUMBER) == p.STS3215_MODEL_NUMBER
+            assert bus.scan(list(range(1, 9))) == {i: 0 for i in range(1, 7)}  # ids 7, 8 are not there
     bad = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "emulate-bus", "--faults", "melt:1:2"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2

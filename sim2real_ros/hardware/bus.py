@@ -56,6 +56,7 @@ class FeetechBus:
         self.timeout_s = float(timeout_s)
         self.counters = BusCounters()
         self._reader = p.PacketReader()
+        self._last_replies: dict[int, tuple[int, bytes]] = {}
         try:
             self._serial = serial.Serial(port, self.baudrate, timeout=0, write_timeout=0.5)
         except (serial.SerialException, OSError, ValueError) as err:
@@ -75,6 +76,15 @@ class FeetechBus:
     def ping(self, servo_id: int) -> int:
         """Ping a servo; returns its error bits (raises BusError when it does not answer)."""
         return self._transact(p.build_instruction(servo_id, p.PING), [servo_id], 0)[servo_id][0]
+
+    def scan(self, expected_ids: list[int]) -> dict[int, int]:
+        """Broadcast ping; returns {id: error bits} of the servos that answered (any of expected_ids
+        missing is not an error here: the caller compares)."""
+        packet = p.build_instruction(p.BROADCAST_ID, p.PING)
+        try:
+            return {i: error for i, (error, _) in self._transact(packet, expected_ids, 0).items()}
+        except BusError:
+            return {i: error for i, (error, _) in self._last_replies.items()}
 
     def read(self, servo_id: int, register: p.Register) -> int:
         """Read one register of one servo."""
@@ -143,6 +153,7 @@ class FeetechBus:
                     bad.append(reply.servo_id)
                     continue
                 replies[reply.servo_id] = (reply.code, reply.params)
+        self._last_replies = replies
         missing = [i for i in servo_ids if i not in replies]
         if not missing:
             return replies

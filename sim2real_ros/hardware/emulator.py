@@ -2,7 +2,8 @@
 
 Any serial client (this stack's driver, LeRobot, Feetech's tools) opens the pty's path as if it were
 the USB adapter of an SO-101. Each emulated servo has the STS3215 control table (protocol.REGISTERS),
-answers ping, read, write and sync read with checksummed status packets and applies sync writes.
+answers ping (also broadcast: every servo in id order), read, write and sync read with checksummed
+status packets and applies sync writes.
 
 Timing: the replies to an instruction are written when they would have finished on a real bus:
 after the instruction's own bytes, each servo's return delay (register 7, 2 us units) and each
@@ -283,6 +284,9 @@ class BusEmulator:
                 servo = self.servos.get(servo_id)
                 if servo is not None:
                     replies.append((servo, bytes(servo.memory[address:address + size])))
+        elif code == p.PING and packet.servo_id == p.BROADCAST_ID:
+            # A broadcast ping (LeRobot's and Feetech's bus scan): every servo answers, in id order.
+            replies.extend((self.servos[i], b"") for i in self._order)
         elif packet.servo_id in self.servos:
             servo = self.servos[packet.servo_id]
             if code == p.PING:
