@@ -6,9 +6,10 @@ Usage: .venv/bin/python benchmarks/bench_feetech.py [--quick] [--json OUT]
 feetech_driver as another (as in a launched graph, rate_hz 100) on an isolated DDS domain; a probe
 node in this process records every joint_states message. Periods are the differences of the
 messages' stamps (the node's time after each sync read) and of their arrival times at the probe;
-jitter is |period - 10 ms|. Without ROS, the sync read round trip of the driver core (one
-transaction for position, speed, load, voltage and temperature of all 6 servos) is timed too: its
-wire time at 1 Mbps is 0.98 ms (14 bytes out, 6 x 14 bytes back, 10 bits per byte).
+jitter is |period - 10 ms|; CPU use is the driver's and the emulator's over the same window.
+Without ROS, the sync read round trip of the driver core (one transaction for position, speed,
+load, voltage and temperature of all 6 servos) is timed too: its wire time at 1 Mbps is 0.98 ms
+(14 bytes out, 6 x 14 bytes back, 10 bits per byte).
 Targets (issue 31): >= 100 Hz, p99 period jitter <= 2 ms. Figures depend on the machine's load,
 which is reported with them.
 """
@@ -46,6 +47,7 @@ from sim2real_ros.hardware.driver import FeetechDriver  # noqa: E402
 from sim2real_ros.paths import urdf_path  # noqa: E402
 from sim2real_ros.runtime.launcher import GraphLauncher  # noqa: E402
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 JOINTS = ["shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"]
 RATE_HZ = 100.0
 
@@ -62,6 +64,12 @@ class Emulator:
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=10)
+
+
+def process_cpu_s(pid: int) -> float:
+    """utime + stime of a process [s] (/proc/PID/stat fields 14, 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def calibration_file(folder: Path) -> Path:
@@ -91,7 +99,8 @@ def measure_core(port: str, calibration: Path, reads: int) -> dict:
             "max_rate_hz": round(1e3 / float(np.mean(times)), 1) if times else 0.0}
 
 
-def measure_node(port: str, calibration: Path, duration_s: float, domain_id: int, log: Path) -> dict:
+def measure_node(port: str, calibration: Path, duration_s: float, domain_id: int, log: Path,
+                 emulator_pid: int) -> dict:
     """joint_states from the driver node: rate, stamp and arrival period jitter [ms]."""
     os.environ["ROS_DOMAIN_ID"] = str(domain_id)
     decl = NodeDecl("feetech_driver", "feetech_driver",
@@ -117,8 +126,14 @@ def measure_node(port: str, calibration: Path, duration_s: float, domain_id: int
         if len(received) < 50:
             raise RuntimeError(f"feetech_driver published {len(received)} joint states in 60 s; see {log}")
         first = len(received)
+        driver_pid = launcher.nodes[0].process.pid
+        cpu_start = {"driver": process_cpu_s(driver_pid), "emulator": process_cpu_s(emulator_pid)}
+        wall_start = time.monotonic()
         time.sleep(duration_s)
         window = received[first:]
+        wall_s = time.monotonic() - wall_start
+        cpu_percent = {"driver": round(100 * (process_cpu_s(driver_pid) - cpu_start["driver"]) / wall_s, 1),
+                       "emulator": round(100 * (process_cpu_s(emulator_pid) - cpu_start["emulator"]) / wall_s, 1)}
     finally:
         launcher.shutdown()
         executor.shutdown(timeout_sec=1.0)
@@ -136,6 +151,7 @@ def measure_node(port: str, calibration: Path, duration_s: float, domain_id: int
         "stamp_jitter_ms": latency_stats(np.abs(stamp_periods - nominal) * 1e3),
         "arrival_jitter_ms": latency_stats(np.abs(arrival_periods - nominal) * 1e3),
         "gaps_over_20ms": int(np.sum(stamp_periods > 0.02)),
+        "cpu_percent_of_one_core": cpu_percent,
     }
 
 
@@ -149,7 +165,8 @@ def run(quick: bool = False) -> dict:
         emulator = Emulator()
         try:
             core = measure_core(emulator.path, calibration, 300 if quick else 2000)
-            node = measure_node(emulator.path, calibration, duration_s, domain_id, folder / "driver.log")
+            node = measure_node(emulator.path, calibration, duration_s, domain_id, folder / "driver.log",
+                                emulator.proc.pid)
         finally:
             emulator.close()
     return {"node": node, "core": core, "duration_s": duration_s, "cpus": os.cpu_count(),
