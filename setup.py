@@ -4,7 +4,8 @@ from glob import glob
 from setuptools import find_packages, setup
 
 PACKAGE = "sim2real_ros"
-NODES = ["sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder", "viz_node"]
+NODES = ["sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder", "viz_node",
+         "feetech_driver"]
 
 setup(
     name=PACKAGE,
@@ -16,6 +17,7 @@ setup(
         (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
         (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.xml")),
         (f"share/{PACKAGE}/urdf", glob("urdf/*.urdf")),
+        (f"share/{PACKAGE}/urdf/so101", glob("urdf/so101/*")),  # feetech_driver's default robot
         (f"share/{PACKAGE}/policies", glob("policies/*")),
         (f"share/{PACKAGE}/benchmarks", glob("benchmarks/*.py")),
     ],

@@ -268,6 +268,33 @@ VIZ_NODE: tuple[ParamSpec, ...] = (
     ParamSpec("stats_period_s", "double", 1.0, "period of /viz/stats [s]", "s", value_range=(0.05, 60.0)),
 )
 
+FEETECH_DRIVER: tuple[ParamSpec, ...] = (
+    ParamSpec("port", "string", "/dev/ttyACM0", "serial port of the servo bus (a pty from `sim2real emulate-bus`)"),
+    ParamSpec("baudrate", "integer", 1000000, "bus baud rate [bit/s]", "bit/s", value_range=(9600, 1000000)),
+    ParamSpec("calibration", "string", "", "LeRobot calibration JSON of this arm (required)"),
+    ParamSpec("robot_description", "string", ShareFile("urdf/so101/so101_new_calib.urdf"),
+              "URDF (file path or XML): joint limits; motor names = joint names"),
+    ParamSpec("joints", "string_array", (),
+              "joint order of joint_states and the command array; empty = all movable URDF joints"),
+    ParamSpec("rate_hz", "double", 100.0, "joint_states rate: one sync read per period [Hz]", "Hz",
+              value_range=(1.0, 1000.0)),
+    ParamSpec("bus_timeout_s", "double", 0.02, "slack beyond a reply's wire time before it counts as lost [s]",
+              "s", value_range=(0.0005, 1.0)),
+    ParamSpec("stall_torque_nm", "double", 1.9, "torque at 100 % load, for efforts [N*m]", "N*m",
+              value_range=(0.01, 100.0)),
+    ParamSpec("overload_fraction", "double", 0.9, "|load| (fraction of max torque) that counts as overload",
+              value_range=(0.05, 1.0)),
+    ParamSpec("overheat_c", "double", 65.0, "servo temperature that counts as overheat [degC]", "degC",
+              value_range=(20.0, 100.0)),
+    ParamSpec("alarm_samples", "integer", 50, "consecutive samples past a threshold before the alarm (ERROR)",
+              value_range=(1, 10000)),
+    ParamSpec("check_homing_offset", "bool", True,
+              "refuse to start when a servo's homing offset differs from the calibration file"),
+    ParamSpec("torque_off_on_shutdown", "bool", False,
+              "release the servos at shutdown (false: hold the last measured position; the arm may fall)"),
+    ParamSpec("diagnostics_period_s", "double", 1.0, "period of ~/diagnostics [s]", "s", value_range=(0.05, 60.0)),
+)
+
 # Node name -> its table, in the order of the graph (docs/parameters.md follows it).
 NODES: dict[str, tuple[ParamSpec, ...]] = {
     "sim_node": SIM_NODE,
@@ -277,6 +304,7 @@ NODES: dict[str, tuple[ParamSpec, ...]] = {
     "supervisor": SUPERVISOR,
     "recorder": RECORDER,
     "viz_node": VIZ_NODE,
+    "feetech_driver": FEETECH_DRIVER,
 }
 
 
