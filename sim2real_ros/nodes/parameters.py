@@ -266,6 +266,9 @@ VIZ_NODE: tuple[ParamSpec, ...] = (
     ParamSpec("client_backlog", "integer", DEFAULT_BACKLOG, "messages queued per client before the oldest is dropped",
               value_range=(1, 100000)),
     ParamSpec("stats_period_s", "double", 1.0, "period of /viz/stats [s]", "s", value_range=(0.05, 60.0)),
+    ParamSpec("allowed_origins", "string_array", (),
+              "browser origins (scheme://host[:port]) let in besides Foxglove's app (https://app.foxglove.dev); a "
+              "web page of any other origin is refused, clients that send no Origin are let in (docs/viz.md)"),
 )
 
 # Node name -> its table, in the order of the graph (docs/parameters.md follows it).
