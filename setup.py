@@ -4,7 +4,8 @@ from glob import glob
 from setuptools import find_packages, setup
 
 PACKAGE = "sim2real_ros"
-NODES = ["sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder", "viz_node"]
+NODES = ["sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder", "viz_node",
+         "camera_node"]
 
 setup(
     name=PACKAGE,
