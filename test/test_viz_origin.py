@@ -3,6 +3,7 @@ refused before the SDK sees it; Foxglove's app, origins added by the user and cl
 Origin get in and receive data. Real sockets, the real SDK server, a real WebSocket client."""
 from __future__ import annotations
 
+import ssl
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ import pytest
 from foxglove_client import SUBPROTOCOL, FoxgloveClient
 from support import REPO_ROOT
 from viz_bags import write_bag
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import InvalidMessage, InvalidStatus
 from websockets.sync.client import connect
 
 from sim2real_ros.viz.origin_gate import (
@@ -66,6 +67,15 @@ def test_foreign_origin_refused_foxglove_and_no_origin_served():
             connect(url, subprotocols=[SUBPROTOCOL], open_timeout=5,
                     additional_headers=[("Origin", "https://app.foxglove.dev"), ("Origin", "https://evil.example")])
         assert info.value.response.status_code == 403
+        # The SDK's private port: a page that found it gets no WebSocket, plain or over TLS (unknown certificate).
+        assert server.private_port_tls
+        private = server.sdk_server.port
+        with pytest.raises(InvalidMessage):
+            connect(f"ws://127.0.0.1:{private}", subprotocols=[SUBPROTOCOL], origin="https://evil.example",
+                    open_timeout=5)
+        with pytest.raises(ssl.SSLCertVerificationError):
+            connect(f"wss://127.0.0.1:{private}", subprotocols=[SUBPROTOCOL], origin="https://evil.example",
+                    open_timeout=5)
         assert [o for o, _ in refused[:3]] == ["https://evil.example", "http://localhost:3001", "null"]
         assert server.gate.counts.refused == {"origin not allowed": 3, "more than one Origin header": 1}
 

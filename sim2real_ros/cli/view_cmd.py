@@ -98,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
     except (Sim2RealError, ServerStartError, ValueError) as err:
         print(f"sim2real view: {err}", file=sys.stderr)
         return 2
+    for warning in server.warnings():
+        print(f"[view] warning: {warning}", file=sys.stderr, flush=True)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     host = "localhost" if args.host in ("127.0.0.1", "localhost") else args.host

@@ -73,6 +73,8 @@ class VizNode(Node):
             self._publisher.close()
             field = "allowed_origins" if "allowed origins" in str(err) else "port"
             raise ConfigError(source, field, v[field], str(err)) from err
+        for warning in self.server.warnings():
+            self.get_logger().warning(warning)
         self._latest: dict[str, tuple[Any, int]] = {}
         for item in INPUTS:
             if item.topic == "robot_description":

@@ -12,17 +12,25 @@ list, the `ServerListener` has no connect callback and its `Client` carries only
 SDK's handshake (rust/foxglove/src/websocket/handshake.rs) checks only the subprotocol. So the
 SDK server listens on a private loopback port and this gate owns the user's host:port: it reads
 the HTTP upgrade request (bounded: 16 KiB, 5 s), decides from its `Origin` header, then relays
-the bytes both ways unchanged (one chunk in flight per direction, so a slow viewer still fills
-the SDK's per-client queue and the SDK's drop-oldest policy still applies).
+the bytes both ways unchanged, with backpressure (a slow viewer still fills the SDK's per-client
+queue and the SDK's drop-oldest policy still applies). The private port speaks TLS with a
+certificate made for this run that only the gate trusts (upstream_tls), so a page that finds
+that port cannot use it either: a browser refuses the unknown certificate, and plain ws:// gets no
+WebSocket. One asyncio loop on one thread serves every connection (TLS needs one thread per
+connection's socket; asyncio gives that without a thread per direction).
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
+import ssl
+import subprocess
+import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
 # Foxglove's own web app (app.foxglove.dev; studio.foxglove.dev is its earlier address, still redirected).
@@ -30,6 +38,7 @@ FOXGLOVE_ORIGINS = ("https://app.foxglove.dev", "https://studio.foxglove.dev")
 MAX_REQUEST_HEAD_BYTES = 16 * 1024  # an upgrade request is < 1 KiB; more is not a viewer
 REQUEST_HEAD_TIMEOUT_S = 5.0  # a client that opens a socket and says nothing is dropped after this [s]
 MAX_CONNECTIONS = 32  # open viewer connections at once; more are refused (503)
+CERTIFICATE_DAYS = 30  # the private port's certificate: made at each start, valid this long [days]
 RELAY_CHUNK_BYTES = 64 * 1024
 DRAIN_TIMEOUT_S = 2.0  # at stop, how long relays may finish passing on what the server sent last [s]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -114,165 +123,153 @@ class GateCounts:
     refused: dict[str, int] = field(default_factory=dict)
 
 
-class OriginGate:
-    """Listens on host:port and relays allowed WebSocket upgrades to 127.0.0.1:upstream_port.
+@dataclass(frozen=True)
+class UpstreamTls:
+    """The private port's TLS: a self-signed certificate and key (PEM) for 127.0.0.1 made for this
+    run (the SDK serves with them) and the client context that trusts only that certificate."""
 
-    on_refused(origin, reason) is called (on the gate's thread) for each refused browser."""
+    cert_pem: bytes
+    key_pem: bytes
+
+    def client_context(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.load_verify_locations(cadata=self.cert_pem.decode())
+        return context
+
+
+def make_upstream_tls() -> UpstreamTls | None:
+    """A fresh P-256 key and self-signed certificate for IP 127.0.0.1, made with the `openssl`
+    command (every Linux and macOS has it; Python's ssl cannot make certificates). None when it is
+    missing or fails: the caller then runs the private port without TLS and says so."""
+    with tempfile.TemporaryDirectory(prefix="sim2real_viz_tls_") as folder:
+        key, cert = Path(folder) / "key.pem", Path(folder) / "cert.pem"
+        try:
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                            "-nodes", "-days", str(CERTIFICATE_DAYS), "-subj", "/CN=127.0.0.1",
+                            "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                           check=True, capture_output=True, timeout=20)
+            return UpstreamTls(cert.read_bytes(), key.read_bytes())
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+
+class OriginGate:
+    """Listens on host:port and relays allowed WebSocket upgrades to 127.0.0.1:upstream_port (over
+    TLS when upstream_tls is given).
+
+    on_refused(origin, reason) is called (on the gate's thread) for each refused connection."""
 
     def __init__(self, host: str, port: int, upstream_port: int, allowlist: frozenset[str],
-                 on_refused: Callable[[str, str], None] | None = None) -> None:
+                 on_refused: Callable[[str, str], None] | None = None,
+                 upstream_tls: UpstreamTls | None = None) -> None:
         self.allowlist = allowlist
         self.counts = GateCounts()
-        self._upstream = ("127.0.0.1", int(upstream_port))
+        self._upstream_port = int(upstream_port)
+        self._ssl = upstream_tls.client_context() if upstream_tls is not None else None
         self._on_refused = on_refused
-        self._lock = threading.Lock()
-        self._open: set[socket.socket] = set()
-        self._stopped = threading.Event()
+        self._active = 0
+        self._writers: set[asyncio.StreamWriter] = set()
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._listener = socket.socket(family, socket.SOCK_STREAM)
+        listener = socket.socket(family, socket.SOCK_STREAM)
         try:
-            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            self._listener.bind((host, int(port)))
-            self._listener.listen(16)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((host, int(port)))
         except OSError:
-            self._listener.close()
+            listener.close()
             raise
-        self.port: int = self._listener.getsockname()[1]
-        self._thread = threading.Thread(target=self._accept_loop, name="foxglove-origin-gate", daemon=True)
+        self.port: int = listener.getsockname()[1]
+        self._loop = asyncio.new_event_loop()
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._serve, sock=listener, limit=MAX_REQUEST_HEAD_BYTES, backlog=16))
+        self._thread = threading.Thread(target=self._loop.run_forever, name="foxglove-origin-gate", daemon=True)
         self._thread.start()
 
     def close_listener(self) -> None:
         """Accept no new connections (relayed ones go on)."""
-        self._stopped.set()
-        with contextlib.suppress(OSError):
-            self._listener.shutdown(socket.SHUT_RDWR)
-        self._listener.close()
-        self._thread.join(timeout=2.0)
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._server.close)
 
     def stop(self, drain_timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         """Close the listener; give relays up to drain_timeout_s [s] to pass on what the server
         sent before it closed (stop the server first), then close what is left."""
-        self.close_listener()
-        deadline = time.monotonic() + drain_timeout_s
-        while time.monotonic() < deadline:
-            with self._lock:
-                if not self._open:
-                    break
-            time.sleep(0.01)
-        with self._lock:
-            sockets = list(self._open)
-        for sock in sockets:
-            _close(sock)
+        if not self._loop.is_running():
+            return
+        future = asyncio.run_coroutine_threadsafe(self._shutdown(drain_timeout_s), self._loop)
+        with contextlib.suppress(Exception):
+            future.result(timeout=drain_timeout_s + 2.0)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=2.0)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    async def _shutdown(self, drain_timeout_s: float) -> None:
+        self._server.close()
+        deadline = self._loop.time() + drain_timeout_s
+        while self._active and self._loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        for writer in list(self._writers):
+            writer.close()
+        await asyncio.sleep(0)
 
     # ------------------------------------------------------------------------------------------
-    def _accept_loop(self) -> None:
-        while not self._stopped.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            with self._lock:
-                busy = len(self._open) >= 2 * MAX_CONNECTIONS  # two sockets per relayed connection
-                if not busy:
-                    self._open.add(client)
-            if busy:
-                _send_and_close(client, _response("503 Service Unavailable", "too many viewers connected"))
-                continue
-            threading.Thread(target=self._serve, args=(client,), name="foxglove-origin-gate-conn",
-                             daemon=True).start()
-
-    def _refuse(self, client: socket.socket, status: str, origin: str, reason: str) -> None:
-        with self._lock:
-            self.counts.refused[reason] = self.counts.refused.get(reason, 0) + 1
-            self._open.discard(client)
-        _send_and_close(client, _response(status, f"Foxglove server: {reason}: {origin!r} (docs/viz.md)"))
+    async def _refuse(self, writer: asyncio.StreamWriter, status: str, origin: str, reason: str) -> None:
+        self.counts.refused[reason] = self.counts.refused.get(reason, 0) + 1
+        with contextlib.suppress(OSError, asyncio.TimeoutError):
+            writer.write(_response(status, f"Foxglove server: {reason}: {origin!r} (docs/viz.md)"))
+            await asyncio.wait_for(writer.drain(), 1.0)
+        writer.close()
         if self._on_refused is not None:
             self._on_refused(origin, reason)
 
-    def _serve(self, client: socket.socket) -> None:
-        head = _read_head(client)
-        if head is None:
-            self._refuse(client, "400 Bad Request", "", "no complete HTTP request head")
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._active >= MAX_CONNECTIONS:
+            await self._refuse(writer, "503 Service Unavailable", "", "too many viewers connected")
             return
-        _, headers = parse_request_head(head[0])
+        self._active += 1
+        self._writers.add(writer)
+        try:
+            await self._relay_if_allowed(reader, writer)
+        finally:
+            self._active -= 1
+            self._writers.discard(writer)
+            writer.close()
+
+    async def _relay_if_allowed(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_HEAD_TIMEOUT_S)
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
+            await self._refuse(writer, "400 Bad Request", "", "no complete HTTP request head")
+            return
+        _, headers = parse_request_head(head)
         decision = decide_origin(headers.get("origin", []), self.allowlist)
         if not decision.allowed:
-            self._refuse(client, "403 Forbidden", decision.origin, decision.reason)
+            await self._refuse(writer, "403 Forbidden", decision.origin, decision.reason)
             return
         try:
-            upstream = socket.create_connection(self._upstream, timeout=REQUEST_HEAD_TIMEOUT_S)
-        except OSError:
-            self._refuse(client, "503 Service Unavailable", decision.origin, "server not reachable")
+            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(
+                "127.0.0.1", self._upstream_port, ssl=self._ssl, server_hostname="127.0.0.1" if self._ssl else None,
+                limit=RELAY_CHUNK_BYTES), REQUEST_HEAD_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError, ssl.SSLError):
+            await self._refuse(writer, "503 Service Unavailable", decision.origin, "server not reachable")
             return
-        upstream.settimeout(None)
-        client.settimeout(None)
-        with self._lock:
-            self._open.add(upstream)
-            self.counts.relayed += 1
+        self.counts.relayed += 1
+        self._writers.add(up_writer)
         try:
-            upstream.sendall(head[0] + head[1])
-        except OSError:
-            self._close_pair(client, upstream)
-            return
-        back = threading.Thread(target=self._relay, args=(upstream, client), name="foxglove-origin-gate-down",
-                                daemon=True)
-        back.start()
-        self._relay(client, upstream)
-        back.join()
-        self._close_pair(client, upstream)
-
-    def _relay(self, source: socket.socket, sink: socket.socket) -> None:
-        """Copy source -> sink until either side closes; then half-close the sink so the other
-        direction ends too."""
-        try:
-            while True:
-                chunk = source.recv(RELAY_CHUNK_BYTES)
-                if not chunk:
-                    break
-                sink.sendall(chunk)
-        except OSError:
-            pass
-        for sock in (sink, source):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-    def _close_pair(self, *sockets: socket.socket) -> None:
-        with self._lock:
-            for sock in sockets:
-                self._open.discard(sock)
-        for sock in sockets:
-            _close(sock)
+            up_writer.write(head)  # what the client sent after the head is still in `reader`
+            await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer))
+        finally:
+            self._writers.discard(up_writer)
+            up_writer.close()
 
 
-def _read_head(client: socket.socket) -> tuple[bytes, bytes] | None:
-    """(request head up to and including the blank line, bytes read after it), or None when the
-    client sent no complete head within the size and time bounds."""
-    client.settimeout(REQUEST_HEAD_TIMEOUT_S)
-    data = b""
+async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    """Copy source -> sink until either side closes, waiting for the sink to drain after each chunk
+    (backpressure: nothing piles up here); then close the sink so the other direction ends too."""
     try:
-        while len(data) <= MAX_REQUEST_HEAD_BYTES:
-            end = data.find(b"\r\n\r\n")
-            if end >= 0:
-                return data[:end + 4], data[end + 4:]
-            chunk = client.recv(4096)
-            if not chunk:
-                return None
-            data += chunk
-    except OSError:
-        return None
-    return None
-
-
-def _send_and_close(sock: socket.socket, payload: bytes) -> None:
-    try:
-        sock.settimeout(1.0)
-        sock.sendall(payload)
-    except OSError:
+        while chunk := await source.read(RELAY_CHUNK_BYTES):
+            sink.write(chunk)
+            await sink.drain()
+    except (OSError, ssl.SSLError, asyncio.IncompleteReadError):
         pass
-    _close(sock)
-
-
-def _close(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
-    sock.close()
+    finally:
+        sink.close()

@@ -6,7 +6,8 @@ never blocks the caller and never queues without bound (docs/viz.md).
 
 Who may connect: the SDK server listens on a private loopback port behind viz/origin_gate.py,
 which owns host:port and refuses a browser whose `Origin` is not allowed (Foxglove's app origins
-plus `allowed_origins`); clients that send no Origin (not browsers) are let in.
+plus `allowed_origins`); clients that send no Origin (not browsers) are let in. The private port
+speaks TLS with a certificate made for this run that only the gate trusts.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import foxglove
 from foxglove import Context
 from foxglove.websocket import Capability, ServerListener, WebSocketServer
 
-from .origin_gate import OriginError, OriginGate, origin_allowlist
+from .origin_gate import OriginError, OriginGate, make_upstream_tls, origin_allowlist
 
 DEFAULT_PORT = 8765
 DEFAULT_HOST = "127.0.0.1"
@@ -52,9 +53,18 @@ class VizServer:
     """A started view server: the SDK's WebSocketServer behind its OriginGate. `port` is the
     port viewers connect to; the SDK server's other methods (broadcast_time, ...) pass through."""
 
-    def __init__(self, sdk_server: WebSocketServer, gate: OriginGate) -> None:
+    def __init__(self, sdk_server: WebSocketServer, gate: OriginGate, private_port_tls: bool) -> None:
         self.sdk_server = sdk_server
         self.gate = gate
+        self.private_port_tls = private_port_tls  # False: no `openssl` command; the private port is plain
+
+    def warnings(self) -> list[str]:
+        """What the owner should log at start."""
+        if self.private_port_tls:
+            return []
+        return [f"the `openssl` command is missing: the Foxglove server's private port 127.0.0.1:"
+                f"{self.sdk_server.port} runs without TLS, so a web page that finds it skips the Origin "
+                f"check (docs/viz.md)"]
 
     @property
     def port(self) -> int:
@@ -92,16 +102,18 @@ def start_viz_server(context: Context, *, host: str = DEFAULT_HOST, port: int = 
         allowlist = origin_allowlist(allowed_origins)
     except OriginError as err:
         raise ServerStartError(f"Foxglove server allowed origins: {err}") from err
+    tls = make_upstream_tls()
     try:
         sdk_server = foxglove.start_server(name=name, host="127.0.0.1", port=0, context=context,
                                            server_listener=listener, message_backlog_size=int(backlog),
-                                           playback_time_range=playback_time_range, capabilities=capabilities)
+                                           playback_time_range=playback_time_range, capabilities=capabilities,
+                                           tls_cert=tls.cert_pem if tls else None, tls_key=tls.key_pem if tls else None)
     except RuntimeError as err:
         raise ServerStartError(f"cannot start the Foxglove server on 127.0.0.1 (any free port): {err}") from err
     try:
-        gate = OriginGate(host, int(port), sdk_server.port, allowlist, on_refused)
+        gate = OriginGate(host, int(port), sdk_server.port, allowlist, on_refused, upstream_tls=tls)
     except OSError as err:
         sdk_server.stop()
         hint = " (in use: stop the other viewer or pick another port)" if err.errno == errno.EADDRINUSE else ""
         raise ServerStartError(f"cannot start the Foxglove server on {host}:{port}{hint}: {err}") from err
-    return VizServer(sdk_server, gate)
+    return VizServer(sdk_server, gate, private_port_tls=tls is not None)
