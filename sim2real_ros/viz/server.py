@@ -82,6 +82,8 @@ class VizServer:
         self.gate.stop()
 
     def __getattr__(self, name: str) -> Any:
+        if name == "sdk_server":  # not set yet (half-built object): no recursion
+            raise AttributeError(name)
         return getattr(self.sdk_server, name)
 
 
