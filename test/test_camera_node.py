@@ -63,10 +63,10 @@ def test_video_file_stamps_schedule_and_camera_info(ros, tmp_path):
     # Stamped at capture: received after the stamp, soon after (the node's clock is the wall clock here).
     delays_s = np.array([(recv - stamp) / 1e9 for (recv, _), stamp in zip(images, stamps, strict=True)])
     assert delays_s.min() >= 0.0 and np.median(delays_s) < 0.1, (delays_s.min(), np.median(delays_s))
-    # On the file's schedule: frame k at start + k / fps (a frame is published up to about a period late).
-    elapsed_s = (stamps[-1] - stamps[0]) / 1e9
-    scheduled_s = (index[-1] - index[0]) / fps
-    assert abs(elapsed_s - scheduled_s) < 0.15, (elapsed_s, scheduled_s)
+    # On the file's schedule: frame k at start + k / fps. The rate is the slope of stamp vs frame index
+    # (robust to a frame the busy machine published late) and must be the file's rate.
+    slope_s, _ = np.polyfit(np.array(index, dtype=float), (np.array(stamps) - stamps[0]) / 1e9, 1)
+    assert abs(1.0 / slope_s - fps) < 0.03 * fps, 1.0 / slope_s
 
     expected = load_camera_calibration(calibration_path)
     _, info = infos[-1]
