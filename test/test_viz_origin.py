@@ -10,7 +10,7 @@ import time
 
 import foxglove
 import pytest
-from foxglove_client import SUBPROTOCOL, FoxgloveClient
+from foxglove_client import SUBPROTOCOL, FoxgloveClient, free_port
 from support import REPO_ROOT
 from viz_bags import write_bag
 from websockets.exceptions import InvalidMessage, InvalidStatus
@@ -102,6 +102,21 @@ def test_foreign_origin_refused_foxglove_and_no_origin_served():
 def test_view_cli_allow_origin_checked(tmp_path):
     bag = tmp_path / "run"
     write_bag(bag)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "sim2real_ros.cli.main", "view", str(bag), "--port", str(port),
+                             "--allow-origin", "http://localhost:3000", "--duration", "30"], cwd=REPO_ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        client = FoxgloveClient(f"ws://127.0.0.1:{port}", origin="http://localhost:3000")  # waits for the server
+        assert _wait(lambda: "/tf" in client.topics(), 20.0), client.topics()
+        client.close()
+        with pytest.raises(InvalidStatus) as info:
+            connect(f"ws://127.0.0.1:{port}", subprotocols=[SUBPROTOCOL], origin="https://evil.example", open_timeout=5)
+        assert info.value.response.status_code == 403
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "[view] refused a connection: origin not allowed: 'https://evil.example' (--allow-origin" in err, err
     result = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "view", str(bag), "--port", "0",
                              "--allow-origin", "https://example.com/page"], cwd=REPO_ROOT,
                             capture_output=True, text=True, timeout=60)

@@ -93,8 +93,9 @@ def run(args: argparse.Namespace) -> int:
                                   playback_time_range=(view.start_ns, max(view.end_ns, view.start_ns + 1)),
                                   capabilities=[Capability.Time], allowed_origins=args.allow_origin,
                                   on_refused=lambda origin, reason: print(
-                                      f"[view] refused a connection: {reason}: {origin!r} (--allow-origin to let "
-                                      f"it in)", file=sys.stderr, flush=True))
+                                      f"[view] refused a connection: {reason}: {origin!r}"
+                                      + (" (--allow-origin to let it in)" if reason == "origin not allowed" else ""),
+                                      file=sys.stderr, flush=True))
     except (Sim2RealError, ServerStartError, ValueError) as err:
         print(f"sim2real view: {err}", file=sys.stderr)
         return 2

@@ -92,9 +92,8 @@ class VizNode(Node):
 
     def _refused(self, origin: str, reason: str) -> None:
         """A web page not in allowed_origins tried to connect (gate thread: logging only)."""
-        self.get_logger().warning(
-            f"Foxglove connection refused: {reason}: {origin!r}; to allow it, add it to allowed_origins "
-            f"(docs/viz.md)", throttle_duration_sec=5.0)
+        hint = "; to allow it, add it to allowed_origins (docs/viz.md)" if reason == "origin not allowed" else ""
+        self.get_logger().warning(f"Foxglove connection refused: {reason}: {origin!r}{hint}", throttle_duration_sec=5.0)
 
     @staticmethod
     def _context_for_server():
