@@ -117,3 +117,33 @@ def test_bad_parameters_fail_at_start_naming_them(tmp_path):
         result = _start(tmp_path, *params)
         assert result.returncode == 2 and expected in result.stderr, (params, result.stderr[-2000:])
         assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_live_source_failed_reads_counted_and_reopened(ros, tmp_path):
+    """A network stream (allowed) that ends: each failed read is counted, and after
+    reopen_after_failures in a row the source is opened again and frames flow again. The stream is
+    the video file served by a real HTTP server on loopback, read by OpenCV's FFmpeg backend."""
+    import functools
+    import http.server
+    import threading
+
+    write_video(tmp_path / "clip.mkv", 30, 320, 240, 30)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    diagnostics = ros.collect(DiagnosticArray, "camera_node/diagnostics", RELIABLE)
+    params = {"source": f"http://127.0.0.1:{server.server_address[1]}/clip.mkv", "allow_url": True,
+              "camera_calibration": str(config_path("camera_real_a.yaml")), "reopen_after_failures": 5,
+              "diagnostics_period_s": 0.2}
+    try:
+        with running_nodes([node_decl("camera_node", params)], tmp_path):
+            assert wait_until(lambda: int(_last_diagnostics(diagnostics).get("reopens", "0")) >= 2, TIMEOUT_S), \
+                _last_diagnostics(diagnostics)
+    finally:
+        server.shutdown()
+    counts = _last_diagnostics(diagnostics)
+    reopens, failed, published = int(counts["reopens"]), int(counts["failed_reads"]), int(counts["published"])
+    assert failed >= 5 * reopens and counts["source"].startswith("url http://127.0.0.1"), counts
+    # Frames flowed again after the first reopen: more than one pass of the 30-frame stream was published
+    # (the node's own first read at start-up is not published).
+    assert published > 30, counts
