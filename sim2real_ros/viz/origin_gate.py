@@ -4,8 +4,8 @@ allowed is refused with 403 before it reaches the server (docs/viz.md, "Who may 
 Why: browsers let any web page open a WebSocket to 127.0.0.1 (the same-origin policy does not
 apply to WebSockets), so without this check any site open in the robot computer's browser could
 watch the camera and the arm. Browsers always send `Origin` and a page cannot forge it; clients
-that are not browsers (scripts, the tests' client, `foxglove_bridge`-style tools) send none and
-are let in: they run as a local user already.
+that are not browsers (scripts, the tests' client) send none and are let in: they run as a
+user of this machine already.
 
 foxglove-sdk (0.30.3, the pinned version) has no hook for this: `start_server` takes no origin
 list, the `ServerListener` has no connect callback and its `Client` carries only an id, and the
@@ -16,8 +16,8 @@ the bytes both ways unchanged, with backpressure (a slow viewer still fills the 
 queue and the SDK's drop-oldest policy still applies). The private port speaks TLS with a
 certificate made for this run that only the gate trusts (upstream_tls), so a page that finds
 that port cannot use it either: a browser refuses the unknown certificate, and plain ws:// gets no
-WebSocket. One asyncio loop on one thread serves every connection (TLS needs one thread per
-connection's socket; asyncio gives that without a thread per direction).
+WebSocket. One asyncio loop on one thread serves every connection (a TLS socket must not be read
+and written from two threads at once; asyncio does both directions on one).
 """
 from __future__ import annotations
 
@@ -38,7 +38,9 @@ FOXGLOVE_ORIGINS = ("https://app.foxglove.dev", "https://studio.foxglove.dev")
 MAX_REQUEST_HEAD_BYTES = 16 * 1024  # an upgrade request is < 1 KiB; more is not a viewer
 REQUEST_HEAD_TIMEOUT_S = 5.0  # a client that opens a socket and says nothing is dropped after this [s]
 MAX_CONNECTIONS = 32  # open viewer connections at once; more are refused (503)
-CERTIFICATE_DAYS = 30  # the private port's certificate: made at each start, valid this long [days]
+# The private port's certificate is made at each start with a fresh key that never leaves the process;
+# valid long enough that a viz_node running for months keeps accepting viewers [days].
+CERTIFICATE_DAYS = 3650
 RELAY_CHUNK_BYTES = 64 * 1024
 DRAIN_TIMEOUT_S = 2.0  # at stop, how long relays may finish passing on what the server sent last [s]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
