@@ -266,6 +266,27 @@ VIZ_NODE: tuple[ParamSpec, ...] = (
     ParamSpec("client_backlog", "integer", DEFAULT_BACKLOG, "messages queued per client before the oldest is dropped",
               value_range=(1, 100000)),
     ParamSpec("stats_period_s", "double", 1.0, "period of /viz/stats [s]", "s", value_range=(0.05, 60.0)),
+    ParamSpec("allowed_origins", "string_array", (),
+              "browser origins (scheme://host[:port]) let in besides Foxglove's app (https://app.foxglove.dev); a "
+              "web page of any other origin is refused, clients that send no Origin are let in (docs/viz.md)"),
+)
+
+CAMERA_NODE: tuple[ParamSpec, ...] = (
+    ParamSpec("source", "string", "0",
+              "what to open: a device index (0), a V4L2 path (/dev/video0), a video file (played at fps), or a "
+              "network stream URL (rtsp://, http://...) only with allow_url; playlists are refused"),
+    ParamSpec("allow_url", "bool", False, "open a network stream URL as source (off: a URL fails at start)"),
+    ParamSpec("camera_calibration", "string", "",
+              "the camera's calibration YAML (ROS camera_calibration format): camera_info and the image size the "
+              "source must give (required)"),
+    ParamSpec("fps", "double", 30.0, "frame rate [Hz]: a video file plays at it (late frames are skipped and "
+              "counted); a device is asked for it", "Hz", value_range=(0.1, 1000.0)),
+    ParamSpec("loop", "bool", False, "a video file restarts at its end (off: publishing stops, diagnostics WARN)"),
+    ParamSpec("frame_id", "string", "camera_link", "frame_id of camera/image_raw and camera/camera_info"),
+    ParamSpec("reopen_after_failures", "integer", 30,
+              "consecutive failed reads of a live source before it is closed and opened again (0: never)",
+              value_range=(0, 100000)),
+    ParamSpec("diagnostics_period_s", "double", 1.0, "period of ~/diagnostics [s]", "s", value_range=(0.01, 3600.0)),
 )
 
 FEETECH_DRIVER: tuple[ParamSpec, ...] = (
@@ -298,6 +319,7 @@ FEETECH_DRIVER: tuple[ParamSpec, ...] = (
 # Node name -> its table, in the order of the graph (docs/parameters.md follows it).
 NODES: dict[str, tuple[ParamSpec, ...]] = {
     "sim_node": SIM_NODE,
+    "camera_node": CAMERA_NODE,
     "camera_preprocessor": CAMERA_PREPROCESSOR,
     "policy_node": POLICY_NODE,
     "actuator_node": ACTUATOR_NODE,
