@@ -6,8 +6,8 @@
 Reads urdf/so101/so101_new_calib.urdf (upstream, unchanged) and the upstream STL meshes (about 16 MB,
 not in the repository), and writes:
 - urdf/so101/meshes/visual/<part>.stl: each part simplified (vertex clustering on a 2 mm grid, then
-  quadric edge collapse with fast-simplification toward --visual-faces triangles), binary STL, same vertex frame as the original (no re-centring), so
-  the URDF's <origin> of every visual stays as upstream wrote it.
+  quadric edge collapse with fast-simplification toward --visual-faces triangles), binary STL, same
+  vertex frame as the original (no re-centring), so the URDF's <origin> of every visual stays as upstream wrote it.
 - urdf/so101/meshes/collision/<part>.stl: the convex hull of each part clustered on an 8 mm grid
   (PyBullet hulls a moving body's mesh anyway; a hull of few vertices is cheap).
 - urdf/so101/so101.urdf: the upstream URDF with mesh paths pointing at those files, plus a fixed camera
@@ -139,7 +139,8 @@ def _sim_urdf(upstream: str) -> str:
         raise SystemExit(f"so101_meshes: upstream joints {sorted(blocks)} are not {sorted(CHAIN_ORDER)}")
     for block in blocks.values():
         text = text.replace(block, "")
-    chain = "\n  <!-- Joints in chain order (moved here by sim2real_ros) -->\n" + "".join(blocks[n] for n in CHAIN_ORDER)
+    chain = "\n  <!-- Joints in chain order (moved here by sim2real_ros) -->\n"
+    chain += "".join(blocks[n] for n in CHAIN_ORDER)
     text = text.replace("</robot>", chain + _camera_xml() + "</robot>")
     first_line_end = text.index("\n") + 1
     return text[:first_line_end] + header + text[first_line_end:]

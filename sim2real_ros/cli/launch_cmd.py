@@ -5,6 +5,7 @@ import argparse
 import dataclasses
 
 from ..graph import MODES, GraphArgs, declare_graph
+from ..robots import ROBOT_NAMES
 from ..runtime.launcher import GraphLauncher
 
 
@@ -12,7 +13,10 @@ def add_graph_arguments(parser: argparse.ArgumentParser) -> None:
     """The launch arguments of docs/design.md §2 / launch/*.launch.py, as command-line options."""
     defaults = GraphArgs()
     parser.add_argument("--namespace", default=defaults.namespace, help="push the graph into a namespace")
-    parser.add_argument("--robot-description", default=defaults.robot_description, help="URDF path")
+    parser.add_argument("--robot", choices=ROBOT_NAMES, default=defaults.robot,
+                        help="robot (docs/robots.md): its URDF, sim params and tool link are the defaults")
+    parser.add_argument("--robot-description", default=defaults.robot_description,
+                        help="URDF path (default: the robot's)")
     parser.add_argument("--params-file", default=defaults.params_file, help="ROS parameters YAML")
     parser.add_argument("--checkpoint", default=defaults.checkpoint, help="policy checkpoint")
     parser.add_argument("--use-sim-time", choices=("true", "false"), default=None,
