@@ -150,7 +150,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--assets", required=True, type=Path, help="folder of the upstream STL meshes")
     ap.add_argument("--visual-cell-m", type=float, default=0.002, help="[m] vertex clustering cell, visuals")
-    ap.add_argument("--visual-faces", type=int, default=1000, help="at most about this many triangles per visual")
+    ap.add_argument("--visual-faces", type=int, default=400, help="at most about this many triangles per visual")
     ap.add_argument("--collision-cell-m", type=float, default=0.008, help="[m] vertex clustering cell, hulls")
     args = ap.parse_args()
     upstream = UPSTREAM_URDF.read_text()
