@@ -85,6 +85,27 @@ def test_so101_loads_in_the_sim_world_with_its_limits_and_the_camera_sees_it():
         world.close()
 
 
+def test_the_ik_teacher_reaches_targets_in_the_so101_training_world():
+    """The world training builds for `robot: so101` (its sim params, nominal), driven by the IK teacher
+    the trainer labels with: every target drawn is reached, the commands within the URDF limits."""
+    from sim2real_ros.training.trainer import make_expert
+
+    config = load_train_config(config_path("train_reach.yaml"), robot="so101")
+    world = SimWorld(load_sim_params(config.sim_params), config.robot_description, seed=5, render=False)
+    try:
+        expert = make_expert(world)
+        for _ in range(3):
+            world.reset()
+            while world.episode_outcome() is None:
+                chunk = expert.chunk(world.joint_positions(), world.target_position(), 10, 0.05)
+                assert np.all(chunk >= world.lower - 1e-9) and np.all(chunk <= world.upper + 1e-9)
+                world.set_command(chunk[1])  # the chunk's point 0.05 s ahead
+                world.step(50)
+            assert world.episode_outcome()["success"], world.episode_outcome()
+    finally:
+        world.close()
+
+
 def test_the_registry_refuses_an_unknown_robot_naming_the_known_ones():
     with pytest.raises(ConfigError, match=r"field 'robot' = 'so100': must be one of \['arm6', 'so101'\]"):
         get_robot("so100")
