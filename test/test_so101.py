@@ -148,6 +148,12 @@ def test_a_checkpoint_for_arm6_is_refused_on_so101_naming_both(arm6_checkpoint):
     assert result.returncode == 2, result.stderr
     assert "trained for robot 'arm6'" in result.stderr and "not for 'so101'" in result.stderr
     assert "Traceback" not in result.stderr
+    result = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "launch", "sim", "--robot", "so101",
+                             "--checkpoint", str(arm6_checkpoint), "--duration", "1"],
+                            capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert result.returncode == 2, result.stderr
+    assert "sim2real launch:" in result.stderr and "trained for robot 'arm6'" in result.stderr
+    assert "[launch] sim graph" not in result.stdout  # refused before any node started
 
 
 def test_sysid_excite_and_policy_init_take_the_robot_name(tmp_path):
