@@ -66,25 +66,28 @@ def bench_render(params, width: int, height: int, frames: int) -> dict[str, dict
 def bench_render_by_robot(frames: int) -> dict[str, object]:
     """Render time per 320x240 frame (the sim camera, config/camera_sim.yaml) of each registered robot
     in its own sim params' world; one frame of each in turn, so a load change hits both. Reports
-    pinhole and with-artifacts stats per robot, each robot's ratio to arm6's median, and the load
-    average over the run (os.getloadavg, 1 min)."""
+    pinhole and with-artifacts stats per robot (wall clock, and `*_cpu`: this thread's CPU time, which
+    a loaded machine inflates far less), each robot's ratio to arm6's median, and the load average over
+    the run (os.getloadavg, 1 min)."""
     worlds = {name: SimWorld(load_sim_params(r.sim_params_path()), str(r.urdf_path()), seed=1)
               for name, r in ROBOTS.items()}
     load_before = os.getloadavg()[0]
     try:
-        samples: dict[str, dict[str, list[float]]] = {n: {"pinhole": [], "with_artifacts": []} for n in worlds}
+        kinds = ("pinhole", "with_artifacts", "pinhole_cpu", "with_artifacts_cpu")
+        samples: dict[str, dict[str, list[float]]] = {n: {k: [] for k in kinds} for n in worlds}
         for world in worlds.values():
             world.render()  # warm-up: meshes into the renderer's caches, distortion maps
         for _ in range(frames):
             for kind, artifacts in (("pinhole", False), ("with_artifacts", True)):
                 for name, world in worlds.items():
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.thread_time()
                     world.render(artifacts=artifacts)
                     samples[name][kind].append(time.perf_counter() - t0)
+                    samples[name][f"{kind}_cpu"].append(time.thread_time() - c0)
     finally:
         for world in worlds.values():
             world.close()
-    out: dict[str, object] = {n: {k: _stats(v) for k, v in kinds.items()} for n, kinds in samples.items()}
+    out: dict[str, object] = {n: {k: _stats(v) for k, v in by_kind.items()} for n, by_kind in samples.items()}
     base = out["arm6"]
     out["ratio_to_arm6_median"] = {n: {k: out[n][k]["median_ms"] / base[k]["median_ms"] for k in base}
                                    for n in samples}
