@@ -110,7 +110,18 @@ def test_the_registry_refuses_an_unknown_robot_naming_the_known_ones():
     with pytest.raises(ConfigError, match=r"field 'robot' = 'so100': must be one of \['arm6', 'so101'\]"):
         get_robot("so100")
     assert set(ROBOTS) == {"arm6", "so101"}
-    assert get_robot("arm6").urdf_path().is_file() and get_robot("so101").sim_params_path().is_file()
+
+
+@pytest.mark.parametrize("name", sorted(ROBOTS))
+def test_each_robot_entry_agrees_with_its_urdf_and_sim_params(name):
+    robot = get_robot(name)
+    model = RobotModel.from_file(robot.urdf_path())
+    params = load_sim_params(robot.sim_params_path())
+    assert model.joint_names == list(robot.joints)
+    assert robot.gripper is None or robot.gripper in robot.joints
+    assert {robot.tool_link, robot.camera_link} <= set(model.link_names())
+    assert (params.robot.ee_link, params.camera.link) == (robot.tool_link, robot.camera_link)
+    assert set(params.home_pose(list(robot.joints))) == set(robot.joints)  # every joint has a home
 
 
 def test_the_graph_and_training_take_the_robot_and_arm6_stays_the_default():
