@@ -21,6 +21,7 @@ from typing import Any
 
 from ..core.supervisor import CONFIG_RANGES
 from ..paths import share_dir
+from ..robots import DEFAULT_ROBOT, ROBOT_NAMES
 from ..viz.server import DEFAULT_BACKLOG, DEFAULT_HOST, DEFAULT_PORT
 
 TYPES = ("string", "double", "integer", "bool", "string_array", "double_array", "string_or_string_array")
@@ -93,10 +94,19 @@ def _bounded(name: str, default: float, description: str, unit: str = "") -> Par
 URDF = ShareFile("urdf/arm6.urdf")
 PREPROCESS_YAML = ShareFile("config/preprocess.yaml")
 
+ROBOT_PARAM = ParamSpec("robot", "string", DEFAULT_ROBOT,
+                        f"robot ({' | '.join(ROBOT_NAMES)}, docs/robots.md): its URDF is the default "
+                        "robot_description")
+
 SIM_NODE: tuple[ParamSpec, ...] = (
-    ParamSpec("robot_description", "string", URDF, "URDF XML or URDF file path of the simulated robot"),
-    ParamSpec("sim_params_file", "string", ShareFile("config/sim_params.yaml"),
-              "sim parameters YAML (dynamics, latency, task, randomization)"),
+    ParamSpec("robot", "string", DEFAULT_ROBOT,
+              f"robot ({' | '.join(ROBOT_NAMES)}, docs/robots.md): its URDF and sim params are the defaults "
+              "of robot_description and sim_params_file"),
+    ParamSpec("robot_description", "string", "",
+              "URDF XML or URDF file path of the simulated robot; empty = the robot's URDF"),
+    ParamSpec("sim_params_file", "string", "",
+              "sim parameters YAML (dynamics, latency, task, randomization); empty = the robot's "
+              "(config/sim_params.yaml for arm6, config/sim_params_so101.yaml for so101)"),
     ParamSpec("camera_calibration", "string", "",
               "camera calibration YAML (ROS format); empty = the sim params' file"),
     ParamSpec("ee_link", "string", "", "end-effector (tool point) link; empty = the sim params' ee_link"),
@@ -193,7 +203,9 @@ SUPERVISOR_CONTROL_RATE_RANGE = (1.0 / CONFIG_RANGES["control_period_s"][1],
 SUPERVISOR_STATE_RATE_RANGE = (0.1, 100.0)  # [Hz]
 
 SUPERVISOR: tuple[ParamSpec, ...] = (
-    ParamSpec("robot_description", "string", URDF, "URDF XML or URDF file path: joints, limits, Jacobian"),
+    ROBOT_PARAM,
+    ParamSpec("robot_description", "string", "",
+              "URDF XML or URDF file path: joints, limits, Jacobian; empty = the robot's URDF"),
     ParamSpec("joints", "string_array", (),
               "command joint order (default: the URDF's movable joints); each a movable joint of the URDF, named "
               "once"),
