@@ -185,7 +185,8 @@ class _Parquet:
                                        f"(at most {MAX_ROW_GROUP_ROWS})")
                 for c in range(group.num_columns):
                     chunk = group.column(c)
-                    if chunk.path_in_schema.split(".")[0] in wanted or chunk.path_in_schema in wanted:
+                    name = chunk.path_in_schema  # a list column's leaf: "<column>.list.element"
+                    if any(name == c or name.startswith(c + ".") for c in wanted):
                         total += max(chunk.total_uncompressed_size, 0)
                         if max_values is not None and chunk.num_values > max_values:
                             raise DatasetError(f"{self.path}: column '{chunk.path_in_schema}' declares "
