@@ -783,3 +783,79 @@ def test_hostile_dataset_cli(tmp_path, case):
     assert len(lines) == 1 and "Traceback" not in result.stderr and str(root) in lines[0], result.stderr
     assert peak_mb < 600 or peak_mb <= before / 1024, peak_mb
     assert not os.path.lexists(tmp_path / "bag")
+
+
+# ----------------------------------------------------------------------------------------------
+# Fuzz: info.json with any field replaced by any JSON value (or removed). Every outcome is an import
+# or a DatasetError; never another exception, a hang or a bag left behind.
+from hypothesis import HealthCheck, given, settings  # noqa: E402 - the fuzz section's own imports
+from hypothesis import strategies as st  # noqa: E402
+
+FUZZ_EXAMPLES = int(os.environ.get("SIM2REAL_FUZZ_EXAMPLES", "60"))  # per codebase version: ~10 s each
+_TRICKY_TEXT = ["../x", "/etc/passwd", "{episode_index:099999999999d}", "{episode_index:01900000000d}",
+                "{episode_index.__class__.__mro__}", "{video_key[0]}", "{0}", "{}", "{{}}", "{episode_chunk:>{x}}",
+                "data/{episode_index}.parquet", "v2.1", "v3.0", "video", "image", "height", "concat:a|b",
+                "http://127.0.0.1:9/x.mp4", "videos/{video_key}/x.m3u8", "\x00", "C:\\x", ""]
+_json_leaf = (st.none() | st.booleans() | st.integers(min_value=-(10**30), max_value=10**30)
+              | st.sampled_from([0, 1, -1, 3, 48, 64, 10**12, 2**63, 1e12, 1.5, -0.0])
+              | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=20) | st.sampled_from(_TRICKY_TEXT))
+_json_value = st.recursive(_json_leaf, lambda inner: st.lists(inner, max_size=4)
+                           | st.dictionaries(st.text(max_size=8) | st.sampled_from(_TRICKY_TEXT), inner, max_size=4),
+                           max_leaves=12)
+
+
+def _paths(value, prefix=()):
+    """Every key path in a JSON tree (lists by index)."""
+    yield prefix
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _paths(v, (*prefix, i))
+
+
+def _mutated(info: dict, edits: list[tuple[int, bool, object]]) -> object:
+    """info with each edit applied: (which path, remove it?, new value)."""
+    info = json.loads(json.dumps(info))
+    for which, remove, value in edits:
+        paths = list(_paths(info))
+        path = paths[which % len(paths)]
+        if not path:
+            info = value
+            continue
+        parent = info
+        for part in path[:-1]:
+            parent = parent[part]
+        if remove and isinstance(parent, dict):
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = value
+        if not isinstance(info, dict | list):
+            break
+    return info
+
+
+@pytest.fixture(scope="module", params=[make_v21, make_v30], ids=["v2.1", "v3.0"])
+def fuzz_dataset(request, tmp_path_factory):
+    root = request.param(tmp_path_factory.mktemp("fuzz") / "ds")
+    return root, json.loads((root / "meta" / "info.json").read_text())
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(st.integers(0, 10**6), st.booleans(), _json_value), min_size=1, max_size=4))
+def test_fuzz_info_json(fuzz_dataset, edits):
+    root, info = fuzz_dataset
+    mutated = _mutated(info, edits)
+    (root / "meta" / "info.json").write_text(json.dumps(mutated))
+    out = root.parent / "bag"
+    try:
+        import_dataset(root, out, episodes=[1], progress=False)
+    except DatasetError as err:
+        assert str(root) in str(err), err  # names the file
+        assert not os.path.lexists(out)
+    else:
+        import shutil
+
+        shutil.rmtree(out)
