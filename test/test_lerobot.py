@@ -620,6 +620,18 @@ def test_parquet_with_longer_vectors_than_declared(tmp_path):
              episodes=[0])
 
 
+def test_episode_declaring_too_many_numbers(tmp_path):
+    """Run-length encoding lets a few kilobytes of parquet hold gigabytes of numbers: an episode may
+    hold at most MAX_EPISODE_VALUES by its declared length and widths, checked before reading."""
+    root = make_v21(tmp_path / "ds")
+    info = json.loads((root / "meta" / "info.json").read_text())
+    info["features"]["observation.state"] = {"dtype": "float32", "shape": [4096], "names": None}
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+    (root / "meta" / "episodes.jsonl").write_text(json.dumps({"episode_index": 0, "length": 200_000}) + "\n")
+    _refused(root, tmp_path / "bag", r"info\.json: episode 0: field 'length' = 200000 x 4103 numbers per row is "
+             r"above 16000000")
+
+
 def test_video_larger_than_declared(tmp_path):
     """A video of another size than info.json's shape is refused before its first frame is decoded
     (the finding: 8192x8192 where info.json says 48x64)."""

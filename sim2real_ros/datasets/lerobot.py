@@ -37,9 +37,9 @@ from ..core.errors import ConfigError, Sim2RealError
 from ..core.timebase import NS_PER_S
 from .lerobot_limits import (
     MAX_EPISODE_FRAMES,
+    MAX_EPISODE_VALUES,
     MAX_EPISODES,
     MAX_INDEX,
-    MAX_READ_BYTES,
     MAX_ROW_GROUP_ROWS,
     MAX_TASKS,
     MAX_TIMESTAMP_S,
@@ -78,6 +78,8 @@ HARDWARE_ID = "lerobot import"
 # a video may hold a few frames more than its episode (rounding, B-frames); past this many extra
 # decoded frames that land on no row, it is not the episode's video
 EXTRA_DECODED_FRAMES = 1000
+BATCH_VALUES = 1 << 22  # numbers decoded per parquet batch (16-32 MB)
+LIST_VALUES = 1000  # values per row of a list column whose width info.json does not give (tasks)
 
 
 def image_topic(key: str) -> str:
@@ -165,43 +167,52 @@ class _Parquet:
         if missing:
             raise DatasetError(f"{self.path}: column(s) {missing} missing (info.json declares them)")
 
-    def read(self, columns: list[str], max_values: int | None = None,
-             episode: int | None = None):
-        """`columns` (as a pyarrow Table), row group by row group, keeping the rows of `episode` when
-        given. Refused before reading when the footer declares more than MAX_READ_BYTES uncompressed
-        or more than `max_values` leaf values per row group for these columns."""
+    def read(self, columns: list[str], widths: dict[str, int] | None = None, episode: int | None = None,
+             max_rows: int | None = None):
+        """`columns` as a pyarrow Table, read in batches of about BATCH_VALUES numbers, keeping the
+        rows of `episode` when given (at most `max_rows` of them). Before any data is read, the footer
+        must declare at most rows x width values per column and row group (`widths`: a list column's
+        values per row, default LIST_VALUES; 1 for a scalar): what parquet's run-length and dictionary
+        encodings let a few kilobytes declare is bounded by what info.json says, and a batch's
+        decoded size by the batch length."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         self.require(columns)
-        wanted = set(columns)
-        tables = []
+        widths = dict(widths or {})
+        schema = self.file.schema_arrow
+        for c in columns:
+            kind = schema.field(c).type
+            is_list = pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+            widths.setdefault(c, LIST_VALUES if is_list else 1)
+        tables, rows = [], 0
         try:
-            total = 0
             for g in range(self.meta.num_row_groups):
                 group = self.meta.row_group(g)
                 if group.num_rows > MAX_ROW_GROUP_ROWS:
                     raise DatasetError(f"{self.path}: row group {g} declares {group.num_rows} rows "
                                        f"(at most {MAX_ROW_GROUP_ROWS})")
-                for c in range(group.num_columns):
-                    chunk = group.column(c)
+                for i in range(group.num_columns):
+                    chunk = group.column(i)
                     name = chunk.path_in_schema  # a list column's leaf: "<column>.list.element"
-                    if any(name == c or name.startswith(c + ".") for c in wanted):
-                        total += max(chunk.total_uncompressed_size, 0)
-                        if max_values is not None and chunk.num_values > max_values:
-                            raise DatasetError(f"{self.path}: column '{chunk.path_in_schema}' declares "
-                                               f"{chunk.num_values} values in row group {g} (info.json's "
-                                               f"shapes and lengths allow {max_values})")
-                if total > MAX_READ_BYTES:
-                    raise DatasetError(f"{self.path}: columns {columns} declare {total} bytes uncompressed "
-                                       f"(at most {MAX_READ_BYTES})")
-            for g in range(self.meta.num_row_groups):
-                table = self.file.read_row_group(g, columns=columns)
+                    for c in columns:
+                        if (name == c or name.startswith(c + ".")) and chunk.num_values > group.num_rows * widths[c]:
+                            raise DatasetError(f"{self.path}: column '{name}' declares {chunk.num_values} values "
+                                               f"in row group {g} of {group.num_rows} rows (at most "
+                                               f"{widths[c]} per row)")
+            batch = max(1, BATCH_VALUES // max(1, sum(widths[c] for c in columns)))
+            for part in self.file.iter_batches(batch_size=batch, columns=columns, use_threads=False):
+                table = pa.Table.from_batches([part])
                 if episode is not None:
                     table = table.filter(pc.equal(table.column("episode_index"), episode))
-                tables.append(table)
+                rows += table.num_rows
+                if max_rows is not None and rows > max_rows:
+                    raise DatasetError(f"{self.path}: more than {max_rows} rows for episode {episode} (its field "
+                                       f"'length' says {max_rows})")
+                if table.num_rows:
+                    tables.append(table)
             if not tables:
-                return pa.table({c: pa.array([], pa.int64()) for c in columns})
+                return schema.empty_table().select(columns)
             return pa.concat_tables(tables)
         except DatasetError:
             raise
@@ -431,19 +442,21 @@ class LeRobotDataset:
 
     # ------------------------------------------------------------------ rows and frames
     def rows(self, episode: Episode, keys: list[str]) -> dict[str, np.ndarray]:
-        """The episode's rows sorted by frame_index: each of `keys` (plus timestamp, frame_index) as an array."""
+        """The episode's rows sorted by frame_index: each of `keys` (plus timestamp, frame_index) as an array.
+        At most MAX_EPISODE_VALUES numbers by the declared length and widths, checked before reading."""
         widths = {key: len(self.names(key)) for key in keys}
         scalars = ["timestamp", "frame_index", "episode_index"]
+        per_row = sum(widths.values()) + len(scalars) + 1
+        if episode.length * per_row > MAX_EPISODE_VALUES:
+            raise DatasetError(f"{self.info_path}: episode {episode.index}: field 'length' = {episode.length} "
+                               f"x {per_row} numbers per row is above {MAX_EPISODE_VALUES} numbers per episode")
         allowed = self._rows_allowed(episode)
         with _Parquet(self.root, episode.data_rel, str(self.info_path), allowed,
                       f"field 'length' of the episodes stored in it: {allowed}") as file:
             extra = ["task_index"] if "task_index" in file.names else []
             columns = sorted({*keys, *scalars}) + extra
-            table = file.read(columns, max_values=allowed * max([1, *widths.values()]), episode=episode.index)
+            table = file.read(columns, widths=widths, episode=episode.index, max_rows=episode.length)
             path = file.path
-        if table.num_rows > episode.length:
-            raise DatasetError(f"{path}: {table.num_rows} rows for episode {episode.index}; its field 'length' "
-                               f"says {episode.length}")
         if not table.num_rows:
             raise DatasetError(f"{path}: no rows for episode {episode.index}")
         out: dict[str, np.ndarray] = {}
