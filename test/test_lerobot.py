@@ -629,7 +629,19 @@ def test_episode_declaring_too_many_numbers(tmp_path):
     (root / "meta" / "info.json").write_text(json.dumps(info))
     (root / "meta" / "episodes.jsonl").write_text(json.dumps({"episode_index": 0, "length": 200_000}) + "\n")
     _refused(root, tmp_path / "bag", r"info\.json: episode 0: field 'length' = 200000 x 4103 numbers per row is "
-             r"above 16000000")
+             r"above 8000000")
+
+
+def test_task_text_bomb(tmp_path):
+    """A dictionary-encoded task string of 1 MB repeated on 100,000 rows: half a megabyte of parquet
+    that decodes to 100 GB. Read in batches whose decoded text is bounded, refused at 64 MB."""
+    root = make_v30(tmp_path / "ds")
+    n = 100_000
+    task = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array(["x" * 1_000_000]))
+    pq.write_table(pa.table({"task_index": pa.array(np.arange(n)), "task": task}), root / "meta" / "tasks.parquet",
+                   compression="zstd")
+    assert (root / "meta" / "tasks.parquet").stat().st_size < 2_000_000
+    _refused(root, tmp_path / "bag", r"tasks\.parquet: text columns \['task'\] hold more than 67108864 bytes")
 
 
 def test_video_larger_than_declared(tmp_path):

@@ -40,6 +40,7 @@ from .lerobot_limits import (
     MAX_EPISODE_VALUES,
     MAX_EPISODES,
     MAX_INDEX,
+    MAX_META_BYTES,
     MAX_ROW_GROUP_ROWS,
     MAX_TASKS,
     MAX_TIMESTAMP_S,
@@ -79,6 +80,7 @@ HARDWARE_ID = "lerobot import"
 # decoded frames that land on no row, it is not the episode's video
 EXTRA_DECODED_FRAMES = 1000
 BATCH_VALUES = 1 << 22  # numbers decoded per parquet batch (16-32 MB)
+TEXT_BATCH_BYTES = 64 * 1024 * 1024  # text decoded per parquet batch at most [bytes]
 LIST_VALUES = 1000  # values per row of a list column whose width info.json does not give (tasks)
 
 
@@ -162,6 +164,21 @@ class _Parquet:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _text_chunk_bytes(self, texts: list[str]) -> int:
+        """The largest uncompressed size [bytes] of these columns in one row group (it bounds the
+        longest string); above MAX_META_BYTES is an error."""
+        largest = 0
+        for g in range(self.meta.num_row_groups):
+            group = self.meta.row_group(g)
+            size = sum(max(group.column(i).total_uncompressed_size, 0) for i in range(group.num_columns)
+                       if any(group.column(i).path_in_schema == c or group.column(i).path_in_schema.startswith(c + ".")
+                              for c in texts))
+            if size > MAX_META_BYTES:
+                raise DatasetError(f"{self.path}: text columns {texts} declare {size} bytes in row group {g} "
+                                   f"(at most {MAX_META_BYTES})")
+            largest = max(largest, size)
+        return largest
+
     def require(self, columns: list[str]) -> None:
         missing = [c for c in columns if c not in self.names]
         if missing:
@@ -201,8 +218,18 @@ class _Parquet:
                                                f"in row group {g} of {group.num_rows} rows (at most "
                                                f"{widths[c]} per row)")
             batch = max(1, BATCH_VALUES // max(1, sum(widths[c] for c in columns)))
+            # text: a dictionary-encoded string is stored once and decoded once per row, so a batch
+            # holds at most TEXT_BATCH_BYTES even if every row repeats the longest string
+            texts = [c for c in columns if _is_text(schema.field(c).type)]
+            text_chunk = self._text_chunk_bytes(texts)
+            batch = min(batch, max(1, TEXT_BATCH_BYTES // max(1, text_chunk))) if texts else batch
+            text_total = 0
             for part in self.file.iter_batches(batch_size=batch, columns=columns, use_threads=False):
                 table = pa.Table.from_batches([part])
+                for c in texts:
+                    text_total += _text_bytes(table.column(c))
+                if text_total > MAX_META_BYTES:
+                    raise DatasetError(f"{self.path}: text columns {texts} hold more than {MAX_META_BYTES} bytes")
                 if episode is not None:
                     table = table.filter(pc.equal(table.column("episode_index"), episode))
                 rows += table.num_rows
@@ -219,6 +246,36 @@ class _Parquet:
         except Exception as err:  # noqa: BLE001 - pyarrow's errors on a damaged or mistyped file
             raise DatasetError(f"{self.path}: not a readable parquet file ({type(err).__name__}: "
                                f"{str(err)[:200]})") from err
+
+
+def _is_text(kind) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _is_text(kind.value_type)
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
+                or pa.types.is_large_binary(kind))
+
+
+def _text_bytes(column) -> int:
+    """Bytes of text a (chunked) string, binary, dictionary or list-of-those column holds, decoded."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    total = 0
+    for chunk in column.chunks:
+        while pa.types.is_list(chunk.type) or pa.types.is_large_list(chunk.type) or \
+                pa.types.is_fixed_size_list(chunk.type):
+            chunk = pc.list_flatten(chunk)
+        if pa.types.is_dictionary(chunk.type):
+            lengths = pc.binary_length(chunk.dictionary).fill_null(0).to_numpy(zero_copy_only=False)
+            indices = chunk.indices.drop_null().to_numpy(zero_copy_only=False).astype(np.int64)
+            total += int(lengths.astype(np.int64)[indices].sum())
+        else:
+            total += int(pc.sum(pc.binary_length(chunk)).as_py() or 0)
+    return total
 
 
 def _column_vector(table, key: str, width: int, path: Path) -> np.ndarray:

@@ -39,7 +39,7 @@ MAX_IMAGE_SIDE = 4096  # declared and decoded video height and width [px]
 MAX_TEMPLATE = 1024  # data_path / video_path [characters]
 MAX_FIELD_WIDTH = 20  # `{episode_index:06d}`: at most 20 digits
 MAX_TIMESTAMP_S = 1e7  # v3.0 from_timestamp in a shared video file [s]
-MAX_EPISODE_VALUES = 16_000_000  # numbers in one episode's rows (state, action, index columns)
+MAX_EPISODE_VALUES = 8_000_000  # numbers in one episode's rows (state, action, index columns)
 MAX_ROW_GROUP_ROWS = 4_000_000
 # Containers a LeRobot video may be in: demuxed by this name, never probed (no playlists, no concat).
 VIDEO_FORMATS = {".mp4": "mp4", ".mov": "mov", ".m4v": "mp4", ".mkv": "matroska", ".webm": "matroska"}
