@@ -888,3 +888,33 @@ def test_fuzz_info_json(fuzz_dataset, edits):
         import shutil
 
         shutil.rmtree(out)
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(st.integers(0, 10**6), st.booleans(), _json_value), min_size=1, max_size=4),
+       raw=st.sampled_from(["", "\n", "{", "[]", "null", "1e999", "[" * 100_000, "9" * 5000]))
+def test_fuzz_episodes_jsonl(v21_fuzz_dataset, edits, raw):
+    """episodes.jsonl (v2.1) with any field replaced by any JSON value, and a broken line now and then."""
+    root, rows = v21_fuzz_dataset
+    mutated = _mutated(rows, edits)
+    lines = [json.dumps(r) for r in (mutated if isinstance(mutated, list) else [mutated])]
+    if raw:
+        lines.insert(len(lines) // 2, raw)
+    (root / "meta" / "episodes.jsonl").write_text("\n".join(lines) + "\n")
+    out = root.parent / "bag"
+    try:
+        import_dataset(root, out, progress=False)
+    except DatasetError as err:
+        assert str(root) in str(err), err
+        assert not os.path.lexists(out)
+    else:
+        import shutil
+
+        shutil.rmtree(out)
+
+
+@pytest.fixture(scope="module")
+def v21_fuzz_dataset(tmp_path_factory):
+    root = make_v21(tmp_path_factory.mktemp("fuzz_episodes") / "ds")
+    return root, [json.loads(line) for line in (root / "meta" / "episodes.jsonl").read_text().splitlines()]

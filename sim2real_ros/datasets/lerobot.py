@@ -346,6 +346,7 @@ class LeRobotDataset:
             raise DatasetError(f"{source}: field 'video_path' is missing (features {self.video_keys} are videos)")
         self.tasks = self._read_tasks()
         self.episodes = self._read_episodes()
+        self._file_rows: dict[str, int] | None = None
 
     # ------------------------------------------------------------------ metadata
     def require(self, key: str) -> dict[str, Any]:
@@ -465,7 +466,11 @@ class LeRobotDataset:
 
     def _rows_allowed(self, episode: Episode) -> int:
         """Rows the data file of `episode` may hold: the declared lengths of the episodes stored in it."""
-        return sum(e.length for e in self.episodes.values() if e.data_rel == episode.data_rel)
+        if self._file_rows is None:
+            self._file_rows = {}
+            for e in self.episodes.values():
+                self._file_rows[e.data_rel] = self._file_rows.get(e.data_rel, 0) + e.length
+        return self._file_rows[episode.data_rel]
 
     def has_data(self, episode: Episode) -> bool:
         return exists_inside(self.root, episode.data_rel, str(self.info_path))
