@@ -36,6 +36,7 @@ import numpy as np
 from ..core.errors import ConfigError, Sim2RealError
 from ..core.timebase import NS_PER_S
 from .lerobot_limits import (
+    MAX_CAMERAS,
     MAX_EPISODE_FRAMES,
     MAX_EPISODE_VALUES,
     MAX_EPISODES,
@@ -49,6 +50,7 @@ from .lerobot_limits import (
     VIDEO_DEMUXERS,
     VIDEO_FORMATS,
     DatasetError,
+    PathTemplate,
     check_image_shape,
     check_info,
     check_int,
@@ -56,7 +58,6 @@ from .lerobot_limits import (
     check_text,
     check_vector_names,
     exists_inside,
-    format_template,
     open_inside,
     parse_json,
     read_text_inside,
@@ -103,7 +104,7 @@ class Episode:
     length: int
     tasks: tuple[str, ...]
     data_rel: str
-    video_rels: dict[str, str]
+    video_at: dict[str, tuple[int, int]] = field(default_factory=dict)  # v3.0: key -> (chunk, file)
     video_from_s: dict[str, float] = field(default_factory=dict)
     root: Path = Path(".")
 
@@ -111,10 +112,6 @@ class Episode:
     def data_file(self) -> Path:
         """Where the data file is (for messages) [path]."""
         return self.root / self.data_rel
-
-    @property
-    def video_files(self) -> dict[str, Path]:
-        return {k: self.root / rel for k, rel in self.video_rels.items()}
 
 
 def _jsonl(text: str, source: str, max_rows: int) -> list[dict[str, Any]]:
@@ -342,8 +339,18 @@ class LeRobotDataset:
         self.video_keys = [k for k, dtype in images.items() if dtype == "video"]
         self.image_keys = [k for k, dtype in images.items() if dtype == "image"]
         self.image_shapes = {k: check_image_shape(self.features[k], k, source) for k in self.video_keys}
+        if len(self.video_keys) > MAX_CAMERAS:
+            raise DatasetError(f"{source}: field 'features' has {len(self.video_keys)} video features "
+                               f"(at most {MAX_CAMERAS})")
         if self.video_keys and not isinstance(info.get("video_path"), str):
             raise DatasetError(f"{source}: field 'video_path' is missing (features {self.video_keys} are videos)")
+        fields = V2_FIELDS if version in V2 else V3_FIELDS
+        self.data_template = PathTemplate(info["data_path"], fields["data_path"], source, "data_path")
+        self.data_template.check_inside([])
+        self.video_template = None
+        if self.video_keys:
+            self.video_template = PathTemplate(info["video_path"], fields["video_path"], source, "video_path")
+            self.video_template.check_inside(self.video_keys)
         self.tasks = self._read_tasks()
         self.episodes = self._read_episodes()
         self._file_rows: dict[str, int] | None = None
@@ -358,14 +365,14 @@ class LeRobotDataset:
     def names(self, key: str) -> tuple[str, ...]:
         return check_vector_names(self.require(key), key, str(self.info_path))
 
-    def _path(self, template_field: str, values: dict[str, int | str]) -> str:
-        """A data or video file's dataset-relative path from info.json's template (checked to stay inside)."""
-        from .lerobot_limits import relative_parts
-
-        source = str(self.info_path)
-        rel = format_template(self.info[template_field], values, source, template_field)
-        relative_parts(rel, f"{source}: field '{template_field}'")
-        return rel
+    def video_rel(self, episode: Episode, key: str) -> str:
+        """The dataset-relative path of the episode's video `key` (the template was checked to stay inside)."""
+        assert self.video_template is not None  # noqa: S101 - only called for video keys
+        if self.version in V2:
+            chunk = episode.index // int(self.info.get("chunks_size", 1000))
+            return self.video_template.fill({"episode_chunk": chunk, "episode_index": episode.index, "video_key": key})
+        chunk, file = episode.video_at[key]
+        return self.video_template.fill({"chunk_index": chunk, "file_index": file, "video_key": key})
 
     def _read_tasks(self) -> dict[int, str]:
         if self.version in V2:
@@ -388,22 +395,18 @@ class LeRobotDataset:
                 for i, t in zip(table["task_index"], table[text_column], strict=True)}
 
     def _episode(self, index: int, length: int, tasks: Any, source: str, data_values: dict[str, int | str],
-                 video_values: dict[str, dict[str, int | str]], starts: dict[str, float]) -> Episode:
+                 video_at: dict[str, tuple[int, int]], starts: dict[str, float]) -> Episode:
         if tasks is None:
             tasks = []
         if not isinstance(tasks, list | tuple) or len(tasks) > 1000:
             raise DatasetError(f"{source}: episode {index}: field 'tasks' = {str(tasks)[:80]}: must be a list of text")
         tasks = tuple(check_text(t, source, "tasks") for t in tasks)
-        data = self._path("data_path", data_values)
-        videos = {k: self._path("video_path", v) for k, v in video_values.items()}
-        return Episode(index, length, tasks, data, videos, starts, self.root)
+        return Episode(index, length, tasks, self.data_template.fill(data_values), video_at, starts, self.root)
 
     def _read_episodes(self) -> dict[int, Episode]:
         chunks_size = int(self.info.get("chunks_size", 1000))
         out: dict[int, Episode] = {}
         if self.version in V2:
-            for name in ("data_path", "video_path"):
-                self._check_fields(name, V2_FIELDS)
             source = str(self.root / "meta" / "episodes.jsonl")
             text = read_text_inside(self.root, "meta/episodes.jsonl", source)
             if text is None:
@@ -415,13 +418,9 @@ class LeRobotDataset:
                 if index in out:
                     raise DatasetError(f"{where}: episode {index} is listed twice")
                 chunk = index // chunks_size
-                out[index] = self._episode(
-                    index, length, row.get("tasks"), where, {"episode_chunk": chunk, "episode_index": index},
-                    {k: {"episode_chunk": chunk, "episode_index": index, "video_key": k} for k in self.video_keys},
-                    {})
+                out[index] = self._episode(index, length, row.get("tasks"), where,
+                                           {"episode_chunk": chunk, "episode_index": index}, {}, {})
             return out
-        for name in ("data_path", "video_path"):
-            self._check_fields(name, V3_FIELDS)
         folder = self.root / "meta" / "episodes"
         if folder.is_symlink():
             raise DatasetError(f"{folder}: is a symlink; files of a dataset are read only inside its folder")
@@ -450,19 +449,11 @@ class LeRobotDataset:
                 data = {"chunk_index": number("data/chunk_index"), "file_index": number("data/file_index")}
                 videos, starts = {}, {}
                 for k in self.video_keys:
-                    videos[k] = {"video_key": k, "chunk_index": number(f"videos/{k}/chunk_index"),
-                                 "file_index": number(f"videos/{k}/file_index")}
+                    videos[k] = (number(f"videos/{k}/chunk_index"), number(f"videos/{k}/file_index"))
                     starts[k] = check_number(table[f"videos/{k}/from_timestamp"][i], where,
                                              f"videos/{k}/from_timestamp", 0.0, MAX_TIMESTAMP_S)
                 out[index] = self._episode(index, length, table["tasks"][i], where, data, videos, starts)
         return out
-
-    def _check_fields(self, name: str, known: dict[str, tuple[str, ...]]) -> None:
-        """The template `name` is formatted once with sample values (catches a bad template before any file)."""
-        if name not in self.info or (name == "video_path" and not self.video_keys):
-            return
-        sample: dict[str, int | str] = {f: (0 if f != "video_key" else "k") for f in known[name]}
-        format_template(self.info[name], sample, str(self.info_path), name)
 
     def _rows_allowed(self, episode: Episode) -> int:
         """Rows the data file of `episode` may hold: the declared lengths of the episodes stored in it."""
@@ -533,7 +524,7 @@ class LeRobotDataset:
         return {k: v[order] for k, v in out.items()}
 
     def has_video(self, episode: Episode, key: str) -> bool:
-        return exists_inside(self.root, episode.video_rels[key], str(self.info_path))
+        return exists_inside(self.root, self.video_rel(episode, key), str(self.info_path))
 
     def frames(self, episode: Episode, key: str, count: int) -> Iterator[tuple[int, np.ndarray]]:
         """(frame index, HxWx3 uint8 RGB) of the episode's video `key`, one decoded frame at a time.
@@ -542,7 +533,7 @@ class LeRobotDataset:
         other file or URL opened; every frame must have info.json's height and width."""
         import av
 
-        rel = episode.video_rels[key]
+        rel = self.video_rel(episode, key)
         path = self.root / rel
         demuxer = VIDEO_FORMATS.get(PurePosixPath(rel).suffix.lower())
         if demuxer is None:

@@ -26,10 +26,11 @@ from ..core.errors import Sim2RealError
 # datasets have tens of thousands of episodes, 30-60 fps, cameras up to 1920x1080), small enough that
 # a lie cannot make us allocate or loop without bound.
 MAX_META_BYTES = 64 * 1024 * 1024  # info.json, episodes.jsonl, tasks.jsonl [bytes]
-MAX_EPISODES = 200_000  # episodes listed in the metadata
+MAX_EPISODES = 100_000  # episodes listed in the metadata
 MAX_TASKS = 100_000
 MAX_TEXT = 4096  # a task string, a feature name [characters]
 MAX_FEATURES = 1024
+MAX_CAMERAS = 8  # video features
 MAX_FPS = 1000.0  # [Hz]
 MAX_CHUNKS_SIZE = 1_000_000
 MAX_INDEX = 1_000_000_000  # episode, chunk, file and task indices
@@ -148,37 +149,58 @@ def parse_json(text: str, source: str) -> Any:
 _SPEC = re.compile(r"(0?)([0-9]{0,2})d?")
 
 
+class PathTemplate:
+    """info.json's `data_path` / `video_path`, parsed once: literal text and `{name}` / `{name:0Nd}`
+    fields of the known names only. Any other field, an attribute or index access, a conversion, or
+    a width above MAX_FIELD_WIDTH is an error (str.format would run them with the dataset's text)."""
+
+    def __init__(self, template: str, known: tuple[str, ...], source: str, field: str) -> None:
+        self.text, self.source, self.field = template, source, field
+        where = f"{source}: field '{field}' = {template[:200]!r}"
+        try:
+            parsed = list(string.Formatter().parse(template))
+        except ValueError as err:
+            raise DatasetError(f"{where}: {err}") from err
+        # (literal, field name or None, width, zero padded)
+        self.pieces: list[tuple[str, str | None, int, bool]] = []
+        for literal, name, spec, conversion in parsed:
+            if name is None:
+                self.pieces.append((literal, None, 0, False))
+                continue
+            if name not in known:
+                raise DatasetError(f"{where}: unknown field {{{name[:50]}}} (known: {', '.join(sorted(known))})")
+            if conversion or (spec and "{" in spec):
+                raise DatasetError(f"{where}: only plain {{name}} or {{name:0Nd}} fields are allowed")
+            match = _SPEC.fullmatch(spec or "")
+            if match is None or (name == "video_key" and spec):
+                raise DatasetError(f"{where}: format {spec[:50]!r} of {{{name}}} is not allowed (only an integer "
+                                   "width, e.g. 03d)")
+            width = int(match.group(2) or 0)
+            if width > MAX_FIELD_WIDTH:
+                raise DatasetError(f"{where}: width {width} of {{{name}}} is above {MAX_FIELD_WIDTH}")
+            self.pieces.append((literal, name, width, bool(match.group(1))))
+
+    def fill(self, values: dict[str, int | str]) -> str:
+        out = []
+        for literal, name, width, zero in self.pieces:
+            out.append(literal)
+            if name is not None:
+                value = values[name]
+                text = str(value)
+                out.append(text.rjust(width, "0" if zero else " ") if isinstance(value, int) else text)
+        return "".join(out)
+
+    def check_inside(self, keys: list[str]) -> None:
+        """The filled path stays inside the dataset for every video key. Integers add digits only, so
+        one sample per key decides it for every episode."""
+        for key in keys or [""]:
+            sample = {name: (key if name == "video_key" else 0) for _, name, _, _ in self.pieces if name}
+            relative_parts(self.fill(sample), f"{self.source}: field '{self.field}'")
+
+
 def format_template(template: str, values: dict[str, int | str], source: str, field: str) -> str:
-    """`template` with its `{name}` / `{name:0Nd}` fields filled from `values`. Any other field, an
-    attribute or index access, a conversion, or a width above MAX_FIELD_WIDTH is an error (str.format
-    would run them with the dataset's text)."""
-    out = []
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as err:
-        raise DatasetError(f"{source}: field '{field}' = {template[:200]!r}: {err}") from err
-    for literal, name, spec, conversion in parsed:
-        out.append(literal)
-        if name is None:
-            continue
-        if name not in values:
-            raise DatasetError(f"{source}: field '{field}' = {template[:200]!r}: unknown field {{{name[:50]}}} "
-                               f"(known: {', '.join(sorted(values))})")
-        if conversion or (spec and "{" in spec):
-            raise DatasetError(f"{source}: field '{field}' = {template[:200]!r}: only plain {{name}} or "
-                               "{name:0Nd} fields are allowed")
-        value = values[name]
-        match = _SPEC.fullmatch(spec or "")
-        if match is None or (isinstance(value, str) and spec):
-            raise DatasetError(f"{source}: field '{field}' = {template[:200]!r}: format {spec[:50]!r} of "
-                               f"{{{name}}} is not allowed (only an integer width, e.g. 03d)")
-        width = int(match.group(2) or 0)
-        if width > MAX_FIELD_WIDTH:
-            raise DatasetError(f"{source}: field '{field}' = {template[:200]!r}: width {width} of {{{name}}} "
-                               f"is above {MAX_FIELD_WIDTH}")
-        text = str(value)
-        out.append(text.rjust(width, "0" if match.group(1) else " ") if isinstance(value, int) else text)
-    return "".join(out)
+    """`template` filled with `values` (PathTemplate's rules; the fields known are the keys of `values`)."""
+    return PathTemplate(template, tuple(values), source, field).fill(values)
 
 
 # ----------------------------------------------------------------------------------------------
