@@ -918,3 +918,30 @@ def test_fuzz_episodes_jsonl(v21_fuzz_dataset, edits, raw):
 def v21_fuzz_dataset(tmp_path_factory):
     root = make_v21(tmp_path_factory.mktemp("fuzz_episodes") / "ds")
     return root, [json.loads(line) for line in (root / "meta" / "episodes.jsonl").read_text().splitlines()]
+
+
+V3_EPISODES = Path("meta") / "episodes" / "chunk-000" / "file-000.parquet"
+
+
+@pytest.mark.parametrize(("column", "values", "match"), [
+    ("length", pa.array(["12", "9"]), r"field 'length' = '12'"),
+    ("length", pa.array([12, None], pa.int64()), r"field 'length' = None"),
+    ("length", pa.array([12.0, float("nan")]), r"field 'length' = nan"),
+    ("episode_index", pa.array([0, 0], pa.int64()), "episode 0 is listed twice"),
+    ("episode_index", pa.array([-1, 1], pa.int64()), r"field 'episode_index' = -1"),
+    ("data/file_index", pa.array([0, 2**62], pa.int64()), r"field 'data/file_index' = 4611686018427387904"),
+    ("tasks", pa.array(["a", "b"]), r"field 'tasks' = a"),
+    ("tasks", pa.array([[1], [2]], pa.list_(pa.int64())), r"field 'tasks' = 1"),
+    ("videos/observation.images.front/from_timestamp", pa.array([0.0, -5.0]), r"from_timestamp' = -5\.0"),
+    ("videos/observation.images.front/from_timestamp", pa.array([0.0, float("inf")]), r"from_timestamp' = inf"),
+    ("videos/observation.images.front/chunk_index", None, r"column\(s\) \['videos/observation\.images\.front/"
+                                                          r"chunk_index'\] missing"),
+])
+def test_v30_episodes_metadata_checked(tmp_path, column, values, match):
+    """v3.0's episode list (a parquet file) is schema-checked as episodes.jsonl is."""
+    root = make_v30(tmp_path / "ds")
+    table = pq.read_table(root / V3_EPISODES)
+    index = table.column_names.index(column)
+    table = table.remove_column(index) if values is None else table.set_column(index, column, values)
+    pq.write_table(table, root / V3_EPISODES)
+    _refused(root, tmp_path / "bag", r"file-000\.parquet: .*" + match)
