@@ -591,3 +591,384 @@ def test_sysid_latency_reads_an_imported_bag(tmp_path, capsys):
     assert code == 0
     report = json.loads(capsys.readouterr().out)
     assert report["command_topic"] == COMMAND_TOPIC and report["state_topic"] == STATE_TOPIC
+
+
+# ----------------------------------------------------------------------------------------------
+# Hostile datasets (issue 34): each ends in one DatasetError naming the file and the field, and
+# leaves no bag behind
+def _set_info(root: Path, **changes) -> None:
+    info = json.loads((root / "meta" / "info.json").read_text())
+    info.update(changes)
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+
+
+def _refused(root: Path, out: Path, match: str, **kwargs) -> None:
+    with pytest.raises(DatasetError, match=match):
+        import_dataset(root, out, progress=False, **kwargs)
+    assert not os.path.lexists(out), "a failed import leaves no bag"
+
+
+def test_declared_length_too_large(tmp_path):
+    root = make_v21(tmp_path / "ds")
+    (root / "meta" / "episodes.jsonl").write_text(
+        json.dumps({"episode_index": 0, "tasks": [TASK], "length": 10**12}) + "\n")
+    _refused(root, tmp_path / "bag", r"episodes\.jsonl: line 1: field 'length' = 1000000000000")
+
+
+def test_state_shape_too_large(tmp_path):
+    root = make_v21(tmp_path / "ds")
+    info = json.loads((root / "meta" / "info.json").read_text())
+    info["features"]["observation.state"]["shape"] = [10**12]
+    info["features"]["observation.state"]["names"] = None
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+    _refused(root, tmp_path / "bag", r"info\.json: field 'features\.observation\.state\.shape\[0\]' = 1000000000000")
+
+
+def test_parquet_with_more_rows_than_declared(tmp_path):
+    """A small parquet file of 5e6 rows: refused from its footer, before any data is read."""
+    root = make_v21(tmp_path / "ds")
+    path = root / "data" / "chunk-000" / "episode_000000.parquet"
+    n = 5_000_000
+    pq.write_table(pa.table({"frame_index": pa.array(np.zeros(n, np.int64))}), path, compression="zstd")
+    assert path.stat().st_size < 1_000_000
+    _refused(root, tmp_path / "bag", r"episode_000000\.parquet: holds 5000000 rows; .*'length'.*: 12",
+             episodes=[0])
+
+
+def test_parquet_with_longer_vectors_than_declared(tmp_path):
+    """One row holding a vector of 2e6 values where info.json says 3: refused from the footer's value count."""
+    root = make_v21(tmp_path / "ds")
+    path = root / "data" / "chunk-000" / "episode_000000.parquet"
+    table = pq.read_table(path)
+    long = pa.array([np.zeros(2_000_000, np.float32)] + [np.zeros(3, np.float32)] * (table.num_rows - 1),
+                    pa.list_(pa.float32()))
+    pq.write_table(table.set_column(table.column_names.index("observation.state"), "observation.state", long), path)
+    _refused(root, tmp_path / "bag", r"episode_000000\.parquet: column 'observation\.state.*' declares 2000033 values",
+             episodes=[0])
+
+
+def test_episode_declaring_too_many_numbers(tmp_path):
+    """Run-length encoding lets a few kilobytes of parquet hold gigabytes of numbers: an episode may
+    hold at most MAX_EPISODE_VALUES by its declared length and widths, checked before reading."""
+    root = make_v21(tmp_path / "ds")
+    info = json.loads((root / "meta" / "info.json").read_text())
+    info["features"]["observation.state"] = {"dtype": "float32", "shape": [4096], "names": None}
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+    (root / "meta" / "episodes.jsonl").write_text(json.dumps({"episode_index": 0, "length": 200_000}) + "\n")
+    _refused(root, tmp_path / "bag", r"info\.json: episode 0: field 'length' = 200000 x 4103 numbers per row is "
+             r"above 8000000")
+
+
+def test_task_text_bomb(tmp_path):
+    """A dictionary-encoded task string of 1 MB repeated on 100,000 rows: half a megabyte of parquet
+    that decodes to 100 GB. Read in batches whose decoded text is bounded, refused at 64 MB."""
+    root = make_v30(tmp_path / "ds")
+    n = 100_000
+    task = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array(["x" * 1_000_000]))
+    pq.write_table(pa.table({"task_index": pa.array(np.arange(n)), "task": task}), root / "meta" / "tasks.parquet",
+                   compression="zstd")
+    assert (root / "meta" / "tasks.parquet").stat().st_size < 2_000_000
+    _refused(root, tmp_path / "bag", r"tasks\.parquet: text columns \['task'\] hold more than 67108864 bytes")
+
+
+def test_video_larger_than_declared(tmp_path):
+    """A video of another size than info.json's shape is refused before its first frame is decoded
+    (the finding: 8192x8192 where info.json says 48x64)."""
+    root = make_v21(tmp_path / "ds")
+    video = root / "videos" / "chunk-000" / "observation.images.front" / "episode_000001.mp4"
+    with av.open(str(video), "w") as container:
+        stream = container.add_stream("mpeg4", rate=FPS)
+        stream.width, stream.height, stream.pix_fmt = 1024, 768, "yuv420p"
+        for packet in stream.encode(av.VideoFrame.from_ndarray(np.zeros((768, 1024, 3), np.uint8), format="rgb24")):
+            container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    _refused(root, tmp_path / "bag", r"episode_000001\.mp4: video is 1024x768; info\.json field "
+             r"'features\.observation\.images\.front\.shape' says 64x48", episodes=[1])
+
+
+def test_declared_image_too_large(tmp_path):
+    root = make_v21(tmp_path / "ds")
+    info = json.loads((root / "meta" / "info.json").read_text())
+    info["features"]["observation.images.front"]["shape"] = [100_000, 100_000, 3]
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+    _refused(root, tmp_path / "bag", r"field 'features\.observation\.images\.front\.shape\[0\]' = 100000")
+
+
+@pytest.mark.parametrize("template", [
+    "../outside/episode_{episode_index:06d}.parquet",
+    "data/../../outside/episode_{episode_index:06d}.parquet",
+    "/tmp/outside/episode_{episode_index:06d}.parquet",
+])
+def test_data_path_outside_the_dataset(tmp_path, template):
+    root = make_v21(tmp_path / "ds")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "episode_000000.parquet").write_bytes((root / "data" / "chunk-000" /
+                                                      "episode_000000.parquet").read_bytes())
+    _set_info(root, data_path=template)
+    _refused(root, tmp_path / "bag", r"info\.json: field 'data_path'.*(leaves the dataset folder|is absolute)")
+
+
+@pytest.mark.parametrize("what", ["data file", "video file", "data folder", "meta folder"])
+def test_symlinks_are_refused(tmp_path, what):
+    root = make_v21(tmp_path / "ds")
+    outside = tmp_path / "outside"
+    if what == "data file":
+        link = root / "data" / "chunk-000" / "episode_000000.parquet"
+    elif what == "video file":
+        link = root / "videos" / "chunk-000" / "observation.images.front" / "episode_000000.mp4"
+    elif what == "data folder":
+        link = root / "data" / "chunk-000"
+    else:
+        link = root / "meta"
+    link.rename(outside)
+    link.symlink_to(outside, target_is_directory=outside.is_dir())
+    _refused(root, tmp_path / "bag", r"is a symlink; files of a dataset are read only inside its folder")
+
+
+def test_playlists_and_other_containers_are_refused(tmp_path):
+    """An HLS playlist pointing at a video elsewhere on disk: refused by its extension, and named .mp4
+    it is demuxed as MP4 (no probing), so it does not open; the outside video is never read."""
+    root = make_v21(tmp_path / "ds")
+    elsewhere = tmp_path / "elsewhere.mp4"
+    _encode(elsewhere, [_frame(0, i) for i in range(12)])
+    playlist = (f"#EXTM3U\n#EXT-X-TARGETDURATION:2\n#EXTINF:1.2,\n{elsewhere}\n"
+                f"#EXTINF:1.2,\nfile://{elsewhere}\n#EXT-X-ENDLIST\n")
+    video = root / "videos" / "chunk-000" / "observation.images.front" / "episode_000000.mp4"
+    video.write_text(playlist)
+    _refused(root, tmp_path / "bag", r"episode_000000\.mp4: does not open as a video", episodes=[0])
+    video.with_suffix(".m3u8").write_text(playlist)
+    _set_info(root, video_path="videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.m3u8")
+    _refused(root, tmp_path / "bag", r"episode_000000\.m3u8: video 'observation\.images\.front' has extension "
+             r"'\.m3u8'", episodes=[0])
+
+
+@pytest.mark.parametrize(("template", "match"), [
+    ("data/episode_{episode_index:01900000000d}.parquet", "format '01900000000d'"),
+    ("data/episode_{episode_index:060d}.parquet", "width 60 of {episode_index} is above 20"),
+    ("data/{episode_index.__class__}.parquet", r"unknown field \{episode_index\.__class__\}"),
+    ("data/{0}.parquet", r"unknown field \{0\}"),
+    ("data/{episode_index!r}.parquet", "only plain"),
+    ("data/{episode_index:>{episode_chunk}}.parquet", "only plain"),
+    ("data/{episode_index", "expected '}' before end of string"),
+])
+def test_path_template_formatter(tmp_path, template, match):
+    """Untrusted templates never reach str.format: only LeRobot's fields, integer widths up to 20."""
+    root = make_v21(tmp_path / "ds")
+    _set_info(root, data_path=template)
+    _refused(root, tmp_path / "bag", r"info\.json: field 'data_path' = .*" + match)
+
+
+def test_failed_import_removes_its_bag_and_never_touches_an_existing_out(tmp_path, capsys):
+    root = make_v21(tmp_path / "ds")
+    video = root / "videos" / "chunk-000" / "observation.images.front" / "episode_000001.mp4"
+    video.write_bytes(b"\x00\x00\x00\x18ftypmp42" + os.urandom(2000))
+    # the bag is created, episode 0 written, then episode 1's video fails: nothing is left
+    _refused(root, tmp_path / "bag", r"episode_000001\.mp4")
+    assert cli_main(["dataset", "import", str(root), "--out", str(tmp_path / "bag"), "--no-progress"]) == 2
+    assert not os.path.lexists(tmp_path / "bag")
+    # an empty folder is used and given back empty on failure; a non-empty one is refused and kept
+    (tmp_path / "empty").mkdir()
+    _refused_keeps = pytest.raises(DatasetError, match=r"episode_000001\.mp4")
+    with _refused_keeps:
+        import_dataset(root, tmp_path / "empty", progress=False)
+    assert (tmp_path / "empty").is_dir() and not any((tmp_path / "empty").iterdir())
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "keep.txt").write_text("mine")
+    with pytest.raises(DatasetError, match=r"full: is not empty; --out must be a new or empty folder"):
+        import_dataset(root, full, episodes=[0], progress=False)
+    assert (full / "keep.txt").read_text() == "mine" and len(list(full.iterdir())) == 1
+    import_dataset(root, tmp_path / "empty", episodes=[0], progress=False)
+    assert len(read_bag(tmp_path / "empty")[STATE_TOPIC]) == LENGTHS[0]
+
+
+def test_dataset_without_videos_imports_its_joints(tmp_path, capsys):
+    """A dataset downloaded without videos/: the joints import, the images are skipped with a note."""
+    root = make_v21(tmp_path / "ds")
+    import shutil
+
+    shutil.rmtree(root / "videos")
+    summary = import_dataset(root, tmp_path / "bag", progress=False)
+    msgs = read_bag(tmp_path / "bag")
+    assert len(msgs[STATE_TOPIC]) == len(msgs[COMMAND_TOPIC]) == sum(LENGTHS.values())
+    assert image_topic("front") not in msgs
+    assert summary.cameras["front"]["episodes_without_video"] == [0, 1]
+    assert any("no video file for 2 episode(s)" in p and "images were skipped" in p for p in summary.problems)
+    assert cli_main(["dataset", "import", str(root), "--out", str(tmp_path / "bag2"), "--no-progress"]) == 0
+    assert "images were skipped" in capsys.readouterr().err
+
+
+# A few hostile datasets through the CLI in a child process: one line, rc 2, no traceback, memory
+# bounded (ru_maxrss of the child; the issue's budget is 600 MB).
+HOSTILE = {
+    "length 1e12": lambda root: (root / "meta" / "episodes.jsonl").write_text(
+        json.dumps({"episode_index": 0, "length": 10**12}) + "\n"),
+    "state shape 1e12": lambda root: _set_info(root, features={
+        **json.loads((root / "meta" / "info.json").read_text())["features"],
+        "observation.state": {"dtype": "float32", "shape": [10**12]}}),
+    "5e6 rows": lambda root: pq.write_table(
+        pa.table({"frame_index": pa.array(np.zeros(5_000_000, np.int64))}),
+        root / "data" / "chunk-000" / "episode_000000.parquet", compression="zstd"),
+    "width 1.9e9": lambda root: _set_info(root, data_path="data/{episode_index:01900000000d}.parquet"),
+}
+
+
+# The child runs the CLI and then reports its own peak resident memory (VmHWM of its own address
+# space: ru_maxrss would carry over the parent's peak through fork and exec).
+_CLI_WITH_PEAK = ("import sys\nfrom sim2real_ros.cli.main import main\nrc = main(sys.argv[2:])\n"
+                  "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]\n"
+                  "open(sys.argv[1], 'w').write(hwm)\nsys.exit(rc)\n")
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_hostile_dataset_cli(tmp_path, case):
+    import subprocess
+    import sys
+
+    root = make_v21(tmp_path / "ds")
+    HOSTILE[case](root)
+    result = subprocess.run([sys.executable, "-c", _CLI_WITH_PEAK, str(tmp_path / "peak_kb"), "dataset", "import",
+                             str(root), "--out", str(tmp_path / "bag"), "--episodes", "0", "--no-progress"],
+                            capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
+                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr and str(root) in lines[0], result.stderr
+    peak_mb = int((tmp_path / "peak_kb").read_text()) / 1024
+    assert peak_mb < 600, f"peak {peak_mb:.0f} MB"
+    assert not os.path.lexists(tmp_path / "bag")
+
+
+# ----------------------------------------------------------------------------------------------
+# Fuzz: info.json with any field replaced by any JSON value (or removed). Every outcome is an import
+# or a DatasetError; never another exception, a hang or a bag left behind.
+from hypothesis import HealthCheck, given, settings  # noqa: E402 - the fuzz section's own imports
+from hypothesis import strategies as st  # noqa: E402
+
+FUZZ_EXAMPLES = int(os.environ.get("SIM2REAL_FUZZ_EXAMPLES", "60"))  # per codebase version: ~10 s each
+_TRICKY_TEXT = ["../x", "/etc/passwd", "{episode_index:099999999999d}", "{episode_index:01900000000d}",
+                "{episode_index.__class__.__mro__}", "{video_key[0]}", "{0}", "{}", "{{}}", "{episode_chunk:>{x}}",
+                "data/{episode_index}.parquet", "v2.1", "v3.0", "video", "image", "height", "concat:a|b",
+                "http://127.0.0.1:9/x.mp4", "videos/{video_key}/x.m3u8", "\x00", "C:\\x", ""]
+_json_leaf = (st.none() | st.booleans() | st.integers(min_value=-(10**30), max_value=10**30)
+              | st.sampled_from([0, 1, -1, 3, 48, 64, 10**12, 2**63, 1e12, 1.5, -0.0])
+              | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=20) | st.sampled_from(_TRICKY_TEXT))
+_json_value = st.recursive(_json_leaf, lambda inner: st.lists(inner, max_size=4)
+                           | st.dictionaries(st.text(max_size=8) | st.sampled_from(_TRICKY_TEXT), inner, max_size=4),
+                           max_leaves=12)
+
+
+def _paths(value, prefix=()):
+    """Every key path in a JSON tree (lists by index)."""
+    yield prefix
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _paths(v, (*prefix, i))
+
+
+def _mutated(info: dict, edits: list[tuple[int, bool, object]]) -> object:
+    """info with each edit applied: (which path, remove it?, new value)."""
+    info = json.loads(json.dumps(info))
+    for which, remove, value in edits:
+        paths = list(_paths(info))
+        path = paths[which % len(paths)]
+        if not path:
+            info = value
+            continue
+        parent = info
+        for part in path[:-1]:
+            parent = parent[part]
+        if remove and isinstance(parent, dict):
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = value
+        if not isinstance(info, dict | list):
+            break
+    return info
+
+
+@pytest.fixture(scope="module", params=[make_v21, make_v30], ids=["v2.1", "v3.0"])
+def fuzz_dataset(request, tmp_path_factory):
+    root = request.param(tmp_path_factory.mktemp("fuzz") / "ds")
+    return root, json.loads((root / "meta" / "info.json").read_text())
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(st.integers(0, 10**6), st.booleans(), _json_value), min_size=1, max_size=4))
+def test_fuzz_info_json(fuzz_dataset, edits):
+    root, info = fuzz_dataset
+    mutated = _mutated(info, edits)
+    (root / "meta" / "info.json").write_text(json.dumps(mutated))
+    out = root.parent / "bag"
+    try:
+        import_dataset(root, out, episodes=[1], progress=False)
+    except DatasetError as err:
+        assert str(root) in str(err), err  # names the file
+        assert not os.path.lexists(out)
+    else:
+        import shutil
+
+        shutil.rmtree(out)
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(st.integers(0, 10**6), st.booleans(), _json_value), min_size=1, max_size=4),
+       raw=st.sampled_from(["", "\n", "{", "[]", "null", "1e999", "[" * 100_000, "9" * 5000]))
+def test_fuzz_episodes_jsonl(v21_fuzz_dataset, edits, raw):
+    """episodes.jsonl (v2.1) with any field replaced by any JSON value, and a broken line now and then."""
+    root, rows = v21_fuzz_dataset
+    mutated = _mutated(rows, edits)
+    lines = [json.dumps(r) for r in (mutated if isinstance(mutated, list) else [mutated])]
+    if raw:
+        lines.insert(len(lines) // 2, raw)
+    (root / "meta" / "episodes.jsonl").write_text("\n".join(lines) + "\n")
+    out = root.parent / "bag"
+    try:
+        import_dataset(root, out, progress=False)
+    except DatasetError as err:
+        assert str(root) in str(err), err
+        assert not os.path.lexists(out)
+    else:
+        import shutil
+
+        shutil.rmtree(out)
+
+
+@pytest.fixture(scope="module")
+def v21_fuzz_dataset(tmp_path_factory):
+    root = make_v21(tmp_path_factory.mktemp("fuzz_episodes") / "ds")
+    return root, [json.loads(line) for line in (root / "meta" / "episodes.jsonl").read_text().splitlines()]
+
+
+V3_EPISODES = Path("meta") / "episodes" / "chunk-000" / "file-000.parquet"
+
+
+@pytest.mark.parametrize(("column", "values", "match"), [
+    ("length", pa.array(["12", "9"]), r"field 'length' = '12'"),
+    ("length", pa.array([12, None], pa.int64()), r"field 'length' = None"),
+    ("length", pa.array([12.0, float("nan")]), r"field 'length' = nan"),
+    ("episode_index", pa.array([0, 0], pa.int64()), "episode 0 is listed twice"),
+    ("episode_index", pa.array([-1, 1], pa.int64()), r"field 'episode_index' = -1"),
+    ("data/file_index", pa.array([0, 2**62], pa.int64()), r"field 'data/file_index' = 4611686018427387904"),
+    ("tasks", pa.array(["a", "b"]), r"field 'tasks' = a"),
+    ("tasks", pa.array([[1], [2]], pa.list_(pa.int64())), r"field 'tasks' = 1"),
+    ("videos/observation.images.front/from_timestamp", pa.array([0.0, -5.0]), r"from_timestamp' = -5\.0"),
+    ("videos/observation.images.front/from_timestamp", pa.array([0.0, float("inf")]), r"from_timestamp' = inf"),
+    ("videos/observation.images.front/chunk_index", None, r"column\(s\) \['videos/observation\.images\.front/"
+                                                          r"chunk_index'\] missing"),
+])
+def test_v30_episodes_metadata_checked(tmp_path, column, values, match):
+    """v3.0's episode list (a parquet file) is schema-checked as episodes.jsonl is."""
+    root = make_v30(tmp_path / "ds")
+    table = pq.read_table(root / V3_EPISODES)
+    index = table.column_names.index(column)
+    table = table.remove_column(index) if values is None else table.set_column(index, column, values)
+    pq.write_table(table, root / V3_EPISODES)
+    _refused(root, tmp_path / "bag", r"file-000\.parquet: .*" + match)

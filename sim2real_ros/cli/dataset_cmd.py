@@ -13,7 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
     imp = sub.add_parser("import", help="a LeRobot dataset (v2.0, v2.1, v3.0) -> a rosbag2 MCAP bag")
     imp.add_argument("dataset", help="LeRobot dataset folder (with meta/info.json)")
-    imp.add_argument("--out", required=True, help="bag folder to create (must not exist)")
+    imp.add_argument("--out", required=True, help="bag folder to create (must not exist, or be empty)")
     imp.add_argument("--episodes", type=int, nargs="+", default=None,
                      help="episode indices (default: every episode whose data file is present)")
     imp.add_argument("--camera-calibration", nargs="+", default=None, metavar="[KEY=]YAML",
