@@ -37,7 +37,7 @@ from ..core import soak as core
 from ..core.stats import summary
 from ..core.urdf import RobotModel
 from ..graph import GraphArgs, NodeDecl, declare_graph
-from ..nodes.common import JOINT_STATE_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS
+from ..nodes.common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS
 from ..paths import default_policy_path
 from .graph_session import SimGraphSession, recorder_decl
 from .launcher import GraphLauncher, RunningNode, node_command, write_overrides
@@ -46,6 +46,8 @@ from .lifeline import launcher_environment
 COMMAND_TOPIC = "forward_position_controller/commands"
 RAW_JOINT_STATES = "soak/joint_states_raw"
 RECORDED_TOPICS = (COMMAND_TOPIC, "joint_states", "estop", "supervisor/state", "command/policy")
+# (commands, measured joint states, supervisor modes) of a bag
+Recording = tuple[list[core.TimedPositions], list[core.TimedPositions], list[core.ModeSample]]
 KILLED_NODES = {"kill_policy_node": "policy_node", "kill_actuator_node": "actuator_node",
                 "kill_camera_preprocessor": "camera_preprocessor"}
 HOG_MARKER = "sim2real-soak-cpu-hog"
@@ -179,14 +181,23 @@ class Soak:
         self.hogs: list[subprocess.Popen] = []
 
     # -- recovery: what a person does after a fault ---------------------------------------------
-    def _recover(self, s: SoakSession, timeout_s: float) -> float | None:
-        """Reset a released e-stop, arm from HOLD, until AUTONOMOUS; seconds it took, None on timeout."""
+    def _recover(self, s: SoakSession, timeout_s: float, stable_s: float = 1.0) -> float | None:
+        """Reset a released e-stop, arm from HOLD, until AUTONOMOUS for `stable_s` [s]; seconds [s]
+        from the call until that AUTONOMOUS period began, None on timeout."""
         start = time.monotonic()
         last_try = -1e9
+        autonomous_since: float | None = None
         while time.monotonic() - start < timeout_s:
             mode = s.mode()
             if mode == "AUTONOMOUS":
-                return time.monotonic() - start
+                # Recovered once AUTONOMOUS holds for stable_s: the mode seen just after a fault
+                # may be from before its watchdog fired.
+                autonomous_since = autonomous_since if autonomous_since is not None else time.monotonic()
+                if time.monotonic() - autonomous_since >= stable_s:
+                    return autonomous_since - start
+                time.sleep(0.02)
+                continue
+            autonomous_since = None
             if time.monotonic() - last_try >= 0.5:
                 last_try = time.monotonic()
                 if mode == "ESTOP":
@@ -343,7 +354,7 @@ class Soak:
         try:
             info = bag_info(bag)
             bag_report.update(messages={t.name: t.count for t in info.topics}, problems=list(info.problems))
-            recorded = read_recording(bag, self.joint_names)
+            recorded = read_recording(bag, self.joint_names, self.args.namespace)
         except Exception as err:  # noqa: BLE001 - an unreadable bag is a finding, reported as such
             violations.append(core.Violation("bag_unreadable", time.time_ns(), f"{type(err).__name__}: {err}"))
             recorded = None
@@ -375,11 +386,16 @@ class Soak:
         }
 
 
-def read_recording(bag: Path, joint_names: list[str]) -> tuple[list[core.TimedPositions], list[core.TimedPositions],
-                                                               list[core.ModeSample]]:
+def absolute(topic: str, namespace: str = "") -> str:
+    """The bag's name of a relative topic in `namespace` ("joint_states" -> "/joint_states")."""
+    return "/" + "/".join(part.strip("/") for part in (namespace, topic) if part.strip("/"))
+
+
+def read_recording(bag: Path, joint_names: list[str], namespace: str = "") -> Recording:
     """Commands, measured joint states and supervisor modes from the bag, each at its publish time
     [ns] (the publisher's wall clock); ValueError if the bag lacks publish times."""
-    topics = (COMMAND_TOPIC, "joint_states", "supervisor/state")
+    topics = tuple(absolute(t, namespace) for t in (COMMAND_TOPIC, "joint_states", "supervisor/state"))
+    command_topic, joint_topic, state_topic = topics
     published = publish_times(bag, topics)
     by_topic: dict[str, list[Any]] = {t: [] for t in topics}
     for m in iter_messages(bag, topics):
@@ -392,14 +408,14 @@ def read_recording(bag: Path, joint_names: list[str]) -> tuple[list[core.TimedPo
             raise ValueError(f"{bag}: publish times of {topic} do not match its messages")
         timed[topic] = sorted(((int(p[1]), m.msg) for p, m in zip(pairs, messages, strict=True)),
                               key=lambda pm: pm[0])
-    commands = [core.TimedPositions(t, np.asarray(msg.data, dtype=float)) for t, msg in timed[COMMAND_TOPIC]]
+    commands = [core.TimedPositions(t, np.asarray(msg.data, dtype=float)) for t, msg in timed[command_topic]]
     measured = []
-    for t, msg in timed["joint_states"]:
+    for t, msg in timed[joint_topic]:
         index = {n: i for i, n in enumerate(msg.name)}
         if all(n in index for n in joint_names):
             measured.append(core.TimedPositions(t, np.array([msg.position[index[n]] for n in joint_names])))
     modes = []
-    for t, msg in timed["supervisor/state"]:
+    for t, msg in timed[state_topic]:
         values = diagnostic_values(msg)
         reason = msg.status[0].message if msg.status else ""
         modes.append(core.ModeSample(t, str(values.get("mode", "")), reason))
