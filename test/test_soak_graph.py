@@ -38,3 +38,17 @@ def test_short_soak_injects_every_fault_kind_with_no_violation(tmp_path):
     # every fault was recovered from (AUTONOMOUS again), each kind with its recovery time
     assert set(report["recovery_s"]) == set(FAULT_KINDS)
     assert all(r["unrecovered"] == 0 for r in report["recovery_s"].values()), report["recovery_s"]
+
+
+def test_a_process_left_behind_is_found_by_its_marker(tmp_path):
+    from sim2real_ros.runtime.soak import left_behind
+
+    marker = str(tmp_path / "sim2real_launch_marker")
+    straggler = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])
+    try:
+        found = left_behind(marker)
+        assert len(found) == 1 and f"pid {straggler.pid}:" in found[0]
+    finally:
+        straggler.kill()
+        straggler.wait()
+    assert left_behind(marker) == []

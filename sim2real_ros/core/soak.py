@@ -26,7 +26,7 @@ FAULT_KINDS: tuple[str, ...] = (
     "kill_camera_preprocessor",
     "camera_freeze",  # the camera pipeline hangs (SIGSTOP of the preprocessor) for duration_s
     "joint_states_drop",  # no joint_states for duration_s (50-500 ms)
-    "foreign_command_burst",  # a foreign publisher sends out-of-range policy commands for duration_s
+    "foreign_command_burst",  # out-of-range command/policy and action chunks from a foreign publisher
     "clock_step",  # a second clock source steps sim time back by magnitude [s]
     "cpu_hog",  # magnitude busy processes for duration_s
     "estop",  # e-stop pressed for duration_s, released, reset, armed again

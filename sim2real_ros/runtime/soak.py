@@ -29,11 +29,13 @@ import numpy as np
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool
+from trajectory_msgs.msg import JointTrajectory
 
 from ..bags.info import bag_info
 from ..bags.reader import iter_messages, publish_times
-from ..conversions import diagnostic_values
+from ..conversions import chunk_to_trajectory, diagnostic_values, ns_to_stamp, stamp_to_ns
 from ..core import soak as core
+from ..core.action_chunk import ActionChunk
 from ..core.stats import summary
 from ..core.urdf import RobotModel
 from ..graph import GraphArgs, NodeDecl, declare_graph
@@ -140,7 +142,8 @@ class SoakSession(SimGraphSession):
         p.node.create_subscription(JointState, RAW_JOINT_STATES,
                                    lambda m: None if self.drop_joint_states.is_set() else relay.publish(m),
                                    JOINT_STATE_QOS)
-        self.foreign_pub = p.publisher(JointState, "command/policy", RELIABLE_LATEST_QOS)
+        self.foreign_command_pub = p.publisher(JointState, "command/policy", RELIABLE_LATEST_QOS)
+        self.foreign_chunk_pub = p.publisher(JointTrajectory, "policy/action_chunk", RELIABLE_LATEST_QOS)
         self.clock_pub = p.publisher(Clock, "/clock", 1)
         self._heartbeat = threading.Thread(target=self._beat, name="soak_estop_heartbeat", daemon=True)
         self._heartbeat.start()
@@ -247,7 +250,7 @@ class Soak:
             raise ValueError(f"unknown fault kind {kind!r}")
 
     def _burst(self, s: SoakSession, duration_s: float, beyond_rad: float, seed: int) -> None:
-        """Out-of-range policy commands (and a NaN) from a publisher the supervisor does not know."""
+        """Out-of-range policy commands (and a NaN) and action chunks from a publisher nobody knows."""
         rng = np.random.default_rng(seed)
         limits = self.model.limits_arrays(self.joint_names)
         end = time.monotonic() + duration_s
@@ -257,9 +260,14 @@ class Soak:
             q = np.where(side > 0, limits["upper"] + beyond_rad, limits["lower"] - beyond_rad)
             if k % 7 == 3:
                 q[0] = float("nan")
+            stamp_ns = stamp_to_ns(s.joint_states[-1].header.stamp) if s.joint_states else 0
             msg = JointState(name=list(self.joint_names), position=q.tolist(), velocity=[0.0] * len(q))
-            msg.header.stamp = s.joint_states[-1].header.stamp if s.joint_states else msg.header.stamp
-            s.foreign_pub.publish(msg)
+            msg.header.stamp = ns_to_stamp(stamp_ns)
+            s.foreign_command_pub.publish(msg)
+            if np.all(np.isfinite(q)):  # the actuator's input too: a chunk of 10 out-of-range points
+                times = np.arange(10) * 0.05
+                s.foreign_chunk_pub.publish(chunk_to_trajectory(
+                    ActionChunk(tuple(self.joint_names), stamp_ns, times, np.tile(q, (len(times), 1)))))
             k += 1
             time.sleep(0.01)
 
