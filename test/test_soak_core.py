@@ -122,3 +122,11 @@ def test_recovery_summary_and_counts():
     assert log.summary()["estop"] == {"count": 4, "unrecovered": 1, "median_s": 2.0, "max_s": 3.0}
     counts = soak.count_by_kind(["estop", "estop", "other"], ("estop", "cpu_hog"))
     assert counts == {"estop": 2, "cpu_hog": 0, "other": 1}
+
+
+def test_an_estop_pressed_while_latched_counts_as_latched_at_once():
+    presses, commands, measured, _ = estop_recording(hold_from_ms=1010)
+    latched = [soak.ModeSample(0, "AUTONOMOUS"), soak.ModeSample(900 * MS, "ESTOP"),
+               soak.ModeSample(1190 * MS, "ESTOP")]
+    verdicts, violations = soak.check_estops(presses, commands, measured, latched, bound_s=0.1)
+    assert violations == [] and verdicts[0].latch_ms == 0.0

@@ -18,9 +18,10 @@ from sim2real_ros.core.soak import FAULT_KINDS, VIOLATION_KINDS
 
 def test_short_soak_injects_every_fault_kind_with_no_violation(tmp_path):
     out, report_file = tmp_path / "soak", tmp_path / "soak.json"
-    # The first len(FAULT_KINDS) faults of every seed are one of each kind (core.soak.iter_faults).
+    # The first len(FAULT_KINDS) faults of every seed are one of each kind (core.soak.iter_faults);
+    # --max-faults ends the run after them (about 2 minutes here), --minutes only bounds a slow machine.
     done = subprocess.run(
-        [sys.executable, "-m", "sim2real_ros.cli.main", "soak", "--minutes", "3", "--seed", "5",
+        [sys.executable, "-m", "sim2real_ros.cli.main", "soak", "--minutes", "8", "--seed", "5",
          "--max-faults", str(len(FAULT_KINDS)), "--out", str(out), "--json", str(report_file)],
         capture_output=True, text=True, timeout=900, cwd=REPO_ROOT)
     log = done.stdout[-4000:] + done.stderr[-3000:]

@@ -215,7 +215,11 @@ def check_estops(presses: Sequence[EstopPress], commands: Sequence[TimedPosition
     violations: list[Violation] = []
     for press in presses:
         tp, tr = press.pressed_ns, press.released_ns
-        latch = next((m.t_ns for m in modes if m.t_ns >= tp and m.mode == "ESTOP"), None)
+        before = [m for m in modes if m.t_ns < tp]
+        if before and before[-1].mode == "ESTOP":
+            latch: int | None = tp  # already latched (a stop the injector has not reset yet)
+        else:
+            latch = next((m.t_ns for m in modes if m.t_ns >= tp and m.mode == "ESTOP"), None)
         latch_ms = (latch - tp) / 1e6 if latch is not None else math.nan
         window = [c for c in commands if tp < c.t_ns <= tr]
         problem = ""

@@ -184,7 +184,7 @@ class Soak:
         self.hogs: list[subprocess.Popen] = []
 
     # -- recovery: what a person does after a fault ---------------------------------------------
-    def _recover(self, s: SoakSession, timeout_s: float, stable_s: float = 1.0) -> float | None:
+    def _recover(self, s: SoakSession, timeout_s: float, stable_s: float = 2.0) -> float | None:
         """Reset a released e-stop, arm from HOLD, until AUTONOMOUS for `stable_s` [s]; seconds [s]
         from the call until that AUTONOMOUS period began, None on timeout."""
         start = time.monotonic()
