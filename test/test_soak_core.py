@@ -130,3 +130,12 @@ def test_an_estop_pressed_while_latched_counts_as_latched_at_once():
                soak.ModeSample(1190 * MS, "ESTOP")]
     verdicts, violations = soak.check_estops(presses, commands, measured, latched, bound_s=0.1)
     assert violations == [] and verdicts[0].latch_ms == 0.0
+
+
+def test_a_lost_stop_source_must_latch_while_moving():
+    modes = [soak.ModeSample(0, "AUTONOMOUS"), soak.ModeSample(500, "ESTOP"), soak.ModeSample(2000, "HOLD"),
+             soak.ModeSample(3000, "AUTONOMOUS")]
+    assert soak.check_stop_source_losses([(100, 1000)], modes) == []
+    assert soak.check_stop_source_losses([(2100, 2900)], modes) == []  # HOLD: nothing to stop
+    violations = soak.check_stop_source_losses([(3100, 4000)], modes)
+    assert [(v.kind, v.t_ns) for v in violations] == [("stop_source_loss_ignored", 3100)]

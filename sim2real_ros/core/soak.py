@@ -30,7 +30,7 @@ FAULT_KINDS: tuple[str, ...] = (
     "clock_step",  # a second clock source steps sim time back by magnitude [s]
     "cpu_hog",  # magnitude busy processes for duration_s
     "estop",  # e-stop pressed for duration_s, released, reset, armed again
-    "stop_source_lost",  # the e-stop heartbeat falls silent for duration_s (beyond its timeout)
+    "stop_source_lost",  # the e-stop heartbeat falls silent until ESTOP latches, then duration_s more
 )
 
 VIOLATION_KINDS: tuple[str, ...] = (
@@ -39,6 +39,7 @@ VIOLATION_KINDS: tuple[str, ...] = (
     "command_step_too_large",
     "estop_not_honoured",
     "auto_rearm",
+    "stop_source_loss_ignored",
     "node_left_behind",
     "bag_unreadable",
 )
@@ -55,7 +56,7 @@ _RANGES: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
     "clock_step": ((0.05, 0.05), (0.5, 5.0)),
     "cpu_hog": ((2.0, 6.0), (1.0, 2.0)),
     "estop": ((0.5, 2.0), (0.0, 0.0)),
-    "stop_source_lost": ((0.5, 1.5), (0.0, 0.0)),  # beyond the heartbeat timeout (added by the injector)
+    "stop_source_lost": ((0.5, 1.5), (0.0, 0.0)),  # after the latch (the injector waits for it)
 }
 
 
@@ -270,6 +271,22 @@ def check_no_auto_arm(modes: Sequence[ModeSample], arm_requests_ns: Sequence[int
         if not in_policy and moving:
             left_ns = sample.t_ns
         moving = in_policy
+    return violations
+
+
+def check_stop_source_losses(losses: Sequence[tuple[int, int]], modes: Sequence[ModeSample]) -> list[Violation]:
+    """Every loss of the only stop source [(silent from, heard again) ns] that began while the
+    supervisor drove the arm (AUTONOMOUS or SHARED) latched ESTOP before the source came back."""
+    modes = sorted(modes, key=lambda m: m.t_ns)
+    violations: list[Violation] = []
+    for start, end in losses:
+        before = [m for m in modes if m.t_ns <= start]
+        if not before or before[-1].mode not in ("AUTONOMOUS", "SHARED"):
+            continue  # not moving: the supervisor only refuses to arm (docs/safety.md)
+        if not any(start < m.t_ns <= end and m.mode == "ESTOP" for m in modes):
+            violations.append(Violation("stop_source_loss_ignored", start,
+                                        f"stop source silent for {(end - start) / 1e9:.2f} s while "
+                                        f"{before[-1].mode} without ESTOP"))
     return violations
 
 

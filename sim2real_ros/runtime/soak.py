@@ -61,7 +61,8 @@ class SoakConfig:
     and the command heading for the hold within this [s] of the press. heartbeat_timeout_s: the
     supervisor's estop heartbeat timeout [s] (the injector beats at heartbeat_rate_hz).
     recovery_timeout_s: the longest wait for AUTONOMOUS after a fault [s]. control_rate_hz: the
-    supervisor's command rate [Hz] (its period bounds a step). max_faults: stop after this many (0: no cap)."""
+    supervisor's command rate [Hz] (its period bounds a step). max_faults: stop after this many (0: no cap).
+    stop_source_wait_s: the longest silence of the heartbeat waiting for ESTOP [s] (wall)."""
 
     out_dir: Path
     minutes: float = 5.0
@@ -75,6 +76,7 @@ class SoakConfig:
     gap_range_s: tuple[float, float] = (1.0, 4.0)
     control_rate_hz: float = 100.0
     max_faults: int = 0
+    stop_source_wait_s: float = 10.0
 
 
 class SoakLauncher(GraphLauncher):
@@ -181,6 +183,7 @@ class Soak:
         self.recovery = core.RecoveryLog()
         self.injected: list[dict[str, Any]] = []
         self.presses: list[core.EstopPress] = []
+        self.losses: list[tuple[int, int]] = []  # (heartbeat silent from, heard again) [ns]
         self.hogs: list[subprocess.Popen] = []
 
     # -- recovery: what a person does after a fault ---------------------------------------------
@@ -243,9 +246,16 @@ class Soak:
             s.press_estop(False)
             self.presses.append(core.EstopPress(pressed, released))
         elif kind == "stop_source_lost":
+            # The heartbeat timeout runs on the supervisor's clock (sim time, slower than the wall
+            # here): stay silent until ESTOP latches (or, not moving, long enough), then duration_s.
+            silent_from = time.time_ns()
             s.heartbeat_paused.set()
-            time.sleep(self.config.heartbeat_timeout_s + duration)
-            s.heartbeat_paused.clear()
+            try:
+                s.wait_for_mode("ESTOP", self.config.stop_source_wait_s)
+                time.sleep(duration)
+            finally:
+                s.heartbeat_paused.clear()
+            self.losses.append((silent_from, time.time_ns()))
         else:  # pragma: no cover - FAULT_KINDS and this table are kept together
             raise ValueError(f"unknown fault kind {kind!r}")
 
@@ -378,6 +388,7 @@ class Soak:
             violations += estop_violations
             arms = [e["t_ns"] for e in events if e["kind"] == "supervisor/arm"]
             violations += core.check_no_auto_arm(modes, arms)
+            violations += core.check_stop_source_losses(self.losses, modes)
         violations += [core.Violation("node_left_behind", time.time_ns(), who) for who in left]
         honoured = [v for v in verdicts if v.honoured]
         return {
