@@ -133,6 +133,7 @@ class SoakSession(SimGraphSession):
         self.heartbeat_paused = threading.Event()
         self.estop_pressed = threading.Event()
         self._stop_heartbeat = threading.Event()
+        self._estop_lock = threading.Lock()
         self._heartbeat_period_s = 1.0 / heartbeat_rate_hz
         self.events: list[dict[str, Any]] = []  # {kind, t_ns} requests the injector made (arm, reset, ...)
 
@@ -153,11 +154,23 @@ class SoakSession(SimGraphSession):
 
     def _beat(self) -> None:
         while not self._stop_heartbeat.wait(self._heartbeat_period_s):
-            if not self.heartbeat_paused.is_set():
-                self.estop_pub.publish(Bool(data=self.estop_pressed.is_set()))
+            with self._estop_lock:
+                if not self.heartbeat_paused.is_set():
+                    self.estop_pub.publish(Bool(data=self.estop_pressed.is_set()))
+
+    def set_estop(self, pressed: bool) -> None:
+        """Press or release the e-stop now; the heartbeat repeats it (never a stale value after it)."""
+        with self._estop_lock:
+            if pressed:
+                self.estop_pressed.set()
+            else:
+                self.estop_pressed.clear()
+            self.press_estop(pressed)
 
     def close(self) -> dict[str, int]:
         self._stop_heartbeat.set()
+        if getattr(self, "_heartbeat", None) is not None:
+            self._heartbeat.join(timeout=2.0)
         return super().close()
 
     def request(self, service: str) -> bool:
@@ -170,6 +183,8 @@ class SoakSession(SimGraphSession):
 
 
 class Soak:
+    """One soak run: start the graph, arm, inject faults until `minutes` pass, judge the bag."""
+
     def __init__(self, config: SoakConfig, log=print) -> None:
         self.config = config
         self.log = log
@@ -238,12 +253,10 @@ class Soak:
             self._hog(int(fault.magnitude), duration)
         elif kind == "estop":
             pressed = time.time_ns()
-            s.estop_pressed.set()
-            s.press_estop(True)
+            s.set_estop(True)
             time.sleep(duration)
             released = time.time_ns()
-            s.estop_pressed.clear()
-            s.press_estop(False)
+            s.set_estop(False)
             self.presses.append(core.EstopPress(pressed, released))
         elif kind == "stop_source_lost":
             # The heartbeat timeout runs on the supervisor's clock (sim time, slower than the wall
