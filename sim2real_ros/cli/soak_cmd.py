@@ -19,21 +19,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, default=default_policy_path())
     parser.add_argument("--estop-bound-ms", type=float, default=100.0,
                         help="an e-stop must latch and the command head for the hold within this [ms]")
+    parser.add_argument("--recovery-timeout-s", type=float, default=90.0,
+                        help="the longest wait for AUTONOMOUS after a fault [s]; then the next fault comes")
     parser.add_argument("--max-faults", type=int, default=0, help="stop after this many faults (0: no cap)")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..runtime.soak import Soak, SoakConfig
 
-    if args.minutes <= 0:
-        print(f"--minutes must be > 0, got {args.minutes}")
-        return 2
+    for name in ("minutes", "estop_bound_ms", "recovery_timeout_s"):
+        value = getattr(args, name)
+        if not (value > 0 and value < float("inf")):
+            print(f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
+            return 2
     if args.out is not None and args.out.exists() and any(args.out.iterdir()):
         print(f"--out {args.out} exists and is not empty")
         return 2
     out = args.out or Path(tempfile.mkdtemp(prefix="sim2real_soak_"))
     config = SoakConfig(out_dir=out, minutes=args.minutes, seed=args.seed, checkpoint=args.checkpoint,
-                        estop_bound_s=args.estop_bound_ms / 1e3, max_faults=args.max_faults)
+                        estop_bound_s=args.estop_bound_ms / 1e3, max_faults=args.max_faults,
+                        recovery_timeout_s=args.recovery_timeout_s)
     try:
         report = Soak(config, log=lambda text: print(text, flush=True)).run()
     finally:
