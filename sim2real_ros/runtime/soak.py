@@ -193,7 +193,7 @@ class Soak:
                       "control_rate_hz": config.control_rate_hz}
         self.args = GraphArgs(checkpoint=str(config.checkpoint),
                               extra_parameters={"sim_node": {"seed": config.seed}, "supervisor": supervisor})
-        self.model = RobotModel.from_description(self.args.robot_description)
+        self.model = RobotModel.from_description(self.args.description())
         self.joint_names = self.model.joint_names
         self.recovery = core.RecoveryLog()
         self.injected: list[dict[str, Any]] = []
