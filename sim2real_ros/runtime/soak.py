@@ -200,6 +200,7 @@ class Soak:
         self.presses: list[core.EstopPress] = []
         self.losses: list[tuple[int, int]] = []  # (heartbeat silent from, heard again) [ns]
         self.hogs: list[subprocess.Popen] = []
+        self.marker = ""  # the launcher's temp folder, set when the graph is declared
 
     # -- recovery: what a person does after a fault ---------------------------------------------
     def _recover(self, s: SoakSession, timeout_s: float, stable_s: float = 2.0) -> float | None:
@@ -310,7 +311,8 @@ class Soak:
 
     def _hog(self, processes: int, duration_s: float) -> None:
         code = f"import time\nend = time.monotonic() + {duration_s!r}\nwhile time.monotonic() < end: pass"
-        hogs = [subprocess.Popen([sys.executable, "-c", code, HOG_MARKER], start_new_session=True)
+        # The launcher's marker in the hog's command line too: left_behind finds this run's hogs only.
+        hogs = [subprocess.Popen([sys.executable, "-c", code, HOG_MARKER, self.marker], start_new_session=True)
                 for _ in range(max(1, processes))]
         self.hogs += hogs
         for hog in hogs:
@@ -333,6 +335,7 @@ class Soak:
         startup_s: float | None = None
         graph_error = ""
         session = SoakSession(self.args, c.out_dir / "graph.log", bag, c.heartbeat_rate_hz)
+        self.marker = session.launcher.marker
         try:
             with session as s:
                 startup_s = self._recover(s, c.startup_timeout_s)
@@ -456,8 +459,9 @@ def read_recording(bag: Path, joint_names: list[str], namespace: str = "") -> Re
 
 def left_behind(marker: str) -> list[str]:
     """Processes still alive that the soak started: a command line naming the launcher's temp
-    folder (every node's params file, restarted nodes included) or the CPU hog marker. (Not by pid:
-    an exited node's pid may already belong to someone else.)"""
+    folder `marker` (every node's params file, restarted nodes included, and the CPU hogs). (Not
+    by pid: an exited node's pid may already belong to someone else; not by HOG_MARKER alone: a
+    soak running beside this one has hogs of its own.)"""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -469,7 +473,7 @@ def left_behind(marker: str) -> list[str]:
             continue
         if stat.rsplit(")", 1)[-1].split()[0] == "Z":
             continue  # a zombie has exited; its parent reaps it
-        if marker in cmdline or HOG_MARKER in cmdline:
+        if marker in cmdline:
             found.append(f"pid {entry.name}: {cmdline.strip()[:200]}")
     return found
 
