@@ -19,6 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     imp.add_argument("--camera-calibration", nargs="+", default=None, metavar="[KEY=]YAML",
                      help="ROS calibration YAML for every camera, or KEY=YAML per camera "
                           "(default: camera_info marked uncalibrated: K, D, R, P all zero)")
+    _add_joint_unit_arguments(imp, "convert the joints from LeRobot's motor units to URDF radians")
     imp.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     imp.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     exp = sub.add_parser("export", help="a recorded bag -> a LeRobot v3.0 dataset")
@@ -32,8 +33,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     exp.add_argument("--actuation-latency", type=float, default=0.0, metavar="S",
                      help="a command sent at tau is the action of frame tau + S [s] (default 0: LeRobot's "
                           "convention; the actuator's 0.02 gives the fine-tuning labels' point 0)")
+    _add_joint_unit_arguments(exp, "write the joints in LeRobot's motor units (as the arm's LeRobot recordings)")
     exp.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     exp.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def _add_joint_unit_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--calibration", default=None, metavar="JSON",
+                        help=f"the arm's LeRobot calibration file: {what} (default: values kept as they are)")
+    parser.add_argument("--joint-units", choices=("range", "degrees"), default="range",
+                        help="with --calibration: arm joints in LeRobot's -100..100 (default) or degrees "
+                             "(use_degrees); the gripper is 0..100 either way")
+    parser.add_argument("--robot", default="so101", help="with --calibration: the robot whose URDF gives the "
+                                                         "joints (default so101)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,14 +54,17 @@ def run(args: argparse.Namespace) -> int:
             from ..datasets.lerobot import import_dataset
 
             summary = import_dataset(args.dataset, args.out, episodes=args.episodes,
-                                     camera_calibration=args.camera_calibration, progress=not args.no_progress)
+                                     camera_calibration=args.camera_calibration, progress=not args.no_progress,
+                                     joint_calibration=args.calibration, joint_units=args.joint_units,
+                                     robot=args.robot)
             result = summary.to_dict()
         else:
             from ..datasets.lerobot_export import export_bag
 
             result = export_bag(args.bag, args.out, fps=args.fps, codec=args.codec, task=args.task,
                                 robot_type=args.robot_type, actuation_latency_s=args.actuation_latency,
-                                progress=not args.no_progress).to_dict()
+                                progress=not args.no_progress, joint_calibration=args.calibration,
+                                joint_units=args.joint_units, robot=args.robot).to_dict()
     except Sim2RealError as err:
         print(f"sim2real dataset {args.action}: {err}", file=sys.stderr)
         return 2

@@ -62,6 +62,7 @@ from .lerobot_limits import (
     parse_json,
     read_text_inside,
 )
+from .lerobot_units import DatasetUnits, dataset_units, looks_like_motor_units, motor_name, robot_lower_limits
 
 __all__ = ["DatasetError", "LeRobotDataset", "import_dataset"]
 
@@ -710,10 +711,16 @@ def _remove_output(bag_dir: Path, was_empty_folder: bool) -> None:
 
 def import_dataset(dataset_dir: str | Path, bag_dir: str | Path, episodes: list[int] | None = None,
                    camera_calibration: list[str] | None = None, start_ns: int = DEFAULT_START_NS,
-                   progress: bool = True, compression: str = "zstd") -> ImportSummary:
+                   progress: bool = True, compression: str = "zstd", joint_calibration: str | Path | None = None,
+                   joint_units: str = "range", robot: str = "so101") -> ImportSummary:
     """Write the LeRobot dataset at `dataset_dir` (its `episodes`, default all present) as a new MCAP bag
     at `bag_dir` (new, or an empty folder). Any failure raises DatasetError (or ConfigError for a bad
-    calibration) and leaves no bag behind."""
+    calibration) and leaves no bag behind.
+
+    joint_calibration: the arm's LeRobot calibration JSON; with it, joints stored in LeRobot's motor units
+    (`joint_units` "range" -100..100 or "degrees", the gripper 0..100) become `robot`'s URDF radians and
+    the joint names lose LeRobot's ".pos" (datasets/lerobot_units.py). Without it, values are kept as
+    stored (the summary says so when they look like motor units)."""
     import time
 
     from ..core.progress import progress as progress_bar
@@ -727,6 +734,15 @@ def import_dataset(dataset_dir: str | Path, bag_dir: str | Path, episodes: list[
     cameras = [k.removeprefix(IMAGE_PREFIX) for k in dataset.video_keys]
     calibrations = _load_calibrations(camera_calibration, cameras)
     problems: list[str] = []
+    units = _joint_units(joint_calibration, joint_units, robot, state_names, action_names)
+    if units:
+        state_names = [motor_name(n) for n in state_names]
+        action_names = [motor_name(n) for n in action_names]
+        problems.append(f"joints converted from LeRobot '{joint_units}' units (gripper 0..100) to {robot} URDF "
+                        f"radians with {joint_calibration}")
+    elif looks_like_motor_units(state_names):
+        problems.append("joint values kept in the dataset's own units (LeRobot motor units, not radians): pass "
+                        "--calibration FILE (the arm's LeRobot calibration) to convert them")
     if dataset.image_keys:
         problems.append(f"image features stored as parquet images are not imported: {dataset.image_keys}")
     if absent:
@@ -741,7 +757,7 @@ def import_dataset(dataset_dir: str | Path, bag_dir: str | Path, episodes: list[
     was_empty_folder = _claim_output(bag_path)
     try:
         counts = _write_bag(dataset, chosen, bag_path, compression, start_ns, progress_bar if progress else None,
-                            state_names, action_names, cameras, calibrations, camera_summary)
+                            state_names, action_names, cameras, calibrations, camera_summary, units)
     except BaseException as err:
         _remove_output(bag_path, was_empty_folder)
         if isinstance(err, Sim2RealError | KeyboardInterrupt | SystemExit):
@@ -763,10 +779,24 @@ def import_dataset(dataset_dir: str | Path, bag_dir: str | Path, episodes: list[
                          cameras=camera_summary, elapsed_s=time.perf_counter() - started, problems=problems)
 
 
+def _joint_units(calibration: str | Path | None, joint_units: str, robot: str, state_names: list[str],
+                 action_names: list[str]) -> dict[str, DatasetUnits] | None:
+    """The unit maps of the state and action vectors, or None without a calibration file."""
+    if calibration is None:
+        return None
+    lower = robot_lower_limits(robot)
+    maps = {STATE_KEY: dataset_units(calibration, state_names, lower, joint_units)}
+    if action_names:
+        maps[ACTION_KEY] = dataset_units(calibration, action_names, lower, joint_units)
+    return maps
+
+
 def _write_bag(dataset: LeRobotDataset, chosen: list[Episode], bag_path: Path, compression: str, start_ns: int,
                progress_bar, state_names: list[str], action_names: list[str], cameras: list[str],
-               calibrations: dict[str, Any], camera_summary: dict[str, dict[str, Any]]) -> dict[str, int]:
-    """The bag's messages, episode after episode; {topic: messages written}."""
+               calibrations: dict[str, Any], camera_summary: dict[str, dict[str, Any]],
+               units: dict[str, DatasetUnits] | None = None) -> dict[str, int]:
+    """The bag's messages, episode after episode; {topic: messages written}. units: per feature key,
+    the map from LeRobot motor units to radians (None: values as stored)."""
     from ..bags.writer import BagWriter
 
     has_action = bool(action_names)
@@ -789,6 +819,8 @@ def _write_bag(dataset: LeRobotDataset, chosen: list[Episode], bag_path: Path, c
         for episode in chosen:
             keys = [STATE_KEY] + ([ACTION_KEY] if has_action else [])
             rows = dataset.rows(episode, keys)
+            for key, unit_map in (units or {}).items():
+                rows[key] = unit_map.to_radians(rows[key], where=f"{episode.data_file}: column '{key}'")
             count = len(rows["timestamp"])
             relative = np.round((rows["timestamp"] - rows["timestamp"][0]) * NS_PER_S).astype(np.int64)
             stamps = episode_start + relative

@@ -79,6 +79,7 @@ class _BagPlan:
     picks: dict[str, list[np.ndarray]]  # per camera, per episode: image ordinal per kept frame
     dropped: int
     splits: int = 0  # spans split into several episodes at left-out frames
+    empty_cameras: list[str] = field(default_factory=list)  # image topics without a message: left out
 
 
 def _plan(bag: Path, fps: float, latency_s: float, task: str) -> _BagPlan:
@@ -130,6 +131,9 @@ def _plan(bag: Path, fps: float, latency_s: float, task: str) -> _BagPlan:
                 image_stamps[key].append(stamp_to_ns(m.msg.header.stamp) or m.log_time_ns)
     if collector is None or joint_names is None:
         raise DatasetError(f"{bag}: topic {state_topic} has no joint states")
+    # A camera topic without one image (a dataset imported without its videos) is no camera of the export.
+    empty_cameras = [images.pop(k) for k in [k for k, v in image_stamps.items() if not v]]
+    image_stamps = {k: v for k, v in image_stamps.items() if v}
     recording = collector.finish()
     if not len(recording.action_send_ns):
         raise DatasetError(f"{bag}: topic {action_topic} (action) has no usable commands")
@@ -165,7 +169,8 @@ def _plan(bag: Path, fps: float, latency_s: float, task: str) -> _BagPlan:
     meant = recording.action_send_ns - delay_ns + latency_ns
     stamps = {k: np.asarray(v, dtype=np.int64) for k, v in image_stamps.items()}
     orders = {k: np.argsort(v, kind="stable") for k, v in stamps.items()}
-    plan = _BagPlan(bag, joint_names, images, [], [], [], [], {k: [] for k in images}, 0)
+    plan = _BagPlan(bag, joint_names, images, [], [], [], [], {k: [] for k in images}, 0,
+                    empty_cameras=empty_cameras)
     for start, end, text in spans:
         # A quarter frame of slack: float32 timestamps put the last frame a hair before its grid time.
         count = int(np.floor((end - start) / period + 0.25)) + 1
@@ -206,6 +211,20 @@ def _gap_free_runs(ok: np.ndarray) -> list[tuple[int, int]]:
     """(first, last) index of every run of consecutive True values in `ok`, in order."""
     edges = np.diff(np.concatenate(([0], ok.astype(np.int8), [0])))
     return list(zip(np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist(), strict=True))
+
+
+def _to_motor_units(plans: list[_BagPlan], names: tuple[str, ...], calibration: str | Path, joint_units: str,
+                    robot: str) -> tuple[str, ...]:
+    """Convert every plan's states and actions from radians to LeRobot motor units (in place); the
+    dataset's joint names in LeRobot's form."""
+    from .lerobot_units import POSITION_SUFFIX, dataset_units, robot_lower_limits
+
+    motor_names = tuple(f"{n}{POSITION_SUFFIX}" for n in names)
+    units = dataset_units(calibration, motor_names, robot_lower_limits(robot), joint_units)
+    for plan in plans:
+        plan.states = [units.from_radians(s).astype(np.float32) for s in plan.states]
+        plan.actions = [units.from_radians(a).astype(np.float32) for a in plan.actions]
+    return motor_names
 
 
 class _VideoWriter:
@@ -279,8 +298,13 @@ def _vector_stats(values: np.ndarray) -> dict[str, Any]:
 
 def export_bag(bags: str | Path | list, out_dir: str | Path, fps: float = 30.0, codec: str = "h264",
                task: str = "demonstration", robot_type: str = "unknown", actuation_latency_s: float = 0.0,
-               progress: bool = True) -> ExportSummary:
-    """Write the bag(s) as a new LeRobot v3.0 dataset at `out_dir` (it must not exist)."""
+               progress: bool = True, joint_calibration: str | Path | None = None, joint_units: str = "range",
+               robot: str = "so101") -> ExportSummary:
+    """Write the bag(s) as a new LeRobot v3.0 dataset at `out_dir` (it must not exist).
+
+    joint_calibration: the arm's LeRobot calibration JSON; with it, the radians of `robot`'s joints are
+    written back in LeRobot's motor units (`joint_units` "range" or "degrees", the gripper 0..100) under
+    LeRobot's names ("<joint>.pos"), as `dataset import --calibration` reads them."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -303,6 +327,8 @@ def export_bag(bags: str | Path | list, out_dir: str | Path, fps: float = 30.0, 
         if plan.joint_names != names or sorted(plan.image_topics) != cameras:
             raise DatasetError(f"{plan.bag}: joints {plan.joint_names} / cameras {sorted(plan.image_topics)} differ "
                                f"from {plans[0].bag}'s {names} / {cameras}; export them separately")
+    if joint_calibration is not None:
+        names = _to_motor_units(plans, names, joint_calibration, joint_units, robot)
     total = sum(len(f) for p in plans for f in p.frames)
     if total == 0:
         raise DatasetError(f"{paths[0]}: no frame has a joint state, a command and every camera's image within "
@@ -405,6 +431,9 @@ def export_bag(bags: str | Path | list, out_dir: str | Path, fps: float = 30.0, 
     splits = sum(p.splits for p in plans)
     problems = ([f"{dropped} grid frame(s) left out: no joint state, command or image within half a frame"]
                 if dropped else [])
+    empty = sorted({t for p in plans for t in p.empty_cameras})
+    if empty:
+        problems.append(f"image topic(s) without a message left out: {empty}")
     if splits:
         problems.append(f"{splits} episode(s) split where frames were left out (LeRobot episodes have no gaps)")
     return ExportSummary(str(out), [str(p) for p in paths], episodes, index, fps, cameras, dropped,

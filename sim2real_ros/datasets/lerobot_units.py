@@ -127,3 +127,18 @@ def dataset_units(calibration: str | Path, names: list[str] | tuple[str, ...], l
     modes = ["percent" if m in GRIPPER_JOINTS else joint_units for m in motors]
     return DatasetUnits(str(calibration), tuple(names), tuple(JointUnits(j, mode) for j, mode in
                                                               zip(maps, modes, strict=True)))
+
+
+def robot_lower_limits(robot: str) -> dict[str, float]:
+    """URDF lower limit [rad] of each movable joint of a registered robot (the gripper's closed end)."""
+    from ..core.urdf import RobotModel
+    from ..robots import get_robot
+
+    model = RobotModel.from_file(get_robot(robot, "--robot").urdf_path())
+    names = model.joint_names
+    return dict(zip(names, model.limits_arrays(names)["lower"].tolist(), strict=True))
+
+
+def looks_like_motor_units(names: list[str] | tuple[str, ...]) -> bool:
+    """LeRobot names a motor-bus arm's joints "<motor>.pos": its values are in motor units, not radians."""
+    return bool(names) and all(str(n).endswith(POSITION_SUFFIX) for n in names)
