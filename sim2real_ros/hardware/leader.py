@@ -1,0 +1,105 @@
+"""The SO-101 leader arm without ROS: the same servos and bus as the follower, read only, torque off.
+
+A leader arm is moved by a person's hand; its joint positions (mapped to the follower's URDF radians
+through the leader's own LeRobot calibration file) are what the follower should do. This reads it with
+the follower's driver code (FeetechDriver.read: one sync read of every servo, the same tick-to-radian
+map, alarms and counters) and adds what a leader needs:
+
+- torque is never enabled: at start every servo's torque-enable register is written 0 and read back
+  (a servo left torqued by another tool would fight the hand), and no goal position is ever written;
+- a position outside the follower's URDF limits is clamped to them and counted per joint (the leader's
+  range is its own; the follower cannot go there).
+
+The node (nodes/leader_arm.py) paces the reads and publishes them as command/teleop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import protocol as p
+from .bus import BusError, FeetechBus
+from .calibration import JointMap
+from .driver import START_ATTEMPTS, DriverConfig, FeetechDriver, check_servos, write_verified
+
+
+@dataclass(frozen=True)
+class LeaderSample:
+    """One read of the leader, in joint order: positions [rad] clamped to the follower's URDF limits,
+    the unclamped positions [rad], velocities [rad/s], and which joints were clamped."""
+
+    positions: np.ndarray
+    raw_positions: np.ndarray
+    velocities: np.ndarray
+    clamped: tuple[str, ...]
+
+
+class LeaderArm:
+    """Reads the leader servos of `maps` over `bus`; lower, upper: the follower's URDF limits [rad].
+
+    `counters` (the driver's: reads, read failures by kind, servo alarm samples) and `clamped` (per
+    joint: samples clamped to the URDF limits) say what happened since start.
+    """
+
+    def __init__(self, bus: FeetechBus, maps: list[JointMap], lower: np.ndarray, upper: np.ndarray,
+                 config: DriverConfig | None = None) -> None:
+        # Only read() of the driver is used: never start(), command(), hold() or stop(), which write goals
+        # or torque.
+        self._servos = FeetechDriver(bus, maps, lower, upper, config)
+        self.bus = bus
+        self.joints = self._servos.joints
+        self.ids = list(self._servos.ids)
+        self.lower = np.asarray(lower, dtype=float)
+        self.upper = np.asarray(upper, dtype=float)
+        self.clamped = {joint: 0 for joint in self.joints}
+        self.last_sample: LeaderSample | None = None
+
+    @property
+    def counters(self):
+        return self._servos.counters
+
+    @property
+    def alarms(self):
+        return self._servos.alarms
+
+    @property
+    def last_error(self) -> BusError | None:
+        return self._servos.last_error
+
+    @property
+    def last_feedback(self):
+        return self._servos.last_feedback
+
+    def start(self) -> LeaderSample:
+        """Check every servo answers and matches the calibration, release torque (written 0 and read back),
+        then read once. Raises CalibrationError naming the motor, BusError for a bus that fails."""
+        check_servos(self.bus, self._servos.maps, self._servos.config.check_homing_offset)
+        write_verified(self.bus, p.TORQUE_ENABLE, {servo_id: 0 for servo_id in self.ids})
+        for attempt in range(START_ATTEMPTS):
+            try:
+                return self.read()
+            except BusError:
+                if attempt + 1 == START_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    def torque_enabled(self) -> dict[int, int]:
+        """The torque-enable register of every servo (one sync read); BusError when a reply is missing."""
+        replies = self.bus.sync_read(self.ids, p.TORQUE_ENABLE.address, p.TORQUE_ENABLE.size)
+        return {i: p.decode_value(p.TORQUE_ENABLE, data) for i, (_, data) in replies.items()}
+
+    def read(self) -> LeaderSample:
+        """One sync read: positions clamped to the follower's URDF limits (counted per joint).
+
+        Raises BusError (counted by kind in `counters.read_failures`) when any servo's reply is missing
+        or corrupt: the caller publishes nothing for that read.
+        """
+        feedback = self._servos.read()
+        raw = feedback.positions
+        positions = np.clip(raw, self.lower, self.upper)
+        clamped = tuple(self.joints[k] for k in np.flatnonzero(positions != raw))
+        for joint in clamped:
+            self.clamped[joint] += 1
+        self.last_sample = LeaderSample(positions, raw.copy(), feedback.velocities, clamped)
+        return self.last_sample
