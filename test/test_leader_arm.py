@@ -170,3 +170,15 @@ def test_supervisor_takes_over_and_hands_back_with_the_leader_running(ros, tmp_p
         ros.wait_for_messages(events, 2, TIMEOUT)
         kinds = [cv.diagnostic_values(m)["event"] for m in events]
         assert kinds[:2] == ["takeover", "handback"], kinds
+
+
+def test_a_bad_hand_move_is_refused_naming_it():
+    import subprocess
+    import sys
+
+    for args, expected in ((["--hand", "2:1500"], "'2:1500': expected ID:TICKS:AT_S"),
+                           (["--hand", "2:5000:1"], "'2:5000:1': TICKS must be in 0..4095"),
+                           (["--ids", "1-3", "--hand", "7:100:1"], "servo 7, which is not on the bus")):
+        done = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "emulate-bus", *args],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and expected in done.stderr, (args, done.stderr)
