@@ -182,3 +182,21 @@ def test_a_bad_hand_move_is_refused_naming_it():
         done = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "emulate-bus", *args],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and expected in done.stderr, (args, done.stderr)
+
+
+def test_the_follower_calibration_on_the_leader_bus_fails_at_start_naming_the_motor(tmp_path):
+    """The leader's servos hold the leader's homing offsets: another arm's file is refused at start."""
+    import subprocess
+    import sys
+
+    leader = leader_calibration(tmp_path / "leader.json")
+    other = tmp_path / "follower.json"
+    write_calibration(other, [MotorCalibration(name, k + 1, 0, 40 if name == "elbow_flex" else 0, *RANGES[name])
+                              for k, name in enumerate(JOINTS)])
+    with emulated_bus("--calibration", leader) as port:
+        result = subprocess.run(
+            [sys.executable, "-m", "sim2real_ros.cli.main", "node", "leader_arm", "--ros-args",
+             "-p", f"port:={port}", "-p", f"calibration:={other}", "-p", f"robot_description:={SO101_URDF}"],
+            capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2, result.stderr
+        assert "motor 'elbow_flex'" in result.stderr and "homing offset" in result.stderr
