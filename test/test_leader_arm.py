@@ -4,6 +4,7 @@ takeover and hand-back with the leader running (issue 31, part 4)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from feetech_support import SO101_MOTORS, SO101_URDF, emulated_bus
 from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -18,7 +19,7 @@ from sim2real_ros.core.report import Level
 from sim2real_ros.core.urdf import RobotModel
 from sim2real_ros.hardware import protocol as p
 from sim2real_ros.hardware.bus import FeetechBus
-from sim2real_ros.hardware.calibration import RAD_PER_TICK, MotorCalibration, write_calibration
+from sim2real_ros.hardware.calibration import RAD_PER_TICK, CalibrationError, MotorCalibration, write_calibration
 from sim2real_ros.nodes.common import EVENTS_QOS, JOINT_STATE_QOS, JOY_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS
 from sim2real_ros.paths import config_path
 
@@ -200,3 +201,29 @@ def test_the_follower_calibration_on_the_leader_bus_fails_at_start_naming_the_mo
             capture_output=True, text=True, timeout=120)
         assert result.returncode == 2, result.stderr
         assert "motor 'elbow_flex'" in result.stderr and "homing offset" in result.stderr
+
+
+def test_with_the_follower_calibration_the_gripper_maps_by_fraction_of_travel(tmp_path):
+    """LeaderArm (no ROS) on the emulated bus: the handle's travel fraction becomes the jaw's."""
+    from sim2real_ros.hardware.calibration import joint_maps, load_calibration
+    from sim2real_ros.hardware.leader import LeaderArm
+
+    calibration = leader_calibration(tmp_path / "leader.json")
+    follower = tmp_path / "follower.json"
+    write_calibration(follower, [MotorCalibration(name, k + 1, 1 if name == "gripper" else 0, 0,
+                                                  *((2000, 2800) if name == "gripper" else RANGES[name]))
+                                 for k, name in enumerate(JOINTS)])
+    limits = RobotModel.from_file(SO101_URDF).limits_arrays(JOINTS)
+    maps = joint_maps(load_calibration(calibration), JOINTS, limits["lower"])
+    with emulated_bus("--calibration", calibration, "--initial", "6:2400", "3:2000") as port, \
+            FeetechBus(port, timeout_s=0.2) as bus:
+        by_angle = LeaderArm(bus, maps, limits["lower"], limits["upper"]).start()
+        by_fraction = LeaderArm(bus, maps, limits["lower"], limits["upper"],
+                                follower=load_calibration(follower)).start()
+    opened = (2400 - 2030) / (3500 - 2030)  # of the leader handle's range
+    assert abs(by_angle.positions[5] - (limits["lower"][5] + 370 * RAD_PER_TICK)) <= 1e-9
+    assert abs(by_fraction.positions[5] - (limits["lower"][5] + opened * 800 * RAD_PER_TICK)) <= 1e-9
+    assert by_fraction.positions[2] == by_angle.positions[2]  # arm joints: the same map either way
+    without_gripper = {name: m for name, m in load_calibration(follower).items() if name != "gripper"}
+    with pytest.raises(CalibrationError, match="follower calibration: no motor 'gripper'"):
+        LeaderArm(None, maps, limits["lower"], limits["upper"], follower=without_gripper)

@@ -8,7 +8,12 @@ map, alarms and counters) and adds what a leader needs:
 - torque is never enabled: at start every servo's torque-enable register is written 0 and read back
   (a servo left torqued by another tool would fight the hand), and no goal position is ever written;
 - a position outside the follower's URDF limits is clamped to them and counted per joint (the leader's
-  range is its own; the follower cannot go there).
+  range is its own; the follower cannot go there);
+- with the follower's calibration, the gripper maps by fraction of travel, as LeRobot's teleoperation
+  does (0..100 % of the leader handle's calibrated range -> the same % of the follower jaw's range):
+  a handle whose travel differs from the jaw's still closes and opens it fully. Without it, the
+  gripper maps like the follower's own reading (closed end to the jaw's lower limit, then radians
+  per tick).
 
 The node (nodes/leader_arm.py) paces the reads and publishes them as command/teleop.
 """
@@ -20,7 +25,7 @@ import numpy as np
 
 from . import protocol as p
 from .bus import BusError, FeetechBus
-from .calibration import JointMap
+from .calibration import GRIPPER_JOINTS, RAD_PER_TICK, CalibrationError, JointMap, MotorCalibration
 from .driver import START_ATTEMPTS, DriverConfig, FeetechDriver, check_servos, write_verified
 
 
@@ -36,14 +41,17 @@ class LeaderSample:
 
 
 class LeaderArm:
-    """Reads the leader servos of `maps` over `bus`; lower, upper: the follower's URDF limits [rad].
+    """Reads the leader servos of `maps` over `bus`; lower, upper: the follower's URDF limits [rad];
+    follower: the follower's calibration (by motor name), for the gripper's map by fraction (None:
+    by angle). Raises CalibrationError when `follower` lacks a gripper motor.
 
     `counters` (the driver's: reads, read failures by kind, servo alarm samples) and `clamped` (per
     joint: samples clamped to the URDF limits) say what happened since start.
     """
 
     def __init__(self, bus: FeetechBus, maps: list[JointMap], lower: np.ndarray, upper: np.ndarray,
-                 config: DriverConfig | None = None) -> None:
+                 config: DriverConfig | None = None,
+                 follower: dict[str, MotorCalibration] | None = None) -> None:
         # Only read() of the driver is used: never start(), command(), hold() or stop(), which write goals
         # or torque.
         self._servos = FeetechDriver(bus, maps, lower, upper, config)
@@ -54,6 +62,15 @@ class LeaderArm:
         self.upper = np.asarray(upper, dtype=float)
         self.clamped = {joint: 0 for joint in self.joints}
         self.last_sample: LeaderSample | None = None
+        # Gripper joints mapped by fraction: (index, leader motor, follower jaw span [rad]).
+        self._by_fraction = []
+        for k, joint_map in enumerate(maps):
+            if follower is not None and joint_map.joint in GRIPPER_JOINTS:
+                if joint_map.joint not in follower:
+                    raise CalibrationError(f"follower calibration: no motor '{joint_map.joint}' (it has "
+                                           f"{sorted(follower)})")
+                motor = follower[joint_map.joint]
+                self._by_fraction.append((k, joint_map.motor, (motor.range_max - motor.range_min) * RAD_PER_TICK))
 
     @property
     def counters(self):
@@ -96,10 +113,15 @@ class LeaderArm:
         or corrupt: the caller publishes nothing for that read.
         """
         feedback = self._servos.read()
-        raw = feedback.positions
+        raw = feedback.positions.copy()
+        for k, motor, span_rad in self._by_fraction:
+            opened = (feedback.ticks[k] - motor.range_min) / (motor.range_max - motor.range_min)
+            if motor.drive_mode:
+                opened = 1.0 - opened  # closed at range_max (LeRobot: 100 - %)
+            raw[k] = self.lower[k] + opened * span_rad
         positions = np.clip(raw, self.lower, self.upper)
         clamped = tuple(self.joints[k] for k in np.flatnonzero(positions != raw))
         for joint in clamped:
             self.clamped[joint] += 1
-        self.last_sample = LeaderSample(positions, raw.copy(), feedback.velocities, clamped)
+        self.last_sample = LeaderSample(positions, raw, feedback.velocities, clamped)
         return self.last_sample

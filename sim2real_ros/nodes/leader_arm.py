@@ -12,7 +12,8 @@ Publishes   command/teleop (sensor_msgs/JointState: positions [rad] of the follo
 
 At start it releases torque on every servo (written 0, read back) and never writes a goal position or
 enables torque afterwards: the leader is read only. Calibration: the leader's own LeRobot calibration
-file (it is a different arm from the follower). The logic is hardware/leader.py (no rclpy), reading
+file (it is a different arm from the follower); with `follower_calibration`, the gripper maps by
+fraction of travel as LeRobot's teleoperation does. The logic is hardware/leader.py (no rclpy), reading
 through the follower driver's code; this node declares, wires and paces it on its own thread against
 absolute deadlines, like feetech_driver.
 
@@ -61,11 +62,12 @@ class LeaderArmNode(Node):
         self.joints = resolve_joint_list(v["joints"], model, source)
         limits = model.limits_arrays(list(self.joints))
         maps = joint_maps(load_calibration(v["calibration"]), self.joints, limits["lower"], v["calibration"])
+        follower = load_calibration(v["follower_calibration"]) if v["follower_calibration"] else None
         self._period_s = 1.0 / v["rate_hz"]
         self._bus = FeetechBus(v["port"], v["baudrate"], v["bus_timeout_s"])
         try:
             self.leader = LeaderArm(self._bus, maps, limits["lower"], limits["upper"],
-                                    DriverConfig(check_homing_offset=v["check_homing_offset"]))
+                                    DriverConfig(check_homing_offset=v["check_homing_offset"]), follower)
             first = self.leader.start()
         except BaseException:
             self._bus.close()

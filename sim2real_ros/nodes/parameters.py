@@ -301,6 +301,9 @@ LEADER_ARM: tuple[ParamSpec, ...] = (
     ParamSpec("baudrate", "integer", 1000000, "bus baud rate [bit/s]", "bit/s", value_range=(9600, 1000000)),
     ParamSpec("calibration", "string", "", "LeRobot calibration JSON of the leader arm (required; not the "
               "follower's)"),
+    ParamSpec("follower_calibration", "string", "",
+              "the follower's LeRobot calibration JSON: the gripper maps by fraction of travel, as LeRobot does "
+              "(empty: by angle from the closed end)"),
     ParamSpec("robot_description", "string", ShareFile("urdf/so101/so101_new_calib.urdf"),
               "the follower's URDF (file path or XML): its joint limits clamp the leader; motor names = joint names"),
     ParamSpec("joints", "string_array", (),
