@@ -114,14 +114,17 @@ class LeaderArm:
         """
         feedback = self._servos.read()
         raw = feedback.positions.copy()
+        velocities = feedback.velocities.copy()
         for k, motor, span_rad in self._by_fraction:
-            opened = (feedback.ticks[k] - motor.range_min) / (motor.range_max - motor.range_min)
+            leader_span = motor.range_max - motor.range_min  # [ticks]
+            opened = (feedback.ticks[k] - motor.range_min) / leader_span
             if motor.drive_mode:
                 opened = 1.0 - opened  # closed at range_max (LeRobot: 100 - %)
             raw[k] = self.lower[k] + opened * span_rad
+            velocities[k] *= span_rad / (leader_span * RAD_PER_TICK)  # the same sign, the jaw's scale
         positions = np.clip(raw, self.lower, self.upper)
         clamped = tuple(self.joints[k] for k in np.flatnonzero(positions != raw))
         for joint in clamped:
             self.clamped[joint] += 1
-        self.last_sample = LeaderSample(positions, raw, feedback.velocities, clamped)
+        self.last_sample = LeaderSample(positions, raw, velocities, clamped)
         return self.last_sample
