@@ -26,7 +26,16 @@ import numpy as np
 from . import protocol as p
 from .bus import BusError, FeetechBus
 from .calibration import GRIPPER_JOINTS, RAD_PER_TICK, CalibrationError, JointMap, MotorCalibration
-from .driver import START_ATTEMPTS, DriverConfig, FeetechDriver, check_servos, write_verified
+from .driver import (
+    START_ATTEMPTS,
+    AlarmMonitor,
+    DriverConfig,
+    DriverCounters,
+    FeetechDriver,
+    ServoFeedback,
+    check_servos,
+    write_verified,
+)
 
 
 @dataclass(frozen=True)
@@ -63,7 +72,7 @@ class LeaderArm:
         self.clamped = {joint: 0 for joint in self.joints}
         self.last_sample: LeaderSample | None = None
         # Gripper joints mapped by fraction: (index, leader motor, follower jaw span [rad]).
-        self._by_fraction = []
+        self._by_fraction: list[tuple[int, MotorCalibration, float]] = []
         for k, joint_map in enumerate(maps):
             if follower is not None and joint_map.joint in GRIPPER_JOINTS:
                 if joint_map.joint not in follower:
@@ -73,11 +82,11 @@ class LeaderArm:
                 self._by_fraction.append((k, joint_map.motor, (motor.range_max - motor.range_min) * RAD_PER_TICK))
 
     @property
-    def counters(self):
+    def counters(self) -> DriverCounters:
         return self._servos.counters
 
     @property
-    def alarms(self):
+    def alarms(self) -> AlarmMonitor:
         return self._servos.alarms
 
     @property
@@ -85,7 +94,7 @@ class LeaderArm:
         return self._servos.last_error
 
     @property
-    def last_feedback(self):
+    def last_feedback(self) -> ServoFeedback | None:
         return self._servos.last_feedback
 
     def start(self) -> LeaderSample:
@@ -100,11 +109,6 @@ class LeaderArm:
                 if attempt + 1 == START_ATTEMPTS:
                     raise
         raise AssertionError("unreachable")
-
-    def torque_enabled(self) -> dict[int, int]:
-        """The torque-enable register of every servo (one sync read); BusError when a reply is missing."""
-        replies = self.bus.sync_read(self.ids, p.TORQUE_ENABLE.address, p.TORQUE_ENABLE.size)
-        return {i: p.decode_value(p.TORQUE_ENABLE, data) for i, (_, data) in replies.items()}
 
     def read(self) -> LeaderSample:
         """One sync read: positions clamped to the follower's URDF limits (counted per joint).
