@@ -21,6 +21,7 @@ from typing import Any
 
 from ..core.supervisor import CONFIG_RANGES
 from ..paths import share_dir
+from ..robots import DEFAULT_ROBOT, ROBOT_NAMES
 from ..viz.server import DEFAULT_BACKLOG, DEFAULT_HOST, DEFAULT_PORT
 
 TYPES = ("string", "double", "integer", "bool", "string_array", "double_array", "string_or_string_array")
@@ -93,10 +94,19 @@ def _bounded(name: str, default: float, description: str, unit: str = "") -> Par
 URDF = ShareFile("urdf/arm6.urdf")
 PREPROCESS_YAML = ShareFile("config/preprocess.yaml")
 
+ROBOT_PARAM = ParamSpec("robot", "string", DEFAULT_ROBOT,
+                        f"robot ({' | '.join(ROBOT_NAMES)}, docs/robots.md): its URDF is the default "
+                        "robot_description")
+
 SIM_NODE: tuple[ParamSpec, ...] = (
-    ParamSpec("robot_description", "string", URDF, "URDF XML or URDF file path of the simulated robot"),
-    ParamSpec("sim_params_file", "string", ShareFile("config/sim_params.yaml"),
-              "sim parameters YAML (dynamics, latency, task, randomization)"),
+    ParamSpec("robot", "string", DEFAULT_ROBOT,
+              f"robot ({' | '.join(ROBOT_NAMES)}, docs/robots.md): its URDF and sim params are the defaults "
+              "of robot_description and sim_params_file"),
+    ParamSpec("robot_description", "string", "",
+              "URDF XML or URDF file path of the simulated robot; empty = the robot's URDF"),
+    ParamSpec("sim_params_file", "string", "",
+              "sim parameters YAML (dynamics, latency, task, randomization); empty = the robot's "
+              "(config/sim_params.yaml for arm6, config/sim_params_so101.yaml for so101)"),
     ParamSpec("camera_calibration", "string", "",
               "camera calibration YAML (ROS format); empty = the sim params' file"),
     ParamSpec("ee_link", "string", "", "end-effector (tool point) link; empty = the sim params' ee_link"),
@@ -193,7 +203,9 @@ SUPERVISOR_CONTROL_RATE_RANGE = (1.0 / CONFIG_RANGES["control_period_s"][1],
 SUPERVISOR_STATE_RATE_RANGE = (0.1, 100.0)  # [Hz]
 
 SUPERVISOR: tuple[ParamSpec, ...] = (
-    ParamSpec("robot_description", "string", URDF, "URDF XML or URDF file path: joints, limits, Jacobian"),
+    ROBOT_PARAM,
+    ParamSpec("robot_description", "string", "",
+              "URDF XML or URDF file path: joints, limits, Jacobian; empty = the robot's URDF"),
     ParamSpec("joints", "string_array", (),
               "command joint order (default: the URDF's movable joints); each a movable joint of the URDF, named "
               "once"),
@@ -266,6 +278,27 @@ VIZ_NODE: tuple[ParamSpec, ...] = (
     ParamSpec("client_backlog", "integer", DEFAULT_BACKLOG, "messages queued per client before the oldest is dropped",
               value_range=(1, 100000)),
     ParamSpec("stats_period_s", "double", 1.0, "period of /viz/stats [s]", "s", value_range=(0.05, 60.0)),
+    ParamSpec("allowed_origins", "string_array", (),
+              "browser origins (scheme://host[:port]) let in besides Foxglove's app (https://app.foxglove.dev); a "
+              "web page of any other origin is refused, clients that send no Origin are let in (docs/viz.md)"),
+)
+
+CAMERA_NODE: tuple[ParamSpec, ...] = (
+    ParamSpec("source", "string", "0",
+              "what to open: a device index (0), a V4L2 path (/dev/video0), a video file (played at fps), or a "
+              "network stream URL (rtsp://, http://...) only with allow_url; playlists are refused"),
+    ParamSpec("allow_url", "bool", False, "open a network stream URL as source (off: a URL fails at start)"),
+    ParamSpec("camera_calibration", "string", "",
+              "the camera's calibration YAML (ROS camera_calibration format): camera_info and the image size the "
+              "source must give (required)"),
+    ParamSpec("fps", "double", 30.0, "frame rate [Hz]: a video file plays at it (late frames are skipped and "
+              "counted); a device is asked for it", "Hz", value_range=(0.1, 1000.0)),
+    ParamSpec("loop", "bool", False, "a video file restarts at its end (off: publishing stops, diagnostics WARN)"),
+    ParamSpec("frame_id", "string", "camera_link", "frame_id of camera/image_raw and camera/camera_info"),
+    ParamSpec("reopen_after_failures", "integer", 30,
+              "consecutive failed reads of a live source before it is closed and opened again (0: never)",
+              value_range=(0, 100000)),
+    ParamSpec("diagnostics_period_s", "double", 1.0, "period of ~/diagnostics [s]", "s", value_range=(0.01, 3600.0)),
 )
 
 FEETECH_DRIVER: tuple[ParamSpec, ...] = (
@@ -320,6 +353,7 @@ LEADER_ARM: tuple[ParamSpec, ...] = (
 # Node name -> its table, in the order of the graph (docs/parameters.md follows it).
 NODES: dict[str, tuple[ParamSpec, ...]] = {
     "sim_node": SIM_NODE,
+    "camera_node": CAMERA_NODE,
     "camera_preprocessor": CAMERA_PREPROCESSOR,
     "policy_node": POLICY_NODE,
     "actuator_node": ACTUATOR_NODE,
