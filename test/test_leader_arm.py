@@ -3,10 +3,12 @@ command/teleop in radians, torque never on, a silent leader stops the stream, an
 takeover and hand-back with the leader running (issue 31, part 4)."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
-from feetech_support import SO101_MOTORS, SO101_URDF, emulated_bus
+from feetech_support import SO101_MOTORS, SO101_URDF, emulated_bus, so101_calibration
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState, Joy
 from std_msgs.msg import Bool, Float64MultiArray
@@ -20,7 +22,7 @@ from sim2real_ros.core.urdf import RobotModel
 from sim2real_ros.hardware import protocol as p
 from sim2real_ros.hardware.bus import FeetechBus
 from sim2real_ros.hardware.calibration import RAD_PER_TICK, CalibrationError, MotorCalibration, write_calibration
-from sim2real_ros.nodes.common import EVENTS_QOS, JOINT_STATE_QOS, JOY_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS
+from sim2real_ros.nodes.common import EVENTS_QOS, JOY_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS
 from sim2real_ros.paths import config_path
 
 KEEP_ALL = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
@@ -111,28 +113,28 @@ COMMANDS = "forward_position_controller/commands"
 
 
 def test_supervisor_takes_over_and_hands_back_with_the_leader_running(ros, tmp_path):
-    """The existing rules with a leader arm on the graph: the gamepad is the live stop source and gives
-    the takeover button; supervisor/arm hands back. The leader's command/teleop never reaches the robot
-    topic by itself (it is not a second publisher there, and TELEOP holds while the deadman is up)."""
+    """The existing rules with a leader arm on the graph: the follower is feetech_driver on a first
+    emulated bus, the leader leader_arm on a second; the gamepad is the live stop source and gives the
+    takeover button; supervisor/arm hands back. The leader's command/teleop never moves the follower by
+    itself (it is not a second publisher on the robot topic, and TELEOP holds while the deadman is up)."""
     calibration = leader_calibration(tmp_path / "leader.json")
-    model = RobotModel.from_file(SO101_URDF)
-    home = np.zeros(len(JOINTS))
-    home[5] = model.limits_arrays(["gripper"])["lower"][0] + 0.3
+    follower_calibration = so101_calibration(tmp_path / "follower.json")
     node = ros.node
     commands = ros.collect(Float64MultiArray, COMMANDS, KEEP_ALL)
     state = ros.collect(DiagnosticArray, "supervisor/state", LATCHED_QOS)
     events = ros.collect(DiagnosticArray, "supervisor/interventions", EVENTS_QOS)
     teleop = ros.collect(JointState, "command/teleop", KEEP_ALL)
-    joints_pub = node.create_publisher(JointState, "joint_states", JOINT_STATE_QOS)
+    measured = ros.collect(JointState, "joint_states", KEEP_ALL)
     policy_pub = node.create_publisher(JointState, "command/policy", RELIABLE_LATEST_QOS)
     joy_pub = node.create_publisher(Joy, "joy", JOY_QOS)
     node.create_publisher(Bool, "estop", LATCHED_QOS)
     pressed: list[str] = []
 
     def feed() -> None:
-        stamp = node.get_clock().now().nanoseconds
-        joints_pub.publish(cv.make_joint_state(JOINTS, home, stamp))
-        policy_pub.publish(cv.make_joint_state(JOINTS, home, stamp))
+        # The policy asks for where the follower started (the gap check passes), the gamepad is alive.
+        if measured:
+            policy_pub.publish(cv.make_joint_state(JOINTS, np.array(measured[0].position),
+                                                   node.get_clock().now().nanoseconds))
         buttons = [0] * 15
         for role in pressed:
             buttons[MAPPING.button(role)] = 1
@@ -146,11 +148,18 @@ def test_supervisor_takes_over_and_hands_back_with_the_leader_running(ros, tmp_p
                                           "auto_arm": False, "require_stop_source": True, "policy_timeout_s": 0.5,
                                           "joint_state_timeout_s": 0.5, "joy_timeout_s": 1.0,
                                           "handover_ramp_s": 0.2})
-    with emulated_bus("--calibration", calibration, "--initial", "1:2400") as port, \
-            running_nodes([leader_decl(port, calibration), supervisor], tmp_path):
+    driver = node_decl("feetech_driver", {"calibration": str(follower_calibration), "joints": JOINTS,
+                                          "robot_description": str(SO101_URDF), "bus_timeout_s": 0.1})
+    with emulated_bus("--calibration", str(follower_calibration)) as follower_port, \
+            emulated_bus("--calibration", calibration, "--initial", "1:2400") as leader_port, \
+            running_nodes([dataclasses.replace(driver, parameters={**driver.parameters, "port": follower_port}),
+                           leader_decl(leader_port, calibration), supervisor], tmp_path):
         ros.wait_for_messages(teleop, 10, timeout_s=TIMEOUT)
+        ros.wait_for_messages(measured, 10, timeout_s=TIMEOUT)
+        home = np.array(measured[0].position)
         leader_q = np.array(teleop[-1].position)
         assert abs(leader_q[0] - (2400 - MID["shoulder_pan"]) * RAD_PER_TICK) <= RAD_PER_TICK
+        assert abs(leader_q[0] - home[0]) > 0.5  # the leader is far from the follower
         assert wait_until(lambda: mode() == "HOLD", TIMEOUT), mode()
         assert wait_until(lambda: ros.call(Trigger, "supervisor/arm", timeout_s=TIMEOUT).success, TIMEOUT), \
             cv.diagnostic_values(state[-1])
@@ -158,12 +167,13 @@ def test_supervisor_takes_over_and_hands_back_with_the_leader_running(ros, tmp_p
         pressed[:] = ["takeover"]
         assert wait_until(lambda: mode() == "TELEOP", TIMEOUT), cv.diagnostic_values(state[-1])
         pressed[:] = []
-        start = len(commands)
+        start, start_measured = len(commands), len(measured)
         ros.wait_for_messages(commands, start + 30, TIMEOUT)
-        # The leader is 0.56 rad away on shoulder_pan and publishing; the robot topic holds at home.
-        assert abs(leader_q[0] - home[0]) > 0.5
+        ros.wait_for_messages(measured, start_measured + 30, TIMEOUT)
         for msg in commands[start:]:
-            assert np.allclose(np.asarray(msg.data), home, atol=1e-9), list(msg.data)
+            assert np.all(np.abs(np.asarray(msg.data) - home) <= RAD_PER_TICK), list(msg.data)
+        for msg in measured[start_measured:]:
+            assert np.all(np.abs(np.asarray(msg.position) - home) <= RAD_PER_TICK), list(msg.position)
         assert cv.diagnostic_values(state[-1]).get("foreign_publishers", "0") == "0"
         response = ros.call(Trigger, "supervisor/arm", timeout_s=TIMEOUT)
         assert response.success, response.message
