@@ -33,6 +33,9 @@ RANGES = {"shoulder_pan": (200, 3900), "shoulder_lift": (850, 3200), "elbow_flex
 MID = {name: (low + high) / 2 for name, (low, high) in RANGES.items()}
 UPPER = RobotModel.from_file(SO101_URDF).limits_arrays(JOINTS)["upper"]
 TIMEOUT = 30.0
+# Generous: on the shared test machine five processes start at once and an emulator can wait for a CPU
+# longer than a real bus ever takes (3 tries of 0.1 s were seen to fail at start).
+BUS_TIMEOUT_S = 0.3
 
 
 def leader_calibration(path) -> str:
@@ -42,7 +45,8 @@ def leader_calibration(path) -> str:
 
 def leader_decl(port: str, calibration: str, **extra) -> object:
     return node_decl("leader_arm", {"port": port, "calibration": calibration, "robot_description": str(SO101_URDF),
-                                    "joints": JOINTS, "bus_timeout_s": 0.1, "diagnostics_period_s": 0.2, **extra})
+                                    "joints": JOINTS, "bus_timeout_s": BUS_TIMEOUT_S, "diagnostics_period_s": 0.2,
+                                    **extra})
 
 
 def values(received: list) -> dict[str, str]:
@@ -149,7 +153,7 @@ def test_supervisor_takes_over_and_hands_back_with_the_leader_running(ros, tmp_p
                                           "joint_state_timeout_s": 0.5, "joy_timeout_s": 1.0,
                                           "handover_ramp_s": 0.2})
     driver = node_decl("feetech_driver", {"calibration": str(follower_calibration), "joints": JOINTS,
-                                          "robot_description": str(SO101_URDF), "bus_timeout_s": 0.1})
+                                          "robot_description": str(SO101_URDF), "bus_timeout_s": BUS_TIMEOUT_S})
     with emulated_bus("--calibration", str(follower_calibration)) as follower_port, \
             emulated_bus("--calibration", calibration, "--initial", "1:2400") as leader_port, \
             running_nodes([dataclasses.replace(driver, parameters={**driver.parameters, "port": follower_port}),
