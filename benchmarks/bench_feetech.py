@@ -1,4 +1,5 @@
-"""Feetech driver benchmark: joint_states rate and period jitter from 6 emulated servos at 1 Mbps.
+"""Feetech driver benchmark: joint_states rate and period jitter from 6 emulated servos at 1 Mbps
+(and command/teleop from leader_arm on the same emulated bus, the leader arm's node).
 
 Usage: .venv/bin/python benchmarks/bench_feetech.py [--quick] [--json OUT]
 
@@ -100,10 +101,11 @@ def measure_core(port: str, calibration: Path, reads: int) -> dict:
 
 
 def measure_node(port: str, calibration: Path, duration_s: float, domain_id: int, log: Path,
-                 emulator_pid: int) -> dict:
-    """joint_states from the driver node: rate, stamp and arrival period jitter [ms]."""
+                 emulator_pid: int, executable: str = "feetech_driver", topic: str = "joint_states") -> dict:
+    """`topic` from the node `executable` (feetech_driver, leader_arm): rate, stamp and arrival period
+    jitter [ms], CPU use of the node and the emulator."""
     os.environ["ROS_DOMAIN_ID"] = str(domain_id)
-    decl = NodeDecl("feetech_driver", "feetech_driver",
+    decl = NodeDecl(executable, executable,
                     {"port": port, "calibration": str(calibration), "rate_hz": RATE_HZ, "joints": JOINTS,
                      "robot_description": str(urdf_path("so101/so101_new_calib.urdf"))}, (), ())
     launcher = GraphLauncher([decl], echo=False, log_file=log)
@@ -111,7 +113,7 @@ def measure_node(port: str, calibration: Path, duration_s: float, domain_id: int
     rclpy.init(context=context)
     node = Node("bench_feetech_probe", context=context)
     received: list[tuple[float, int]] = []
-    node.create_subscription(JointState, "joint_states",
+    node.create_subscription(JointState, topic,
                              lambda m: received.append((time.monotonic(), cv.stamp_to_ns(m.header.stamp))),
                              QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
     executor = SingleThreadedExecutor(context=context)
@@ -124,7 +126,7 @@ def measure_node(port: str, calibration: Path, duration_s: float, domain_id: int
         while len(received) < 50 and time.monotonic() < deadline:
             time.sleep(0.05)
         if len(received) < 50:
-            raise RuntimeError(f"feetech_driver published {len(received)} joint states in 60 s; see {log}")
+            raise RuntimeError(f"{executable} published {len(received)} {topic} in 60 s; see {log}")
         first = len(received)
         driver_pid = launcher.nodes[0].process.pid
         cpu_start = {"driver": process_cpu_s(driver_pid), "emulator": process_cpu_s(emulator_pid)}
@@ -167,9 +169,11 @@ def run(quick: bool = False) -> dict:
             core = measure_core(emulator.path, calibration, 300 if quick else 2000)
             node = measure_node(emulator.path, calibration, duration_s, domain_id, folder / "driver.log",
                                 emulator.proc.pid)
+            leader = measure_node(emulator.path, calibration, duration_s, domain_id, folder / "leader.log",
+                                  emulator.proc.pid, "leader_arm", "command/teleop")
         finally:
             emulator.close()
-    return {"node": node, "core": core, "duration_s": duration_s, "cpus": os.cpu_count(),
+    return {"node": node, "leader_arm": leader, "core": core, "duration_s": duration_s, "cpus": os.cpu_count(),
             "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]},
             "targets": {"rate_hz": ">= 100", "p99_jitter_ms": "<= 2"}}
 

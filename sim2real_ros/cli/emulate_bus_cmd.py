@@ -56,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a LeRobot calibration JSON: servos get its homing offsets and start mid-range")
     parser.add_argument("--initial", nargs="*", default=[], metavar="ID:TICKS",
                         help="start position of a servo [ticks] (overrides --calibration's mid-range)")
+    parser.add_argument("--hand", nargs="*", default=[], metavar="ID:TICKS:AT_S",
+                        help="a hand moves servo ID to TICKS from AT_S seconds after start, while its torque is off "
+                             "(a person moving a leader arm)")
     parser.add_argument("--return-delay-us", type=int, default=0,
                         help="every servo's return delay [us] (register 7, 2 us units; LeRobot sets 0)")
     parser.add_argument("--dead-time", type=float, default=None, help="servo dead time [s]")
@@ -68,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..hardware import protocol as p
     from ..hardware.calibration import load_calibration
-    from ..hardware.emulator import BusEmulator, Fault, ServoDynamics, dynamics_from_sim_params
+    from ..hardware.emulator import BusEmulator, Fault, HandMove, ServoDynamics, dynamics_from_sim_params
 
     try:
         ids = parse_ids(args.ids)
@@ -96,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
                 dynamics = {i: replace(d, dead_time_s=args.dead_time) for i, d in dynamics.items()}
         else:
             dynamics = ServoDynamics() if args.dead_time is None else ServoDynamics(dead_time_s=args.dead_time)
-        emulator = BusEmulator(ids, args.baud, dynamics, faults, initial, offsets)
+        hand = [HandMove.parse(text) for text in args.hand]
+        emulator = BusEmulator(ids, args.baud, dynamics, faults, initial, offsets, hand)
     except Sim2RealError as err:
         print(f"[ERROR] {err}", file=sys.stderr)
         return 2

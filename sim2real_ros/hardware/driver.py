@@ -98,6 +98,48 @@ class AlarmMonitor:
             self.active[kind] = set()
 
 
+def check_servos(bus: FeetechBus, maps: list[JointMap], check_homing_offset: bool) -> None:
+    """Every servo of `maps` answers a ping (START_ATTEMPTS tries) and, with check_homing_offset, holds
+    the calibration file's homing offset. Raises CalibrationError naming the motor."""
+    for joint_map in maps:
+        motor = joint_map.motor
+        offset = None
+        for attempt in range(START_ATTEMPTS):
+            try:
+                bus.ping(motor.servo_id)
+                if check_homing_offset:
+                    offset = bus.read(motor.servo_id, p.HOMING_OFFSET)
+                break
+            except BusError as err:
+                if attempt + 1 == START_ATTEMPTS:
+                    raise CalibrationError(f"motor '{motor.name}' (id {motor.servo_id}) does not answer on "
+                                           f"{bus.port} ({START_ATTEMPTS} tries): {err}") from err
+        if offset is not None and offset != motor.homing_offset:
+            raise CalibrationError(
+                f"motor '{motor.name}' (id {motor.servo_id}): the servo's homing offset is {offset}, the "
+                f"calibration file says {motor.homing_offset}: this file is not this arm's calibration "
+                f"(or the arm was recalibrated); use the matching file")
+
+
+def write_verified(bus: FeetechBus, register: p.Register, values: dict[int, int]) -> None:
+    """Sync-write `register` and read it back from every servo (START_ATTEMPTS tries): a sync write has
+    no reply, so a lost one shows only on reading back. Raises BusError when it never reads back."""
+    wrong: dict[int, int] = {}
+    for attempt in range(START_ATTEMPTS):
+        bus.sync_write(register, values)
+        try:
+            replies = bus.sync_read(list(values), register.address, register.size)
+        except BusError:
+            if attempt + 1 == START_ATTEMPTS:
+                raise
+            continue
+        wrong = {i: p.decode_value(register, data) for i, (_, data) in replies.items()
+                 if p.decode_value(register, data) != values[i]}
+        if not wrong:
+            return
+    raise BusError("bad_reply", sorted(wrong), f"{register.name} reads back {wrong}, written {values}")
+
+
 class FeetechDriver:
     """Drives the servos of `maps` (one per joint, in the order of the joint list) over `bus`.
 
@@ -137,24 +179,7 @@ class FeetechDriver:
         Raises CalibrationError naming the motor (a servo that does not answer, or whose homing offset
         differs from the file), BusError for a bus that fails.
         """
-        for joint_map in self.maps:
-            motor = joint_map.motor
-            offset = None
-            for attempt in range(START_ATTEMPTS):
-                try:
-                    self.bus.ping(motor.servo_id)
-                    if self.config.check_homing_offset:
-                        offset = self.bus.read(motor.servo_id, p.HOMING_OFFSET)
-                    break
-                except BusError as err:
-                    if attempt + 1 == START_ATTEMPTS:
-                        raise CalibrationError(f"motor '{motor.name}' (id {motor.servo_id}) does not answer on "
-                                               f"{self.bus.port} ({START_ATTEMPTS} tries): {err}") from err
-            if offset is not None and offset != motor.homing_offset:
-                raise CalibrationError(
-                    f"motor '{motor.name}' (id {motor.servo_id}): the servo's homing offset is {offset}, the "
-                    f"calibration file says {motor.homing_offset}: this file is not this arm's calibration "
-                    f"(or the arm was recalibrated); use the matching file")
+        check_servos(self.bus, self.maps, self.config.check_homing_offset)
         feedback = None
         for attempt in range(START_ATTEMPTS):
             try:
@@ -167,27 +192,11 @@ class FeetechDriver:
         hold = {servo_id: int(t) for servo_id, t in zip(self.ids, feedback.ticks, strict=True)}
         # A sync write has no reply: read the goals back before torque goes on, since a lost write
         # would leave a servo with whatever goal its register held (a jump).
-        self._write_verified(p.GOAL_POSITION, hold)
+        write_verified(self.bus, p.GOAL_POSITION, hold)
         self.last_goal_ticks = hold
         if enable_torque:
-            self._write_verified(p.TORQUE_ENABLE, {servo_id: 1 for servo_id in self.ids})
+            write_verified(self.bus, p.TORQUE_ENABLE, {servo_id: 1 for servo_id in self.ids})
         return feedback
-
-    def _write_verified(self, register: p.Register, values: dict[int, int]) -> None:
-        """Sync-write `register` and read it back from every servo (START_ATTEMPTS tries)."""
-        for attempt in range(START_ATTEMPTS):
-            self.bus.sync_write(register, values)
-            try:
-                replies = self.bus.sync_read(list(values), register.address, register.size)
-            except BusError:
-                if attempt + 1 == START_ATTEMPTS:
-                    raise
-                continue
-            wrong = {i: p.decode_value(register, data) for i, (_, data) in replies.items()
-                     if p.decode_value(register, data) != values[i]}
-            if not wrong:
-                return
-        raise BusError("bad_reply", sorted(wrong), f"{register.name} reads back {wrong}, written {values}")
 
     def hold(self) -> None:
         """Command the last measured positions (nothing when none was measured)."""

@@ -19,6 +19,10 @@ Faults (deterministic, counted in replies the servo would have sent):
   silent:ID:N    servo ID answers N replies, then never again
   overheat:ID:N  after N replies servo ID reads 85 degC and sets its overheat alarm bit
   overload:ID:N  after N replies servo ID reads 100 % load and sets its overload alarm bit (stalled)
+
+A hand (a person moving a leader arm): HandMove(ID, TICKS, AT_S) moves servo ID toward TICKS from AT_S
+seconds after the emulator started, at the servo's own speed and acceleration limits, but only while its
+torque is off (a torqued servo holds its goal against the hand, as a real one does).
 """
 from __future__ import annotations
 
@@ -90,6 +94,29 @@ class Fault:
         if fault.kind in ("drop", "corrupt") and fault.count < 1:
             raise Sim2RealError(f"fault {text!r}: N must be >= 1 for {fault.kind}")
         return fault
+
+
+@dataclass(frozen=True)
+class HandMove:
+    """A hand moves servo `servo_id` toward `ticks` from `at_s` [s] after the emulator started."""
+
+    servo_id: int
+    ticks: int
+    at_s: float
+
+    @classmethod
+    def parse(cls, text: str) -> HandMove:
+        """'ID:TICKS:AT_S'; raises Sim2RealError naming the text."""
+        parts = text.split(":")
+        try:
+            if len(parts) != 3:
+                raise ValueError
+            move = cls(int(parts[0]), int(parts[1]), float(parts[2]))
+        except ValueError as err:
+            raise Sim2RealError(f"hand move {text!r}: expected ID:TICKS:AT_S") from err
+        if not (0 <= move.ticks < p.TICKS_PER_TURN and move.at_s >= 0 and math.isfinite(move.at_s)):
+            raise Sim2RealError(f"hand move {text!r}: TICKS must be in 0..{p.TICKS_PER_TURN - 1}, AT_S >= 0")
+        return move
 
 
 @dataclass
@@ -185,13 +212,16 @@ class BusEmulator:
     def __init__(self, ids: list[int], baudrate: int = 1_000_000,
                  dynamics: ServoDynamics | dict[int, ServoDynamics] | None = None,
                  faults: list[Fault] | None = None, initial_ticks: dict[int, int] | None = None,
-                 homing_offsets: dict[int, int] | None = None) -> None:
+                 homing_offsets: dict[int, int] | None = None, hand: list[HandMove] | None = None) -> None:
         if not ids or any(not 0 <= i <= p.MAX_ID for i in ids) or len(set(ids)) != len(ids):
             raise Sim2RealError(f"servo ids {ids}: need distinct ids in 0..{p.MAX_ID}")
         faults = faults or []
         unknown = [f for f in faults if f.servo_id not in ids]
         if unknown:
             raise Sim2RealError(f"fault on servo {unknown[0].servo_id}, which is not on the bus (ids {ids})")
+        strangers = [m for m in hand or [] if m.servo_id not in ids]
+        if strangers:
+            raise Sim2RealError(f"hand move of servo {strangers[0].servo_id}, which is not on the bus (ids {ids})")
         self.baudrate = int(baudrate)
         self.byte_s = p.byte_time_s(self.baudrate)
         dynamics = dynamics or ServoDynamics()
@@ -217,6 +247,10 @@ class BusEmulator:
                         np.array([d.gain for d in ordered]), np.full(len(order), 0.5 * RAD_PER_TICK))
         self._reader = p.PacketReader()
         self._last_ns = time.monotonic_ns()
+        start_ns = self._last_ns
+        # Per servo (sorted by id): its hand moves as (start [ns], ticks), in time order.
+        self._hand = [sorted((start_ns + int(m.at_s * 1e9), m.ticks) for m in hand or [] if m.servo_id == i)
+                      for i in order]
         self._bus_free_ns = 0
         self.instructions = 0
 
@@ -255,14 +289,25 @@ class BusEmulator:
             t += dt_ns
             target = np.array([s.target(t) for s in servos])
             reference = self._loop.reference.copy()
-            self._loop.update(np.where(torque, target, reference), dt_ns * 1e-9, *limits)
-            # Torque off: the horn stays where it is (nothing drives it here).
-            self._loop.reference[:] = np.where(torque, self._loop.reference, reference)
-            self._loop.speed[:] = np.where(torque, self._loop.speed, 0.0)
+            hand = self._hand_targets(t)
+            # Torque off: the horn stays where it is unless a hand moves it (which the torque resists).
+            moved = torque | ~np.isnan(hand)
+            self._loop.update(np.where(torque, target, np.where(moved, hand, reference)), dt_ns * 1e-9, *limits)
+            self._loop.reference[:] = np.where(moved, self._loop.reference, reference)
+            self._loop.speed[:] = np.where(moved, self._loop.speed, 0.0)
         for k, servo in enumerate(servos):
             acceleration = float(self._loop.speed[k] - start_speed[k]) / elapsed_s
             servo.show(float(self._loop.reference[k]), float(self._loop.speed[k]), acceleration)
         self._last_ns = max(self._last_ns, now_ns)
+
+    def _hand_targets(self, now_ns: int) -> np.ndarray:
+        """Where a hand moves each servo at now_ns [rad] (NaN: no hand on it yet), sorted by id."""
+        out = np.full(len(self._order), np.nan)
+        for k, moves in enumerate(self._hand):
+            for start_ns, ticks in moves:
+                if start_ns <= now_ns:
+                    out[k] = ticks * RAD_PER_TICK
+        return out
 
     def handle(self, packet: p.Packet, arrived_ns: int) -> None:
         """Act on one instruction packet and send the replies it asks for, at their bus times."""

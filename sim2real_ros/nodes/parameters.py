@@ -328,6 +328,28 @@ FEETECH_DRIVER: tuple[ParamSpec, ...] = (
     ParamSpec("diagnostics_period_s", "double", 1.0, "period of ~/diagnostics [s]", "s", value_range=(0.05, 60.0)),
 )
 
+LEADER_ARM: tuple[ParamSpec, ...] = (
+    ParamSpec("port", "string", "/dev/ttyACM1", "serial port of the leader arm's servo bus (a pty from "
+              "`sim2real emulate-bus`)"),
+    ParamSpec("baudrate", "integer", 1000000, "bus baud rate [bit/s]", "bit/s", value_range=(9600, 1000000)),
+    ParamSpec("calibration", "string", "", "LeRobot calibration JSON of the leader arm (required; not the "
+              "follower's)"),
+    ParamSpec("follower_calibration", "string", "",
+              "the follower's LeRobot calibration JSON: the gripper maps by fraction of travel, as LeRobot does "
+              "(empty: by angle from the closed end)"),
+    ParamSpec("robot_description", "string", ShareFile("urdf/so101/so101_new_calib.urdf"),
+              "the follower's URDF (file path or XML): its joint limits clamp the leader; motor names = joint names"),
+    ParamSpec("joints", "string_array", (),
+              "joint order of command/teleop; empty = all movable URDF joints"),
+    ParamSpec("rate_hz", "double", 100.0, "command/teleop rate: one sync read per period [Hz]", "Hz",
+              value_range=(1.0, 1000.0)),
+    ParamSpec("bus_timeout_s", "double", 0.02, "slack beyond a reply's wire time before it counts as lost [s]",
+              "s", value_range=(0.0005, 1.0)),
+    ParamSpec("check_homing_offset", "bool", True,
+              "refuse to start when a servo's homing offset differs from the calibration file"),
+    ParamSpec("diagnostics_period_s", "double", 1.0, "period of ~/diagnostics [s]", "s", value_range=(0.05, 60.0)),
+)
+
 # Node name -> its table, in the order of the graph (docs/parameters.md follows it).
 NODES: dict[str, tuple[ParamSpec, ...]] = {
     "sim_node": SIM_NODE,
@@ -339,6 +361,7 @@ NODES: dict[str, tuple[ParamSpec, ...]] = {
     "recorder": RECORDER,
     "viz_node": VIZ_NODE,
     "feetech_driver": FEETECH_DRIVER,
+    "leader_arm": LEADER_ARM,
 }
 
 
