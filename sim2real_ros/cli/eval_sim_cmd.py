@@ -98,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
             return 2
         finally:
             shutdown_ray()
+    if result.get("sim_params_warning"):
+        print(f"[warning] {result['sim_params_warning']}", file=sys.stderr)
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:

@@ -1,7 +1,8 @@
 """`sim2real policy info FILE [--json]`, `sim2real policy init --robot URDF --out CKPT ...` and
 `sim2real policy export CKPT --onnx OUT.onnx`.
 
-info prints a checkpoint's or an exported ONNX policy's spec, hash and provenance; init writes an
+info prints a checkpoint's (student or PPO teacher) or an exported ONNX policy's spec, hash and
+provenance (as YAML; --json: all of it as JSON); init writes an
 untrained checkpoint (holds still) with a correct spec, so the graph can run before any training
 exists; export writes a checkpoint as one ONNX graph with its spec in the metadata (docs/onnx.md).
 """
@@ -54,10 +55,42 @@ def describe(spec_dict: dict[str, Any], digest: str, path: str, parent_hash: str
         f"action chunk:    {spec_dict['chunk_length']} points every {spec_dict['dt_s']} s",
         f"preprocess hash: {spec_dict['preprocess_hash']}",
         f"sim params:      {spec_dict['sim_params_version']}",
-        "provenance:",
     ]
-    lines += [f"  {key}: {value}" for key, value in sorted(spec_dict["provenance"].items())]
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n" + provenance_yaml(spec_dict["provenance"])
+
+
+def provenance_yaml(provenance: dict[str, Any]) -> str:
+    """The provenance as readable block YAML under a `provenance:` key (nested mappings and lists as
+    YAML, not Python reprs; long per-episode tables summarized by their length)."""
+    import yaml
+
+    def shorten(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: (f"<{len(v)} rows: --json prints them>" if k == "per_episode" and isinstance(v, list)
+                        else shorten(v)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [shorten(v) for v in value]
+        return value
+
+    return yaml.safe_dump({"provenance": shorten(provenance)}, sort_keys=True, default_flow_style=None,
+                          width=110, allow_unicode=True).rstrip()
+
+
+def describe_teacher(spec_dict: dict[str, Any], digest: str, path: str) -> str:
+    """Human-readable summary of a PPO teacher checkpoint (rl/teacher_checkpoint.py)."""
+    layout = ", ".join(f"{name} {size}" for name, size in spec_dict["observation_layout"])
+    lines = [
+        f"checkpoint:      {path}",
+        f"hash:            {digest}",
+        "kind:            teacher (privileged observations; evaluate with `sim2real eval-sim --checkpoint FILE`)",
+        f"network:         MLP {spec_dict['hidden_dims']} {spec_dict['activation']}",
+        f"joints ({len(spec_dict['joint_names'])}):      {', '.join(spec_dict['joint_names'])}",
+        f"observation:     {layout}",
+        f"env:             {json.dumps(spec_dict['env'], sort_keys=True)}",
+        f"rewards:         {json.dumps(spec_dict['rewards'], sort_keys=True)}",
+        f"sim params:      {spec_dict['sim_params_version']}",
+    ]
+    return "\n".join(lines) + "\n" + provenance_yaml(spec_dict["provenance"])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,8 +102,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.action == "info":
             from ..core.policy_backend import file_backend
+            from ..rl.teacher_checkpoint import is_teacher_file, read_teacher, teacher_spec_dict
 
             parent = None
+            if is_teacher_file(args.checkpoint):
+                teacher, _actor, digest = read_teacher(args.checkpoint)
+                teacher_dict = teacher_spec_dict(teacher)
+                if args.json:
+                    print(json.dumps({"checkpoint": args.checkpoint, "hash": digest, "kind": "teacher",
+                                      "spec": teacher_dict}, indent=2, sort_keys=True))
+                else:
+                    print(describe_teacher(teacher_dict, digest, args.checkpoint))
+                return 0
             if file_backend(args.checkpoint) == "onnxruntime":
                 from ..core.onnx_policy import read_onnx_policy
 
@@ -79,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
                 spec, _state, digest = read_checkpoint(args.checkpoint)
             if args.json:
                 extra = {} if parent is None else {"format": "onnx", "parent_hash": parent}
-                print(json.dumps({"checkpoint": args.checkpoint, "hash": digest, **extra, "spec": spec.to_dict()},
+                print(json.dumps({"checkpoint": args.checkpoint, "hash": digest, "kind": "student", **extra,
+                                  "spec": spec.to_dict()},
                                  indent=2, sort_keys=True))
             else:
                 print(describe(spec.to_dict(), digest, args.checkpoint, parent))

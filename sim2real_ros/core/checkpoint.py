@@ -29,7 +29,6 @@ import json
 import math
 import os
 import struct
-import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
@@ -38,11 +37,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 import torch
-import yaml
 
 from .camera_model import CameraModel
 from .errors import CheckpointError, ConfigError
-from .hashing import content_hash
 from .policy_model import (
     DEFAULT_ARCHITECTURE,
     DEFAULT_CHUNK_LENGTH,
@@ -57,6 +54,7 @@ from .policy_model import (
 )
 from .policy_spec import CHECKPOINT_MAGIC, check_compatible, checked_observation
 from .preprocess_config import PreprocessConfig
+from .provenance import git_state, portable_provenance, sim_params_version  # noqa: F401 - re-exported
 
 MAGIC = CHECKPOINT_MAGIC
 FORMAT_VERSION = 1
@@ -86,30 +84,6 @@ _MAX_FILE_BYTES = len(MAGIC) + _LENGTH.size + _MAX_HEADER_BYTES + MAX_PARAMETERS
 
 # ----------------------------------------------------------------------------------------------
 # Spec helpers
-def sim_params_version(path: str | Path | None) -> str:
-    """Content hash of the raw sim params YAML mapping (config/sim_params.yaml), or "unknown" when
-    the file does not exist. An unreadable or non-mapping file is a ConfigError naming it."""
-    if path is None or not Path(path).is_file():
-        return "unknown"
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(str(path), "<file>", None, f"cannot read sim params YAML: {err}") from err
-    if not isinstance(data, dict):
-        raise ConfigError(str(path), "<file>", type(data).__name__, "sim params must be a YAML mapping")
-    return content_hash(data)
-
-
-def git_commit(directory: str | Path | None = None) -> str | None:
-    """The git commit of the source tree (for provenance), or None outside a git checkout."""
-    where = Path(directory) if directory else Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (out.stdout.strip() or None) if out.returncode == 0 else None
-
-
 def make_policy_spec(
     joint_names: Sequence[str],
     preprocess: PreprocessConfig,
@@ -595,12 +569,14 @@ def init_checkpoint(
     target within about a milliradian of the current position, i.e. it holds still.
     Returns the checkpoint hash."""
     torch.manual_seed(int(seed))
+    source_tree = Path(__file__).resolve().parents[2]
     info = {"method": "untrained (random init)", "seed": int(seed), "parent": None, "data": None,
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git_commit": git_commit(),
-            "created_unix_s": time.time()}
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **git_state(source_tree),
+            "git_taken": "creation", "created_unix_s": time.time()}
     spec = make_policy_spec(
         joint_names, preprocess, architecture=architecture, hparams=hparams, chunk_length=chunk_length, dt_s=dt_s,
-        sim_params_version=sim_params_version(sim_params_path), provenance={**info, **(provenance or {})},
+        sim_params_version=sim_params_version(sim_params_path),
+        provenance=portable_provenance({**info, **(provenance or {})}, [source_tree]),
     )
     model = build_model(architecture, spec, **(hparams or {}))
     return save_checkpoint(out, model, spec)

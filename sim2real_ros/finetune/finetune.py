@@ -31,13 +31,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.checkpoint import git_commit, read_checkpoint, save_checkpoint
+from ..core.checkpoint import read_checkpoint, save_checkpoint
 from ..core.errors import ConfigError
 from ..core.policy_model import PolicyModel, build_model
 from ..core.preprocess import ImagePipeline
 from ..core.preprocess_config import PreprocessConfig
 from ..core.progress import progress
+from ..core.provenance import git_state, portable_provenance
 from ..episodes.dataset import EpisodeFrames, LabelConfig, RealDataset, build_dataset
+from ..paths import share_dir
 from .sim_data import SimFrames, collect_sim_frames
 
 SOURCE = "finetune"
@@ -233,6 +235,7 @@ def finetune(checkpoint: str | Path, bags: list[str | Path], out: str | Path, co
     Raises ConfigError when the bags hold no labelled frame."""
     config = config or FinetuneConfig()
     started = time.monotonic()
+    git = git_state(share_dir())  # the tree the fine-tuning starts from (core/provenance.py)
     torch.set_num_threads(config.num_threads)
     torch.manual_seed(config.seed)
     spec, state, parent_hash = read_checkpoint(checkpoint)
@@ -309,10 +312,11 @@ def finetune(checkpoint: str | Path, bags: list[str | Path], out: str | Path, co
         "config": config.to_dict(), "frozen_parameters": len(frozen),
         "offline_action_error": {"before": before, "after": after},
         "final_loss": losses[-1],
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git_commit": git_commit(),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **git, "git_taken": "fine-tuning start",
         "finetune_time_s": round(time.monotonic() - started, 1),
     }
-    new_spec = dataclasses.replace(spec, provenance=provenance)
+    # Paths relative to the repository, or name + content hash (core/provenance.py).
+    new_spec = dataclasses.replace(spec, provenance=portable_provenance(provenance, [share_dir()]))
     digest = save_checkpoint(out, model, new_spec)
     log(f"[finetune] held-out MAE {_mrad(before['holdout']['mae_rad'])} -> {_mrad(after['holdout']['mae_rad'])} "
         f"mrad; wrote {out} (hash {digest}, parent {parent_hash})")

@@ -19,7 +19,8 @@ import numpy as np
 
 from ..core.checkpoint import PolicySpec
 from ..core.policy_model import PolicyModel
-from ..paths import config_path
+from ..core.provenance import resolve_recorded_path
+from ..paths import config_path, share_dir
 from ..robots import get_robot, robot_for_checkpoint
 from ..sim.world import episode_seed
 from ..training.parallel import EpisodeJob, EpisodePool, counting_progress
@@ -51,16 +52,20 @@ def training_distribution(spec: PolicySpec) -> dict[str, Any]:
     config = dict(spec.provenance.get("config") or {})
     rollout = RolloutConfig.from_dict(config.get("rollout") or {}, "checkpoint provenance rollout")
     trained_for = get_robot(robot_for_checkpoint(None, spec.joint_names, spec.provenance, "checkpoint"))
-    sim_params = (config.get("sim_params") or spec.provenance.get("sim_params_file")
-                  or str(trained_for.sim_params_path()))
-    if not Path(sim_params).is_file():  # a checkpoint trained on another machine: this repository's file
-        sim_params = str(config_path(Path(sim_params).name))
-    robot = config.get("robot_description") or str(trained_for.urdf_path())
-    if not Path(robot).is_file():
-        robot = str(trained_for.urdf_path())
+    # Provenance paths are relative to the repository (core/provenance.py); older checkpoints hold the
+    # training machine's absolute paths, which resolve here only on that machine.
+    recorded = config.get("sim_params") or spec.provenance.get("sim_params_file")
+    sim_params = resolve_recorded_path(recorded, share_dir())
+    if sim_params is None:
+        named = recorded.get("name") if isinstance(recorded, dict) else (Path(recorded).name if recorded else None)
+        sim_params = config_path(named) if named and config_path(named).is_file() else trained_for.sim_params_path()
+    robot = resolve_recorded_path(config.get("robot_description"), share_dir()) or trained_for.urdf_path()
+    teacher_checkpoint = config.get("teacher_checkpoint")
+    if teacher_checkpoint:
+        teacher_checkpoint = str(resolve_recorded_path(teacher_checkpoint, share_dir()) or teacher_checkpoint)
     return {"sim_params": str(sim_params), "robot_description": str(robot),
             "randomize": bool(config.get("randomize", True)), "rollout": rollout.to_dict(),
-            "teacher": config.get("teacher", "ik"), "teacher_checkpoint": config.get("teacher_checkpoint"),
+            "teacher": config.get("teacher", "ik"), "teacher_checkpoint": teacher_checkpoint,
             "pushes": bool(config.get("pushes", False)), "seed": int(config.get("seed", 0))}
 
 

@@ -161,6 +161,9 @@ POLICY_NODE: tuple[ParamSpec, ...] = (
               "least time between observations used [s]; 0: every image; -1: the checkpoint's training "
               "observation period", "s"),
     ParamSpec("diagnostics_period_s", "double", 1.0, "diagnostics period [s]", "s"),
+    ParamSpec("sim_params_file", "string", "",
+              "sim params YAML of the sim this graph runs (empty: none, e.g. on a robot); when its version differs "
+              "from the one the checkpoint was trained on, a warning names both"),
 )
 
 ACTUATOR_NODE: tuple[ParamSpec, ...] = (

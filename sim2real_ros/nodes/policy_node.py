@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
@@ -62,6 +63,7 @@ from ..core.observation_pairing import (
 from ..core.policy_backend import BACKENDS, load_policy
 from ..core.policy_ledger import ImageLedger
 from ..core.preprocess_config import PreprocessConfig
+from ..core.provenance import sim_params_mismatch, sim_params_version
 from ..core.urdf import RobotModel
 from .common import LATCHED_QOS, RELIABLE_LATEST_QOS, now_ns, run_node
 from .parameters import POLICY_NODE, declare_table
@@ -93,6 +95,8 @@ class PolicyNodeConfig:
     observation_period_s [s]: least time between the capture stamps of observations used (0: every
     image; < 0: the checkpoint's training observation period, or every image if it has none).
     diagnostics_period_s [s]: diagnostics publishing period.
+    sim_params_file: the sim params of the sim this graph runs ("" on a robot): a version other than
+    the checkpoint's training one is warned about, naming both.
     """
 
     checkpoint: str
@@ -106,6 +110,7 @@ class PolicyNodeConfig:
     max_observation_age_s: float
     observation_period_s: float
     diagnostics_period_s: float
+    sim_params_file: str = ""
 
     def __post_init__(self) -> None:
         source = f"{NODE_NAME} parameter"
@@ -128,6 +133,8 @@ class PolicyNodeConfig:
             raise ConfigError(source, "pairing_tolerance_s", self.pairing_tolerance_s, "must be >= 0 [s]")
         if not (math.isfinite(self.max_observation_age_s) and self.max_observation_age_s > 0):
             raise ConfigError(source, "max_observation_age_s", self.max_observation_age_s, "must be > 0 [s]")
+        if self.sim_params_file and not Path(self.sim_params_file).is_file():
+            raise ConfigError(source, "sim_params_file", self.sim_params_file, "file not found")
         if not (math.isfinite(self.observation_period_s) and self.observation_period_s <= 10.0):
             raise ConfigError(source, "observation_period_s", self.observation_period_s,
                               "must be a finite number <= 10 [s] (0: every image, < 0: the checkpoint's)")
@@ -168,6 +175,8 @@ class PolicyNode(Node):
             joint_names=graph_joints, preprocess=preprocess,
         )
         spec = self.policy.spec
+        if cfg.sim_params_file:
+            self._warn_on_sim_params(cfg.sim_params_file)
         self._joint_names = spec.joint_names
         self._times_s = np.arange(spec.chunk_length, dtype=float) * spec.dt_s
         self.observation_period_s = self._observation_period(cfg.observation_period_s)
@@ -205,6 +214,15 @@ class PolicyNode(Node):
             f"{self.observation_period_s:g} s" + (" (every image)" if self.observation_period_s == 0 else "")
         )
 
+    def _warn_on_sim_params(self, sim_params_file: str) -> None:
+        """Warn (naming both versions) when the sim this graph runs is not the one the checkpoint
+        was trained on: the policy still runs, its training figures may not hold."""
+        current = sim_params_version(sim_params_file)
+        warning = sim_params_mismatch(self.policy.spec.sim_params_version, current, self.config.checkpoint,
+                                      sim_params_file)
+        if warning:
+            self.get_logger().warning(warning)
+
     def _observation_period(self, configured_s: float) -> float:
         """[s] between observations: the parameter, or (< 0) the checkpoint's training period."""
         if configured_s >= 0:
@@ -227,7 +245,7 @@ class PolicyNode(Node):
             num_threads=int(v["num_threads"]), pairing_tolerance_s=float(v["pairing_tolerance_s"]),
             max_observation_age_s=float(v["max_observation_age_s"]),
             observation_period_s=float(v["observation_period_s"]),
-            diagnostics_period_s=float(v["diagnostics_period_s"]),
+            diagnostics_period_s=float(v["diagnostics_period_s"]), sim_params_file=str(v["sim_params_file"]),
         )
 
     @property

@@ -25,10 +25,13 @@ import numpy as np
 import torch
 import yaml
 
-from ..core.checkpoint import git_commit, sim_params_version
+from ..core.checkpoint import sim_params_version
 from ..core.errors import ConfigError
 from ..core.hashing import content_hash
+from ..core.provenance import assert_unseen_episodes, portable_provenance, training_git_state
 from ..core.stats import wilson_interval
+from ..core.training_log import TrainingLog
+from ..paths import share_dir
 from ..robots import DEFAULT_ROBOT, get_robot, robot_description_for, sim_params_for
 from ..sim.params import load_sim_params
 from .batch import EnvSpec
@@ -266,6 +269,8 @@ class TeacherTrainer:
         with contextlib.redirect_stdout(io.StringIO()):  # rsl_rl prints the models; keep stdout for JSON
             alg = PPO.construct_algorithm(dummy_obs, dummy_env, cfg, "cpu")
         first_it, steps, history = self._load_state(alg) if resume else (0, 0, [])
+        git = training_git_state(self.work_dir, share_dir(), fresh=first_it == 0)
+        curves = TrainingLog(self.work_dir, f"sim2real train-teacher: {c.source}")
         pool = RolloutPool(c.env_spec(episode_base=first_it * 1_000_000), c.num_envs, self.workers)
         env = PoolVecEnv(pool, max_steps, {"env": c.env, "rewards": c.rewards})
         recent: deque[bool] = deque(maxlen=c.success_window)
@@ -303,6 +308,12 @@ class TeacherTrainer:
                        "reward_terms": {k: v / (c.num_envs * c.steps_per_env) for k, v in env.term_sums.items()}}
                 env.term_sums = {}
                 history.append(row)
+                curves.add(steps, {"train/success": success, "train/reward_per_step": row["reward_per_step"],
+                                   "train/episodes": episodes, "perf/steps_per_s": row["steps_per_s"],
+                                   "perf/learn_s": row["learn_s"],
+                                   "train/learning_rate": float(getattr(alg, "learning_rate", float("nan"))),
+                                   **{f"loss/{k}": v for k, v in row["losses"].items()},
+                                   **{f"reward/{k}": v for k, v in row["reward_terms"].items()}})
                 self.stream.write(_progress_line(it, c.iterations, steps, row["steps_per_s"], success,
                                                  row["reward_per_step"], time.monotonic() - start) + "\n")
                 self.stream.flush()
@@ -318,21 +329,30 @@ class TeacherTrainer:
             alg.eval_mode()
             actor = alg.get_policy()
             policy = actor.as_jit().eval()
-            evaluation = evaluate_policy(pool, policy, c.eval_episodes) if c.eval_episodes else {}
+            evaluation = {}
+            if c.eval_episodes:
+                assert_unseen_episodes(c.seed, range(EVAL_EPISODE_BASE, EVAL_EPISODE_BASE + c.eval_episodes),
+                                       training_episodes(c, it, steps), c.source)
+                evaluation = evaluate_policy(pool, policy, c.eval_episodes)
             if evaluation:
                 self.log(f"[ppo] teacher success {evaluation['successes']}/{evaluation['episodes']} (95% CI "
                          f"{evaluation['ci95'][0]:.2f}-{evaluation['ci95'][1]:.2f}), pushes applied "
                          f"{evaluation['pushes_applied']}")
         finally:
             pool.close()
+            written = curves.close()
+        self.log(f"[ppo] curves: tensorboard --logdir {written['tensorboard']}; summary {written['png']}")
+        # Paths relative to the repository (or name + content hash), core/provenance.py.
+        config = portable_provenance(c.to_dict(), [share_dir()])
         provenance = {
             "robot": c.robot,
             "method": "PPO (rsl_rl) with privileged observations over Ray-batched randomized sims",
             "rsl_rl": _version("rsl-rl-lib"), "ray": _version("ray"),
-            "config": c.to_dict(), "config_hash": content_hash(c.to_dict()), "iterations": it, "steps": steps,
+            "config": config, "config_hash": content_hash(config), "iterations": it, "steps": steps,
             "stop": stop_reason, "train_time_s": round(train_s, 1), "workers": self.workers,
-            "evaluation": evaluation, "sim_params_file": c.sim_params,
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git_commit": git_commit(),
+            "evaluation": evaluation, "training_episodes": training_episodes(c, it, steps),
+            "sim_params_file": config["sim_params"],
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **git,
             "final_success_window": history[-1]["success"] if history else None,
         }
         spec = TeacherSpec(joint_names=joint_names, observation_layout=observation_layout(n_actions, n_links),
@@ -345,7 +365,20 @@ class TeacherTrainer:
         self.log(f"[ppo] wrote {self.out} (hash {digest})")
         (self.work_dir / "history.json").write_text(json.dumps(history, indent=1))
         return {"checkpoint": str(self.out), "hash": digest, "iterations": it, "steps": steps,
-                "train_time_s": round(train_s, 1), "evaluation": evaluation, "history": history}
+                "train_time_s": round(train_s, 1), "evaluation": evaluation, "history": history, "curves": written}
+
+
+def training_episodes(config: TeacherConfig, iterations: int, steps: int) -> dict[str, Any]:
+    """The episode indices PPO may have played, as [first, last) ranges of run seed config.seed: a
+    run resumed after iteration i starts at index i * 1_000_000 (TeacherTrainer.run), and each slot
+    starts at most one episode per step, so no index reaches base + steps + num_envs."""
+    ranges = [[0, steps + config.num_envs]]
+    if iterations > 0:
+        ranges.append([1_000_000, iterations * 1_000_000 + steps + config.num_envs])
+    if ranges[-1][1] > EVAL_EPISODE_BASE:
+        raise ValueError(f"{config.source}: training indices reach {ranges[-1][1]}, into the evaluation episodes "
+                         f"from {EVAL_EPISODE_BASE}")
+    return {"seed": config.seed, "index_ranges": ranges}
 
 
 def evaluate_policy(pool: RolloutPool, policy: Any, episodes: int) -> dict[str, Any]:

@@ -83,17 +83,36 @@ def build_actor(spec: TeacherSpec) -> torch.nn.Module:
                     distribution_cfg={"class_name": "GaussianDistribution", "init_std": 1.0})
 
 
-def save_teacher(path: str | Path, actor: torch.nn.Module, spec: TeacherSpec) -> str:
-    """Write the actor's weights (normalizer and std included) and `spec`, atomically. Returns the hash."""
-    entries, blob = encode_tensors(dict(actor.state_dict()))
+def teacher_spec_dict(spec: TeacherSpec) -> dict[str, Any]:
+    """The spec as written in the header (and printed by `policy info`)."""
     spec_dict = asdict(spec)
     # JSON objects are written with sorted keys: the observation order is kept as a list of pairs.
     spec_dict["observation_layout"] = [[name, size] for name, size in spec.observation_layout.items()]
-    header = {"format_version": TEACHER_FORMAT_VERSION, "spec": spec_dict, "tensors": entries}
+    return spec_dict
+
+
+def encode_teacher(spec: TeacherSpec, state: dict[str, torch.Tensor]) -> bytes:
+    """The teacher file's bytes for `spec` and tensors `state` (deterministic: sorted names)."""
+    entries, blob = encode_tensors(state)
+    header = {"format_version": TEACHER_FORMAT_VERSION, "spec": teacher_spec_dict(spec), "tensors": entries}
     header_bytes = json.dumps(header, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    data = TEACHER_MAGIC + _LENGTH.pack(len(header_bytes)) + header_bytes + blob
+    return TEACHER_MAGIC + _LENGTH.pack(len(header_bytes)) + header_bytes + blob
+
+
+def save_teacher(path: str | Path, actor: torch.nn.Module, spec: TeacherSpec) -> str:
+    """Write the actor's weights (normalizer and std included) and `spec`, atomically. Returns the hash."""
+    data = encode_teacher(spec, dict(actor.state_dict()))
     write_atomically(path, data)
     return _hash_bytes(data)
+
+
+def is_teacher_file(path: str | Path) -> bool:
+    """True when the file starts with the teacher magic (what `policy info` and `eval-sim` dispatch on)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(TEACHER_MAGIC)) == TEACHER_MAGIC
+    except OSError:
+        return False
 
 
 @dataclass
@@ -108,6 +127,12 @@ class LoadedTeacher:
 
 def load_teacher(path: str | Path) -> LoadedTeacher:
     """Read, check and build a teacher checkpoint. CheckpointError names the file and the field."""
+    spec, actor, digest = read_teacher(path)
+    return LoadedTeacher(spec, actor.as_jit().eval(), digest, str(path))
+
+
+def read_teacher(path: str | Path) -> tuple[TeacherSpec, torch.nn.Module, str]:
+    """(spec, actor module with the file's weights, checkpoint hash) of a teacher file, checked."""
     path = Path(path)
     source = str(path)
     if not path.is_file():
@@ -150,4 +175,4 @@ def load_teacher(path: str | Path) -> LoadedTeacher:
     actor.eval()
     from ..core.checkpoint import checkpoint_hash
 
-    return LoadedTeacher(spec, actor.as_jit().eval(), checkpoint_hash(path), source)
+    return spec, actor, checkpoint_hash(path)

@@ -24,6 +24,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 
 from ..core.policy_backend import load_policy
 from ..core.progress import progress
+from ..core.provenance import sim_params_mismatch
 from ..core.stats import summary, wilson_interval
 from ..graph import GraphArgs
 from ..nodes.common import LATCHED_QOS
@@ -69,7 +70,10 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
     sim_parameters: dict[str, Any] = {"seed": int(seed), "randomize": bool(perturb),
                                       "sim_params_file": str(params.source),
                                       "real_time_factor": float(real_time_factor), "pushes": bool(pushes)}
-    args = GraphArgs(checkpoint=str(checkpoint), robot=robot, extra_parameters={"sim_node": sim_parameters},
+    # The policy node checks the sim params it runs against those it was trained on (warning naming both).
+    args = GraphArgs(checkpoint=str(checkpoint), robot=robot,
+                     extra_parameters={"sim_node": sim_parameters,
+                                       "policy_node": {"sim_params_file": str(params.source)}},
                      **({"robot_description": robot_description} if robot_description else {}))
     timeout = wall_timeout_s or 120.0 + episodes * 4.0 * params.task.timeout_s / min(real_time_factor, 1.0)
     with tempfile.TemporaryDirectory(prefix="sim2real_graph_eval_") as tmp:
@@ -105,7 +109,10 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
     return {
         "checkpoint": str(checkpoint), "robot": robot, "perturb": perturb, "pushes": bool(pushes),
         **({"pushes_applied_total": sum(max(o.pushes_applied, 0) for o in outcomes)} if pushes else {}),
-        "sim_params_version": params.version, "mode": "graph",
+        "sim_params_version": params.version, "trained_sim_params_version": spec.sim_params_version,
+        "sim_params_warning": sim_params_mismatch(spec.sim_params_version, params.version, str(checkpoint),
+                                                  str(params.source)),
+        "mode": "graph",
         "episodes": len(outcomes), "successes": wins, "success_rate": wins / max(len(outcomes), 1),
         "ci95": list(wilson_interval(wins, len(outcomes))),
         "episode_length_s": summary([o.duration_s for o in outcomes]),

@@ -13,6 +13,7 @@ from ..core.checkpoint import LoadedPolicy
 from ..core.errors import ConfigError
 from ..core.policy_backend import load_policy
 from ..core.preprocess_config import PreprocessConfig
+from ..core.provenance import sim_params_mismatch
 from ..core.stats import summary, wilson_interval
 from ..paths import config_path
 from ..robots import robot_description_for, robot_for_checkpoint, sim_params_for
@@ -140,7 +141,11 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     return {"checkpoint": str(checkpoint), "checkpoint_hash": policy.checkpoint_hash, "backend": policy.backend,
             "robot": robot,
             "perturb": perturb,
-            "pushes": bool(pushes), **push_info, "sim_params_version": params.version, "mode": "core",
+            "pushes": bool(pushes), **push_info, "sim_params_version": params.version,
+            "trained_sim_params_version": policy.spec.sim_params_version,
+            "sim_params_warning": sim_params_mismatch(policy.spec.sim_params_version, params.version,
+                                                      str(checkpoint), str(params.source)),
+            "mode": "core",
             "graph_conditions": None if config.graph_conditions is None else config.graph_conditions.to_dict(),
             "actuation_latency_s": latency, "actuation_latency_source": latency_source,
             "sim_actuation_latency_s": params.actuator.actuation_latency_s, "seed": int(seed),

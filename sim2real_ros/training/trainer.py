@@ -13,13 +13,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.checkpoint import git_commit, make_policy_spec, save_checkpoint, sim_params_version
+from ..core.checkpoint import make_policy_spec, save_checkpoint, sim_params_version
 from ..core.hashing import content_hash
 from ..core.policy_model import PolicyModel, build_model
 from ..core.preprocess import ImagePipeline
 from ..core.preprocess_config import PreprocessConfig
 from ..core.progress import progress
+from ..core.provenance import assert_unseen_episodes, portable_path, portable_provenance, training_git_state
 from ..core.stats import wilson_interval
+from ..core.training_log import TrainingLog
+from ..paths import share_dir
 from ..sim.expert import ReachExpert
 from ..sim.params import load_sim_params
 from ..sim.world import SimWorld, episode_seed
@@ -56,6 +59,9 @@ class Dataset:
         data = np.load(path)
         return cls(list(data["images"]), list(data["joints"]), list(data["labels"]))
 
+
+# Episode index offset of the nominal evaluation after training (DAgger rounds use 100_000 * round).
+EVAL_SEED_OFFSET = 900_000
 
 LossFn = Callable[[PolicyModel, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -191,49 +197,89 @@ class Trainer:
         start = time.monotonic()
         model = build_model(c.architecture, self.spec, **c.hparams)
         stage, data = self._load_state(model) if resume else (-1, Dataset())
+        # The commit that trains the weights is the one checked out now, at the start (kept in the
+        # work dir, so a resumed run still names the tree its first stages ran on).
+        git = training_git_state(self.work_dir, share_dir(), fresh=stage < 0)
+        curves = TrainingLog(self.work_dir, f"sim2real train: {c.source}")
+        try:
+            result = self._run_stages(model, stage, data, start, git, curves)
+        finally:
+            written = curves.close()
+        self.log(f"[train] curves: tensorboard --logdir {written['tensorboard']}; summary {written['png']}")
+        return {**result, "curves": written}
+
+    def _log_stage(self, curves: TrainingLog, stage: int, losses: list[float], lr: float, success: float,
+                   frames: int, collect_s: float, episodes_frames: int) -> None:
+        """One stage's scalars: its epoch losses (x = global epoch), then success, frames, learning
+        rate and collection speed (x = stage)."""
+        first_epoch = sum(len(row.get("losses", [])) for row in self.history[:-1])
+        for epoch, loss in enumerate(losses):
+            curves.add(first_epoch + epoch, {"loss/behavior_cloning_mse": loss})
+        curves.add(stage, {"train/success": success, "train/frames": frames, "train/learning_rate": lr,
+                           "perf/frames_per_s": episodes_frames / max(collect_s, 1e-9)})
+
+    def _run_stages(self, model: PolicyModel, stage: int, data: Dataset, start: float, git: dict[str, Any],
+                    curves: TrainingLog) -> dict[str, Any]:
+        c = self.config
         if stage < 0:
+            tick = time.monotonic()
             records, teacher_rate = self.collect(c.bc_episodes, None, c.randomize, 0, "bc teacher")
+            collect_s = time.monotonic() - tick
             for r in records:
                 data.add(r)
             images, joints, labels = data.arrays()
             model.set_normalization_from_data(joints, labels)
             losses = fit(model, data, c.epochs_bc, c.batch_size, c.lr, c.weight_decay, c.seed, self.log, "bc")
             self.history.append({"stage": 0, "kind": "bc", "episodes": c.bc_episodes, "frames": len(data),
-                                 "teacher_success": teacher_rate, "final_loss": losses[-1]})
+                                 "teacher_success": teacher_rate, "final_loss": losses[-1], "losses": losses})
+            self._log_stage(curves, 0, losses, c.lr, teacher_rate, len(data), collect_s, len(data))
             self.log(f"[train] bc: {len(data)} frames, teacher success {teacher_rate:.0%}, loss {losses[-1]:.4f}")
             stage = 0
             self._save_state(stage, model, data)
         for round_index in range(stage + 1, c.dagger_rounds + 1):
             offset = 100_000 * round_index
+            tick = time.monotonic()
             records, student_rate = self.collect(c.dagger_episodes, model, c.randomize, offset,
                                                  f"dagger {round_index}/{c.dagger_rounds}")
+            collect_s = time.monotonic() - tick
+            before = len(data)
             for r in records:
                 data.add(r)
             losses = fit(model, data, c.epochs_per_round, c.batch_size, c.lr * 0.5, c.weight_decay,
                          c.seed + round_index, self.log, f"dagger {round_index}")
             self.history.append({"stage": round_index, "kind": "dagger", "episodes": c.dagger_episodes,
                                  "frames": len(data), "student_success_while_collecting": student_rate,
-                                 "final_loss": losses[-1]})
+                                 "final_loss": losses[-1], "losses": losses})
+            self._log_stage(curves, round_index, losses, c.lr * 0.5, student_rate, len(data), collect_s,
+                            len(data) - before)
             self.log(f"[train] dagger round {round_index}: student success {student_rate:.0%} while collecting, "
                      f"{len(data)} frames, loss {losses[-1]:.4f}")
             self._save_state(round_index, model, data)
         evaluation = {}
         if c.eval_episodes:
-            records, rate = self.collect(c.eval_episodes, model, False, 900_000, "eval nominal")
+            assert_unseen_episodes(c.seed, range(EVAL_SEED_OFFSET, EVAL_SEED_OFFSET + c.eval_episodes),
+                                   self.training_episodes(), c.source)
+            records, rate = self.collect(c.eval_episodes, model, False, EVAL_SEED_OFFSET, "eval nominal")
             wins = sum(bool(r.outcome.get("success")) for r in records)
             evaluation = {"episodes": c.eval_episodes, "success_rate": rate,
                           "ci95": list(wilson_interval(wins, c.eval_episodes))}
             self.log(f"[train] nominal-sim success {rate:.0%} (95% CI {evaluation['ci95'][0]:.2f}-"
                      f"{evaluation['ci95'][1]:.2f}) over {c.eval_episodes} episodes")
+        # Paths relative to the repository (or name + content hash): the file travels, the machine's
+        # layout does not (core/provenance.py).
+        config = portable_provenance(c.to_dict(), [share_dir()])
         provenance = {
             "robot": c.robot,
             "method": f"behavior cloning from a privileged {c.teacher.upper()} teacher + DAgger",
             "teacher": self._teacher_provenance(),
-            "config": c.to_dict(), "config_hash": content_hash(c.to_dict()), "seed": c.seed,
-            "randomize": c.randomize, "frames": len(data), "rounds": self.history, "evaluation": evaluation,
+            "config": config, "config_hash": content_hash(config), "seed": c.seed,
+            "randomize": c.randomize, "frames": len(data),
+            "rounds": [{k: v for k, v in row.items() if k != "losses"} for row in self.history],
+            "evaluation": evaluation, "training_episodes": self.training_episodes(),
             "parent": None, "data": "sim (rendered through config preprocess)",
-            "sim_params_file": c.sim_params, "sim_params_version": sim_params_version(c.sim_params),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git_commit": git_commit(),
+            "sim_params_file": portable_path(c.sim_params, [share_dir()]),
+            "sim_params_version": sim_params_version(c.sim_params),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **git,
             "train_time_s": round(time.monotonic() - start, 1),
         }
         spec = make_policy_spec(
@@ -245,13 +291,22 @@ class Trainer:
         self.log(f"[train] wrote {self.out} (hash {digest}) in {time.monotonic() - start:.0f} s")
         return {"checkpoint": str(self.out), "hash": digest, "history": self.history, "evaluation": evaluation}
 
+    def training_episodes(self) -> dict[str, Any]:
+        """Which episodes training played: run seed and episode index ranges [first, last) (the
+        world of episode i is episode_seed(seed, i)); evaluation checks it never replays them."""
+        c = self.config
+        ranges = [[0, c.bc_episodes]] + [[100_000 * r, 100_000 * r + c.dagger_episodes]
+                                         for r in range(1, c.dagger_rounds + 1)]
+        return {"seed": c.seed, "index_ranges": ranges}
+
     def _teacher_provenance(self) -> dict[str, Any]:
         if self.config.teacher != "ppo":
             return {"kind": "ik"}
         from ..rl.teacher_checkpoint import load_teacher
 
         loaded = load_teacher(self.config.teacher_checkpoint)
-        return {"kind": "ppo", "checkpoint": self.config.teacher_checkpoint, "hash": loaded.checkpoint_hash,
+        return {"kind": "ppo", "checkpoint": portable_path(self.config.teacher_checkpoint, [share_dir()]),
+                "hash": loaded.checkpoint_hash,
                 "evaluation": {k: v for k, v in loaded.spec.provenance.get("evaluation", {}).items()
                                if k != "per_episode"}}
 

@@ -246,6 +246,18 @@ def offline_vs_closed_loop(offline: StageResult, closed: StageResult) -> str:
             f"the policy reaches its goals differently from the person (e.g. faster or along another path).")
 
 
+def nominal_sim_params(nominal: dict[str, Any]) -> dict[str, Any]:
+    """The nominal stage's sim params version against the checkpoint's training one (from whichever
+    path ran): {"version", "trained_version", "warning" (None when they agree)}."""
+    for path in ("core", "graph"):
+        result = nominal.get(path)
+        if isinstance(result, dict) and "sim_params_version" in result:
+            return {"version": result["sim_params_version"],
+                    "trained_version": result.get("trained_sim_params_version"),
+                    "warning": result.get("sim_params_warning")}
+    return {"version": None, "trained_version": None, "warning": None}
+
+
 def validate(checkpoint: str | Path, real_bags: list[str | Path] | None = None, gates: Gates | None = None,
              report_dir: str | Path | None = None, episodes: int | None = None,
              sim_config: str | Path | None = None, seed: int = 1000, replay_options: ReplayOptions | None = None,
@@ -289,6 +301,9 @@ def validate(checkpoint: str | Path, real_bags: list[str | Path] | None = None, 
     stage1, nominal = sim_stage("nominal_sim", gates.nominal_sim, episodes=n1, perturb=False, sim_config=sim_config,
                                 seed=seed, **common)
     stages: list[StageResult] = [stage1]
+    sim_params_check = nominal_sim_params(nominal)
+    if sim_params_check["warning"]:
+        log(f"[validate] warning: {sim_params_check['warning']}")
     log(f"[validate] stage 2: {n2} perturbed sim episodes")
     params_dir = out or Path(tempfile.mkdtemp(prefix="sim2real_validate_"))
     perturbed_file = perturbed_sim_params(sim_config, gates.perturbed_sim, params_dir / "sim_params_perturbed.yaml")
@@ -332,6 +347,7 @@ def validate(checkpoint: str | Path, real_bags: list[str | Path] | None = None, 
                                          nominal.get("graph"), perturbed.get("graph"), robot),
         "robot_sim": None if robot_sim is None else str(robot_sim), "disagreement": disagreement,
         "failure_modes": failure_modes, "real_episodes": real, "real_bags": [str(b) for b in bags],
+        "sim_params": sim_params_check,
         "elapsed_s": round(time.monotonic() - started, 1),
     }
     report = _clean(report)
