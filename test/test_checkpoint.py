@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import pickle
 import re
@@ -271,7 +272,9 @@ def test_policy_cli_init_then_info(tmp_path, capsys, preprocess, panda_joints):
     assert spec["preprocess_hash"] == preprocess.content_hash
     assert spec["policy_camera"] == preprocess.policy_camera.to_dict()
     assert spec["sim_params_version"] == content_hash({"latency_s": 0.03})
-    assert spec["provenance"]["robot"] == str(PANDA_URDF)
+    # A URDF outside the repository is named by file name and content hash, never by this machine's path.
+    assert spec["provenance"]["robot"] == {"name": "panda.urdf",
+                                           "sha256": hashlib.sha256(PANDA_URDF.read_bytes()).hexdigest()[:16]}
     assert sim2real_main(["policy", "info", str(out)]) == 0
     text = capsys.readouterr().out
     assert "panda_joint7" in text and "8 points every 0.04 s" in text and info["hash"] in text

@@ -17,7 +17,8 @@ from ..robots import ROBOT_NAMES
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, default=default_policy_path(),
-                        help="checkpoint or exported .onnx policy (default: the shipped policy)")
+                        help="checkpoint, exported .onnx policy or PPO teacher checkpoint (privileged observations; "
+                             "default: the shipped policy)")
     parser.add_argument("--backend", choices=("auto", "torch", "onnxruntime"), default="auto",
                         help="core path: what runs the policy; auto picks by the file (docs/onnx.md)")
     parser.add_argument("--episodes", type=int, default=50)
@@ -60,7 +61,17 @@ def run(args: argparse.Namespace) -> int:
     if args.graph and args.actuation_latency is not None:
         print("--actuation-latency applies to the core path; the graph's actuator reads config/params.yaml")
         return 2
-    if args.graph:
+    from ..rl.teacher_checkpoint import is_teacher_file
+
+    if is_teacher_file(args.checkpoint):
+        if args.graph or args.backend == "onnxruntime" or args.actuation_latency is not None:
+            print("a teacher checkpoint runs on privileged observations only: no --graph, --backend onnxruntime "
+                  "or --actuation-latency", file=sys.stderr)
+            return 2
+        result = _evaluate_teacher(args)
+        if result is None:
+            return 2
+    elif args.graph:
         from ..runtime.graph_eval import DEFAULT_GRAPH_RTF, evaluate_in_graph
 
         rtf = DEFAULT_GRAPH_RTF if args.real_time_factor is None else args.real_time_factor
@@ -108,4 +119,26 @@ def run(args: argparse.Namespace) -> int:
     lo, hi = result["ci95"]
     pushes = f"; pushes on, {result['pushes_applied_total']} applied" if result.get("pushes") else ""
     print(f"success {result['success_rate']:.0%} (95% CI {lo:.2f}-{hi:.2f}) over {result['episodes']} episodes{pushes}")
+    for group, row in (result.get("by_pushes") or {}).items():
+        rate = "n/a" if row["success_rate"] is None else f"{row['success_rate']:.0%}"
+        print(f"  {group}: {row['successes']}/{row['episodes']} ({rate})")
     return 0
+
+
+def _evaluate_teacher(args: argparse.Namespace) -> dict | None:
+    """eval-sim on a PPO teacher checkpoint (rl/teacher_eval.py); None after printing an error."""
+    from ..core.errors import Sim2RealError
+    from ..rl.cluster import ray_for_command, shutdown_ray
+    from ..rl.teacher_eval import evaluate_teacher_in_sim
+
+    try:
+        workers = ray_for_command(args.workers, args.ray_address)
+        try:
+            return evaluate_teacher_in_sim(args.checkpoint, args.episodes, perturb=args.perturb, pushes=args.pushes,
+                                           sim_config=args.sim_config, robot_description=args.robot_description,
+                                           seed=args.seed, workers=workers, robot=args.robot)
+        finally:
+            shutdown_ray()
+    except Sim2RealError as err:
+        print(f"sim2real eval-sim: {err}", file=sys.stderr)
+        return None

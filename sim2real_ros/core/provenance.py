@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError
+from .errors import ConfigError, Sim2RealError
 from .hashing import content_hash
 
 _WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
@@ -183,7 +183,7 @@ def training_index_ranges(training_episodes: Any) -> tuple[int | None, list[tupl
     return seed, parsed
 
 
-class ReusedTrainingEpisodeError(AssertionError):
+class ReusedTrainingEpisodeError(Sim2RealError, AssertionError):
     """An evaluation would replay a world that training played."""
 
 

@@ -24,3 +24,17 @@ def summary(values: np.ndarray | list[float]) -> dict[str, float]:
         return {k: float("nan") for k in ("mean", "std", "p50", "p90", "p99", "max")}
     return {"mean": float(a.mean()), "std": float(a.std()), "p50": float(np.percentile(a, 50)),
             "p90": float(np.percentile(a, 90)), "p99": float(np.percentile(a, 99)), "max": float(a.max())}
+
+
+def success_by_pushes(rows: list[dict]) -> dict[str, dict]:
+    """Success counted separately over episodes in which at least one push started ("pushed") and
+    the others ("unpushed"): rows need "success" and "pushes_applied". Each group: episodes,
+    successes, success_rate (None when empty) and the Wilson ci95."""
+    groups: dict[str, dict] = {}
+    for name, keep in (("pushed", lambda n: n > 0), ("unpushed", lambda n: n <= 0)):
+        chosen = [r for r in rows if keep(int(r.get("pushes_applied", 0)))]
+        wins = sum(bool(r["success"]) for r in chosen)
+        groups[name] = {"episodes": len(chosen), "successes": wins,
+                        "success_rate": wins / len(chosen) if chosen else None,
+                        "ci95": list(wilson_interval(wins, len(chosen)))}
+    return groups

@@ -13,8 +13,8 @@ from ..core.checkpoint import LoadedPolicy
 from ..core.errors import ConfigError
 from ..core.policy_backend import load_policy
 from ..core.preprocess_config import PreprocessConfig
-from ..core.provenance import sim_params_mismatch
-from ..core.stats import summary, wilson_interval
+from ..core.provenance import assert_unseen_episodes, sim_params_mismatch
+from ..core.stats import success_by_pushes, summary, wilson_interval
 from ..paths import config_path
 from ..robots import robot_description_for, robot_for_checkpoint, sim_params_for
 from ..sim.params import load_sim_params
@@ -61,6 +61,25 @@ def rollout_config_from(policy: LoadedPolicy, actuation_latency_s: float,
     trained["graph_conditions"] = graph_conditions or None
     return RolloutConfig.from_dict({**trained, "max_episode_s": None, "actuation_latency_s": actuation_latency_s},
                                    f"{policy.spec.provenance.get('config', {}).get('source', 'checkpoint')} rollout")
+
+
+def student_training_episodes(provenance: dict[str, Any]) -> dict[str, Any] | None:
+    """The episodes a student's training played (run seed, index ranges): the provenance's record,
+    or for checkpoints saved before it was recorded, rebuilt from the config (training.trainer:
+    BC episodes from index 0, DAgger round r from 100_000 * r)."""
+    recorded = provenance.get("training_episodes")
+    if isinstance(recorded, dict):
+        return recorded
+    config = provenance.get("config")
+    if not isinstance(config, dict):
+        return None
+    try:
+        seed, bc, rounds, per_round = (int(config["seed"]), int(config["bc_episodes"]), int(config["dagger_rounds"]),
+                                       int(config["dagger_episodes"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return {"seed": seed, "index_ranges": [[0, bc]] + [[100_000 * r, 100_000 * r + per_round]
+                                                       for r in range(1, rounds + 1)]}
 
 
 def episode_row(index: int, outcome: dict[str, Any]) -> dict[str, Any]:
@@ -128,6 +147,7 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     job = EpisodeJob(str(params.source), robot_description_for(robot, robot_description), preprocess.to_dict(),
                      list(policy.spec.joint_names), config.to_dict(), policy.spec.chunk_length, policy.spec.dt_s,
                      pushes=pushes, record_images=False, backend=policy.backend)
+    assert_unseen_episodes(seed, range(episodes), student_training_episodes(policy.spec.provenance), str(checkpoint))
     pool = EpisodePool(job, workers, num_threads=num_threads)
     try:
         seeds = [episode_seed(seed, i) for i in range(episodes)]
@@ -137,7 +157,10 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     push_info = {}
     if pushes:
         push_info = {"push_params": dataclasses.asdict(params.randomization.pushes),
-                     "pushes_applied_total": sum(int(r.outcome.get("pushes_applied", 0)) for r in records)}
+                     "pushes_applied_total": sum(int(r.outcome.get("pushes_applied", 0)) for r in records),
+                     "by_pushes": success_by_pushes([{"success": bool(r.outcome.get("success")),
+                                                      "pushes_applied": int(r.outcome.get("pushes_applied", 0))}
+                                                     for r in records])}
     return {"checkpoint": str(checkpoint), "checkpoint_hash": policy.checkpoint_hash, "backend": policy.backend,
             "robot": robot,
             "perturb": perturb,

@@ -1,0 +1,98 @@
+"""A PPO teacher checkpoint evaluated like a student (`sim2real eval-sim --checkpoint teacher.pt`).
+
+The teacher acts on privileged observations (rl/env.py), so it runs on the reach env, not through
+the camera pipeline; the seeds and the report are those of training.evaluation.evaluate_in_sim:
+episode i of `--seed S` plays the world of episode_seed(S, i), and the JSON has the same fields
+(success rate, Wilson ci95, episode length, failures, per-episode rows), plus success counted
+separately over pushed and unpushed episodes. An evaluation that would replay a training world
+(same run seed, an index training played) is refused.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import ConfigError
+from ..core.provenance import assert_unseen_episodes, sim_params_mismatch
+from ..core.stats import success_by_pushes, summary, wilson_interval
+from ..robots import robot_description_for, robot_for_checkpoint, sim_params_for
+from ..sim.params import load_sim_params
+from .batch import EnvSpec
+from .pool import RolloutPool
+from .teacher_checkpoint import load_teacher
+
+DEFAULT_EVAL_ENVS = 8  # worlds stepped side by side; the results depend on it (slot assignment), so it is reported
+
+
+def teacher_training_episodes(provenance: dict[str, Any]) -> dict[str, Any] | None:
+    """The training episode record of a teacher's provenance; for teachers saved before it was
+    recorded, rebuilt from the config's seed and num_envs and the steps played (rl/ppo.training_episodes)."""
+    recorded = provenance.get("training_episodes")
+    if isinstance(recorded, dict):
+        return recorded
+    config = provenance.get("config")
+    steps, iterations = provenance.get("steps"), provenance.get("iterations")
+    if not isinstance(config, dict) or not isinstance(steps, int) or not isinstance(iterations, int):
+        return None
+    seed, num_envs = config.get("seed"), config.get("num_envs")
+    if not isinstance(seed, int) or not isinstance(num_envs, int):
+        return None
+    return {"seed": seed, "index_ranges": [[0, steps + num_envs],
+                                           [1_000_000, iterations * 1_000_000 + steps + num_envs]]}
+
+
+def evaluate_teacher_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False, pushes: bool = False,
+                            sim_config: str | Path | None = None, robot_description: str | None = None,
+                            seed: int = 1000, workers: int = 0, robot: str | None = None,
+                            num_envs: int = DEFAULT_EVAL_ENVS) -> dict[str, Any]:
+    """Run `episodes` privileged episodes with the teacher's deterministic (mean) action.
+
+    perturb: the sim params' randomization ranges each episode; pushes: random pushes on the arm
+    (the sim params' randomization.pushes; ConfigError if absent). workers: Ray rollout workers (ray
+    initialized) or 0. robot: robots.ROBOTS name (None: the teacher's). Raises CheckpointError for a
+    bad file, ReusedTrainingEpisodeError when an episode would be a training one."""
+    teacher = load_teacher(checkpoint)
+    spec = teacher.spec
+    robot = robot_for_checkpoint(robot, spec.joint_names, spec.provenance, str(checkpoint))
+    params = load_sim_params(sim_params_for(robot, sim_config))
+    if pushes and params.randomization.pushes is None:
+        raise ConfigError(params.source, "randomization.pushes", None,
+                          "pushes were asked for, but the sim params have no randomization.pushes ranges")
+    indices = range(int(episodes))
+    assert_unseen_episodes(seed, indices, teacher_training_episodes(spec.provenance), str(checkpoint))
+    env = {**spec.env, "randomize": bool(perturb), "pushes": bool(pushes)}
+    slots = max(1, min(int(num_envs), int(episodes)))
+    env_spec = EnvSpec(str(params.source), robot_description_for(robot, robot_description), env,
+                       dict(spec.rewards), int(seed), slots)
+    pool = RolloutPool(env_spec, slots, workers)
+    try:
+        if pool.obs_dim != spec.obs_dim:
+            raise ConfigError(str(checkpoint), "observation_layout", spec.obs_dim,
+                              f"the env for robot {robot} observes {pool.obs_dim} values")
+        rows = pool.run_episodes(indices, teacher.policy)
+    finally:
+        pool.close()
+    per_episode = [{"episode": i, "seed": int(r["seed"]), "success": bool(r["success"]),
+                    "duration_s": float(r["duration_s"]), "final_distance_m": float(r["final_distance_m"]),
+                    "failure": "none" if r["success"] else "not_reached",
+                    "pushes_applied": int(r.get("pushes_applied", 0))} for i, r in zip(indices, rows, strict=True)]
+    wins = sum(r["success"] for r in per_episode)
+    n = len(per_episode)
+    return {"checkpoint": str(checkpoint), "checkpoint_hash": teacher.checkpoint_hash,
+            "backend": "torch (teacher, privileged observations)", "kind": "teacher", "robot": robot,
+            "perturb": bool(perturb), "pushes": bool(pushes),
+            **({"pushes_applied_total": sum(r["pushes_applied"] for r in per_episode)} if pushes else {}),
+            "sim_params_version": params.version, "trained_sim_params_version": spec.sim_params_version,
+            "sim_params_warning": sim_params_mismatch(spec.sim_params_version, params.version, str(checkpoint),
+                                                      str(params.source)),
+            "mode": "privileged", "num_envs": slots, "seed": int(seed),
+            "episodes": n, "successes": wins, "success_rate": wins / max(n, 1),
+            "ci95": list(wilson_interval(wins, n)),
+            "by_pushes": success_by_pushes(per_episode),
+            "episode_length_s": summary([r["duration_s"] for r in per_episode]),
+            "final_distance_m": summary(np.asarray([r["final_distance_m"] for r in per_episode])),
+            "failures": dict(sorted(Counter(r["failure"] for r in per_episode).items())),
+            "per_episode": per_episode}
