@@ -392,3 +392,41 @@ def test_node_runs_a_checkpoint_whose_provenance_is_not_the_expected_shape(ros, 
         assert wait_until(lambda: len(diagnostics) > 0, 60.0), (tmp_path / "graph.log").read_text()
     assert diagnostics_values(diagnostics[-1])["checkpoint"] == str(odd)
     assert "Traceback" not in (tmp_path / "graph.log").read_text()
+
+
+def test_node_warns_naming_both_sim_params_versions_and_runs_on(tmp_path):
+    """A checkpoint trained on other sim params than the sim the graph runs: a warning naming both
+    versions (issue 33), and the node keeps running (a warning, not a refusal)."""
+    import signal
+    import time
+
+    from sim2real_ros.core.provenance import sim_params_version
+
+    checkpoint = tmp_path / "panda.pt"
+    init_checkpoint(checkpoint, RobotModel.from_file(PANDA_URDF).joint_names,
+                    PreprocessConfig.from_yaml(config_path("preprocess.yaml")),
+                    sim_params_path=config_path("sim_params.yaml"))
+    other = tmp_path / "other_sim_params.yaml"
+    other.write_text("actuator: {actuation_latency_s: 0.5}\n")
+    trained, current = sim_params_version(config_path("sim_params.yaml")), sim_params_version(other)
+    args = [sys.executable, "-m", "sim2real_ros.cli.main", "node", "policy_node", "--ros-args",
+            "-p", f"checkpoint:={checkpoint}", "-p", f"robot_description:={PANDA_URDF}",
+            "-p", f"sim_params_file:={other}"]
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as handle:
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=handle, cwd=REPO_ROOT)
+    try:
+        deadline = time.monotonic() + 120.0
+        while time.monotonic() < deadline and proc.poll() is None and "sim params version" not in log.read_text():
+            time.sleep(0.2)
+        text = log.read_text()
+        assert proc.poll() is None, text  # still running
+        warning = next(line for line in text.splitlines() if "sim params version" in line)
+        assert "WARN" in warning and trained in warning and current in warning and str(other) in warning
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
