@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .paths import config_path, default_policy_path
-from .robots import DEFAULT_ROBOT, get_robot, robot_description_for
+from .robots import DEFAULT_ROBOT, get_robot, robot_description_for, sim_params_for
 
 MODES = ("sim", "robot", "replay")
 
@@ -84,9 +84,13 @@ def declare_graph(mode: str, args: GraphArgs | None = None) -> list[NodeDecl]:
         return NodeDecl(executable, executable, merged, tuple(remaps), files)
 
     description = {"robot_description": args.description()}
+    # In the sim, the policy node checks the sim params the sim node runs against those the checkpoint
+    # was trained on (a warning naming both versions); on a robot there are none to check.
+    sim_params = ({"sim_params_file": sim_params_for(args.robot, args.extra_parameters.get("sim_node", {})
+                                                     .get("sim_params_file"), "graph")} if mode == "sim" else {})
     perception = [
         node("camera_preprocessor", {}, _remaps(args, camera=True)),
-        node("policy_node", {**description, "checkpoint": args.checkpoint}, _remaps(args, joints=True)),
+        node("policy_node", {**description, "checkpoint": args.checkpoint, **sim_params}, _remaps(args, joints=True)),
         node("actuator_node", description, _remaps(args, joints=True)),
     ]
     tool = {"ee_link": args.ee_link} if args.ee_link else {}

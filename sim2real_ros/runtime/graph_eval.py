@@ -70,10 +70,9 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
     sim_parameters: dict[str, Any] = {"seed": int(seed), "randomize": bool(perturb),
                                       "sim_params_file": str(params.source),
                                       "real_time_factor": float(real_time_factor), "pushes": bool(pushes)}
-    # The policy node checks the sim params it runs against those it was trained on (warning naming both).
-    args = GraphArgs(checkpoint=str(checkpoint), robot=robot,
-                     extra_parameters={"sim_node": sim_parameters,
-                                       "policy_node": {"sim_params_file": str(params.source)}},
+    # The policy node is given the sim node's sim params file (graph.declare_graph) and warns when the
+    # checkpoint was trained on another version.
+    args = GraphArgs(checkpoint=str(checkpoint), robot=robot, extra_parameters={"sim_node": sim_parameters},
                      **({"robot_description": robot_description} if robot_description else {}))
     timeout = wall_timeout_s or 120.0 + episodes * 4.0 * params.task.timeout_s / min(real_time_factor, 1.0)
     with tempfile.TemporaryDirectory(prefix="sim2real_graph_eval_") as tmp:
