@@ -270,13 +270,13 @@ class TeacherTrainer:
             alg = PPO.construct_algorithm(dummy_obs, dummy_env, cfg, "cpu")
         first_it, steps, history = self._load_state(alg) if resume else (0, 0, [])
         git = training_git_state(self.work_dir, share_dir(), fresh=first_it == 0)
-        curves = TrainingLog(self.work_dir, f"sim2real train-teacher: {c.source}")
         pool = RolloutPool(c.env_spec(episode_base=first_it * 1_000_000), c.num_envs, self.workers)
         env = PoolVecEnv(pool, max_steps, {"env": c.env, "rewards": c.rewards})
         recent: deque[bool] = deque(maxlen=c.success_window)
         for row in history[-1:]:
             recent.extend([True] * int(row.get("window_successes", 0)))
             recent.extend([False] * (int(row.get("window_episodes", 0)) - int(row.get("window_successes", 0))))
+        curves = TrainingLog(self.work_dir, f"sim2real train-teacher: {c.source}")
         try:
             obs = env.get_observations()
             alg.train_mode()
