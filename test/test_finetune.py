@@ -4,6 +4,7 @@ the "real" sim variant)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,6 +28,7 @@ from sim2real_ros.core.errors import ConfigError
 from sim2real_ros.core.policy_model import build_model
 from sim2real_ros.core.preprocess import ImagePipeline
 from sim2real_ros.core.preprocess_config import PreprocessConfig
+from sim2real_ros.core.provenance import absolute_paths
 from sim2real_ros.core.stats import wilson_interval
 from sim2real_ros.episodes.dataset import LabelConfig, build_dataset, default_actuation_latency_s
 from sim2real_ros.finetune.finetune import FinetuneConfig, finetune, split_episodes
@@ -156,7 +158,8 @@ def test_finetune_fits_the_real_episodes_holds_out_whole_ones_and_records_proven
     assert report["before"]["holdout"]["mae_rad"] > 0 and report["after"]["holdout"]["mae_rad"] > 0
     provenance = load_checkpoint(out).spec.provenance
     assert provenance["parent"] == checkpoint_hash(teleop_recording.tiny)
-    assert [b["path"] for b in provenance["bags"]] == [str(b) for b in teleop_recording.bags]
+    assert [b["name"] for b in provenance["bags"]] == [Path(b).name for b in teleop_recording.bags]
+    assert absolute_paths(provenance) == []  # bags outside the repository: folder name + fingerprint
     assert all(len(b["fingerprint"]) == 16 for b in provenance["bags"])
     held, train = provenance["episodes"]["holdout"], provenance["episodes"]["train"]
     assert len(held) == 1 and len(train) == 2 and not set(held) & set(train)

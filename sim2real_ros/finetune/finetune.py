@@ -37,7 +37,7 @@ from ..core.policy_model import PolicyModel, build_model
 from ..core.preprocess import ImagePipeline
 from ..core.preprocess_config import PreprocessConfig
 from ..core.progress import progress
-from ..core.provenance import git_state, portable_provenance
+from ..core.provenance import git_state, portable_path, portable_provenance
 from ..episodes.dataset import EpisodeFrames, LabelConfig, RealDataset, build_dataset
 from ..paths import share_dir
 from .sim_data import SimFrames, collect_sim_frames
@@ -294,7 +294,10 @@ def finetune(checkpoint: str | Path, bags: list[str | Path], out: str | Path, co
             after["written_checkpoint_sim"] = action_error(model, sim.images, sim.joints, sim.labels)
     for parameter in model.parameters():
         parameter.requires_grad_(True)
-    bag_list = [{"path": b, "fingerprint": bag_fingerprint(b)} for b in dataset.bags]
+    # A bag is a folder: named by its folder name (its path when inside the repository) and its
+    # fingerprint, the content hash of its storage files; never by this machine's absolute path.
+    bag_list = [{"name": Path(b).name, "path": portable_path(b, [share_dir()]), "fingerprint": bag_fingerprint(b)}
+                for b in dataset.bags]
     provenance = {
         "method": ("fine-tuning on real demonstrations and interventions (behavior cloning of the human's commands)"
                    + ("" if sim is None else f", co-trained with sim frames of the parent's training distribution "
