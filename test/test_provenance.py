@@ -218,3 +218,17 @@ def test_a_tiny_student_run_writes_curves_and_portable_provenance(tmp_path, caps
     assert provenance["sim_params_file"] == "config/sim_params.yaml"
     assert provenance["config"]["source"] == {"name": "train.yaml", "sha256": sim_hash(path)}
     assert provenance["git_taken"] == "training start" and isinstance(provenance["git_dirty"], bool)
+
+
+def test_the_sim_graph_gives_the_policy_node_the_sim_nodes_sim_params(tmp_path):
+    from sim2real_ros.graph import GraphArgs, declare_graph
+    from sim2real_ros.robots import get_robot
+
+    nodes = {d.name: d for d in declare_graph("sim", GraphArgs(robot="so101"))}
+    assert nodes["policy_node"].parameters["sim_params_file"] == str(get_robot("so101").sim_params_path())
+    other = str(_other_sim_params(tmp_path))
+    args = GraphArgs(extra_parameters={"sim_node": {"sim_params_file": other}})
+    nodes = {d.name: d for d in declare_graph("sim", args)}
+    assert nodes["policy_node"].parameters["sim_params_file"] == other
+    robot = {d.name: d for d in declare_graph("robot")}
+    assert "sim_params_file" not in robot["policy_node"].parameters  # no sim on a robot: nothing to check
