@@ -8,6 +8,7 @@ import pytest
 from sim2real_ros.core.errors import ConfigError
 from sim2real_ros.core.joystick import load_joystick_mapping
 from sim2real_ros.core.safety import limits_from_urdf
+from sim2real_ros.core.supervision.estop import ABSENT_POLLS as ESTOP_ABSENT_POLLS
 from sim2real_ros.core.supervisor import COMMAND_MARGIN_RAD, Mode, Supervisor, SupervisorConfig
 from sim2real_ros.core.teleop import Jogger
 from sim2real_ros.core.urdf import RobotModel
@@ -531,6 +532,76 @@ def test_estop_heartbeat_silence_latches_when_configured():
     assert not ok and "heartbeat" in message
     sup.on_estop(False, T0 + 420 * MS)
     assert sup.request_reset(T0 + 430 * MS)[0] and sup.mode == Mode.HOLD
+
+
+def test_a_wrong_type_estop_publisher_latches_and_blocks_reset_and_arming_while_it_exists():
+    sup = armed()
+    faulty = ["estop publisher /panel (std_msgs/msg/String): not std_msgs/msg/Bool, its stops cannot be read"]
+    hold = sup.set_estop_publishers(["g1"], faulty, T0 + MS)
+    assert hold.hold and sup.mode == Mode.ESTOP and "/panel (std_msgs/msg/String)" in sup.reason
+    assert sup.status(T0 + MS).estop_sources == tuple(faulty)
+    ok, message = sup.request_reset(T0 + 2 * MS)
+    assert not ok and "/panel" in message
+    sup.set_estop_publishers(["g1"], [], T0 + 3 * MS)
+    assert sup.request_reset(T0 + 4 * MS)[0] and sup.mode == Mode.HOLD
+    sup.set_estop_publishers(["g1"], faulty, T0 + 5 * MS)  # appears again while holding: latches again
+    assert sup.mode == Mode.ESTOP
+
+
+def test_two_estop_publishers_one_release_does_not_clear_the_others_press():
+    """Issue 34: B's "released" let a reset through while A still pressed."""
+    sup = armed()
+    sup.on_estop(False, T0 + MS, publisher="b")
+    hold = sup.on_estop(True, T0 + 2 * MS, publisher="a")
+    assert hold.hold and sup.mode == Mode.ESTOP and "publisher a" in sup.reason
+    sup.on_estop(False, T0 + 3 * MS, publisher="b")
+    ok, message = sup.request_reset(T0 + 4 * MS)
+    assert not ok and "estop topic is true (publisher a)" in message
+    sup.on_estop(False, T0 + 5 * MS, publisher="a")
+    assert sup.request_reset(T0 + 6 * MS)[0]
+
+
+def test_a_pressed_estop_publisher_that_vanishes_stays_latched_until_reset():
+    sup = armed()
+    sup.on_estop(True, T0 + MS, publisher="a")
+    for k in range(ESTOP_ABSENT_POLLS):
+        sup.set_estop_publishers([], [], T0 + (2 + k) * MS)
+    status = sup.status(T0 + 10 * MS)
+    assert sup.mode == Mode.ESTOP and "left while pressed (publisher a)" in status.estop_vanished
+    assert status.estop_sources == ()
+    assert sup.request_reset(T0 + 11 * MS)[0] and sup.status(T0 + 11 * MS).estop_vanished == ""
+
+
+def test_a_node_clock_that_stands_still_stops_nothing_the_steady_clock_runs_the_watchdogs():
+    """Issue 34: with sim time and /clock stopped, input ages stopped growing and no watchdog fired."""
+    sup = armed(estop_heartbeat_timeout_s=1.0)
+    steady = 7 * T0  # another clock entirely: only its differences count
+    sup.on_estop(False, T0)
+    assert sup.tick(T0, steady).hold is False
+    frozen = T0 + 10 * MS  # the node's clock stops here ...
+    for k in range(1, 30):  # ... while 10 ms steady ticks go on, inputs still arriving at the frozen time
+        feed(sup, frozen)
+        sup.on_estop(False, frozen)
+        sup.tick(frozen, steady + k * 10 * MS)
+    assert sup.mode == Mode.ESTOP and "heartbeat cannot be checked" in sup.reason, sup.reason
+    assert "has not advanced for more than 0.2 s of steady time" in sup.reason
+    assert not sup.request_reset(frozen)[0]
+    # The clock moves again: the stall clears and a reset is accepted.
+    feed(sup, frozen + MS)
+    sup.on_estop(False, frozen + MS)
+    sup.tick(frozen + MS, steady + 31 * 10 * MS)
+    assert sup.request_reset(frozen + 2 * MS)[0]
+
+
+def test_a_stalled_node_clock_holds_a_moving_arm_and_refuses_arming():
+    sup = armed()
+    steady = 0
+    for k in range(30):
+        feed(sup, T0 + MS)
+        sup.tick(T0 + MS, steady + k * 10 * MS)
+    assert sup.mode == Mode.HOLD and "has not advanced" in sup.reason, sup.reason
+    ok, message = sup.request_arm(T0 + MS)
+    assert not ok and "has not advanced" in message
 
 
 def test_an_estop_publisher_that_cannot_be_heard_counts_as_pressed():
