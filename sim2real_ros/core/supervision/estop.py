@@ -26,7 +26,6 @@ from ..timebase import NS_PER_S
 from .config import SupervisorConfig
 from .watchdogs import fresh
 
-
 ABSENT_POLLS = 3
 """Graph polls in a row a pressed `estop` publisher must be missing from to count as gone."""
 
