@@ -377,13 +377,17 @@ class Supervisor:
         steady_ns: a steady clock's time [ns] (never stops or jumps) beside the node's now_ns; with
         it a node clock standing still longer than joint_state_timeout_s stales every input."""
         self._observe_clock(now_ns)
-        self._estop.start_heartbeat(now_ns)
         if steady_ns is not None:
             self._watch_clock_standstill(now_ns, steady_ns)
+        if steady_ns is None or self._clock.started:
+            # With a steady clock beside it, the heartbeat counts from when the node's clock first
+            # ran (sim time jumps from 0 to the sim's time when /clock arrives).
+            self._estop.start_heartbeat(now_ns)
         silent = self._estop.heartbeat_silent_s(now_ns)
         if silent is not None:
             self._latch(now_ns, Event.ESTOP_SOURCE, source=f"e-stop heartbeat silent for {silent:.3f} s")
-        if self._clock_stalled and self.config.estop_heartbeat_timeout_s > 0:
+        if self._clock_stalled and self.config.estop_heartbeat_timeout_s > 0 and self._clock.started:
+            # Not before the clock first moved (sim time before /clock): nothing can arm then anyway.
             self._latch(now_ns, Event.ESTOP_SOURCE, source=f"e-stop heartbeat cannot be checked: {self._clock_stalled}")
         if isinstance(entry(self._mode, Event.STOP_SOURCE_LOST), Transition):
             missing = self._estop.stop_source_missing(now_ns)
@@ -518,7 +522,8 @@ class Supervisor:
         # A fixed text: the reason must not change every tick while the clock stands still.
         self._clock_stalled = (f"the node's clock has not advanced for more than {timeout} s of steady time "
                                "(is /clock running?)") if still else ""
-        self._estop.clock_stalled = self._clock_stalled
+        # The heartbeat counts as uncheckable once the clock has run (before, it waits like the heartbeat).
+        self._estop.clock_stalled = self._clock_stalled if self._clock.started else ""
 
     def _observe_clock(self, now_ns: int) -> None:
         """Watchdogs count forward only: a time earlier than one already seen re-anchors every input

@@ -131,9 +131,12 @@ class EStopSources:
         timeout = self.config.estop_heartbeat_timeout_s
         if timeout <= 0:
             return None
-        last = self.message_ns if self.message_ns is not None else self.heartbeat_start_ns
-        if last is None:
+        # Silence counts from the start at the earliest: a message received before the count began
+        # (sim time at 0 before /clock arrived) does not make it older.
+        known = [t for t in (self.message_ns, self.heartbeat_start_ns) if t is not None]
+        if not known:
             return None
+        last = max(known)
         silent = (now_ns - last) / NS_PER_S
         return silent if silent > timeout else None
 

@@ -47,10 +47,12 @@ class ClockWatch:
         self.latest_ns: int | None = None
         self._still_ns: int | None = None  # the node's time last seen by standing_still_s [ns]
         self._still_since_steady_ns = 0  # steady time [ns] when it last changed
+        self.started = False  # the node's time has changed at least once (sim time: /clock arrived)
 
     def standing_still_s(self, now_ns: int, steady_ns: int) -> float:
         """Seconds [s] of steady time (steady_ns [ns]) since the node's time now_ns [ns] last changed."""
         if self._still_ns is None or now_ns != self._still_ns:
+            self.started = self.started or self._still_ns is not None
             self._still_ns, self._still_since_steady_ns = now_ns, steady_ns
             return 0.0
         return (steady_ns - self._still_since_steady_ns) / NS_PER_S
