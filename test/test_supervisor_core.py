@@ -579,24 +579,24 @@ def test_a_node_clock_that_stands_still_stops_nothing_the_steady_clock_runs_the_
     sup.on_estop(False, T0)
     assert sup.tick(T0, steady).hold is False
     frozen = T0 + 10 * MS  # the node's clock stops here ...
-    for k in range(1, 30):  # ... while 10 ms steady ticks go on, inputs still arriving at the frozen time
+    for k in range(1, 60):  # ... while 10 ms steady ticks go on, inputs still arriving at the frozen time
         feed(sup, frozen)
         sup.on_estop(False, frozen)
         sup.tick(frozen, steady + k * 10 * MS)
     assert sup.mode == Mode.ESTOP and "heartbeat cannot be checked" in sup.reason, sup.reason
-    assert "has not advanced for more than 0.2 s of steady time" in sup.reason
+    assert "has not advanced for more than 0.5 s of steady time" in sup.reason
     assert not sup.request_reset(frozen)[0]
     # The clock moves again: the stall clears and a reset is accepted.
     feed(sup, frozen + MS)
     sup.on_estop(False, frozen + MS)
-    sup.tick(frozen + MS, steady + 31 * 10 * MS)
+    sup.tick(frozen + MS, steady + 61 * 10 * MS)
     assert sup.request_reset(frozen + 2 * MS)[0]
 
 
 def test_a_stalled_node_clock_holds_a_moving_arm_and_refuses_arming():
     sup = armed()
     steady = 0
-    for k in range(30):
+    for k in range(60):
         feed(sup, T0 + MS)
         sup.tick(T0 + MS, steady + k * 10 * MS)
     assert sup.mode == Mode.HOLD and "has not advanced" in sup.reason, sup.reason

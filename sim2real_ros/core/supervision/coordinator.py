@@ -46,7 +46,7 @@ Time only goes forward for the watchdogs (`watchdogs.py`): after a clock step ba
 stale until it arrives again, the e-stop heartbeat included, a moving mode holds, and
 `clock_steps_back` counts it. The watchdogs never stop with the clock either: the node ticks on a
 steady clock and passes its time (`tick(now_ns, steady_ns)`); a node clock that stands still for
-longer than joint_state_timeout_s of steady time (`/clock` stopped under use_sim_time) is a stale
+longer than max(joint_state_timeout_s, 0.5 s) of steady time (`/clock` stopped under use_sim_time) is a stale
 input for every watchdog: a moving mode holds, arming is refused, a required heartbeat latches
 ESTOP and no stop source counts as live, until the clock moves again.
 
@@ -80,6 +80,12 @@ from .outputs import COUNTER_NAMES, InterventionEvent, SentCommand, SupervisorSt
 from .plausibility import COMMAND_MARGIN_RAD, beyond_limits
 from .shared_control import SharedCorrection
 from .watchdogs import ClockWatch, InputTimes, foreign_publishers_text, fresh, missing_inputs, watchdog_problem
+
+
+CLOCK_STANDSTILL_MIN_S = 0.5
+"""[s] The shortest node-clock standstill (steady time) that stales every input: never before the
+joint-state watchdog would fire, and long enough for a sim thread starved on a loaded machine to
+publish its next `/clock` (only sim time can stand still; a robot's wall clock cannot)."""
 
 
 def _fail_safe(on_error: str) -> Callable:
@@ -449,10 +455,10 @@ class Supervisor:
     def _guard_failures(self, guard: Guard, now_ns: int) -> list[str]:
         """What fails `guard` at now_ns (empty: it passes)."""
         if guard == Guard.POLICY_READY:
-            missing = missing_inputs(self._times, now_ns, self.config)
+            missing = self._missing_inputs(now_ns)
             return missing + self._failed_checks(now_ns, check_gap=not missing)
         if guard == Guard.HUMAN_READY:
-            blockers = []
+            blockers = [self._clock_stalled] if self._clock_stalled else []
             if not fresh(self._times.joint_state_ns, now_ns, self.config.joint_state_timeout_s):
                 blockers.append("no fresh joint_states")
             return blockers + self._failed_checks(now_ns, check_gap=False)
@@ -462,7 +468,7 @@ class Supervisor:
 
     def _failed_checks(self, now_ns: int, check_gap: bool) -> list[str]:
         """The arming checks that fail now; the handover gap only with check_gap and nothing else failing."""
-        blockers = [self._clock_stalled] if self._clock_stalled else []
+        blockers = []
         if self._foreign_publishers > 0:
             blockers.append(foreign_publishers_text(self._foreign_publishers))
         missing = self._estop.stop_source_missing(now_ns)
@@ -488,8 +494,14 @@ class Supervisor:
         self._fire(event, now_ns, **fields)
         return self._emit_hold(now_ns)
 
+    def _missing_inputs(self, now_ns: int) -> list[str]:
+        """The inputs a policy mode needs that are not fresh; a standing node clock stales them all
+        (waiting for it is waiting for inputs, not a failed check: auto_arm does not count it)."""
+        stalled = [self._clock_stalled] if self._clock_stalled else []
+        return stalled + missing_inputs(self._times, now_ns, self.config)
+
     def _auto_arm(self, now_ns: int) -> None:
-        missing = missing_inputs(self._times, now_ns, self.config)
+        missing = self._missing_inputs(now_ns)
         refusals = self._failed_checks(now_ns, check_gap=not missing)
         if not missing and not refusals:
             self._fire(Event.AUTO_ARM, now_ns)
@@ -515,9 +527,10 @@ class Supervisor:
         self._fire(Event.JOINT_JUMP, now_ns, jump=why)
 
     def _watch_clock_standstill(self, now_ns: int, steady_ns: int) -> None:
-        """A node clock that stood still for longer than joint_state_timeout_s of steady time [s]
-        makes every input age unknowable: say so (the watchdogs, arming and the heartbeat read it)."""
-        timeout = self.config.joint_state_timeout_s
+        """A node clock that stood still for longer than max(joint_state_timeout_s, CLOCK_STANDSTILL_MIN_S)
+        of steady time [s] makes every input age unknowable: say so (the watchdogs, arming and the
+        heartbeat read it)."""
+        timeout = max(self.config.joint_state_timeout_s, CLOCK_STANDSTILL_MIN_S)
         still = self._clock.standing_still_s(now_ns, steady_ns) > timeout
         # A fixed text: the reason must not change every tick while the clock stands still.
         self._clock_stalled = (f"the node's clock has not advanced for more than {timeout} s of steady time "
