@@ -81,7 +81,6 @@ from .plausibility import COMMAND_MARGIN_RAD, beyond_limits
 from .shared_control import SharedCorrection
 from .watchdogs import ClockWatch, InputTimes, foreign_publishers_text, fresh, missing_inputs, watchdog_problem
 
-
 CLOCK_STANDSTILL_MIN_S = 0.5
 """[s] The shortest node-clock standstill (steady time) that stales every input: never before the
 joint-state watchdog would fire, and long enough for a sim thread starved on a loaded machine to
