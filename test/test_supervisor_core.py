@@ -923,3 +923,20 @@ def test_teleop_jogging_after_a_jump_waits_for_the_hold_to_reach_the_arm():
     holds, jog = commands[:-1], commands[-1]
     assert np.allclose(holds[-1].positions, JUMP)  # the hold got to the arm first
     assert np.abs(jog.positions - JUMP).max() <= LIMITS.velocity.max() * 0.01 + 1e-9
+
+
+def test_one_late_tick_of_a_starved_process_is_not_a_stopped_clock():
+    """A process starved for 0.7 s wakes with its tick and the /clock message both ready: the tick
+    alone sees the clock unchanged for 0.7 s. Only a second tick in a row counts as a standstill."""
+    sup = armed()
+    feed(sup, T0 + MS)
+    sup.tick(T0 + MS, 0)
+    feed(sup, T0 + MS)
+    sup.tick(T0 + MS, 700 * MS)  # the late tick, before the clock message was taken
+    assert sup.mode == Mode.AUTONOMOUS, sup.reason
+    feed(sup, T0 + 2 * MS)
+    sup.tick(T0 + 2 * MS, 701 * MS)  # the clock moved on
+    assert sup.mode == Mode.AUTONOMOUS, sup.reason
+    sup.tick(T0 + 2 * MS, 1300 * MS)
+    sup.tick(T0 + 2 * MS, 1310 * MS)  # really standing: two ticks past the limit
+    assert sup.mode == Mode.HOLD and "has not advanced" in sup.reason

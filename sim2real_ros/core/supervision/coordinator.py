@@ -147,6 +147,7 @@ class Supervisor:
         self._user_disarmed = False  # a hold request or a takeover: auto_arm waits for an explicit arm
         self._foreign_publishers = 0
         self._clock_stalled = ""  # why the node's clock counts as stopped ("" while it advances)
+        self._clock_over_once = False  # the last tick already saw the clock standing still too long
 
     # ------------------------------------------------------------------------------------------
     # Read-outs
@@ -530,7 +531,10 @@ class Supervisor:
         of steady time [s] makes every input age unknowable: say so (the watchdogs, arming and the
         heartbeat read it)."""
         timeout = max(self.config.joint_state_timeout_s, CLOCK_STANDSTILL_MIN_S)
-        still = self._clock.standing_still_s(now_ns, steady_ns) > timeout
+        over = self._clock.standing_still_s(now_ns, steady_ns) > timeout
+        # Two ticks in a row, not one: a process starved for longer than the timeout wakes with its
+        # tick and the `/clock` message that moves its clock both ready, maybe the tick first.
+        still, self._clock_over_once = over and self._clock_over_once, over
         # A fixed text: the reason must not change every tick while the clock stands still.
         self._clock_stalled = (f"the node's clock has not advanced for more than {timeout} s of steady time "
                                "(is /clock running?)") if still else ""
