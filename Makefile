@@ -11,7 +11,7 @@ STAMP := $(VENV)/.setup-stamp
 # Every test run gets its own DDS domain and stays on localhost (docs/design.md §7).
 TEST_ENV := ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
 
-.PHONY: setup setup-jazzy test test-jazzy test-timing demo lint bench clean
+.PHONY: setup setup-jazzy test test-jazzy test-timing demo lint bench clean check-lerobot-reader
 
 setup: $(STAMP)
 
@@ -48,9 +48,19 @@ test-jazzy: $(STAMP_JAZZY)
 test-timing: $(STAMP)
 	$(TEST_ENV) $(BIN)/python -m pytest test -q -m timing
 
+# Exported datasets read frame by frame by LeRobot's own reader (LeRobotDataset, lerobot-dataset 0.4.4)
+# in a venv of its own (tools/lerobot_reader/requirements.txt: about 5.5 GB, and Debian's ffmpeg
+# libraries for torchcodec). Optional: not part of make test / CI.
+VENV_LEROBOT := .venv-lerobot
+check-lerobot-reader: $(STAMP)
+	test -x $(VENV_LEROBOT)/bin/python || $(PYTHON) -m venv $(VENV_LEROBOT)
+	$(VENV_LEROBOT)/bin/python -m pip install --quiet -r tools/lerobot_reader/requirements.txt $(PIP_QUIET)
+	$(BIN)/python tools/lerobot_reader/make_datasets.py build/lerobot_reader > build/lerobot_reader.list
+	$(VENV_LEROBOT)/bin/python tools/lerobot_reader/read_dataset.py $$(cat build/lerobot_reader.list)
+
 # ruff, then the package layers (.importlinter: which package may import which).
 lint: $(STAMP)
-	$(BIN)/ruff check sim2real_ros test launch benchmarks
+	$(BIN)/ruff check sim2real_ros test launch benchmarks tools
 	$(BIN)/lint-imports --no-cache
 
 demo: $(STAMP)
@@ -60,4 +70,4 @@ bench: $(STAMP)
 	$(BIN)/sim2real bench --json bench_out/bench.json
 
 clean:
-	rm -rf $(VENV) $(VENV_JAZZY) demo_out bench_out build *.egg-info
+	rm -rf $(VENV) $(VENV_JAZZY) $(VENV_LEROBOT) demo_out bench_out build *.egg-info

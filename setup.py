@@ -4,7 +4,8 @@ from glob import glob
 from setuptools import find_packages, setup
 
 PACKAGE = "sim2real_ros"
-NODES = ["sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder", "viz_node"]
+NODES = ["sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder", "viz_node",
+         "feetech_driver", "camera_node"]
 
 setup(
     name=PACKAGE,
@@ -16,6 +17,10 @@ setup(
         (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
         (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.xml")),
         (f"share/{PACKAGE}/urdf", glob("urdf/*.urdf")),
+        (f"share/{PACKAGE}/urdf/so101", glob("urdf/so101/*.urdf") + glob("urdf/so101/*.md")
+         + ["urdf/so101/LICENSE"]),
+        (f"share/{PACKAGE}/urdf/so101/meshes/visual", glob("urdf/so101/meshes/visual/*.stl")),
+        (f"share/{PACKAGE}/urdf/so101/meshes/collision", glob("urdf/so101/meshes/collision/*.stl")),
         (f"share/{PACKAGE}/policies", glob("policies/*")),
         (f"share/{PACKAGE}/benchmarks", glob("benchmarks/*.py")),
     ],

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .paths import config_path, default_policy_path, urdf_path
+from .paths import config_path, default_policy_path
+from .robots import DEFAULT_ROBOT, get_robot, robot_description_for
 
 MODES = ("sim", "robot", "replay")
 
@@ -23,7 +24,8 @@ class GraphArgs:
     """
 
     namespace: str = ""
-    robot_description: str = field(default_factory=lambda: str(urdf_path()))
+    robot: str = DEFAULT_ROBOT  # robots.ROBOTS name: the default URDF, sim params and tool link
+    robot_description: str = ""  # "" = the robot's URDF
     params_file: str = field(default_factory=lambda: str(config_path("params.yaml")))
     checkpoint: str = field(default_factory=lambda: str(default_policy_path()))
     use_sim_time: bool | None = None  # None: true for sim and replay, false on the robot
@@ -36,6 +38,10 @@ class GraphArgs:
     viz: bool = False  # add viz_node: a live Foxglove view (docs/viz.md)
     viz_port: int = 8765  # its WebSocket port
     viz_host: str = "127.0.0.1"  # where it listens: this machine only, unless told otherwise
+
+    def description(self) -> str:
+        """robot_description, or the robot's URDF file when it is empty."""
+        return robot_description_for(self.robot, self.robot_description, "graph")
 
     def sim_time(self, mode: str) -> bool:
         """use_sim_time of every node: default true where a sim or a bag player publishes `clock`."""
@@ -69,6 +75,7 @@ def declare_graph(mode: str, args: GraphArgs | None = None) -> list[NodeDecl]:
     if mode not in MODES:
         raise ValueError(f"unknown graph mode {mode!r}; choose one of {MODES}")
     args = args or GraphArgs()
+    get_robot(args.robot, "graph")
     common = {"use_sim_time": args.sim_time(mode)}
     files = (args.params_file,) if args.params_file else ()
 
@@ -76,7 +83,7 @@ def declare_graph(mode: str, args: GraphArgs | None = None) -> list[NodeDecl]:
         merged = {**common, **params, **args.extra_parameters.get(executable, {})}
         return NodeDecl(executable, executable, merged, tuple(remaps), files)
 
-    description = {"robot_description": args.robot_description}
+    description = {"robot_description": args.description()}
     perception = [
         node("camera_preprocessor", {}, _remaps(args, camera=True)),
         node("policy_node", {**description, "checkpoint": args.checkpoint}, _remaps(args, joints=True)),
@@ -90,15 +97,16 @@ def declare_graph(mode: str, args: GraphArgs | None = None) -> list[NodeDecl]:
         if args.namespace:
             # Every node's sim-time source listens on /clock, whatever its namespace.
             sim_remaps += (("clock", "/clock"),)
-        sim = node("sim_node", {**description, **tool}, sim_remaps)
-        supervisor = node("supervisor", {**description, **tool, "auto_arm": True},
+        sim = node("sim_node", {"robot": args.robot, **description, **tool}, sim_remaps)
+        supervisor = node("supervisor", {"robot": args.robot, **description, **tool, "auto_arm": True},
                           _remaps(args, joints=True, command=True))
         return [sim, *perception, supervisor, *viewer]
     if mode == "robot":
         # The camera driver and ros2_control (joint_state_broadcaster + forward position controller)
         # are the robot's own; the supervisor never arms by itself on hardware, and arms only while a
         # stop source is live (an `estop` heartbeat or a joystick; losing it latches ESTOP, docs/design.md §4).
-        supervisor = node("supervisor", {**description, **tool, "auto_arm": False, "require_stop_source": True},
+        supervisor = node("supervisor", {"robot": args.robot, **description, **tool, "auto_arm": False,
+                                         "require_stop_source": True},
                           _remaps(args, joints=True, command=True))
         return [*perception, supervisor, *viewer]
     # replay: a bag player provides camera, joint_states and clock; nothing commands a robot.

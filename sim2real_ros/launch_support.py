@@ -14,7 +14,9 @@ from .graph import GraphArgs, NodeDecl, declare_graph
 # launch argument name -> (GraphArgs field, description)
 LAUNCH_ARGUMENTS: dict[str, tuple[str, str]] = {
     "namespace": ("namespace", "namespace to push the whole graph into (one per robot)"),
-    "robot_description": ("robot_description", "URDF file path (joint names and limits come from it)"),
+    "robot": ("robot", "robot: arm6 (default) | so101 (docs/robots.md); its URDF is the default robot_description"),
+    "robot_description": ("robot_description", "URDF file path (joint names and limits come from it); "
+                          "default: the robot's"),
     "params_file": ("params_file", "ROS parameters YAML passed to every node"),
     "checkpoint": ("checkpoint", "policy checkpoint file"),
     "use_sim_time": ("use_sim_time", "true/false; default true in sim mode, false otherwise"),

@@ -37,11 +37,13 @@ class FoxgloveClient:
     """Connects, records advertised channels and received messages (topic -> [(log time [ns],
     receive monotonic [s], payload)]) in a reader thread."""
 
-    def __init__(self, url: str, timeout_s: float = 20.0) -> None:
+    def __init__(self, url: str, timeout_s: float = 20.0, origin: str | None = None) -> None:
+        """origin: the Origin header a browser page at that origin would send (None: none, as a
+        non-browser client)."""
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                self.ws = connect(url, subprotocols=[SUBPROTOCOL], max_size=None, open_timeout=5)
+                self.ws = connect(url, subprotocols=[SUBPROTOCOL], max_size=None, open_timeout=5, origin=origin)
                 break
             except OSError:
                 if time.monotonic() > deadline:

@@ -14,9 +14,13 @@ import io
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import struct
+import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -80,11 +84,11 @@ class Outcome:
     stderr: str
 
 
-def probe(bag: Path) -> Outcome:
+def probe(bag: Path, extra_env: dict[str, str] | None = None) -> Outcome:
     """Open `bag` every public way in a child process; fail on a traceback, a hang or a memory peak."""
     out_file, err_file = bag.parent / f"{bag.name}.out", bag.parent / f"{bag.name}.err"
     # One BLAS thread: its per-thread buffers would count against the address-space limit.
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", **(extra_env or {})}
     try:
         returncode, max_rss = run_measured([sys.executable, "-c", PROBE, str(bag)], CHILD_ADDRESS_SPACE,
                                            CHILD_DEADLINE, REPO_ROOT, out_file, err_file, env=env)
@@ -445,3 +449,254 @@ def test_repair_that_cannot_write_names_the_file(tmp_path, capsys):
     assert captured.out == ""
     assert_one_line_error({"rc": 1, "stdout": "", "stderr": captured.err}, str(bag / "metadata.yaml.tmp"),
                           "cannot repair")
+
+
+# ---------------------------------------------------------------------------- links in a bag folder
+# Bags travel as tarballs, which keep symbolic links. Each case puts a link where repair writes or
+# reads (a temp file, a backup, metadata.yaml, a storage file), pointing outside the bag.
+def _unclosed_mcap_bag(tmp_path: Path) -> Path:
+    """A bag whose recorder was killed: one MCAP file without a summary, no metadata.yaml."""
+    return _mcap_bag(tmp_path, "unclosed", _assemble(_real_mcap_records(), summary=False))
+
+
+def _bag_with_bad_metadata(tmp_path: Path) -> Path:
+    bag = _written_bag(tmp_path)
+    meta = bag / "metadata.yaml"
+    meta.write_text(_edit_metadata("message_count_abc")(meta.read_text()))
+    return bag
+
+
+# link name in the bag -> (the bag, what the link points at: a victim text file or the bag's own file moved out)
+LINK_CASES: dict[str, tuple[Callable[[Path], Path], str]] = {
+    "metadata.yaml.bak": (_bag_with_bad_metadata, "victim"),
+    "metadata.yaml.tmp": (_bag_with_bad_metadata, "victim"),
+    "metadata.yaml": (_bag_with_bad_metadata, "moved"),
+    "bag_mcap_0.mcap": (_bag_with_bad_metadata, "moved"),
+    "unclosed_0.mcap.repairing": (_unclosed_mcap_bag, "victim"),
+    "unclosed_0.mcap.damaged": (_unclosed_mcap_bag, "victim"),
+    "unclosed_0.mcap": (_unclosed_mcap_bag, "moved"),
+}
+
+
+@pytest.mark.parametrize("link", sorted(LINK_CASES))
+def test_a_bag_folder_holding_a_link_is_refused_by_name_and_nothing_outside_changes(tmp_path, capsys, link):
+    make_bag, target_kind = LINK_CASES[link]
+    bag = make_bag(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = outside / "target"
+    if target_kind == "moved":  # the bag's own file, moved out and linked back in
+        (bag / link).rename(target)
+    else:
+        target.write_text("precious: what the link points at\n")
+    (bag / link).symlink_to(target)
+    target_before = target.read_bytes()
+    bag_before = sorted(p.name for p in bag.iterdir())
+
+    for action in ("repair", "info"):
+        assert cli_main(["bag", action, str(bag)]) == 1, action
+        captured = capsys.readouterr()
+        assert_one_line_error({"rc": 1, "stdout": captured.out, "stderr": captured.err},
+                              str(bag), "symbolic link", link)
+    assert target.read_bytes() == target_before  # the old repair wrote the new metadata or MCAP here
+    assert sorted(p.name for p in bag.iterdir()) == bag_before  # nothing written into the bag either
+    assert sorted(p.name for p in outside.iterdir()) == ["target"]
+
+
+def test_write_metadata_replaces_a_link_at_its_temp_name_without_writing_through_it(tmp_path):
+    # The writer's and repair's metadata.yaml goes through metadata.yaml.tmp: even a link that
+    # appears there after the folder was checked is removed, not followed.
+    from sim2real_ros.bags.metadata import metadata_document, write_metadata
+
+    bag = _written_bag(tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (bag / "metadata.yaml.tmp").symlink_to(victim)
+    write_metadata(bag, metadata_document("mcap", [], [], "kilted"))
+    assert victim.read_text() == "precious\n"
+    meta = bag / "metadata.yaml"
+    assert not meta.is_symlink() and "rosbag2_bagfile_information" in meta.read_text()
+    assert not (bag / "metadata.yaml.tmp").exists() and not (bag / "metadata.yaml.tmp").is_symlink()
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_bag_writer_refuses_a_dangling_link_at_its_path(tmp_path, storage):
+    from sim2real_ros.core.errors import BagError
+
+    elsewhere = tmp_path / "elsewhere"
+    out = tmp_path / "new_bag"
+    out.symlink_to(elsewhere)  # dangling: exists() is False, yet the name is taken
+    with pytest.raises(BagError, match="exists already"):
+        BagWriter(out, storage=storage)
+    assert not elsewhere.exists()
+
+
+def test_repair_never_overwrites_an_earlier_backup(tmp_path, capsys):
+    bag = _written_bag(tmp_path)
+    meta = bag / "metadata.yaml"
+    texts = []
+    for count in ("abc", "-5"):  # damaged twice, repaired twice
+        text = meta.read_text().replace(f"  message_count: {N_MESSAGES}\n", f"  message_count: {count}\n", 1)
+        assert text != meta.read_text()
+        meta.write_text(text)
+        texts.append(text)
+        assert cli_main(["bag", "repair", str(bag)]) == 0
+    assert "metadata.yaml.bak.2" in capsys.readouterr().out
+    assert [(bag / name).read_text() for name in ("metadata.yaml.bak", "metadata.yaml.bak.2")] == texts
+    assert bag_info(bag).message_count == N_MESSAGES and not bag_info(bag).problems
+
+
+# ---------------------------------------------------------------------------- compressed bags
+def _streamed_zstd(*parts: bytes, zeros: int = 0) -> bytes:
+    """One zstd frame of `parts` then `zeros` zero bytes, compressed 1 MiB at a time (the frame
+    header states no size, as a streaming compressor writes it)."""
+    compressor = zstd.ZstdCompressor()
+    out = [compressor.compress(part) for part in parts]
+    out += [compressor.compress(bytes(min(2**20, zeros - i))) for i in range(0, zeros, 2**20)]
+    return b"".join(out) + compressor.flush()
+
+
+def _file_compressed_bag(tmp_path: Path, storage: str, name: str = "", zeros: int = 0,
+                         content: Callable[[bytes], bytes] | None = None) -> tuple[Path, str]:
+    """A real bag written by BagWriter, its storage file replaced by `<file>.zstd` as rosbag2's
+    `compression_mode: file` writes it; `zeros` zero bytes appended inside the compressed stream
+    (a bomb), or the content replaced by `content(original)`. Returns (bag, compressed file name)."""
+    bag = tmp_path / (name or f"file_compressed_{storage}")
+    with BagWriter(bag, storage=storage) as writer:
+        writer.add_topic("/chatter", "std_msgs/msg/String")
+        for i in range(N_MESSAGES):
+            writer.write("/chatter", T0 + i, _cdr_string(f"hello {i}"))
+    plain = writer.file_paths[0]
+    data = plain.read_bytes() if content is None else content(plain.read_bytes())
+    compressed_name = plain.name + ".zstd"
+    (bag / compressed_name).write_bytes(_streamed_zstd(data, zeros=zeros))
+    plain.unlink()
+    meta = bag / "metadata.yaml"
+    meta.write_text(meta.read_text().replace(plain.name, compressed_name).replace(
+        "compression_format: ''", "compression_format: zstd").replace("compression_mode: ''", "compression_mode: file"))
+    return bag, compressed_name
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_file_compressed_bag_reads_and_leaves_no_temp_file(tmp_path, monkeypatch, storage):
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
+    bag, compressed_name = _file_compressed_bag(tmp_path, storage)
+    from sim2real_ros.bags import BagReader
+
+    with BagReader(bag) as reader:
+        # The inflated copy has no name on disk while it is read (MCAP: an anonymous temp file;
+        # sqlite3: unlinked once SQLite holds it open), so a killed process leaves nothing.
+        assert [p for p in private_tmp.rglob("*") if p.is_file()] == []
+        assert [m.msg.data for m in reader.messages()] == [f"hello {i}" for i in range(N_MESSAGES)]
+        assert [p.name for p in reader.files] == [compressed_name]  # messages name the bag's file
+    assert list(private_tmp.iterdir()) == []
+
+
+INFLATE_CAP_MIB = 4  # [MiB] SIM2REAL_BAG_INFLATE_MAX_MIB in the bomb tests: small, so they write little
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_file_compressed_bomb_stops_at_its_cap_naming_file_and_limit(tmp_path, storage):
+    # A few KB that inflate to 64 MiB (the reviewer's 65 KB inflated to 2.1 GB): stopped at the cap.
+    bag, compressed_name = _file_compressed_bag(tmp_path, storage, zeros=64 * 2**20)
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    assert (bag / compressed_name).stat().st_size < 16_000
+    outcome = probe(bag, {"SIM2REAL_BAG_INFLATE_MAX_MIB": str(INFLATE_CAP_MIB), "TMPDIR": str(private_tmp)}).report
+    cap = INFLATE_CAP_MIB * 2**20
+    fragments = (str(bag / compressed_name), f"inflates to more than {cap} bytes", "SIM2REAL_BAG_INFLATE_MAX_MIB")
+    assert outcome["error"] is not None and all(f in outcome["error"] for f in fragments), outcome["error"]
+    assert_one_line_error(outcome["info"], *fragments)
+    assert_one_line_error(outcome["repair"], *fragments)
+    assert list(private_tmp.iterdir()) == []  # nothing left behind
+
+
+def test_file_compressed_bag_that_is_not_mcap_stops_after_the_first_block(tmp_path):
+    # 256 MiB of zeros named .mcap.zstd: refused at the magic bytes of the first inflated block,
+    # under the default limits, before anything is written.
+    bag, compressed_name = _file_compressed_bag(tmp_path, "mcap", name="not_mcap", zeros=256 * 2**20,
+                                                content=lambda _original: b"")
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    outcome = probe(bag, {"TMPDIR": str(private_tmp)}).report
+    fragments = (str(bag / compressed_name), "does not inflate to a MCAP file", "starts with b'\\x00")
+    assert outcome["error"] is not None and all(f in outcome["error"] for f in fragments), outcome["error"]
+    assert_one_line_error(outcome["info"], *fragments)
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_inflate_limits_default_scale_with_the_compressed_size_and_read_the_environment():
+    from sim2real_ros.bags.storage import InflateLimits
+    from sim2real_ros.core.errors import BagError
+
+    limits = InflateLimits()
+    assert limits.budget(65_000) == 256 * 2**20  # the reviewer's 65 KB bomb: 256 MiB, not 2.1 GB
+    assert limits.budget(3 * 10**6) == 300 * 10**6  # 3 MB: 300 MB, not 100 GB
+    assert limits.budget(10**12) == 64 * 2**30  # never more than 64 GiB
+    configured = InflateLimits.from_env({"SIM2REAL_BAG_INFLATE_RATIO": "10", "SIM2REAL_BAG_INFLATE_MAX_MIB": "2"})
+    assert configured.budget(10**9) == 2 * 2**20 and configured.budget(1000) == 2 * 2**20
+    with pytest.raises(BagError, match="SIM2REAL_BAG_INFLATE_RATIO='-1'"):
+        InflateLimits.from_env({"SIM2REAL_BAG_INFLATE_RATIO": "-1"})
+    with pytest.raises(BagError, match="SIM2REAL_BAG_INFLATE_MAX_MIB='lots'"):
+        InflateLimits.from_env({"SIM2REAL_BAG_INFLATE_MAX_MIB": "lots"})
+
+
+def test_message_compressed_bag_has_a_total_budget_not_only_one_per_message(tmp_path):
+    # 40 messages of 1 MiB each, every one under the per-message cap (256 MiB), each frame ~100
+    # bytes: 40 MiB from 4 KB. With a 4 MiB budget the read stops after 4 of them, naming the bag.
+    bag = tmp_path / "message_compressed_budget"
+    message = _cdr_string("a" * (2**20 - 16))
+    with BagWriter(bag, storage="sqlite3") as writer:
+        writer.add_topic("/chatter", "std_msgs/msg/String")
+        for i in range(40):
+            writer.write("/chatter", T0 + i, _streamed_zstd(message))
+    meta = bag / "metadata.yaml"
+    meta.write_text(meta.read_text().replace("compression_format: ''", "compression_format: zstd").replace(
+        "compression_mode: ''", "compression_mode: message"))
+    outcome = probe(bag, {"SIM2REAL_BAG_INFLATE_MAX_MIB": str(INFLATE_CAP_MIB)}).report
+    fragments = (str(bag), f"inflate to more than {INFLATE_CAP_MIB * 2**20} bytes in all",
+                 "SIM2REAL_BAG_INFLATE_MAX_MIB")
+    assert outcome["error"] is not None and all(f in outcome["error"] for f in fragments), outcome["error"]
+    # Under the default budget the same bag reads whole.
+    from sim2real_ros.bags import BagReader
+
+    with BagReader(bag) as reader:
+        assert sum(1 for _ in reader.messages()) == 40
+
+
+def test_sigterm_while_inflating_leaves_no_temp_file(tmp_path):
+    # sqlite3 needs a named copy while it inflates: `sim2real bag info` stopped by SIGTERM (a
+    # closed session, `kill`) mid-way removes it on the way out (the old reader left it in /tmp).
+    bag, _ = _file_compressed_bag(tmp_path, "sqlite3", zeros=240 * 2**20)  # inflates for ~0.1-1 s
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(private_tmp), "PYTHONPATH": str(REPO_ROOT)}
+    child = subprocess.Popen([sys.executable, "-m", "sim2real_ros.cli.main", "bag", "info", str(bag)], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO_ROOT)
+    try:
+        deadline = time.monotonic() + CHILD_DEADLINE
+        while not any(p.is_file() for p in private_tmp.rglob("*")):  # the copy exists: inflating
+            assert child.poll() is None and time.monotonic() < deadline, "never saw the inflated copy"
+            time.sleep(0.001)
+        child.send_signal(signal.SIGTERM)
+        _, stderr = child.communicate(timeout=CHILD_DEADLINE)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 128 + signal.SIGTERM and b"Traceback" not in stderr, stderr
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_dataset_export_refuses_a_dangling_link_at_its_output(tmp_path):
+    from sim2real_ros.datasets.lerobot import DatasetError
+    from sim2real_ros.datasets.lerobot_export import export_bag
+
+    elsewhere = tmp_path / "elsewhere"
+    out = tmp_path / "dataset"
+    out.symlink_to(elsewhere)
+    with pytest.raises(DatasetError, match="exists already"):
+        export_bag(_written_bag(tmp_path), out, progress=False)
+    assert not elsewhere.exists()

@@ -414,7 +414,7 @@ def test_export_matches_the_real_dataset_schema(tmp_path):
         "observation.images.cam_high"]["shape"]
 
 
-def _recorded_bag(path: Path, with_state: bool = True) -> dict:
+def _recorded_bag(path: Path, with_state: bool = True, missing_images: tuple[int, ...] = ()) -> dict:
     """A bag as `sim2real record` writes one in sim: joint_states 100 Hz, robot commands (Float64MultiArray,
     no stamp: log time) 100 Hz, camera/image_raw 30 Hz, supervisor/state HOLD -> TELEOP -> HOLD."""
     from rosbags.typesys import Stores, get_typestore
@@ -441,6 +441,8 @@ def _recorded_bag(path: Path, with_state: bool = True) -> dict:
         rows.append((ns + 1_000_000, "/forward_position_controller/commands",
                      store.serialize_cdr(array, array.__msgtype__)))
     for i in range(90):
+        if i in missing_images:
+            continue
         ns = t0 + round(i * NS_PER_S / 30)
         image = t["sensor_msgs/msg/Image"](header=stamp(ns), height=H, width=W, encoding="bgr8", is_bigendian=0,
                                            step=W * 3, data=_frame(0, i % 10)[..., ::-1].reshape(-1).copy())
@@ -482,6 +484,31 @@ def test_export_recorded_bag(tmp_path):
     frames = _decoded_frames(tmp_path / "out" / "videos" / "observation.images.camera" / "chunk-000" / "file-000.mp4")
     assert abs(float(frames[0][..., 0].mean()) - float(_frame(0, 5)[..., 0].mean())) < 6  # t = 0.5 s: image 15
     assert abs(float(frames[0][..., 2].mean()) - 128) < 6  # RGB order kept
+
+
+def test_export_gap_splits_the_episode_and_keeps_video_time(tmp_path):
+    """Frames left out inside a span (images lost for 0.2 s) must not shift later frames: LeRobot reads
+    frame i at timestamp i / fps of a gap-free video, so the span becomes two gap-free episodes and every
+    frame's query time decodes a frame of its own episode (the bug: 615 of 616 frames loaded, the last
+    one queried past the video's end)."""
+    from sim2real_ros.datasets.lerobot_export import export_bag
+
+    _recorded_bag(tmp_path / "rec", missing_images=tuple(range(45, 52)))  # 1.5 .. 1.7 s at 30 fps
+    summary = export_bag(tmp_path / "rec", tmp_path / "out", fps=FPS, task="reach", progress=False)
+    assert summary.episodes == 2 and summary.dropped_frames > 0
+    assert any("split" in p for p in summary.problems)
+    data = pq.read_table(tmp_path / "out" / "data" / "chunk-000" / "file-000.parquet").to_pydict()
+    episodes = pq.read_table(next((tmp_path / "out" / "meta" / "episodes").rglob("*.parquet"))).to_pylist()
+    video = tmp_path / "out" / "videos" / "observation.images.camera" / "chunk-000" / "file-000.mp4"
+    frames = _decoded_frames(video)
+    assert len(frames) == summary.frames == len(data["timestamp"])
+    for e, row in enumerate(episodes):
+        rows = [i for i, ep in enumerate(data["episode_index"]) if ep == e]
+        stamps = np.array([data["timestamp"][i] for i in rows])
+        np.testing.assert_allclose(stamps, np.array([data["frame_index"][i] for i in rows]) / FPS, atol=1e-6)
+        key = "videos/observation.images.camera"
+        # The last frame of each episode is within its video range (LeRobot's query at from + timestamp).
+        assert row[f"{key}/from_timestamp"] + stamps[-1] < row[f"{key}/to_timestamp"] <= len(frames) / FPS + 1e-9
 
 
 def test_export_bad_input(tmp_path, capsys):

@@ -30,7 +30,7 @@ DECLARERS = {"declare", "declare_array", "declare_parameter", "declare_parameter
 
 
 @pytest.mark.parametrize("node", ["sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor",
-                                  "recorder", "viz_node"])
+                                  "recorder", "viz_node", "feetech_driver", "camera_node"])
 def test_nodes_declare_parameters_only_from_their_table(node):
     """No parameter is declared by name in a node's source: each comes from nodes/parameters.py."""
     from sim2real_ros.nodes.parameters import NODES

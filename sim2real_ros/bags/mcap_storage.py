@@ -22,6 +22,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from mcap.data_stream import ReadDataStream
 from mcap.exceptions import McapError
@@ -176,14 +177,20 @@ class McapFile:
 
     storage = "mcap"
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, stream: BinaryIO | None = None) -> None:
+        """Open `path`; or read the open file `stream` (owned from now on: closed in close()) and
+        name `path` in every message (a `*.mcap.zstd` file inflated into an anonymous temp file)."""
         self.path = Path(path)
-        try:
-            self._file = open(self.path, "rb")  # noqa: SIM115 - closed in close()
-        except OSError as err:
-            raise BagError(f"{self.path}: cannot open ({err.strerror})") from err
+        if stream is not None:
+            self._file = stream
+        else:
+            try:
+                self._file = open(self.path, "rb")  # noqa: SIM115 - closed in close()
+            except OSError as err:
+                raise BagError(f"{self.path}: cannot open ({err.strerror})") from err
         try:
             self._size = os.fstat(self._file.fileno()).st_size  # [bytes]; bounds every declared length
+            self._file.seek(0)
             head = self._file.read(len(MAGIC))
             if head != MAGIC:
                 raise BagError(f"{self.path}: not an MCAP file (starts with {head[:8]!r}, expected the MCAP magic)")

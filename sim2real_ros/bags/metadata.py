@@ -10,6 +10,7 @@ to gigabytes), and every parse failure is a BagError naming the file.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import yaml
 
 from ..core.errors import BagError
+from .safe_files import create_temp, replace
 
 METADATA_FILE = "metadata.yaml"
 # rosbag2 writes ~0.5 KiB per topic (the 16-topic servo arm bag: 8.7 KiB), so 4 MiB holds thousands
@@ -229,9 +231,18 @@ def metadata_document(storage: str, files: list[FileEntry], topics: list[TopicMe
 
 
 def write_metadata(bag_dir: Path, document: dict) -> Path:
-    """Write metadata.yaml atomically (a crash leaves the old file or the new one, never half)."""
+    """Write metadata.yaml atomically (a crash leaves the old file or the new one, never half),
+    through a temp file created exclusively: no link in the bag folder is ever written through."""
     target = bag_dir / METADATA_FILE
-    tmp = target.with_suffix(".yaml.tmp")
-    tmp.write_text(yaml.safe_dump(document, default_flow_style=False, sort_keys=False), encoding="utf-8")
-    tmp.replace(target)
+    tmp = bag_dir / (METADATA_FILE + ".tmp")
+    text = yaml.safe_dump(document, default_flow_style=False, sort_keys=False).encode("utf-8")
+    stream = create_temp(tmp)
+    try:
+        with stream:
+            stream.write(text)
+        replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # ours: created exclusively above
+        raise
     return target

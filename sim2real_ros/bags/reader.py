@@ -21,24 +21,30 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import yaml
 from mcap.exceptions import McapError
 
 from ..core.errors import BagError
+from .mcap_storage import MAGIC as MCAP_MAGIC
 from .mcap_storage import McapFile
 from .metadata import METADATA_FILE, BagMetadata, read_metadata
-from .sqlite_storage import SqliteFile
+from .safe_files import create_exclusive, refuse_links
+from .sqlite_storage import SQLITE_MAGIC, SqliteFile
 from .storage import (
+    MAX_DECOMPRESSED_BYTES,
     Connection,
     FileSummary,
+    InflateError,
+    InflateLimits,
+    SizeError,
     StorageFile,
     TopicStats,
+    inflate_zstd_file,
     zstd,
-    zstd_decompress,
-    zstd_decompress_file,
+    zstd_decompress_bounded,
 )
 from .typestores import BagTypes
 
@@ -89,6 +95,15 @@ def _describe(err: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def _states_over_cap(frame: bytes | memoryview) -> bool:
+    """Whether a zstd frame's header states more than MAX_DECOMPRESSED_BYTES of content."""
+    try:
+        stated = zstd.get_frame_info(bytes(frame[:18])).decompressed_size
+    except zstd.ZstdError:
+        return False
+    return stated is not None and stated > MAX_DECOMPRESSED_BYTES
+
+
 def _split_index(path: Path) -> tuple[int, str]:
     """Sort key putting rosbag2 split files in order: name_2 before name_10."""
     match = re.search(r"_(\d+)\.(?:db3|mcap)", path.name)
@@ -132,7 +147,7 @@ class BagReader:
     goes; `problems` says what is wrong and `needs_repair` is set.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, inflate_limits: InflateLimits | None = None) -> None:
         self.path = Path(path)
         self.metadata: BagMetadata | None = None
         self.problems: list[str] = []
@@ -140,7 +155,11 @@ class BagReader:
         self._files: list[StorageFile] = []
         self.decode_errors: Counter[str] = Counter()
         self.skipped_undecodable: Counter[str] = Counter()
+        self.inflated_bytes = 0  # [bytes] message-compressed payloads decompressed so far
+        self._message_budget_bytes: int | None = None
         try:
+            # Compressed files and messages inflate within a budget (storage.InflateLimits).
+            self.inflate_limits = inflate_limits or InflateLimits.from_env()
             self._open()
         except _PARSE_ERRORS as err:
             self.close()
@@ -157,7 +176,7 @@ class BagReader:
         paths = [self.path] if self.path.is_file() else self._paths_of_folder()
         self.message_compression = bool(self.metadata and self.metadata.compression_mode.lower() == "message")
         for p in paths:
-            self._files.append(open_storage_file(self._decompressed(p)))
+            self._files.append(self._open_file(p))
         self.file_summaries: list[FileSummary] = [f.summary() for f in self._files]
         for summary in self.file_summaries:
             self.problems.extend(summary.problems)
@@ -171,6 +190,7 @@ class BagReader:
         self._check_metadata_counts()
 
     def _paths_of_folder(self) -> list[Path]:
+        refuse_links(self.path, "reading")  # bags travel as tarballs, which keep links
         meta_path = self.path / METADATA_FILE
         if meta_path.is_file():
             self.metadata = read_metadata(meta_path)
@@ -201,17 +221,49 @@ class BagReader:
             raise BagError(f"{meta_path}: lists '{rel}', outside the bag folder {self.path}")
         raise BagError(f"{self.path / rel_path}: listed in {meta_path} but missing")
 
-    def _decompressed(self, path: Path) -> Path:
+    def _open_file(self, path: Path) -> StorageFile:
+        """Open one storage file; a file-compressed one (`*.zstd`) is inflated within its budget."""
         if not path.name.endswith(".zstd"):
-            return path
+            return open_storage_file(path)
+        if not path.is_file():
+            raise BagError(f"{path}: storage file is missing")
+        storage = _storage_of(path)
+        compressed = path.stat().st_size
+        limit = self.inflate_limits.budget(compressed)
+        magic, kind = (MCAP_MAGIC, "MCAP") if storage == "mcap" else (SQLITE_MAGIC, "sqlite3")
+        if storage == "mcap":
+            # An anonymous temp file (O_TMPFILE, or unlinked at once): nothing is left on disk
+            # however the process ends, SIGKILL included.
+            stream = tempfile.TemporaryFile(prefix="sim2real_bag_")  # noqa: SIM115 - owned by McapFile
+            try:
+                self._inflate(path, stream, limit, magic, kind, compressed)
+                stream.flush()
+                return McapFile(path, stream=stream)
+            except BaseException:
+                stream.close()
+                raise
+        # SQLite opens files by name: a private folder (mode 0700), the copy unlinked as soon as
+        # SQLite holds it open; close() removes the folder, so does every error path.
         if self._tmp is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="sim2real_bag_")
         target = Path(self._tmp.name) / path.name.removesuffix(".zstd")
         try:
-            zstd_decompress_file(path, target)
-        except Exception as err:  # noqa: BLE001 - any decoder failure means a damaged file
-            raise BagError(f"{path}: cannot decompress zstd file ({err})") from err
-        return target
+            with create_exclusive(target) as stream:
+                self._inflate(path, stream, limit, magic, kind, compressed)
+            return SqliteFile(path, source=target)
+        finally:
+            target.unlink(missing_ok=True)
+
+    def _inflate(self, path: Path, stream: BinaryIO, limit: int, magic: bytes, kind: str, compressed: int) -> None:
+        try:
+            inflate_zstd_file(path, stream, limit, magic, kind)
+        except SizeError as err:
+            raise BagError(f"{path}: {err}, the limit for this file ({self.inflate_limits.describe(compressed)}); "
+                           "nothing was kept") from err
+        except InflateError as err:
+            raise BagError(f"{path}: {err}") from err
+        except OSError as err:
+            raise BagError(f"{err.filename or path}: cannot inflate ({err.strerror or err})") from err
 
     def _merge_topics(self) -> None:
         self._connections: dict[str, Connection] = {}
@@ -297,11 +349,20 @@ class BagReader:
                 yield from merged
                 return
             for log_time, topic, data in merged:
+                left = self._message_budget - self.inflated_bytes
                 try:
-                    plain = zstd_decompress(data)
-                except (ValueError, zstd.ZstdError) as err:  # SizeError is a ValueError
+                    plain = zstd_decompress_bounded(data, None, cap=min(MAX_DECOMPRESSED_BYTES, left))
+                except SizeError as err:
+                    # Over what is left of the budget, though within the per-message cap: the
+                    # budget ran out (a frame stating more than the cap is one bad message).
+                    if err.over_limit and left < MAX_DECOMPRESSED_BYTES and not _states_over_cap(data):
+                        raise BagError(self._budget_spent()) from err
                     self._count_bad_message(topic, f"does not decompress ({err})")
                     continue
+                except (ValueError, zstd.ZstdError) as err:
+                    self._count_bad_message(topic, f"does not decompress ({err})")
+                    continue
+                self.inflated_bytes += len(plain)
                 yield log_time, topic, plain
         except _PARSE_ERRORS as err:
             raise BagError(f"{self.path}: unreadable messages ({_describe(err)})") from err
@@ -347,6 +408,24 @@ class BagReader:
                 self._count_bad_message(topic, f"does not decode as {msgtype}: {err}")
                 continue
             yield BagMessage(topic, msgtype, log_time, msg, data)
+
+    @property
+    def _compressed_bytes(self) -> int:
+        """Size on disk of the bag's storage files [bytes]: what the message budget scales with."""
+        return sum(s.path.stat().st_size for s in self.file_summaries if s.path.is_file())
+
+    @property
+    def _message_budget(self) -> int:
+        """Most bytes [bytes] this reader decompresses from message-compressed payloads, all reads
+        together: a bag of a million small bombs costs no more than one honest bag's worth."""
+        if self._message_budget_bytes is None:
+            self._message_budget_bytes = self.inflate_limits.budget(self._compressed_bytes)
+        return self._message_budget_bytes
+
+    def _budget_spent(self) -> str:
+        return (f"{self.path}: message-compressed payloads inflate to more than {self._message_budget} bytes "
+                f"in all, the limit for this bag ({self.inflate_limits.describe(self._compressed_bytes)}); "
+                f"read stopped after {self.inflated_bytes} bytes")
 
     def _count_bad_message(self, topic: str, why: str) -> None:
         """Count a message that cannot be used in `decode_errors`; log the 1st, 10th, 100th, 1000th."""

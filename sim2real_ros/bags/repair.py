@@ -6,11 +6,15 @@
 - sqlite3 files with a hot journal: opened read-write once so SQLite rolls the journal back.
 - metadata.yaml missing, unreadable, or disagreeing with the files: rebuilt from the files (the
   old one is kept as metadata.yaml.bak).
+
+A bag folder comes from elsewhere (a tarball keeps symbolic links): one that holds a link is
+refused, naming it, before anything is read or written; temp files are created exclusively and
+renamed into place, backups are hard links that never overwrite an earlier backup (safe_files.py).
 """
 from __future__ import annotations
 
 import contextlib
-import shutil
+import os
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +26,7 @@ from ..core.errors import BagError
 from .mcap_storage import McapFile
 from .metadata import METADATA_FILE, FileEntry, TopicMetadata, metadata_document, read_metadata, write_metadata
 from .reader import BagReader, storage_files_in
+from .safe_files import create_temp, keep_backup, refuse_links, replace
 from .writer import LIBRARY
 
 
@@ -39,9 +44,11 @@ class RepairReport:
 def _rewrite_mcap(path: Path, keep_original: bool, report: RepairReport) -> None:
     source = McapFile(path)
     tmp = path.with_name(path.name + ".repairing")
+    created = False
     try:
         schemas, channels = source.raw_records()
-        with open(tmp, "wb") as stream:
+        with create_temp(tmp) as stream:
+            created = True
             writer = McapWriter(stream, compression=CompressionType.ZSTD)
             writer.start(profile="ros2", library=LIBRARY)
             schema_ids = {sid: writer.register_schema(s.name, s.encoding, s.data) for sid, s in schemas.items()}
@@ -56,16 +63,16 @@ def _rewrite_mcap(path: Path, keep_original: bool, report: RepairReport) -> None
                 count += 1
                 writer.add_message(channel_of_topic[topic], log_time, bytes(data), log_time, count)
             writer.finish()
+        if keep_original:
+            report.kept.append(keep_backup(path, ".damaged"))
+        replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        if created:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)  # ours: created exclusively above
         raise
     finally:
         source.close()
-    if keep_original:
-        backup = path.with_name(path.name + ".damaged")
-        path.replace(backup)
-        report.kept.append(backup)
-    tmp.replace(path)
     report.actions.append(f"{path.name}: rewrote {count} messages from its complete chunks into a closed MCAP file")
 
 
@@ -116,6 +123,7 @@ def repair_bag(path: str | Path, keep_originals: bool = True) -> RepairReport:
 def _repair(bag: Path, keep_originals: bool) -> RepairReport:
     if not bag.is_dir():
         raise BagError(f"{bag}: repair works on a bag folder (the one holding metadata.yaml and the files)")
+    refuse_links(bag, "repair")
     report = RepairReport(bag)
     files = storage_files_in(bag)
     if not files:
@@ -142,9 +150,7 @@ def _repair(bag: Path, keep_originals: bool) -> RepairReport:
                    for s in reader.file_summaries]
         document = metadata_document(reader.storage, entries, topics, reader.ros_distro)
     if meta_path.is_file():
-        backup = bag / (METADATA_FILE + ".bak")
-        shutil.copy2(meta_path, backup)
-        report.kept.append(backup)
+        report.kept.append(keep_backup(meta_path, ".bak"))
     write_metadata(bag, document)
     report.actions.append(f"metadata.yaml rebuilt from {len(entries)} file(s), {sum(e.message_count for e in entries)} "
                           f"messages ({why})")

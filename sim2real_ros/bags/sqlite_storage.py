@@ -17,7 +17,7 @@ from .storage import Connection, FileSummary, RawMessage, TopicStats
 _REQUIRED_TABLES = ("topics", "messages")
 
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
+SQLITE_MAGIC = b"SQLite format 3\x00"
 _WAL_VERSION = 2  # file format write/read version bytes (offsets 18, 19) of a WAL-mode database
 
 
@@ -28,7 +28,7 @@ def _wal_mode(path: Path) -> bool:
             header = stream.read(20)
     except OSError:
         return False  # the connection attempt reports it
-    return header[:16] == _SQLITE_MAGIC and len(header) == 20 and _WAL_VERSION in (header[18], header[19])
+    return header[:16] == SQLITE_MAGIC and len(header) == 20 and _WAL_VERSION in (header[18], header[19])
 
 
 class SqliteFile:
@@ -36,8 +36,12 @@ class SqliteFile:
 
     storage = "sqlite3"
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, source: Path | None = None) -> None:
+        """Open `path`; or open `source`, a private inflated copy of `path` (a `*.db3.zstd` file),
+        read-only and immutable, and name `path` in every message."""
         self.path = Path(path)
+        self._source = self.path if source is None else Path(source)
+        self._private_copy = source is not None
         self._db = self._connect()
         # Damaged text (names, QoS) must not make a whole file unreadable: replace undecodable bytes.
         self._db.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
@@ -57,8 +61,9 @@ class SqliteFile:
             raise
 
     def _connect(self) -> sqlite3.Connection:
-        uri = self.path.resolve().as_uri()
-        if _wal_mode(self.path) and not self.path.with_name(self.path.name + "-wal").exists():
+        uri = self._source.resolve().as_uri()
+        if self._private_copy or (
+                _wal_mode(self._source) and not self._source.with_name(self._source.name + "-wal").exists()):
             # Every committed page is in the main file. Opened any other way (mode=ro too), SQLite
             # creates -wal and -shm beside a WAL-mode file and a reader cannot remove them again;
             # immutable=1 reads without creating, locking or changing anything.

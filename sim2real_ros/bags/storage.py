@@ -4,11 +4,14 @@ Pure Python, no rclpy. One `StorageFile` is one file of a bag; the reader merges
 """
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
+
+from ..core.errors import BagError
 
 if sys.version_info >= (3, 14):  # pragma: no cover - the stdlib module arrived in 3.14
     from compression import zstd
@@ -106,7 +109,12 @@ MAX_DECOMPRESSED_BYTES = 256 * 2**20  # [bytes], one MCAP chunk or one compresse
 
 
 class SizeError(ValueError):
-    """Compressed data that would expand beyond its declared size or the cap."""
+    """Compressed data that would expand beyond its declared size or the cap (over_limit), or
+    whose frame ends early or differs from its declared size (not over_limit: damaged)."""
+
+    def __init__(self, message: str, over_limit: bool = True) -> None:
+        super().__init__(message)
+        self.over_limit = over_limit
 
 
 def zstd_decompress_bounded(data: bytes | memoryview, declared: int | None,
@@ -156,19 +164,107 @@ def _check_output(size: int, declared: int | None, limit: int, complete: bool) -
         what = f"the {declared} bytes it declares" if declared is not None else f"the {limit} byte limit"
         raise SizeError(f"decompresses to more than {what}")
     if not complete:
-        raise SizeError(f"the compressed frame ends early, after {size} bytes (cut short or damaged)")
+        raise SizeError(f"the compressed frame ends early, after {size} bytes (cut short or damaged)", over_limit=False)
     if declared is not None and size != declared:
-        raise SizeError(f"decompresses to {size} bytes, not the {declared} it declares (damaged)")
+        raise SizeError(f"decompresses to {size} bytes, not the {declared} it declares (damaged)", over_limit=False)
 
 
-def zstd_decompress(data: bytes | memoryview) -> bytes:
-    """Decompress one rosbag2 message compressed with zstd (compression_mode: message), at most
-    MAX_DECOMPRESSED_BYTES; raises SizeError or zstd.ZstdError for a damaged or oversized frame."""
-    return zstd_decompress_bounded(data, None)
+# ---------------------------------------------------------------------------- inflating bags
+MIB = 2**20  # [bytes]
+INFLATE_RATIO_ENV = "SIM2REAL_BAG_INFLATE_RATIO"
+INFLATE_MAX_ENV = "SIM2REAL_BAG_INFLATE_MAX_MIB"
 
 
-def zstd_decompress_file(src: Path, dst: Path) -> None:
-    """Decompress a rosbag2 file-compressed storage file (`*.db3.zstd`, `*.mcap.zstd`)."""
-    with zstd.open(src, "rb") as infile, open(dst, "wb") as outfile:
-        while block := infile.read(1 << 20):
-            outfile.write(block)
+@dataclass(frozen=True)
+class InflateLimits:
+    """How much a compressed bag may inflate to [bytes], from the compressed size it has on disk.
+
+    budget = min(max_bytes, max(min_bytes, ratio * compressed bytes)). rosbag2's zstd compresses
+    camera and joint-state bags 2 to 20 times, so 100 leaves room for very regular data while a
+    65 KB file can no longer expand to gigabytes (zstd reaches ~30000:1 on zeros). The same budget
+    bounds a file-compressed storage file (`*.mcap.zstd`, `*.db3.zstd`, inflated to a temp file:
+    disk) and the sum of all message-compressed messages one reader decompresses (CPU time).
+    Raise it with the environment variables SIM2REAL_BAG_INFLATE_RATIO / _MAX_MIB.
+    """
+
+    ratio: float = 100.0
+    min_bytes: int = 256 * MIB  # [bytes] always allowed (small bags), unless max_bytes is lower
+    max_bytes: int = 64 * 1024 * MIB  # [bytes] never more (disk), whatever the ratio gives
+
+    def budget(self, compressed_bytes: int) -> int:
+        """Most bytes [bytes] `compressed_bytes` of compressed data may inflate to."""
+        return int(min(self.max_bytes, max(self.min_bytes, self.ratio * compressed_bytes)))
+
+    def describe(self, compressed_bytes: int) -> str:
+        """Where the budget for `compressed_bytes` comes from, and how to raise it (error messages)."""
+        return (f"{self.budget(compressed_bytes)} bytes: {self.ratio:g} x the {compressed_bytes} compressed bytes, "
+                f"at least {self.min_bytes}, at most {self.max_bytes}; set {INFLATE_RATIO_ENV} or "
+                f"{INFLATE_MAX_ENV} to allow more")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> InflateLimits:
+        """The defaults, changed by SIM2REAL_BAG_INFLATE_RATIO (> 0) and SIM2REAL_BAG_INFLATE_MAX_MIB
+        (> 0, [MiB]); a bad value is a BagError naming the variable and the value."""
+        env = os.environ if environ is None else environ
+        limits = cls()
+        ratio_text, max_text = env.get(INFLATE_RATIO_ENV, ""), env.get(INFLATE_MAX_ENV, "")
+        try:
+            ratio = float(ratio_text) if ratio_text else limits.ratio
+            max_bytes = int(float(max_text) * MIB) if max_text else limits.max_bytes
+        except ValueError:
+            ratio, max_bytes = 0.0, 0
+        if not (0 < ratio < float("inf")) or max_bytes <= 0:
+            raise BagError(f"environment {INFLATE_RATIO_ENV}={ratio_text!r} {INFLATE_MAX_ENV}={max_text!r}: "
+                           "each must be a number > 0 (or unset)")
+        return cls(ratio=ratio, min_bytes=min(limits.min_bytes, max_bytes), max_bytes=max_bytes)
+
+
+class InflateError(ValueError):
+    """A file-compressed storage file that is damaged, inflates past its budget, or is not what its
+    name says."""
+
+
+_READ_BLOCK = 1 << 16  # [bytes] compressed bytes read at a time
+_OUT_BLOCK = 1 << 20  # [bytes] most inflated bytes produced (and held) at a time
+
+
+def inflate_zstd_file(src: Path, dst: BinaryIO, limit: int, magic: bytes, kind: str) -> int:
+    """Inflate the zstd file `src` (one frame or several) into the open file `dst`; returns the
+    bytes written. Streams 1 MiB at a time, so memory stays flat whatever the file declares.
+
+    Raises SizeError as soon as the output passes `limit` [bytes] (nothing more is written); InflateError when
+    the first inflated bytes are not `magic` (the file is not the `kind` its name says: checked
+    after the first block, before anything else is written), or when the frames are damaged or cut
+    short. OSError when `src` cannot be read or `dst` written (a full disk).
+    """
+    decompressor = zstd.ZstdDecompressor()
+    written = 0
+    head = b""
+    with open(src, "rb") as infile:
+        while True:
+            if decompressor.eof:  # a frame ended: another may follow
+                data = decompressor.unused_data or infile.read(_READ_BLOCK)
+                if not data:
+                    break
+                decompressor = zstd.ZstdDecompressor()
+            elif decompressor.needs_input:
+                data = infile.read(_READ_BLOCK)
+                if not data:
+                    raise InflateError(f"is empty or cut short inside a zstd frame (after {written} inflated bytes)")
+            else:
+                data = b""  # the decompressor still holds output for the data it has
+            try:
+                out = decompressor.decompress(data, max_length=_OUT_BLOCK)
+            except zstd.ZstdError as err:
+                raise InflateError(f"is not valid zstd data after {written} inflated bytes ({err})") from err
+            if len(head) < len(magic):
+                head += out[:len(magic) - len(head)]
+                if len(head) >= len(magic) and head != magic:
+                    raise InflateError(f"does not inflate to a {kind} file (starts with {head!r}, expected {magic!r})")
+            written += len(out)
+            if written > limit:
+                raise SizeError(f"inflates to more than {limit} bytes")
+            dst.write(out)
+    if len(head) < len(magic):
+        raise InflateError(f"inflates to {written} bytes, too short for a {kind} file")
+    return written

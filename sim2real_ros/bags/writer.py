@@ -9,6 +9,7 @@ Pure: no rclpy; time comes in as arguments ([ns]).
 """
 from __future__ import annotations
 
+import os
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from mcap.writer import Writer as McapWriter
 from ..core.errors import BagError
 from ..core.timebase import NS_PER_S
 from .metadata import FileEntry, TopicMetadata, metadata_document, write_metadata
+from .safe_files import create_exclusive
 from .typestores import _base_store, installed_definition, store_order
 
 LIBRARY = "sim2real_ros bags"
@@ -96,7 +98,7 @@ class _FileStats:
 
 class _McapFileWriter:
     def __init__(self, path: Path, topics: list[_Topic], compression: str) -> None:
-        self._stream = open(path, "wb")  # noqa: SIM115 - closed in close()
+        self._stream = create_exclusive(path)  # closed in close(); never through a link
         kind = {"zstd": CompressionType.ZSTD, "lz4": CompressionType.LZ4, "": CompressionType.NONE}[compression]
         # Chunks close on time (flush) or at 8 MiB, whichever comes first.
         self._writer = McapWriter(self._stream, chunk_size=8 << 20, compression=kind)
@@ -135,6 +137,7 @@ class _SqliteFileWriter:
     """rosbag2 sqlite3 schema 4 (Jazzy/Kilted), readable by Humble's reader too."""
 
     def __init__(self, path: Path, topics: list[_Topic], ros_distro: str) -> None:
+        create_exclusive(path).close()  # the file is ours before SQLite opens it (never a link)
         self._db = sqlite3.connect(path, check_same_thread=False)
         self._db.executescript("""
             CREATE TABLE schema(schema_version INTEGER PRIMARY KEY, ros_distro TEXT NOT NULL);
@@ -209,9 +212,9 @@ class BagWriter:
             raise BagError(f"{self.path}: storage '{self.storage}' not supported for writing (mcap or sqlite3)")
         if self.compression not in ("zstd", "lz4", ""):
             raise BagError(f"{self.path}: compression '{self.compression}' not supported (zstd, lz4 or '')")
-        if self.path.exists():
+        if os.path.lexists(self.path):  # a dangling link too: it would point the bag elsewhere
             raise BagError(f"{self.path}: exists already; a bag is never overwritten")
-        self.path.mkdir(parents=True)
+        self.path.mkdir(parents=True)  # fails if the name appeared meanwhile: the folder is ours
         self._open_next_file()
 
     # ------------------------------------------------------------------ files

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 from ..core.errors import BagError, Sim2RealError
 
@@ -31,7 +35,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     export.add_argument("--overwrite", action="store_true", help="replace an existing output file")
 
 
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM raises SystemExit(143) while the command runs, so that its `finally` blocks run: a
+    compressed bag's inflated temp copy and a repair's temp files are removed, not left behind."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(args: argparse.Namespace) -> int:
+    with _sigterm_unwinds():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from ..bags.info import bag_info, format_info
     from ..bags.repair import repair_bag
 

@@ -1,5 +1,5 @@
-"""`sim2real eval-sim [--checkpoint CKPT] --episodes N [--perturb] [--pushes] [--sim-config YAML] [--graph]
-[--actuation-latency S] --json OUT`.
+"""`sim2real eval-sim [--checkpoint CKPT] [--robot arm6|so101] --episodes N [--perturb] [--pushes]
+[--sim-config YAML] [--graph] [--actuation-latency S] --json OUT`.
 
 The core path's actuator compensates the deployment's configured latency (config/params.yaml), as
 the graph's actuator node does, unless --actuation-latency overrides it; the JSON says which
@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ..paths import default_policy_path
+from ..robots import ROBOT_NAMES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pushes", action="store_true",
                         help="random pushes on the arm's links (the sim params' randomization.pushes ranges)")
     parser.add_argument("--sim-config", type=Path, default=None, help="sim params YAML (schema of config/)")
-    parser.add_argument("--robot-description", default=None, help="URDF path (default urdf/arm6.urdf)")
+    parser.add_argument("--robot", choices=ROBOT_NAMES, default=None,
+                        help="robot (docs/robots.md; default: the checkpoint's); its URDF and sim params are the "
+                             "defaults; a checkpoint trained for the other robot is refused")
+    parser.add_argument("--robot-description", default=None, help="URDF path (default: the robot's)")
     parser.add_argument("--graph", action="store_true", help="run the full ROS graph instead of the core path")
     parser.add_argument("--no-graph-conditions", action="store_true",
                         help="core path: the plain loop (observe from the episode start at a fixed inference delay, "
@@ -63,9 +67,16 @@ def run(args: argparse.Namespace) -> int:
         if not 0 < rtf <= 10:
             print(f"--real-time-factor must be in (0, 10], got {rtf}")
             return 2
-        result = evaluate_in_graph(args.checkpoint, args.episodes, perturb=args.perturb, sim_config=args.sim_config,
-                                   robot_description=args.robot_description, seed=args.seed, real_time_factor=rtf,
-                                   record_to=args.record, pushes=args.pushes)
+        from ..core.errors import CheckpointError
+
+        try:
+            result = evaluate_in_graph(args.checkpoint, args.episodes, perturb=args.perturb,
+                                       sim_config=args.sim_config, robot_description=args.robot_description,
+                                       seed=args.seed, real_time_factor=rtf, record_to=args.record,
+                                       pushes=args.pushes, robot=args.robot)
+        except CheckpointError as err:
+            print(f"sim2real eval-sim: {err}", file=sys.stderr)
+            return 2
     else:
         from ..core.errors import Sim2RealError
         from ..rl.cluster import ray_for_command, shutdown_ray
@@ -81,7 +92,10 @@ def run(args: argparse.Namespace) -> int:
                                      robot_description=args.robot_description, seed=args.seed,
                                      graph_conditions=not args.no_graph_conditions, pushes=args.pushes,
                                      workers=workers, backend=args.backend,
-                                     actuation_latency_s=args.actuation_latency)
+                                     actuation_latency_s=args.actuation_latency, robot=args.robot)
+        except Sim2RealError as err:
+            print(f"sim2real eval-sim: {err}", file=sys.stderr)
+            return 2
         finally:
             shutdown_ray()
     text = json.dumps(result, indent=2)

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 
 from ..graph import MODES, GraphArgs, declare_graph
+from ..robots import ROBOT_NAMES
 from ..runtime.launcher import GraphLauncher
 
 
@@ -12,7 +14,10 @@ def add_graph_arguments(parser: argparse.ArgumentParser) -> None:
     """The launch arguments of docs/design.md §2 / launch/*.launch.py, as command-line options."""
     defaults = GraphArgs()
     parser.add_argument("--namespace", default=defaults.namespace, help="push the graph into a namespace")
-    parser.add_argument("--robot-description", default=defaults.robot_description, help="URDF path")
+    parser.add_argument("--robot", choices=ROBOT_NAMES, default=defaults.robot,
+                        help="robot (docs/robots.md): its URDF, sim params and tool link are the defaults")
+    parser.add_argument("--robot-description", default=defaults.robot_description,
+                        help="URDF path (default: the robot's)")
     parser.add_argument("--params-file", default=defaults.params_file, help="ROS parameters YAML")
     parser.add_argument("--checkpoint", default=defaults.checkpoint, help="policy checkpoint")
     parser.add_argument("--use-sim-time", choices=("true", "false"), default=None,
@@ -45,8 +50,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stop-on-exit", action="store_true", help="stop the graph when any node exits")
 
 
+def _checkpoint_robot_problem(graph_args: GraphArgs) -> str | None:
+    """Why the graph's checkpoint cannot run on its robot (trained for the other one), or None. A
+    missing or unreadable file is left to policy_node, which names it at start-up."""
+    from pathlib import Path
+
+    from ..core.errors import CheckpointError, Sim2RealError
+    from ..core.policy_backend import load_policy
+    from ..robots import check_checkpoint_robot
+
+    if not Path(graph_args.checkpoint).is_file():
+        return None
+    try:
+        spec = load_policy(graph_args.checkpoint, warmup=False).spec
+    except (Sim2RealError, ValueError, OSError):
+        return None
+    try:
+        check_checkpoint_robot(spec.joint_names, spec.provenance, graph_args.robot, graph_args.checkpoint)
+    except CheckpointError as err:
+        return str(err)
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     graph_args = graph_args_from(args)
+    problem = _checkpoint_robot_problem(graph_args)
+    if problem:
+        print(f"sim2real launch: {problem}", file=sys.stderr)
+        return 2
     decls = declare_graph(args.mode, graph_args)
     print(f"[launch] {args.mode} graph: " + ", ".join(d.name for d in decls), flush=True)
     launcher = GraphLauncher(decls, namespace=graph_args.namespace)

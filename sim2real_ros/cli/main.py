@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "finetune": ("sim2real_ros.cli.finetune_cmd", "fine-tune a checkpoint on real bags, co-trained with sim"),
     "teleop-record": ("sim2real_ros.cli.teleop_record_cmd", "record scripted teleop bags on a sim robot stand-in"),
     "bench": ("sim2real_ros.cli.bench_cmd", "run every benchmark of the stack"),
+    "emulate-bus": ("sim2real_ros.cli.emulate_bus_cmd", "an emulated Feetech servo bus (SO-101) on a pseudo-terminal"),
     "view": ("sim2real_ros.cli.view_cmd", "serve a recorded bag to Foxglove: 3D arm, camera, plots (docs/viz.md)"),
 }
 

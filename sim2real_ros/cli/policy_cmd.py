@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import paths
 from ..core.errors import Sim2RealError
+from ..robots import DEFAULT_ROBOT, ROBOT_NAMES, ROBOTS, robot_description_for, sim_params_for
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,11 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     info.add_argument("checkpoint", help="checkpoint or exported .onnx file")
     info.add_argument("--json", action="store_true", help="print the spec as JSON")
     init = sub.add_parser("init", help="write an untrained checkpoint (holds still) with a correct spec")
-    init.add_argument("--robot", default=str(paths.urdf_path()), help="URDF file or XML (joint names)")
+    init.add_argument("--robot", default=DEFAULT_ROBOT,
+                      help=f"robot name ({' | '.join(ROBOT_NAMES)}) or a URDF file or XML (joint names)")
     init.add_argument("--out", required=True, help="checkpoint file to write")
     init.add_argument("--preprocess", default=str(paths.config_path("preprocess.yaml")), help="preprocess YAML")
-    init.add_argument("--sim-params", default=str(paths.config_path("sim_params.yaml")),
-                      help="sim params YAML whose hash is recorded ('unknown' if missing)")
+    init.add_argument("--sim-params", default=None,
+                      help="sim params YAML whose hash is recorded ('unknown' if missing; default: the robot's)")
     init.add_argument("--chunk-length", type=int, default=10, help="points per action chunk (K)")
     init.add_argument("--dt", type=float, default=0.05, help="time between chunk points [s]")
     init.add_argument("--seed", type=int, default=0, help="random seed of the initial weights")
@@ -94,12 +96,14 @@ def run(args: argparse.Namespace) -> int:
                       f"from checkpoint {result['parent_hash']}; onnxruntime vs torch: "
                       f"{result['max_abs_difference_rad']:.2g} rad at most")
             return 0
-        robot = RobotModel.from_description(args.robot)
+        named = args.robot in ROBOTS
+        robot = RobotModel.from_description(robot_description_for(args.robot) if named else args.robot)
         preprocess = PreprocessConfig.from_yaml(args.preprocess)
+        sim_params = args.sim_params or sim_params_for(args.robot if named else DEFAULT_ROBOT)
         digest = init_checkpoint(
-            args.out, robot.joint_names, preprocess, sim_params_path=args.sim_params,
+            args.out, robot.joint_names, preprocess, sim_params_path=sim_params,
             chunk_length=args.chunk_length, dt_s=args.dt, seed=args.seed, architecture=args.architecture,
-            provenance={"robot": robot.source},
+            provenance={"robot": args.robot if named else robot.source},
         )
         print(f"wrote untrained checkpoint {args.out} (hash {digest}) for joints {robot.joint_names}")
         return 0

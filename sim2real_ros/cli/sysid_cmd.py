@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from ..core.errors import Sim2RealError
+from ..robots import DEFAULT_ROBOT, ROBOT_NAMES, robot_description_for, sim_params_for
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,9 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fit.add_argument("--command-topic", default="forward_position_controller/commands",
                      help="commanded positions: std_msgs/Float64MultiArray or sensor_msgs/JointState")
     fit.add_argument("--state-topic", default="joint_states", help="measured positions: sensor_msgs/JointState")
+    fit.add_argument("--robot", choices=ROBOT_NAMES, default=DEFAULT_ROBOT,
+                     help="robot (docs/robots.md): its URDF and sim params are the defaults (default arm6)")
     fit.add_argument("--params", type=Path, default=None,
-                     help="sim params YAML to start from (default config/sim_params.yaml)")
-    fit.add_argument("--robot-description", default=None, help="URDF XML or file (default: the package's arm6.urdf)")
+                     help="sim params YAML to start from (default: the robot's, config/sim_params.yaml for arm6)")
+    fit.add_argument("--robot-description", default=None, help="URDF XML or file (default: the robot's)")
     fit.add_argument("--joints", default=None,
                      help="comma-separated joint names in command order (default: the URDF's movable joints, or "
                           "the command's names for JointState commands)")
@@ -91,10 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     excite = sub.add_parser("excite", help="write a safe excitation command sequence (CSV or YAML)")
     excite.add_argument("--out", required=True, type=Path, help="output file: .csv or .yaml")
-    excite.add_argument(
-        "--robot-description", default=None,
-        help="URDF XML or file (default: the package's arm6.urdf)",
-    )
+    excite.add_argument("--robot", choices=ROBOT_NAMES, default=DEFAULT_ROBOT,
+                     help="robot (docs/robots.md): its URDF is the default (default arm6)")
+    excite.add_argument("--robot-description", default=None, help="URDF XML or file (default: the robot's)")
     excite.add_argument("--rate", type=float, default=50.0, help="command rate [Hz] (default 50)")
     excite.add_argument(
         "--amplitude", type=float, default=0.15,
@@ -133,7 +135,8 @@ def _run_excite(args: argparse.Namespace) -> int:
     options = ExciteOptions(
         rate_hz=args.rate, amplitude_fraction=args.amplitude, speed_fraction=args.speed_fraction,
     )
-    sequence = excitation_for_robot(args.robot_description, options, args.joints)
+    sequence = excitation_for_robot(robot_description_for(args.robot, args.robot_description, "sysid excite"),
+                                    options, args.joints)
     write_sequence(sequence, args.out)
     print(
         f"wrote {args.out}: {len(sequence.times_s)} commands over {sequence.times_s[-1]:.1f} s for joints "
@@ -149,7 +152,7 @@ def _run_fit_servo(args: argparse.Namespace) -> int:
 
     options = ServoFitOptions(holdout_fraction=args.holdout, max_dead_time_s=max(args.max_latency, 1.0),
                               max_evaluations=min(args.max_evaluations, 600))
-    params = load_sim_params(args.params)
+    params = load_sim_params(sim_params_for(args.robot, args.params, "sysid fit"))
     topics = _resolve_topics(args.bag, [args.command_topic, args.state_topic])
     streams = load_streams(args.bag, topics)
     result = fit_servo(streams[topics[0]], streams[topics[1]], options)
@@ -173,7 +176,6 @@ def _run_fit(args: argparse.Namespace) -> int:
     if args.model == "servo":
         return _run_fit_servo(args)
     from ..core.urdf import RobotModel
-    from ..paths import urdf_path
     from ..sim.params import load_sim_params
     from ..sysid.bag_io import load_streams
     from ..sysid.fit import FitOptions, fit
@@ -184,8 +186,8 @@ def _run_fit(args: argparse.Namespace) -> int:
     options = FitOptions(fit=tuple(f.strip() for f in args.fit.split(",") if f.strip()), method=args.method,
                          holdout_fraction=args.holdout, max_latency_s=args.max_latency,
                          max_evaluations=args.max_evaluations, sim_polish_evals=args.sim_polish_evals, seed=args.seed)
-    params = load_sim_params(args.params)
-    description = args.robot_description or str(urdf_path())
+    params = load_sim_params(sim_params_for(args.robot, args.params, "sysid fit"))
+    description = robot_description_for(args.robot, args.robot_description, "sysid fit")
     topics = _resolve_topics(args.bag, [args.command_topic, args.state_topic])
     streams = load_streams(args.bag, topics)
     command, state = streams[topics[0]], streams[topics[1]]

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ..paths import config_path
+from ..robots import ROBOT_NAMES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,6 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the resumable state lives (default: OUT with suffix .work)")
     parser.add_argument("--no-resume", action="store_true", help="ignore a previous run's state")
     parser.add_argument("--seed", type=int, default=None, help="override the config's seed")
+    parser.add_argument("--robot", choices=ROBOT_NAMES, default=None,
+                        help="override the config's robot (docs/robots.md); its URDF and sim params replace the "
+                             "config's robot_description and sim_params")
     parser.add_argument("--no-randomize", action="store_true", help="train without domain randomization (baseline)")
     parser.add_argument("--workers", type=int, default=0,
                         help="Ray rollout workers for collection (0 = in this process); results do not depend on it")
@@ -28,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from ..training.config import load_train_config
     from ..training.trainer import Trainer
 
-    overrides = {"seed": args.seed, "randomize": False if args.no_randomize else None}
+    overrides = {"seed": args.seed, "randomize": False if args.no_randomize else None, "robot": args.robot}
     try:
         config = load_train_config(args.config, **overrides)
         workers = ray_for_command(args.workers, args.ray_address)

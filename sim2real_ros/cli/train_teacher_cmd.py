@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..paths import config_path
+from ..robots import ROBOT_NAMES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,6 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the resumable state lives (default: OUT with suffix .work)")
     parser.add_argument("--no-resume", action="store_true", help="ignore a previous run's state")
     parser.add_argument("--seed", type=int, default=None, help="override the config's seed")
+    parser.add_argument("--robot", choices=ROBOT_NAMES, default=None,
+                        help="override the config's robot (docs/robots.md); its URDF and sim params replace the "
+                             "config's robot_description and sim_params")
     parser.add_argument("--iterations", type=int, default=None, help="override the config's PPO iterations")
     parser.add_argument("--workers", type=int, default=None,
                         help="Ray rollout workers (default: the config's, one per core; 0 = no Ray)")
@@ -34,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
 
     try:
-        config = load_teacher_config(args.config, seed=args.seed, iterations=args.iterations)
+        config = load_teacher_config(args.config, seed=args.seed, iterations=args.iterations, robot=args.robot)
         workers = ray_for_command(config.workers if args.workers is None else args.workers, args.ray_address)
         if workers:
             import ray

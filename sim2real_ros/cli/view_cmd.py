@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jpeg-quality", type=int, default=80, help="camera JPEG quality; 0 = raw images")
     parser.add_argument("--backlog", type=int, default=DEFAULT_BACKLOG,
                         help="messages queued per viewer before the oldest is dropped")
+    parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                        help="a browser origin (scheme://host[:port]) let in besides Foxglove's app "
+                        "(https://app.foxglove.dev); repeatable. Other web pages are refused (docs/viz.md)")
     parser.add_argument("--no-wait", action="store_true", help="start playing at once, not at the first viewer")
     parser.add_argument("--exit-at-end", action="store_true", help="stop the server at the end of the bag")
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds [s]")
@@ -88,10 +91,16 @@ def run(args: argparse.Namespace) -> int:
         listener.latch = LatchOnSubscribe(pending=False)
         server = start_viz_server(context, host=args.host, port=args.port, backlog=args.backlog, listener=listener,
                                   playback_time_range=(view.start_ns, max(view.end_ns, view.start_ns + 1)),
-                                  capabilities=[Capability.Time])
+                                  capabilities=[Capability.Time], allowed_origins=args.allow_origin,
+                                  on_refused=lambda origin, reason: print(
+                                      f"[view] refused a connection: {reason}: {origin!r}"
+                                      + (" (--allow-origin to let it in)" if reason == "origin not allowed" else ""),
+                                      file=sys.stderr, flush=True))
     except (Sim2RealError, ServerStartError, ValueError) as err:
         print(f"sim2real view: {err}", file=sys.stderr)
         return 2
+    for warning in server.warnings():
+        print(f"[view] warning: {warning}", file=sys.stderr, flush=True)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     host = "localhost" if args.host in ("127.0.0.1", "localhost") else args.host

@@ -16,6 +16,7 @@ videos/<key>/chunk-000/file-000.mp4 (every episode in one file; no size split).
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -77,6 +78,7 @@ class _BagPlan:
     actions: list[np.ndarray]
     picks: dict[str, list[np.ndarray]]  # per camera, per episode: image ordinal per kept frame
     dropped: int
+    splits: int = 0  # spans split into several episodes at left-out frames
 
 
 def _plan(bag: Path, fps: float, latency_s: float, task: str) -> _BagPlan:
@@ -184,15 +186,26 @@ def _plan(bag: Path, fps: float, latency_s: float, task: str) -> _BagPlan:
             ok &= np.abs(sorted_stamps[nearest] - grid) <= half
             picks[k] = orders[k][nearest]
         plan.dropped += int((~ok).sum())
-        if not ok.any():
-            continue
-        plan.episodes.append((start, end, text))
-        plan.frames.append(grid[ok])
-        plan.states.append(states[ok].astype(np.float32))
-        plan.actions.append(actions[ok].astype(np.float32))
-        for k in images:
-            plan.picks[k].append(picks[k][ok])
+        # LeRobot reads frame i of an episode at timestamp i / fps from a gap-free video: a grid frame
+        # left out inside a span would shift every later frame's time (and the last one past the
+        # video's end), so a span with holes becomes one episode per gap-free run of frames.
+        runs = _gap_free_runs(ok)
+        plan.splits += max(len(runs) - 1, 0)
+        for first, last in runs:
+            keep = slice(first, last + 1)
+            plan.episodes.append((int(grid[first]), int(grid[last]), text))
+            plan.frames.append(grid[keep])
+            plan.states.append(states[keep].astype(np.float32))
+            plan.actions.append(actions[keep].astype(np.float32))
+            for k in images:
+                plan.picks[k].append(picks[k][keep])
     return plan
+
+
+def _gap_free_runs(ok: np.ndarray) -> list[tuple[int, int]]:
+    """(first, last) index of every run of consecutive True values in `ok`, in order."""
+    edges = np.diff(np.concatenate(([0], ok.astype(np.int8), [0])))
+    return list(zip(np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist(), strict=True))
 
 
 class _VideoWriter:
@@ -280,7 +293,7 @@ def export_bag(bags: str | Path | list, out_dir: str | Path, fps: float = 30.0, 
     if codec not in CODECS:
         raise DatasetError(f"codec {codec!r}: choose one of {sorted(CODECS)}")
     out = Path(out_dir)
-    if out.exists():
+    if os.path.lexists(out):  # a dangling link too: the dataset would be written where it points
         raise DatasetError(f"{out}: exists already; a dataset is never overwritten")
     paths = expand_bags([bags] if isinstance(bags, (str, Path)) else list(bags))
     plans = [_plan(Path(p), fps, actuation_latency_s, task) for p in paths]
@@ -314,7 +327,8 @@ def export_bag(bags: str | Path | list, out_dir: str | Path, fps: float = 30.0, 
                 e = base_episode + ep
                 rows[STATE_KEY].append(plan.states[ep])
                 rows[ACTION_KEY].append(plan.actions[ep])
-                rows["timestamp"].append(((plan.frames[ep] - plan.frames[ep][0]) / NS_PER_S).astype(np.float32))
+                # LeRobot's convention (checked by its reader): timestamp = frame_index / fps.
+                rows["timestamp"].append((np.arange(n) / fps).astype(np.float32))
                 rows["frame_index"].append(np.arange(n, dtype=np.int64))
                 rows["episode_index"].append(np.full(n, e, dtype=np.int64))
                 rows["index"].append(index + np.arange(n, dtype=np.int64))
@@ -388,8 +402,11 @@ def export_bag(bags: str | Path | list, out_dir: str | Path, fps: float = 30.0, 
         stats[IMAGE_PREFIX + k] = writers[k].stats()
     (out / "meta" / "stats.json").write_text(json.dumps(stats, indent=4))
     dropped = sum(p.dropped for p in plans)
+    splits = sum(p.splits for p in plans)
     problems = ([f"{dropped} grid frame(s) left out: no joint state, command or image within half a frame"]
                 if dropped else [])
+    if splits:
+        problems.append(f"{splits} episode(s) split where frames were left out (LeRobot episodes have no gaps)")
     return ExportSummary(str(out), [str(p) for p in paths], episodes, index, fps, cameras, dropped,
                          time.perf_counter() - started, problems)
 

@@ -19,7 +19,8 @@ import numpy as np
 
 from ..core.checkpoint import PolicySpec
 from ..core.policy_model import PolicyModel
-from ..paths import config_path, urdf_path
+from ..paths import config_path
+from ..robots import get_robot, robot_for_checkpoint
 from ..sim.world import episode_seed
 from ..training.parallel import EpisodeJob, EpisodePool, counting_progress
 from ..training.rollout import RolloutConfig
@@ -49,13 +50,14 @@ def training_distribution(spec: PolicySpec) -> dict[str, Any]:
     rollout (RolloutConfig dict), teacher (ik | ppo), teacher_checkpoint, pushes, seed."""
     config = dict(spec.provenance.get("config") or {})
     rollout = RolloutConfig.from_dict(config.get("rollout") or {}, "checkpoint provenance rollout")
+    trained_for = get_robot(robot_for_checkpoint(None, spec.joint_names, spec.provenance, "checkpoint"))
     sim_params = (config.get("sim_params") or spec.provenance.get("sim_params_file")
-                  or str(config_path("sim_params.yaml")))
+                  or str(trained_for.sim_params_path()))
     if not Path(sim_params).is_file():  # a checkpoint trained on another machine: this repository's file
         sim_params = str(config_path(Path(sim_params).name))
-    robot = config.get("robot_description") or str(urdf_path())
+    robot = config.get("robot_description") or str(trained_for.urdf_path())
     if not Path(robot).is_file():
-        robot = str(urdf_path())
+        robot = str(trained_for.urdf_path())
     return {"sim_params": str(sim_params), "robot_description": str(robot),
             "randomize": bool(config.get("randomize", True)), "rollout": rollout.to_dict(),
             "teacher": config.get("teacher", "ik"), "teacher_checkpoint": config.get("teacher_checkpoint"),

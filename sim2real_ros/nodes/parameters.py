@@ -21,6 +21,7 @@ from typing import Any
 
 from ..core.supervisor import CONFIG_RANGES
 from ..paths import share_dir
+from ..robots import DEFAULT_ROBOT, ROBOT_NAMES
 from ..viz.server import DEFAULT_BACKLOG, DEFAULT_HOST, DEFAULT_PORT
 
 TYPES = ("string", "double", "integer", "bool", "string_array", "double_array", "string_or_string_array")
@@ -93,10 +94,19 @@ def _bounded(name: str, default: float, description: str, unit: str = "") -> Par
 URDF = ShareFile("urdf/arm6.urdf")
 PREPROCESS_YAML = ShareFile("config/preprocess.yaml")
 
+ROBOT_PARAM = ParamSpec("robot", "string", DEFAULT_ROBOT,
+                        f"robot ({' | '.join(ROBOT_NAMES)}, docs/robots.md): its URDF is the default "
+                        "robot_description")
+
 SIM_NODE: tuple[ParamSpec, ...] = (
-    ParamSpec("robot_description", "string", URDF, "URDF XML or URDF file path of the simulated robot"),
-    ParamSpec("sim_params_file", "string", ShareFile("config/sim_params.yaml"),
-              "sim parameters YAML (dynamics, latency, task, randomization)"),
+    ParamSpec("robot", "string", DEFAULT_ROBOT,
+              f"robot ({' | '.join(ROBOT_NAMES)}, docs/robots.md): its URDF and sim params are the defaults "
+              "of robot_description and sim_params_file"),
+    ParamSpec("robot_description", "string", "",
+              "URDF XML or URDF file path of the simulated robot; empty = the robot's URDF"),
+    ParamSpec("sim_params_file", "string", "",
+              "sim parameters YAML (dynamics, latency, task, randomization); empty = the robot's "
+              "(config/sim_params.yaml for arm6, config/sim_params_so101.yaml for so101)"),
     ParamSpec("camera_calibration", "string", "",
               "camera calibration YAML (ROS format); empty = the sim params' file"),
     ParamSpec("ee_link", "string", "", "end-effector (tool point) link; empty = the sim params' ee_link"),
@@ -193,7 +203,9 @@ SUPERVISOR_CONTROL_RATE_RANGE = (1.0 / CONFIG_RANGES["control_period_s"][1],
 SUPERVISOR_STATE_RATE_RANGE = (0.1, 100.0)  # [Hz]
 
 SUPERVISOR: tuple[ParamSpec, ...] = (
-    ParamSpec("robot_description", "string", URDF, "URDF XML or URDF file path: joints, limits, Jacobian"),
+    ROBOT_PARAM,
+    ParamSpec("robot_description", "string", "",
+              "URDF XML or URDF file path: joints, limits, Jacobian; empty = the robot's URDF"),
     ParamSpec("joints", "string_array", (),
               "command joint order (default: the URDF's movable joints); each a movable joint of the URDF, named "
               "once"),
@@ -266,17 +278,67 @@ VIZ_NODE: tuple[ParamSpec, ...] = (
     ParamSpec("client_backlog", "integer", DEFAULT_BACKLOG, "messages queued per client before the oldest is dropped",
               value_range=(1, 100000)),
     ParamSpec("stats_period_s", "double", 1.0, "period of /viz/stats [s]", "s", value_range=(0.05, 60.0)),
+    ParamSpec("allowed_origins", "string_array", (),
+              "browser origins (scheme://host[:port]) let in besides Foxglove's app (https://app.foxglove.dev); a "
+              "web page of any other origin is refused, clients that send no Origin are let in (docs/viz.md)"),
+)
+
+CAMERA_NODE: tuple[ParamSpec, ...] = (
+    ParamSpec("source", "string", "0",
+              "what to open: a device index (0), a V4L2 path (/dev/video0), a video file (played at fps), or a "
+              "network stream URL (rtsp://, http://...) only with allow_url; playlists are refused"),
+    ParamSpec("allow_url", "bool", False, "open a network stream URL as source (off: a URL fails at start)"),
+    ParamSpec("camera_calibration", "string", "",
+              "the camera's calibration YAML (ROS camera_calibration format): camera_info and the image size the "
+              "source must give (required)"),
+    ParamSpec("fps", "double", 30.0, "frame rate [Hz]: a video file plays at it (late frames are skipped and "
+              "counted); a device is asked for it", "Hz", value_range=(0.1, 1000.0)),
+    ParamSpec("loop", "bool", False, "a video file restarts at its end (off: publishing stops, diagnostics WARN)"),
+    ParamSpec("frame_id", "string", "camera_link", "frame_id of camera/image_raw and camera/camera_info"),
+    ParamSpec("reopen_after_failures", "integer", 30,
+              "consecutive failed reads of a live source before it is closed and opened again (0: never)",
+              value_range=(0, 100000)),
+    ParamSpec("diagnostics_period_s", "double", 1.0, "period of ~/diagnostics [s]", "s", value_range=(0.01, 3600.0)),
+)
+
+FEETECH_DRIVER: tuple[ParamSpec, ...] = (
+    ParamSpec("port", "string", "/dev/ttyACM0", "serial port of the servo bus (a pty from `sim2real emulate-bus`)"),
+    ParamSpec("baudrate", "integer", 1000000, "bus baud rate [bit/s]", "bit/s", value_range=(9600, 1000000)),
+    ParamSpec("calibration", "string", "", "LeRobot calibration JSON of this arm (required)"),
+    ParamSpec("robot_description", "string", ShareFile("urdf/so101/so101_new_calib.urdf"),
+              "URDF (file path or XML): joint limits; motor names = joint names"),
+    ParamSpec("joints", "string_array", (),
+              "joint order of joint_states and the command array; empty = all movable URDF joints"),
+    ParamSpec("rate_hz", "double", 100.0, "joint_states rate: one sync read per period [Hz]", "Hz",
+              value_range=(1.0, 1000.0)),
+    ParamSpec("bus_timeout_s", "double", 0.02, "slack beyond a reply's wire time before it counts as lost [s]",
+              "s", value_range=(0.0005, 1.0)),
+    ParamSpec("stall_torque_nm", "double", 1.9, "torque at 100 % load, for efforts [N*m]", "N*m",
+              value_range=(0.01, 100.0)),
+    ParamSpec("overload_fraction", "double", 0.9, "|load| (fraction of max torque) that counts as overload",
+              value_range=(0.05, 1.0)),
+    ParamSpec("overheat_c", "double", 65.0, "servo temperature that counts as overheat [degC]", "degC",
+              value_range=(20.0, 100.0)),
+    ParamSpec("alarm_samples", "integer", 50, "consecutive samples past a threshold before the alarm (ERROR)",
+              value_range=(1, 10000)),
+    ParamSpec("check_homing_offset", "bool", True,
+              "refuse to start when a servo's homing offset differs from the calibration file"),
+    ParamSpec("torque_off_on_shutdown", "bool", False,
+              "release the servos at shutdown (false: hold the last measured position; the arm may fall)"),
+    ParamSpec("diagnostics_period_s", "double", 1.0, "period of ~/diagnostics [s]", "s", value_range=(0.05, 60.0)),
 )
 
 # Node name -> its table, in the order of the graph (docs/parameters.md follows it).
 NODES: dict[str, tuple[ParamSpec, ...]] = {
     "sim_node": SIM_NODE,
+    "camera_node": CAMERA_NODE,
     "camera_preprocessor": CAMERA_PREPROCESSOR,
     "policy_node": POLICY_NODE,
     "actuator_node": ACTUATOR_NODE,
     "supervisor": SUPERVISOR,
     "recorder": RECORDER,
     "viz_node": VIZ_NODE,
+    "feetech_driver": FEETECH_DRIVER,
 }
 
 

@@ -48,6 +48,7 @@ from ..core.joint_list import resolve_joint_list
 from ..core.report import Level
 from ..core.sim_schedule import MultiRateSchedule, RateReporter, RealtimePacer, period_ns
 from ..core.urdf import RobotModel
+from ..robots import get_robot, robot_description_for, sim_params_for
 from ..sim.params import load_sim_params
 from ..sim.world import SimWorld
 from .common import (
@@ -73,8 +74,10 @@ RESYNC_TOLERANCE_RAD = 0.1
 
 @dataclass(frozen=True)
 class SimNodeConfig:
-    """Validated parameters of the sim node (parameters.SIM_NODE, docs/parameters.md, give their meaning)."""
+    """Validated parameters of the sim node (parameters.SIM_NODE, docs/parameters.md, give their meaning).
+    robot_description and sim_params_file are resolved: an empty parameter became the robot's file."""
 
+    robot: str
     robot_description: str
     sim_params_file: str
     camera_calibration: str
@@ -99,6 +102,7 @@ class SimNodeConfig:
         def bad(field: str, problem: str) -> ConfigError:
             return ConfigError(f"{self.source} parameter", field, getattr(self, field), problem)
 
+        get_robot(self.robot, f"{self.source} parameter")
         if not self.robot_description.strip():
             raise bad("robot_description", "must be URDF XML or a URDF file path")
         if self.pacing not in PACINGS:
@@ -161,7 +165,7 @@ class SimNode(Node):
         self.create_service(Trigger, "sim/restart", self._on_restart)
 
         log = self.get_logger()
-        log.info(f"sim params {params.source} version {params.version}; robot {self.world.model.source} "
+        log.info(f"sim params {params.source} version {params.version}; robot {cfg.robot} {self.world.model.source} "
                  f"joints {self.world.joint_names} ee_link {self.world.ee_link}; camera {camera_file} "
                  f"{camera.width}x{camera.height}; pacing {cfg.pacing}; randomize {cfg.randomize}; "
                  f"pushes {cfg.pushes}; seed {cfg.seed}")
@@ -183,8 +187,11 @@ class SimNode(Node):
     def _declare_parameters(self) -> SimNodeConfig:
         """Declare parameters.SIM_NODE (docs/parameters.md) and validate them into a SimNodeConfig."""
         v = declare_table(self, SIM_NODE)
+        source = f"{NODE_NAME} parameter"
+        robot = str(v["robot"])
         return SimNodeConfig(
-            robot_description=v["robot_description"], sim_params_file=v["sim_params_file"],
+            robot=robot, robot_description=robot_description_for(robot, v["robot_description"], source),
+            sim_params_file=sim_params_for(robot, v["sim_params_file"], source),
             camera_calibration=v["camera_calibration"], ee_link=v["ee_link"],
             joints=tuple(str(name) for name in v["joints"]), seed=int(v["seed"]), randomize=bool(v["randomize"]),
             pushes=bool(v["pushes"]), auto_reset=bool(v["auto_reset"]), pacing=str(v["pacing"]),

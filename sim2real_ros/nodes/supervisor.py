@@ -62,6 +62,7 @@ from ..core.supervisor import (
 )
 from ..core.teleop import Jogger
 from ..core.urdf import RobotModel
+from ..robots import robot_description_for
 from .common import (
     EVENTS_QOS,
     JOINT_STATE_QOS,
@@ -111,7 +112,8 @@ def declare_parameters(node: Node) -> tuple[SupervisorNodeParams, dict]:
     core's CONFIG_RANGES, refused outside them); return node params and the core's config fields."""
     v = declare_table(node, SUPERVISOR, range_source=SOURCE)
     params = SupervisorNodeParams(
-        robot_description=str(v.pop("robot_description")), joints=tuple(v.pop("joints")),
+        robot_description=robot_description_for(str(v.pop("robot")), str(v.pop("robot_description")), SOURCE),
+        joints=tuple(v.pop("joints")),
         ee_link=str(v.pop("ee_link")), joystick_config=str(v.pop("joystick_config")),
         control_rate_hz=float(v.pop("control_rate_hz")), state_rate_hz=float(v.pop("state_rate_hz")),
         forward_policy_commands=bool(v.pop("forward_policy_commands")),

@@ -3,7 +3,8 @@
 Parameters: robot_description (URDF path or XML), ee_link (tool point; '' = the sim params' ee_link,
 else the arm's tip), host (default 127.0.0.1: only this machine), port (default 8765; 0 = any free
 port), jpeg_quality (camera JPEG quality; 0 = raw), client_backlog (messages queued per client before
-the oldest is dropped), stats_period_s.
+the oldest is dropped), stats_period_s, allowed_origins (browser origins let in besides Foxglove's
+app; any other web page is refused: viz/origin_gate.py).
 
 A Foxglove WebSocket server (foxglove-sdk) streaming what sim2real_ros/viz/channels.py lists:
 frame transforms by forward kinematics of joint_states, the URDF and its visuals, camera and
@@ -66,10 +67,14 @@ class VizNode(Node):
         self._latch = LatchOnSubscribe()
         try:
             self.server = start_viz_server(self._publisher.context, host=host, port=int(port),
-                                           backlog=int(backlog), listener=self._latch)
+                                           backlog=int(backlog), listener=self._latch,
+                                           allowed_origins=list(v["allowed_origins"]), on_refused=self._refused)
         except ServerStartError as err:
             self._publisher.close()
-            raise ConfigError(source, "port", port, str(err)) from err
+            field = "allowed_origins" if "allowed origins" in str(err) else "port"
+            raise ConfigError(source, field, v[field], str(err)) from err
+        for warning in self.server.warnings():
+            self.get_logger().warning(warning)
         self._latest: dict[str, tuple[Any, int]] = {}
         for item in INPUTS:
             if item.topic == "robot_description":
@@ -84,6 +89,11 @@ class VizNode(Node):
             f"Foxglove server on ws://{host}:{self.server.port} (tool point {tool}); open Foxglove -> "
             f"Open connection -> Foxglove WebSocket -> ws://{'localhost' if host == DEFAULT_HOST else host}:"
             f"{self.server.port}")
+
+    def _refused(self, origin: str, reason: str) -> None:
+        """A web page not in allowed_origins tried to connect (gate thread: logging only)."""
+        hint = "; to allow it, add it to allowed_origins (docs/viz.md)" if reason == "origin not allowed" else ""
+        self.get_logger().warning(f"Foxglove connection refused: {reason}: {origin!r}{hint}", throttle_duration_sec=5.0)
 
     @staticmethod
     def _context_for_server():

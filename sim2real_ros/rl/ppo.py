@@ -29,7 +29,7 @@ from ..core.checkpoint import git_commit, sim_params_version
 from ..core.errors import ConfigError
 from ..core.hashing import content_hash
 from ..core.stats import wilson_interval
-from ..paths import config_path, urdf_path
+from ..robots import DEFAULT_ROBOT, get_robot, robot_description_for, sim_params_for
 from ..sim.params import load_sim_params
 from .batch import EnvSpec
 from .cluster import default_workers
@@ -49,7 +49,8 @@ DEFAULT_PPO: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class TeacherConfig:
-    """seed; robot_description / sim_params (paths); env (rl/env.EnvConfig); rewards (term -> weight);
+    """seed; robot (robots.ROBOTS name, default arm6: its URDF and sim params are the defaults);
+    robot_description / sim_params (paths); env (rl/env.EnvConfig); rewards (term -> weight);
     num_envs: worlds in all; steps_per_env: policy steps per env per PPO iteration; iterations: the
     most PPO iterations; target_success: stop once the success over the last `success_window`
     episodes reaches it (0 = never stop early); actor: hidden_dims, activation, init_std; ppo: rsl_rl
@@ -58,8 +59,9 @@ class TeacherConfig:
 
     source: str
     seed: int = 0
-    robot_description: str = field(default_factory=lambda: str(urdf_path()))
-    sim_params: str = field(default_factory=lambda: str(config_path("sim_params.yaml")))
+    robot: str = DEFAULT_ROBOT
+    robot_description: str = ""  # "" = the robot's URDF
+    sim_params: str = ""  # "" = the robot's sim params
     env: dict[str, Any] = field(default_factory=dict)
     rewards: dict[str, float] = field(default_factory=lambda: {"distance": 2.0, "distance_fine": 1.0,
                                                                 "success": 10.0, "action_rate": 0.02,
@@ -76,6 +78,9 @@ class TeacherConfig:
     workers: int = field(default_factory=default_workers)
 
     def __post_init__(self) -> None:
+        get_robot(self.robot, self.source)
+        object.__setattr__(self, "robot_description", robot_description_for(self.robot, self.robot_description))
+        object.__setattr__(self, "sim_params", sim_params_for(self.robot, self.sim_params))
         for name in ("num_envs", "steps_per_env", "iterations", "success_window"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -122,6 +127,11 @@ def load_teacher_config(path: str | Path, **overrides: Any) -> TeacherConfig:
     if unknown:
         raise ConfigError(source, unknown[0], data[unknown[0]], f"unknown field (known: {sorted(known)})")
     data.update({k: v for k, v in overrides.items() if v is not None})
+    if overrides.get("robot") is not None:
+        # Another robot: the YAML's files were its robot's; the overriding robot's own replace them.
+        for key in ("robot_description", "sim_params"):
+            if overrides.get(key) is None:
+                data.pop(key, None)
     for key in ("robot_description", "sim_params"):
         if data.get(key):
             value = Path(str(data[key]))
@@ -316,6 +326,7 @@ class TeacherTrainer:
         finally:
             pool.close()
         provenance = {
+            "robot": c.robot,
             "method": "PPO (rsl_rl) with privileged observations over Ray-batched randomized sims",
             "rsl_rl": _version("rsl-rl-lib"), "ray": _version("ray"),
             "config": c.to_dict(), "config_hash": content_hash(c.to_dict()), "iterations": it, "steps": steps,

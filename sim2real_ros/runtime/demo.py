@@ -52,7 +52,7 @@ class Demo:
         self.args = GraphArgs(checkpoint=str(config.checkpoint),
                               extra_parameters={"sim_node": {"seed": config.seed}})
         params = load_sim_params()
-        self.model = RobotModel.from_description(self.args.robot_description)
+        self.model = RobotModel.from_description(self.args.description())
         self.ee_link = params.robot.ee_link
         self.joint_names = self.model.joint_names
         mapping = load_joystick_mapping(config_path("joystick.yaml"))

@@ -22,10 +22,12 @@ from typing import Any
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 
+from ..core.policy_backend import load_policy
 from ..core.progress import progress
 from ..core.stats import summary, wilson_interval
 from ..graph import GraphArgs
 from ..nodes.common import LATCHED_QOS
+from ..robots import robot_for_checkpoint, sim_params_for
 from ..sim.params import load_sim_params
 from .graph_session import EpisodeOutcome, SimGraphSession, diagnostic_values
 
@@ -49,21 +51,25 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
                       sim_config: str | Path | None = None, robot_description: str | None = None,
                       seed: int = 1000, wall_timeout_s: float | None = None,
                       log_file: Path | None = None, real_time_factor: float = DEFAULT_GRAPH_RTF,
-                      record_to: Path | None = None, pushes: bool = False) -> dict[str, Any]:
+                      record_to: Path | None = None, pushes: bool = False,
+                      robot: str | None = None) -> dict[str, Any]:
     """Run the sim graph until `episodes` outcomes arrived on sim/episode. Once the supervisor has
     armed, the sim restarts at episode 0 of `seed`: graph episode k has the core path's episode k
     seed (training.evaluation.evaluate_in_sim), so the two compare episode by episode.
     real_time_factor: the sim's pace (sim s per wall s). record_to: also record the topics that
     show the timing (RECORDED_TOPICS, no images) to this bag folder (evaluation.graph_gap reads it).
     pushes: random pushes on the arm (the sim node's `pushes` parameter), counted per episode.
-    Raises RuntimeError if a node dies, TimeoutError if the graph stalls."""
+    robot: robots.ROBOTS name (None: the checkpoint's; one trained for another robot raises
+    CheckpointError naming both). Raises RuntimeError if a node dies, TimeoutError if the graph stalls."""
     if not 0 < real_time_factor <= 10:
         raise ValueError(f"real_time_factor must be in (0, 10], got {real_time_factor}")
-    params = load_sim_params(sim_config)
+    spec = load_policy(checkpoint, warmup=False).spec
+    robot = robot_for_checkpoint(robot, spec.joint_names, spec.provenance, str(checkpoint))
+    params = load_sim_params(sim_params_for(robot, sim_config))
     sim_parameters: dict[str, Any] = {"seed": int(seed), "randomize": bool(perturb),
                                       "sim_params_file": str(params.source),
                                       "real_time_factor": float(real_time_factor), "pushes": bool(pushes)}
-    args = GraphArgs(checkpoint=str(checkpoint), extra_parameters={"sim_node": sim_parameters},
+    args = GraphArgs(checkpoint=str(checkpoint), robot=robot, extra_parameters={"sim_node": sim_parameters},
                      **({"robot_description": robot_description} if robot_description else {}))
     timeout = wall_timeout_s or 120.0 + episodes * 4.0 * params.task.timeout_s / min(real_time_factor, 1.0)
     with tempfile.TemporaryDirectory(prefix="sim2real_graph_eval_") as tmp:
@@ -97,7 +103,7 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
     wins = sum(o.success for o in outcomes)
     steps = np.abs(np.diff(np.stack(commands), axis=0)).max(axis=1) if len(commands) > 1 else np.array([])
     return {
-        "checkpoint": str(checkpoint), "perturb": perturb, "pushes": bool(pushes),
+        "checkpoint": str(checkpoint), "robot": robot, "perturb": perturb, "pushes": bool(pushes),
         **({"pushes_applied_total": sum(max(o.pushes_applied, 0) for o in outcomes)} if pushes else {}),
         "sim_params_version": params.version, "mode": "graph",
         "episodes": len(outcomes), "successes": wins, "success_rate": wins / max(len(outcomes), 1),

@@ -75,7 +75,7 @@ def record_teleop_episodes(out_dir: str | Path, episodes: int, sim_params: str |
     log(f"[teleop] recording {episodes} episode(s) in {sim_file.name} with {ckpt.name}; node output in "
         f"{out / 'graph.log'}")
     with SimGraphSession(graph_args, out / "graph.log", record_to=session_bag) as session:
-        operator = ScriptedTeleoperator(session, graph_args.robot_description, params, plan, joystick)
+        operator = ScriptedTeleoperator(session, graph_args.description(), params, plan, joystick)
         try:
             start_stamp_ns, records = _record(session, operator, plan, episodes, log, out / "graph.log")
             operator.hold_stick((), periods=3)

@@ -8,14 +8,17 @@ from typing import Any
 import yaml
 
 from ..core.errors import ConfigError
-from ..paths import config_path, urdf_path
+from ..paths import config_path
+from ..robots import DEFAULT_ROBOT, get_robot, robot_description_for, sim_params_for
 from .rollout import RolloutConfig
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """seed; robot_description (URDF path); sim_params / preprocess (YAML paths); randomize (domain
-    randomization on/off); architecture + hparams; chunk_length (K); dt_s [s]; rollout settings;
+    """seed; robot (robots.ROBOTS name, default arm6: its URDF and sim params are the defaults of
+    robot_description and sim_params); robot_description (URDF path); sim_params / preprocess (YAML
+    paths); randomize (domain randomization on/off); architecture + hparams;
+    chunk_length (K); dt_s [s]; rollout settings;
     bc_episodes (teacher-driven); dagger_rounds x dagger_episodes (student-driven, teacher-labelled);
     epochs_bc / epochs_per_round; batch_size; lr; weight_decay; eval_episodes (student success
     measured after training); num_threads (torch); teacher: ik (the scripted IK solver) | ppo (a
@@ -24,8 +27,9 @@ class TrainConfig:
 
     source: str
     seed: int = 0
-    robot_description: str = field(default_factory=lambda: str(urdf_path()))
-    sim_params: str = field(default_factory=lambda: str(config_path("sim_params.yaml")))
+    robot: str = DEFAULT_ROBOT
+    robot_description: str = ""  # "" = the robot's URDF
+    sim_params: str = ""  # "" = the robot's sim params
     preprocess: str = field(default_factory=lambda: str(config_path("preprocess.yaml")))
     randomize: bool = True
     architecture: str = "cnn_mlp"
@@ -48,6 +52,9 @@ class TrainConfig:
     pushes: bool = False
 
     def __post_init__(self) -> None:
+        get_robot(self.robot, self.source)
+        object.__setattr__(self, "robot_description", robot_description_for(self.robot, self.robot_description))
+        object.__setattr__(self, "sim_params", sim_params_for(self.robot, self.sim_params))
         positive = ("chunk_length", "batch_size", "epochs_bc", "num_threads")
         for name in positive:
             if int(getattr(self, name)) <= 0:
@@ -95,6 +102,11 @@ def load_train_config(path: str | Path, **overrides: Any) -> TrainConfig:
     if unknown:
         raise ConfigError(source, unknown[0], data[unknown[0]], f"unknown field (known: {sorted(known)})")
     data.update({k: v for k, v in overrides.items() if v is not None})
+    if overrides.get("robot") is not None:
+        # Another robot: the YAML's files were its robot's; the overriding robot's own replace them.
+        for key in ("robot_description", "sim_params"):
+            if overrides.get(key) is None:
+                data.pop(key, None)
     for key in ("robot_description", "sim_params", "preprocess", "teacher_checkpoint"):
         if key in data and data[key]:
             data[key] = _resolve(str(data[key]), path.parent)

@@ -14,7 +14,8 @@ from ..core.errors import ConfigError
 from ..core.policy_backend import load_policy
 from ..core.preprocess_config import PreprocessConfig
 from ..core.stats import summary, wilson_interval
-from ..paths import config_path, urdf_path
+from ..paths import config_path
+from ..robots import robot_description_for, robot_for_checkpoint, sim_params_for
 from ..sim.params import load_sim_params
 from ..sim.world import episode_seed
 from .graph_conditions import GraphConditions
@@ -94,7 +95,7 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
                     seed: int = 1000, actuation_latency_s: float | None = None,
                     num_threads: int = 2, label: str = "eval",
                     graph_conditions: GraphConditions | bool | None = True, pushes: bool = False,
-                    workers: int = 0, backend: str = "auto") -> dict[str, Any]:
+                    workers: int = 0, backend: str = "auto", robot: str | None = None) -> dict[str, Any]:
     """Run `episodes` sim episodes with the policy driving (core path: preprocessing pipeline,
     policy, actuator; with graph_conditions (default) the graph's timing and supervisor, see
     training.graph_conditions). perturb: sample the sim params' randomization ranges each episode.
@@ -105,9 +106,12 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     auto (by the file) | torch | onnxruntime (a checkpoint or an exported ONNX policy, docs/onnx.md).
     actuation_latency_s [s]: the latency the rollout's actuator compensates; None = the deployment's
     configured value (config/params.yaml), never the sim variant's own true latency (which would
-    flatter every "real" variant). The result reports the value and its source."""
+    flatter every "real" variant). The result reports the value and its source. robot: robots.ROBOTS
+    name (None: the checkpoint's); its URDF and sim params are the defaults of robot_description and
+    sim_config; a checkpoint trained for another robot raises CheckpointError naming both."""
     policy = load_policy(checkpoint, backend=backend, num_threads=num_threads)
-    params = load_sim_params(sim_config)
+    robot = robot_for_checkpoint(robot, policy.spec.joint_names, policy.spec.provenance, str(checkpoint))
+    params = load_sim_params(sim_params_for(robot, sim_config))
     preprocess = PreprocessConfig.from_dict(policy.spec.preprocess, source=f"{checkpoint} preprocess")
     if pushes and params.randomization.pushes is None:
         raise ConfigError(params.source, "randomization.pushes", None,
@@ -120,7 +124,7 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
             raise ConfigError("eval-sim", "actuation_latency_s", actuation_latency_s,
                               "must be a finite number >= 0 [s]")
     config = rollout_config_from(policy, latency, graph_conditions)
-    job = EpisodeJob(str(params.source), robot_description or str(urdf_path()), preprocess.to_dict(),
+    job = EpisodeJob(str(params.source), robot_description_for(robot, robot_description), preprocess.to_dict(),
                      list(policy.spec.joint_names), config.to_dict(), policy.spec.chunk_length, policy.spec.dt_s,
                      pushes=pushes, record_images=False, backend=policy.backend)
     pool = EpisodePool(job, workers, num_threads=num_threads)
@@ -134,6 +138,7 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
         push_info = {"push_params": dataclasses.asdict(params.randomization.pushes),
                      "pushes_applied_total": sum(int(r.outcome.get("pushes_applied", 0)) for r in records)}
     return {"checkpoint": str(checkpoint), "checkpoint_hash": policy.checkpoint_hash, "backend": policy.backend,
+            "robot": robot,
             "perturb": perturb,
             "pushes": bool(pushes), **push_info, "sim_params_version": params.version, "mode": "core",
             "graph_conditions": None if config.graph_conditions is None else config.graph_conditions.to_dict(),

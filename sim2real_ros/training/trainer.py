@@ -226,6 +226,7 @@ class Trainer:
             self.log(f"[train] nominal-sim success {rate:.0%} (95% CI {evaluation['ci95'][0]:.2f}-"
                      f"{evaluation['ci95'][1]:.2f}) over {c.eval_episodes} episodes")
         provenance = {
+            "robot": c.robot,
             "method": f"behavior cloning from a privileged {c.teacher.upper()} teacher + DAgger",
             "teacher": self._teacher_provenance(),
             "config": c.to_dict(), "config_hash": content_hash(c.to_dict()), "seed": c.seed,

@@ -1,0 +1,124 @@
+"""`sim2real emulate-bus`: an emulated Feetech STS servo bus on a pseudo-terminal (docs/so101.md).
+
+Prints the pty's path on its first line (and, with --link, makes PATH a symlink to it), then serves
+until Ctrl-C or SIGTERM. Any serial client opens that path as it would /dev/ttyACM0.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from ..core.errors import Sim2RealError
+
+# LeRobot's SO-101 motors by id (= the joint names of urdf/so101/so101_new_calib.urdf).
+SO101_JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
+
+
+def parse_ids(text: str) -> list[int]:
+    """'1-6' or '1,2,5' or '1-3,7' -> ids."""
+    ids: list[int] = []
+    try:
+        for part in text.split(","):
+            if "-" in part:
+                low, high = (int(v) for v in part.split("-", 1))
+                ids.extend(range(low, high + 1))
+            else:
+                ids.append(int(part))
+    except ValueError as err:
+        raise Sim2RealError(f"--ids {text!r}: expected ids like 1-6 or 1,2,5") from err
+    return ids
+
+
+def parse_pairs(values: list[str], what: str) -> dict[int, int]:
+    """['1:2048', ...] -> {1: 2048}."""
+    out = {}
+    for value in values:
+        try:
+            key, number = value.split(":")
+            out[int(key)] = int(number)
+        except ValueError as err:
+            raise Sim2RealError(f"{what} {value!r}: expected ID:TICKS") from err
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--link", type=Path, help="make this path a symlink to the pty (replaced if it is a symlink)")
+    parser.add_argument("--ids", default="1-6", help="servo ids on the bus (default 1-6, an SO-101)")
+    parser.add_argument("--baud", type=int, default=1_000_000, help="bus baud rate, for reply timing [bit/s]")
+    parser.add_argument("--faults", nargs="*", default=[], metavar="KIND:ID:N",
+                        help="drop:ID:N (every Nth reply lost), corrupt:ID:N (every Nth reply bad checksum), "
+                             "silent:ID:N (no reply after N), overheat:ID:N (85 degC after N replies)")
+    parser.add_argument("--calibration", type=Path,
+                        help="a LeRobot calibration JSON: servos get its homing offsets and start mid-range")
+    parser.add_argument("--initial", nargs="*", default=[], metavar="ID:TICKS",
+                        help="start position of a servo [ticks] (overrides --calibration's mid-range)")
+    parser.add_argument("--return-delay-us", type=int, default=0,
+                        help="every servo's return delay [us] (register 7, 2 us units; LeRobot sets 0)")
+    parser.add_argument("--dead-time", type=float, default=None, help="servo dead time [s]")
+    parser.add_argument("--sim-params", type=Path,
+                        help="a sim params YAML with the servo actuator model (as `sim2real sysid fit` writes): "
+                             "dead time, max speed, acceleration and gain per joint; servo ids map to the "
+                             "SO-101 joints (1 = shoulder_pan ... 6 = gripper) or to --calibration's motors")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..hardware import protocol as p
+    from ..hardware.calibration import load_calibration
+    from ..hardware.emulator import BusEmulator, Fault, ServoDynamics, dynamics_from_sim_params
+
+    try:
+        ids = parse_ids(args.ids)
+        faults = [Fault.parse(text) for text in args.faults]
+        initial: dict[int, int] = {}
+        offsets: dict[int, int] = {}
+        motor_names: dict[int, str] = {}
+        if args.calibration is not None:
+            for motor in load_calibration(args.calibration).values():
+                motor_names[motor.servo_id] = motor.name
+                offsets[motor.servo_id] = motor.homing_offset
+                initial[motor.servo_id] = (motor.range_min + motor.range_max) // 2
+        initial.update(parse_pairs(args.initial, "--initial"))
+        if not 0 <= args.return_delay_us <= 510:
+            raise Sim2RealError(f"--return-delay-us {args.return_delay_us}: must be in 0..510")
+        dynamics: ServoDynamics | dict[int, ServoDynamics]
+        if args.sim_params is not None:
+            names = dict(enumerate(SO101_JOINTS, start=1))
+            names.update(motor_names)
+            unnamed = [i for i in ids if i not in names]
+            if unnamed:
+                raise Sim2RealError(f"--sim-params: no joint name for servos {unnamed} (give --calibration)")
+            dynamics = dynamics_from_sim_params(str(args.sim_params), {i: names[i] for i in ids})
+            if args.dead_time is not None:
+                dynamics = {i: replace(d, dead_time_s=args.dead_time) for i, d in dynamics.items()}
+        else:
+            dynamics = ServoDynamics() if args.dead_time is None else ServoDynamics(dead_time_s=args.dead_time)
+        emulator = BusEmulator(ids, args.baud, dynamics, faults, initial, offsets)
+    except Sim2RealError as err:
+        print(f"[ERROR] {err}", file=sys.stderr)
+        return 2
+    for servo in emulator.servos.values():
+        servo.memory[p.RETURN_DELAY.address] = args.return_delay_us // 2
+    if args.link is not None:
+        if args.link.is_symlink():
+            args.link.unlink()
+        elif args.link.exists():
+            print(f"[ERROR] --link {args.link}: exists and is not a symlink; not replacing it", file=sys.stderr)
+            return 2
+        os.symlink(emulator.path, args.link)
+    print(emulator.path, flush=True)
+    print(f"emulating servos {ids} at {args.baud} baud" + (f", faults {args.faults}" if args.faults else ""),
+          flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        emulator.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        emulator.close()
+        if args.link is not None and args.link.is_symlink():
+            args.link.unlink()
+    return 0

@@ -1,0 +1,119 @@
+"""The robots this package knows, in one place: name -> URDF, joints, gripper, tool link, camera, sim params.
+
+`robot: arm6 | so101` (a node parameter, a `--robot` option, a training config key) selects one; every
+place that needs a robot's URDF or sim parameters asks here instead of naming a file. arm6 stays the
+default so an existing config or command means what it meant. docs/robots.md describes both robots.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .core.errors import CheckpointError, ConfigError
+from .paths import config_path, share_dir
+
+
+@dataclass(frozen=True)
+class RobotInfo:
+    """One robot. urdf: path under the package share dir (urdf/...); joints: the movable joints in
+    command order (what joint_states, command arrays and checkpoints list); gripper: the jaw joint (a
+    position-commanded joint like the others) or None; tool_link: the tool point (sim task, Cartesian
+    jogging); camera_link: the URDF link the sim camera is mounted on; sim_params: file under config/."""
+
+    name: str
+    urdf: str
+    joints: tuple[str, ...]
+    gripper: str | None
+    tool_link: str
+    camera_link: str
+    sim_params: str
+    summary: str
+
+    def urdf_path(self) -> Path:
+        return share_dir() / self.urdf
+
+    def sim_params_path(self) -> Path:
+        return config_path(self.sim_params)
+
+
+ROBOTS: dict[str, RobotInfo] = {
+    "arm6": RobotInfo(
+        name="arm6", urdf="urdf/arm6.urdf",
+        joints=("joint1", "joint2", "joint3", "joint4", "joint5", "joint6"), gripper=None,
+        tool_link="ee_link", camera_link="camera_link", sim_params="sim_params.yaml",
+        summary="the project's 6-joint desktop arm (a design, not a product; no gripper)"),
+    "so101": RobotInfo(
+        name="so101", urdf="urdf/so101/so101.urdf",
+        joints=("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"),
+        gripper="gripper", tool_link="gripper_frame_link", camera_link="camera_link",
+        sim_params="sim_params_so101.yaml",
+        summary="LeRobot's SO-101 follower arm: 5 joints + gripper jaw, Feetech STS3215 servos"),
+}
+DEFAULT_ROBOT = "arm6"
+ROBOT_NAMES = tuple(ROBOTS)
+
+
+def get_robot(name: str, source: str = "robot") -> RobotInfo:
+    """The registered robot `name`; ConfigError naming the known ones otherwise."""
+    robot = ROBOTS.get(str(name).strip())
+    if robot is None:
+        raise ConfigError(source, "robot", name, f"must be one of {list(ROBOT_NAMES)}")
+    return robot
+
+
+def robot_description_for(robot: str, description: str | None = None, source: str = "robot") -> str:
+    """`description` (URDF path or XML) when given, else the URDF file of `robot`."""
+    if description is not None and str(description).strip():
+        return str(description)
+    return str(get_robot(robot, source).urdf_path())
+
+
+def sim_params_for(robot: str, sim_params: str | Path | None = None, source: str = "robot") -> str:
+    """`sim_params` (YAML path) when given, else the sim params file of `robot`."""
+    if sim_params is not None and str(sim_params).strip():
+        return str(sim_params)
+    return str(get_robot(robot, source).sim_params_path())
+
+
+def robot_for_joints(joint_names: Sequence[str]) -> RobotInfo | None:
+    """The registered robot whose joints are exactly `joint_names` (in order), if any."""
+    names = tuple(str(n) for n in joint_names)
+    return next((r for r in ROBOTS.values() if r.joints == names), None)
+
+
+def checkpoint_robot(joint_names: Sequence[str], provenance: Mapping[str, Any]) -> str | None:
+    """The robot a checkpoint was trained for: its provenance's `robot` when that is a registered name
+    (training writes it since issue 30; `policy init` wrote a URDF path there before), else the
+    registered robot with its joint names, else None (another URDF)."""
+    recorded = provenance.get("robot")
+    if isinstance(recorded, str) and recorded in ROBOTS:
+        return recorded
+    match = robot_for_joints(joint_names)
+    return match.name if match else None
+
+
+def check_checkpoint_robot(joint_names: Sequence[str], provenance: Mapping[str, Any], robot: str,
+                           source: str) -> None:
+    """CheckpointError when the checkpoint at `source` was trained for a registered robot other than
+    `robot`, naming both (a checkpoint for an unregistered URDF is left to the joint-name check)."""
+    trained = checkpoint_robot(joint_names, provenance)
+    if trained is not None and trained != robot:
+        raise CheckpointError(
+            f"{source}: this checkpoint was trained for robot '{trained}' (joints {list(joint_names)}), "
+            f"not for '{robot}' (joints {list(get_robot(robot).joints)}); train one for '{robot}' "
+            f"(sim2real train with robot: {robot}) or choose --robot {trained}")
+
+
+def robot_for_checkpoint(requested: str | None, joint_names: Sequence[str], provenance: Mapping[str, Any],
+                         source: str) -> str:
+    """The robot a command runs a checkpoint on: `requested` (a --robot option), checked against the
+    checkpoint (CheckpointError naming both when it was trained for the other one); without a request,
+    the checkpoint's own robot, else the default robot."""
+    if requested is not None and str(requested).strip():
+        robot = get_robot(requested, source).name
+        check_checkpoint_robot(joint_names, provenance, robot, source)
+        return robot
+    trained = checkpoint_robot(joint_names, provenance)
+    return trained if trained in ROBOTS else DEFAULT_ROBOT
