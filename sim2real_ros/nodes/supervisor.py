@@ -79,6 +79,7 @@ SOURCE = "supervisor parameters"
 COMMAND_TOPIC = "forward_position_controller/commands"
 LEVELS = {Mode.ESTOP: Level.ERROR, Mode.HOLD: Level.WARN}
 ESTOP_TYPE = "std_msgs/msg/Bool"
+CLOSE_POLL_S = 0.1  # [s] the e-stop thread's longest wait before it checks whether it must stop
 GRAPH_POLL_PERIOD_S = 0.1  # [s] how often the `estop` publishers are listed (steady clock)
 
 
@@ -209,6 +210,7 @@ class EstopListener:
         self._subscription = self._node.create_subscription(Bool, topic, callback, LATCHED_QOS)
         self._executor = single_threaded_executor(self._node)
         self._executor.add_node(self._node)
+        self._closing = threading.Event()
         self._thread = threading.Thread(target=self._spin, name="supervisor-estop", daemon=True)
         self._thread.start()
 
@@ -218,10 +220,11 @@ class EstopListener:
         return self._subscription.topic_name
 
     def _spin(self) -> None:
-        while True:
+        while not self._closing.is_set() and self._node.context.ok():
             try:
-                self._executor.spin()
-                return  # close() or the context's shutdown
+                # A bounded wait (a message still wakes it at once): close() then only has to wait
+                # for the loop to notice, never trigger the executor under a waiting thread.
+                self._executor.spin_once(timeout_sec=CLOSE_POLL_S)
             except (KeyboardInterrupt, ExternalShutdownException):
                 return  # Ctrl-C: the supervisor node is going away too
             except Exception:
@@ -231,9 +234,16 @@ class EstopListener:
                 self._node.get_logger().error(f"e-stop callback failed:\n{traceback.format_exc()}")
 
     def close(self) -> None:
-        """Stop the thread and destroy the node (idempotent)."""
-        self._executor.shutdown()
+        """Stop the thread and destroy the node (idempotent).
+
+        The thread ends first (within CLOSE_POLL_S), then the executor is shut down: triggering its
+        guard condition while the thread still waited on it in a context Ctrl-C/SIGTERM had shut
+        down crashed the process at exit (SIGSEGV, issue 34).
+        """
+        self._closing.set()
         self._thread.join(timeout=5.0)
+        if not self._thread.is_alive():
+            self._executor.shutdown()
         self._node.destroy_node()
 
 
