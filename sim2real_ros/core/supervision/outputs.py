@@ -54,3 +54,4 @@ class SupervisorStatus:
     foreign_publishers: int
     last_rejection: str
     hold_target: np.ndarray | None = field(default=None)
+    estop_vanished: str = ""  # `estop` publishers that left while pressed (pressed until a reset)
