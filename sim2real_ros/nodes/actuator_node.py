@@ -187,7 +187,7 @@ class ActuatorNode(Node):
             return  # nothing uses joint states then
         received_ns = now_ns(self)
         try:
-            sample = msgconv.joint_state_to_sample(msg)
+            sample = msgconv.joint_state_to_sample(msg, use_velocities=False)  # positions only
         except msgconv.MessageError as err:
             with self._lock:
                 rejection: Rejection | None = self._core.on_bad_joint_state(str(err))
