@@ -19,12 +19,18 @@ from .preprocess_config import PreprocessConfig
 CHECKPOINT_MAGIC = b"SIM2REAL-POLICY\n"
 
 # Caps on the sizes a spec gives (docs/design.md §5: a policy file is untrusted input); the caps on
-# model sizes are in policy_model.py.
+# layer sizes are in policy_model.py.
 MAX_JOINTS = 64  # joints per policy: the arms here have 6-9, a humanoid about 40
 MAX_NAME_LENGTH = 256  # characters of a joint or architecture name (URDF names are short)
 MAX_IMAGE_SIDE = 1024  # [px] policy image width and height: policy images are downscaled (96x96 here)
 MAX_CHUNK_LENGTH = 1000  # points per action chunk: 10 here, action-chunking policies use about 100
 MAX_DT_S = 10.0  # [s] between chunk points: 0.05 here; a chunk point 10 s away is no control any more
+# Elements of a model's state (parameters + buffers): 64 Mi = 256 MiB float32; the models here
+# have about 0.1 Mi. Shared by checkpoints (policy_model.plan_model) and ONNX graphs (onnx_graph_check).
+MAX_PARAMETERS = 64 * 1024 * 1024
+# Elements of the intermediate results of one batch-1 inference (the warm-up): 64 Mi = 256 MiB
+# float32; 0.2 Mi here at 96x96.
+MAX_ACTIVATIONS = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
