@@ -31,9 +31,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.checkpoint import git_commit, read_checkpoint, save_checkpoint
-from ..core.errors import ConfigError
+from ..core.checkpoint import git_commit, nonfinite_tensors, read_checkpoint, save_checkpoint
+from ..core.errors import CheckpointError, ConfigError
 from ..core.policy_model import PolicyModel, build_model
+from ..core.policy_spec import abbreviate
 from ..core.preprocess import ImagePipeline
 from ..core.preprocess_config import PreprocessConfig
 from ..core.progress import progress
@@ -236,6 +237,10 @@ def finetune(checkpoint: str | Path, bags: list[str | Path], out: str | Path, co
     torch.set_num_threads(config.num_threads)
     torch.manual_seed(config.seed)
     spec, state, parent_hash = read_checkpoint(checkpoint)
+    bad = nonfinite_tensors(state)
+    if bad:
+        raise CheckpointError(f"{checkpoint}: tensors {abbreviate(bad)} contain NaN/Inf; refusing to fine-tune from "
+                              f"it")
     model = build_model(spec.architecture, spec, **spec.hparams)
     model.load_state_dict(state, strict=True)
     model.eval()
