@@ -178,6 +178,28 @@ def check_compatible(spec: PolicySpec, joint_names: Sequence[str], preprocess: P
         raise CheckpointError(f"{source} does not match the running graph: " + "; ".join(problems))
 
 
+def check_against_data(spec: PolicySpec, data_joints: Sequence[str], source: str, data_source: str,
+                       preprocess: PreprocessConfig | None = None, ordered: bool = False) -> None:
+    """Refuse (CheckpointError naming `source` and `data_source`) a policy applied offline to data
+    (a bag, a dataset, a sim robot) that lacks one of its joints (ordered: whose joint order differs
+    too), or whose preprocessing (the config the tool will run) is not the one it was trained with.
+    data_joints: the data's joint names, in its order."""
+    problems = []
+    data = list(data_joints)
+    missing = [name for name in spec.joint_names if name not in data]
+    if missing:
+        problems.append(f"joints: checkpoint expects {list(spec.joint_names)}, {data_source} has {abbreviate(data)} "
+                        f"(missing {missing})")
+    elif ordered and data != list(spec.joint_names):
+        problems.append(f"joint order: checkpoint expects {list(spec.joint_names)}, {data_source} has {data}")
+    if preprocess is not None and preprocess.content_hash != spec.preprocess_hash:
+        problems.append(f"preprocessing: checkpoint was trained with preprocess hash {spec.preprocess_hash}, "
+                        f"{data_source} would be preprocessed with {preprocess.content_hash} "
+                        f"({abbreviate(preprocess.to_dict(), 2000)})")
+    if problems:
+        raise CheckpointError(f"{source} does not match {data_source}: " + "; ".join(problems))
+
+
 def _number(value: Any) -> float:
     """A recorded intrinsic as a float; NaN (never equal) if it is not a number."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

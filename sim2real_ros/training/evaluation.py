@@ -12,8 +12,10 @@ import yaml
 from ..core.checkpoint import LoadedPolicy
 from ..core.errors import ConfigError
 from ..core.policy_backend import load_policy
+from ..core.policy_spec import check_against_data
 from ..core.preprocess_config import PreprocessConfig
 from ..core.stats import summary, wilson_interval
+from ..core.urdf import RobotModel
 from ..paths import config_path, urdf_path
 from ..sim.params import load_sim_params
 from ..sim.world import episode_seed
@@ -109,6 +111,12 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     policy = load_policy(checkpoint, backend=backend, num_threads=num_threads)
     params = load_sim_params(sim_config)
     preprocess = PreprocessConfig.from_dict(policy.spec.preprocess, source=f"{checkpoint} preprocess")
+    robot = robot_description or str(urdf_path())
+    # The sim drives the checkpoint's joints by name: each must be in the robot, and the
+    # preprocessing the sim runs (the checkpoint's stored config) must be the one it was trained with.
+    robot_name = "(robot_description XML)" if robot.lstrip().startswith("<") else robot
+    check_against_data(policy.spec, RobotModel.from_description(robot).joint_names, str(checkpoint),
+                       f"sim robot {robot_name}", preprocess)
     if pushes and params.randomization.pushes is None:
         raise ConfigError(params.source, "randomization.pushes", None,
                           "pushes were asked for, but the sim params have no randomization.pushes ranges")
@@ -120,7 +128,7 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
             raise ConfigError("eval-sim", "actuation_latency_s", actuation_latency_s,
                               "must be a finite number >= 0 [s]")
     config = rollout_config_from(policy, latency, graph_conditions)
-    job = EpisodeJob(str(params.source), robot_description or str(urdf_path()), preprocess.to_dict(),
+    job = EpisodeJob(str(params.source), robot, preprocess.to_dict(),
                      list(policy.spec.joint_names), config.to_dict(), policy.spec.chunk_length, policy.spec.dt_s,
                      pushes=pushes, record_images=False, backend=policy.backend)
     pool = EpisodePool(job, workers, num_threads=num_threads)
