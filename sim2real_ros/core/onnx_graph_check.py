@@ -267,6 +267,9 @@ def check_graph(model: Any, source: str) -> int:
             raise CheckpointError(f"{source}: {label}: operator {abbreviate(op, 80)}{why} is not one "
                                   f"`sim2real policy export` writes (allowed: {sorted(EXPORTER_OPERATORS)})")
         for attribute in node.attribute:
+            if node.op_type == "Cast" and attribute.name == "to" and attribute.i not in _ELEMENT_BYTES:
+                raise CheckpointError(f"{source}: {label} (Cast): attribute 'to' = {attribute.i}; an ONNX policy "
+                                      f"casts to {sorted(_ELEMENT_NAMES.values())} only")
             if attribute.type in _GRAPH_ATTRIBUTE_TYPES or len(attribute.graphs) or attribute.HasField("g"):
                 raise CheckpointError(f"{source}: {label} ({node.op_type}): attribute "
                                       f"{abbreviate(attribute.name, 80)} holds a subgraph; an ONNX policy has none")
