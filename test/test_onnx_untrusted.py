@@ -148,6 +148,46 @@ def cast_to_string(path: Path, metadata: dict[str, str] | None) -> Path:
     return write_model(path, nodes, [zeros], metadata)
 
 
+def edited(path: Path, metadata: dict[str, str] | None, edit) -> Path:
+    """A minimal valid-looking policy graph (deltas = zeros + zeros) with `edit(model)` applied."""
+    zeros = numpy_helper.from_array(np.zeros((1, K, N), dtype=np.float32), "zeros")
+    write_model(path, [helper.make_node("Add", ["zeros", "zeros"], ["deltas"]), *targets_from("deltas")], [zeros],
+                metadata)
+    model = onnx.load_model_from_string(path.read_bytes())
+    edit(model)
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def external_data(model) -> None:
+    """The weights 'in' a file outside the policy's folder."""
+    tensor = model.graph.initializer[0]
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "../../../etc/passwd"), ("offset", "0"), ("length", "240")):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+
+
+def sparse_initializer(model) -> None:
+    values = numpy_helper.from_array(np.ones(1, dtype=np.float32), "big")
+    indices = numpy_helper.from_array(np.zeros(1, dtype=np.int64), "big_indices")
+    model.graph.sparse_initializer.append(helper.make_sparse_tensor(values, indices, [10**9]))
+
+
+def declared_huge(model) -> None:
+    model.graph.value_info.append(helper.make_tensor_value_info("q3", TensorProto.FLOAT, [1, 10**12]))
+
+
+def reshape_to_huge(path: Path, metadata: dict[str, str] | None) -> Path:
+    """A Reshape whose target asks for 2**40 elements (the element count check comes later in ORT)."""
+    huge = numpy_helper.from_array(np.array([1, 2**40], dtype=np.int64), "huge")
+    zeros = numpy_helper.from_array(np.zeros((1, K, N), dtype=np.float32), "zeros")
+    nodes = [helper.make_node("Reshape", ["zeros", "huge"], ["flat"]),
+             helper.make_node("Add", ["zeros", "zeros"], ["deltas"]), *targets_from("deltas")]
+    return write_model(path, nodes, [huge, zeros], metadata)
+
+
 def empty_nodes(path: Path, _metadata: dict[str, str] | None) -> Path:
     """20 MB of empty nodes: 1.5 GB and 7 s in the protobuf parser."""
     inner = b"\x0a\x00" * 10_000_000
@@ -171,6 +211,11 @@ CASES = {
     "outer_product": (outer_product, True, "(MatMul): output 'outer' [1, 27648, 27648]"),
     "too_many_macs": (lambda p, m: conv_graph(p, m, 256, 13), True, "MAX_INFERENCE_MACS"),
     "cast_to_string": (cast_to_string, True, "(Cast): attribute 'to' = 8"),
+    "external_data": (lambda p, m: edited(p, m, external_data), True, "initializer 'zeros': external data"),
+    "sparse_initializer": (lambda p, m: edited(p, m, sparse_initializer), True, "field 'sparse_initializer' holds 1"),
+    "declared_huge": (lambda p, m: edited(p, m, declared_huge), True,
+                      "value_info 'q3': field 'shape' = [1, 1000000000000]"),
+    "reshape_to_huge": (reshape_to_huge, True, "(Reshape): shape input 'huge' = [1, 1099511627776]"),
     "empty_nodes": (empty_nodes, False, f"more than {MAX_PROTO_ITEMS} protobuf messages"),
 }
 
