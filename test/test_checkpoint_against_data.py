@@ -1,5 +1,5 @@
 """Checkpoints checked against the data they are applied to offline (issue 34 leftover): replay,
-validation's real-bag stage and the sim evaluation refuse a checkpoint whose joints the bag or the
+validation's real-bag stage, fine-tuning and the sim evaluation refuse a checkpoint whose joints the bag or the
 sim robot lacks, or whose stored preprocessing is not the one it was trained with, with one error
 naming both sides (before: replay ran and reported 0 frames, the sim fed the policy whatever its
 stored config said)."""
@@ -29,6 +29,7 @@ from sim2real_ros.core.preprocess_config import PreprocessConfig
 from sim2real_ros.core.urdf import RobotModel
 from sim2real_ros.episodes.options import ReplayOptions
 from sim2real_ros.evaluation import evaluate_bag
+from sim2real_ros.finetune.finetune import FinetuneConfig, finetune
 from sim2real_ros.paths import config_path, urdf_path
 from sim2real_ros.training.evaluation import evaluate_in_sim
 from sim2real_ros.validation.gates import RealGate
@@ -121,3 +122,16 @@ def test_sim_evaluation_refuses_joints_the_robot_lacks_and_other_preprocessing(t
     tampered = with_other_stored_preprocessing(checkpoint(tmp_path / "so101.pt"), tmp_path / "tampered.pt")
     with pytest.raises(CheckpointError, match="preprocessing: checkpoint was trained with preprocess hash"):
         evaluate_in_sim(tampered, episodes=1, num_threads=1)
+
+
+def test_finetune_refuses_bags_of_another_robot_and_other_preprocessing(tmp_path):
+    good = checkpoint(tmp_path / "so101.pt")
+    other_robot = small_bag(tmp_path / "other_robot", tuple(f"arm_joint_{i}" for i in range(len(JOINTS))))
+    out = tmp_path / "out.pt"
+    with pytest.raises(CheckpointError) as err:
+        finetune(good, [other_robot], out, FinetuneConfig(epochs=1, real_fraction=1.0))
+    assert str(err.value).startswith(f"{good} does not match bag {other_robot}") and "missing" in str(err.value)
+    tampered = with_other_stored_preprocessing(good, tmp_path / "tampered.pt")
+    with pytest.raises(CheckpointError, match="preprocessing: checkpoint was trained with preprocess hash"):
+        finetune(tampered, [small_bag(tmp_path / "bag", JOINTS)], out, FinetuneConfig(epochs=1, real_fraction=1.0))
+    assert not out.exists()
