@@ -202,9 +202,19 @@ def save_checkpoint(path: str | Path, model: PolicyModel, spec: PolicySpec) -> s
     for field, (in_spec, in_model) in shape_checks.items():
         if in_spec != in_model:
             raise CheckpointError(f"cannot save: spec {field} gives {in_spec}, the model was built for {in_model}")
-    data = encode_checkpoint(spec, dict(model.state_dict()))
+    state = dict(model.state_dict())
+    bad = nonfinite_tensors(state)
+    if bad:  # a diverged training run: a file that every loader would refuse (load_checkpoint)
+        raise CheckpointError(f"cannot save {path}: tensors {abbreviate(bad)} contain NaN/Inf; nothing written")
+    data = encode_checkpoint(spec, state)
     write_atomically(path, data)
     return _hash_bytes(data)
+
+
+def nonfinite_tensors(state: dict[str, torch.Tensor]) -> list[str]:
+    """Names of the floating-point tensors of `state` holding a NaN or an infinity."""
+    return [name for name, tensor in state.items()
+            if tensor.is_floating_point() and not bool(torch.all(torch.isfinite(tensor)))]
 
 
 def _architecture_name(model: PolicyModel) -> str:
@@ -552,8 +562,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu", num_threads: int | No
         if int(num_threads) <= 0:
             raise CheckpointError(f"num_threads must be positive, got {num_threads}")
         torch.set_num_threads(int(num_threads))
-    bad = [name for name, tensor in state.items()
-           if tensor.is_floating_point() and not bool(torch.all(torch.isfinite(tensor)))]
+    bad = nonfinite_tensors(state)
     if bad:
         raise CheckpointError(f"{path}: tensors {abbreviate(bad)} contain NaN/Inf; refusing to run them")
     try:

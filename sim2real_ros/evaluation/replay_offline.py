@@ -21,10 +21,11 @@ from ..conversions import MessageError, camera_info_to_model, image_to_array, st
 from ..core.camera_model import CameraModel
 from ..core.checkpoint import LoadedPolicy
 from ..core.observation_pairing import DropReason, ObservationPairer, PairingConfig
+from ..core.policy_spec import check_against_data
 from ..core.preprocess import ImageError, ImagePipeline
 from ..core.preprocess_config import PreprocessConfig
 from ..core.progress import progress
-from ..episodes.bag_source import BagTopics, feed, find_topics, make_collector
+from ..episodes.bag_source import BagTopics, feed, find_topics, make_collector, recorded_joint_names
 from ..episodes.options import ReplayOptions
 from ..episodes.recording import Recording
 from .metrics import NS_PER_S, Predictions
@@ -48,6 +49,16 @@ class ReplayRun:
     stats: dict = field(default_factory=dict)
     bag_start_ns: int | None = None
     bag_end_ns: int | None = None
+
+
+def check_policy_against_bag(policy: LoadedPolicy, reader: BagReader, topics: BagTopics,
+                             preprocess: PreprocessConfig) -> None:
+    """CheckpointError naming the checkpoint and the bag when the bag's joint states lack one of
+    the policy's joints, or the preprocessing to run is not the one the policy was trained with."""
+    names = recorded_joint_names(reader, topics)
+    where = f"bag {reader.path} ({topics.joint_states})"
+    check_against_data(policy.spec, policy.spec.joint_names if names is None else names, policy.source, where,
+                       preprocess)
 
 
 def preprocess_for(policy: LoadedPolicy, options: ReplayOptions) -> PreprocessConfig:
@@ -84,7 +95,8 @@ def replay_offline(bag: str | Path, policy: LoadedPolicy, options: ReplayOptions
     """Predict a chunk for every recorded image; collect the recorded actions alongside."""
     spec = policy.spec
     joint_names = tuple(spec.joint_names)
-    pipeline = ImagePipeline(preprocess_for(policy, options))
+    preprocess = preprocess_for(policy, options)
+    pipeline = ImagePipeline(preprocess)
     pairer = ObservationPairer(PairingConfig(tolerance_ns=int(round(options.pairing_tolerance_s * NS_PER_S)),
                                              max_age_ns=_NO_MAX_AGE_NS, history=4096))
     times_s = np.arange(spec.chunk_length, dtype=float) * spec.dt_s
@@ -122,6 +134,7 @@ def replay_offline(bag: str | Path, policy: LoadedPolicy, options: ReplayOptions
 
     with BagReader(bag) as reader:
         topics = find_topics(reader, options)
+        check_policy_against_bag(policy, reader, topics, preprocess)
         collector = make_collector(topics, joint_names, options)
         cameras = _CameraInfoCache()
         counts = {t.name: t.count for t in reader.topics()}
