@@ -224,6 +224,11 @@ SUPERVISOR: tuple[ParamSpec, ...] = (
              "joy silence while the human is in control -> HOLD; with require_stop_source, how recent the "
              "joystick's e-stop button must be to count as a live stop source [s]", "s"),
     _bounded("joint_state_timeout_s", 0.2, "joint_states silence -> HOLD [s]", "s"),
+    _bounded("teleop_timeout_s", 0.1,
+             "TELEOP with a leader arm: command/teleop silence -> hold (the leader must be aligned again) [s]", "s"),
+    ParamSpec("servo_diagnostics_topic", "string", "feetech_driver/diagnostics",
+              "the servo-bus driver's diagnostics: an `overload` or `overheat` ERROR latches ESTOP, and the reset "
+              "is refused while it persists ('' = not watched)"),
     _bounded("estop_heartbeat_timeout_s", 0.0, "estop silence -> ESTOP [s]; 0 = no heartbeat required", "s"),
     ParamSpec("auto_arm", "bool", False, "arm automatically once joint states and policy commands are fresh"),
     ParamSpec("require_stop_source", "bool", False,
@@ -232,7 +237,8 @@ SUPERVISOR: tuple[ParamSpec, ...] = (
               "ESTOP (true in the robot graph)"),
     _bounded("handover_ramp_s", 1.0, "ramp time for a gap of handover_max_gap_rad; smaller gaps ramp faster [s]",
              "s"),
-    _bounded("handover_max_gap_rad", 0.5, "largest policy-vs-measured gap a handover accepts [rad]", "rad"),
+    _bounded("handover_max_gap_rad", 0.5, "largest policy-vs-measured gap a handover accepts; in TELEOP, the "
+             "largest leader-vs-measured gap at which following the leader arm starts [rad]", "rad"),
     _bounded("max_joint_jump_rad", 0.2,
              "measured step beyond 2 x velocity limit x dt plus this -> hold at the new position (re-homed "
              "encoder, teleported sim robot) [rad]", "rad"),

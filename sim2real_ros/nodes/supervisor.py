@@ -21,8 +21,10 @@ read-only after start: a change is refused (switching clocks under running watch
 On a robot (use_sim_time false and auto_arm false) require_stop_source must be true: the node
 refuses to start otherwise.
 
-Topics (relative names): subscribes command/policy (JointState), joint_states, joy, estop (Bool,
-true = stop); publishes forward_position_controller/commands (Float64MultiArray, `joints` order),
+Topics (relative names): subscribes command/policy (JointState), command/teleop (JointState, a
+leader arm: followed in TELEOP while the deadman is held), joint_states, joy, estop (Bool, true =
+stop), `servo_diagnostics_topic` (DiagnosticArray, feetech_driver/diagnostics: a servo's overload or
+overheat latches ESTOP); publishes forward_position_controller/commands (Float64MultiArray, `joints` order),
 supervisor/state (DiagnosticArray, latched), supervisor/interventions (DiagnosticArray, events).
 Services: supervisor/reset, supervisor/arm, supervisor/hold (std_srvs/Trigger).
 """
@@ -34,12 +36,12 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from diagnostic_msgs.msg import DiagnosticArray
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.topic_endpoint_info import TopicEndpointInfo
 from sensor_msgs.msg import JointState, Joy
 from std_msgs.msg import Bool, Float64MultiArray
@@ -79,6 +81,7 @@ SOURCE = "supervisor parameters"
 COMMAND_TOPIC = "forward_position_controller/commands"
 LEVELS = {Mode.ESTOP: Level.ERROR, Mode.HOLD: Level.WARN}
 ESTOP_TYPE = "std_msgs/msg/Bool"
+SERVO_DIAGNOSTICS_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 CLOSE_POLL_S = 0.1  # [s] the e-stop thread's longest wait before it checks whether it must stop
 GRAPH_POLL_PERIOD_S = 0.1  # [s] how often the `estop` publishers are listed (steady clock)
 
@@ -98,6 +101,7 @@ class SupervisorNodeParams:
     control_rate_hz: float
     state_rate_hz: float
     forward_policy_commands: bool = True
+    servo_diagnostics_topic: str = ""
 
     def __post_init__(self) -> None:
         for name, (low, high) in (("control_rate_hz", CONTROL_RATE_RANGE), ("state_rate_hz", STATE_RATE_RANGE)):
@@ -118,6 +122,7 @@ def declare_parameters(node: Node) -> tuple[SupervisorNodeParams, dict]:
         ee_link=str(v.pop("ee_link")), joystick_config=str(v.pop("joystick_config")),
         control_rate_hz=float(v.pop("control_rate_hz")), state_rate_hz=float(v.pop("state_rate_hz")),
         forward_policy_commands=bool(v.pop("forward_policy_commands")),
+        servo_diagnostics_topic=str(v.pop("servo_diagnostics_topic")).strip(),
     )
     v["auto_arm"], v["require_stop_source"] = bool(v["auto_arm"]), bool(v["require_stop_source"])
     for parameter, field in (("position_lower_limits", "lower"), ("position_upper_limits", "upper"),
@@ -283,6 +288,13 @@ class SupervisorNode(Node):
         self.create_subscription(JointState, "joint_states", self._on_joint_state, JOINT_STATE_QOS)
         self.create_subscription(JointState, "command/policy", self._on_policy, RELIABLE_LATEST_QOS)
         self.create_subscription(Joy, "joy", self._on_joy, JOY_QOS)
+        self._teleop_sub = self.create_subscription(JointState, "command/teleop", self._on_teleop,
+                                                    RELIABLE_LATEST_QOS)
+        if params.servo_diagnostics_topic:
+            # Reliable and volatile, as the driver publishes; depth 10: an alarm must not be overwritten
+            # by the next report before this callback runs.
+            self.create_subscription(DiagnosticArray, params.servo_diagnostics_topic, self._on_servo_diagnostics,
+                                     SERVO_DIAGNOSTICS_QOS)
         self.create_service(Trigger, "supervisor/reset", self._on_reset)
         self.create_service(Trigger, "supervisor/arm", self._on_arm)
         self.create_service(Trigger, "supervisor/hold", self._on_hold)
@@ -382,6 +394,25 @@ class SupervisorNode(Node):
                 self._control_timer.reset()
         self._after_input()
 
+    def _on_teleop(self, msg: JointState) -> None:
+        try:
+            sample = msgconv.joint_state_to_sample(msg, use_velocities=False)
+        except msgconv.MessageError as err:
+            with self._core_lock:
+                self._core.record_rejection("rejected_teleop", f"command/teleop: {err}")
+        else:
+            with self._core_lock:
+                self._core.on_teleop_command(sample.names, sample.positions, now_ns(self))
+        self._after_input()
+
+    def _on_servo_diagnostics(self, msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            is_error = status.level == DiagnosticStatus.ERROR
+            values = {kv.key: kv.value for kv in status.values}
+            self._decide(lambda t, s=status, e=is_error, v=values:
+                         self._core.on_servo_diagnostics(s.name, s.hardware_id, e, v, t))
+        self._after_input()
+
     def _on_tick(self) -> None:
         if not self.context.ok():
             return
@@ -393,12 +424,15 @@ class SupervisorNode(Node):
     def _tick(self) -> None:
         # Every publisher but ours counts: the supervisor must be the robot's only writer.
         foreign = max(0, self.count_publishers(self._command_pub.topic_name) - 1)
+        # A leader arm on the graph matters only in TELEOP (a graph query: not on every policy command).
+        leaders = self.count_publishers(self._teleop_sub.topic_name) if self._core.mode == Mode.TELEOP else 0
 
         def tick(t: int) -> SentCommand | None:
             steady = self._steady_ns()
             # Forwarding counts on the steady clock: on a stopped /clock it would wait forever.
             self._forwarding.ticked(steady)
             self._core.set_foreign_publishers(foreign)
+            self._core.set_teleop_publishers(leaders)
             return self._core.tick(t, steady)
 
         self._decide(tick)

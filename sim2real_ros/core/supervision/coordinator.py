@@ -16,9 +16,16 @@ each mode means:
 - SHARED: the policy's command plus the human's correction (`shared_control.py`). The `shared`
   button toggles it with AUTONOMOUS; leaving it is a hand-back (ramped, gap-checked).
 - TELEOP: the human jogs (joint space or Cartesian) while the deadman is held; releasing it holds
-  immediately. Entered with the `takeover` button from HOLD, AUTONOMOUS or SHARED.
-- ESTOP (latched): any e-stop source (`estop.py`) latches it from any mode; every other input is
-  ignored until a reset request arrives while no source is active. A reset goes to HOLD.
+  immediately. Entered with the `takeover` button from HOLD, AUTONOMOUS or SHARED. With a leader arm
+  on the graph (a `command/teleop` publisher, or a message within teleop_timeout_s), the deadman makes
+  the arm follow the leader instead (`leader_follow.py`): only once the leader is within
+  handover_max_gap_rad of the measured position, clamped and step-limited like every command; a
+  leader silent for teleop_timeout_s holds (and must be aligned again). The joystick's axes are not
+  read while a leader is present.
+- ESTOP (latched): any e-stop source (`estop.py`) latches it from any mode, and so does a servo
+  alarm from the servo-bus driver's diagnostics (`servo_alarms.py`: overload, overheat); every other
+  input is ignored until a reset request arrives while no source is active and no alarm persists.
+  A reset goes to HOLD.
 
 A takeover (entering TELEOP or SHARED from a mode without the human) and the hand-back (leaving
 them) are intervention events with start and end times (`interventions.py`). After a takeover the
@@ -75,9 +82,11 @@ from .config import SupervisorConfig
 from .estop import EStopSources
 from .handover import HandoverRamp, gap_refusal
 from .interventions import InterventionLog
+from .leader_follow import LeaderFollow
 from .modes import MOVING_MODES, POLICY_MODES, Entry, Event, Guard, Ignored, Mode, Note, Refused, Transition, entry
 from .outputs import COUNTER_NAMES, InterventionEvent, SentCommand, SupervisorStatus
 from .plausibility import COMMAND_MARGIN_RAD, beyond_limits
+from .servo_alarms import ServoAlarms
 from .shared_control import SharedCorrection
 from .watchdogs import ClockWatch, InputTimes, foreign_publishers_text, fresh, missing_inputs, watchdog_problem
 
@@ -144,6 +153,10 @@ class Supervisor:
         self._ramp = HandoverRamp()
         self._shared = SharedCorrection(limits.n, config.shared_authority, config.shared_max_offset_rad)
         self._teleop_holding = True
+        self._leader = LeaderFollow(limits, config.handover_max_gap_rad, config.teleop_timeout_s)
+        self._leader_publishers = 0  # command/teleop publishers in the graph (the node counts them)
+        self._leader_note = ""  # the leader's state last said in the reason ("" = none said)
+        self._servo_alarms = ServoAlarms()
         self._user_disarmed = False  # a hold request or a takeover: auto_arm waits for an explicit arm
         self._foreign_publishers = 0
         self._clock_stalled = ""  # why the node's clock counts as stopped ("" while it advances)
@@ -170,8 +183,13 @@ class Supervisor:
         return None if self._hold_target is None else self._hold_target.copy()
 
     def estop_sources(self, now_ns: int) -> tuple[str, ...]:
-        """The e-stop sources active now (a reset is refused while any is)."""
-        return self._estop.active(now_ns)
+        """The e-stop sources active now, servo alarms included (a reset is refused while any is)."""
+        return self._estop.active(now_ns) + self._servo_alarms.active()
+
+    @property
+    def leader_following(self) -> bool:
+        """The arm follows the leader arm now (TELEOP, deadman held, leader fresh and aligned)."""
+        return self._leader.following
 
     def status(self, now_ns: int) -> SupervisorStatus:
         return SupervisorStatus(
@@ -187,9 +205,10 @@ class Supervisor:
         """Cheap fingerprint of what supervisor/state reports on change (mode, reason, e-stop
         inputs, pending events, rejections); the node builds a full status only when it changes."""
         rejected = self.counters["rejected_policy"] + self.counters["rejected_joint_states"] + \
-            self.counters["rejected_joy"]
+            self.counters["rejected_joy"] + self.counters["rejected_teleop"]
         return (self._mode, self._reason, self._estop.pressed_publishers, self._estop.button_active,
                 self._estop.faulty_publishers, self._estop.vanished_text(), self._clock_stalled,
+                self._servo_alarms.active(),
                 len(self._interventions.events), rejected)
 
     def pop_events(self) -> list[InterventionEvent]:
@@ -247,6 +266,34 @@ class Supervisor:
         self._times.policy_ns = now_ns
         return True
 
+    @_fail_safe("bool")
+    def on_teleop_command(self, names: Sequence[str], positions: Sequence[float], now_ns: int) -> bool:
+        """A leader arm's command/teleop [rad] (exactly the configured joints, any order), validated like
+        a policy command. False if rejected (counted in rejected_teleop)."""
+        self._observe_clock(now_ns)
+        rejection = self._leader.on_teleop(names, positions, now_ns)
+        if rejection:
+            self._reject("rejected_teleop", rejection)
+            return False
+        return True
+
+    def set_teleop_publishers(self, count: int) -> None:
+        """How many publishers are on command/teleop (a leader arm on the graph, even a silent one)."""
+        self._leader_publishers = int(count)
+
+    @_fail_safe("command")
+    def on_servo_diagnostics(self, name: str, hardware_id: str, is_error: bool, values: dict[str, str],
+                             now_ns: int) -> SentCommand | None:
+        """One status of the servo-bus driver's diagnostics. An overload or overheat alarm latches
+        ESTOP naming the servo and the alarm; the hold to publish at once is returned when it latches.
+        A reset is refused while the alarm persists (until the driver reports without it)."""
+        self._observe_clock(now_ns)
+        raised = self._servo_alarms.update(name, hardware_id, is_error, values)
+        # Every report with an alarm latches (a no-op while latched), not only the first one.
+        if raised:
+            return self._latch(now_ns, Event.ESTOP_SOURCE, source="; ".join(raised))
+        return None
+
     @_fail_safe("command")
     def on_estop(self, active: bool, now_ns: int, publisher: str = "") -> SentCommand | None:
         """An `estop` message (true = stop) from `publisher` (its GID as text, "" when unknown).
@@ -296,6 +343,8 @@ class Supervisor:
             self._guarded(Event.SHARED_TOGGLE, now_ns)
         elif "arm" in edges:
             self.request_arm(now_ns, "arm button")
+        if self._mode == Mode.TELEOP and not sample.is_pressed("deadman"):
+            self._release_leader()
         if self._mode == Mode.TELEOP and not sample.is_pressed("deadman") and not self._teleop_holding:
             self._teleop_holding = True
             self._capture_hold(now_ns)
@@ -463,7 +512,7 @@ class Supervisor:
                 blockers.append("no fresh joint_states")
             return blockers + self._failed_checks(now_ns, check_gap=False)
         if guard == Guard.SOURCES_RELEASED:
-            return list(self._estop.active(now_ns))
+            return list(self.estop_sources(now_ns))
         return []
 
     def _failed_checks(self, now_ns: int, check_gap: bool) -> list[str]:
@@ -524,6 +573,7 @@ class Supervisor:
             self._capture_hold(now_ns)
         if self._mode == Mode.TELEOP:
             self._teleop_holding = True
+            self._release_leader()
         self._fire(Event.JOINT_JUMP, now_ns, jump=why)
 
     def _watch_clock_standstill(self, now_ns: int, steady_ns: int) -> None:
@@ -549,6 +599,7 @@ class Supervisor:
             return
         self.counters["clock_steps_back"] += 1
         self._times.forget()
+        self._leader.forget()
         self._estop.restart_after_clock_step(now_ns)
         self._output.forget_time()
         self._jumps.reset()
@@ -571,6 +622,8 @@ class Supervisor:
         if mode == Mode.TELEOP and previous != Mode.TELEOP:
             self._teleop_holding = True
             self._capture_hold(now_ns)
+        if mode != Mode.TELEOP or previous != Mode.TELEOP:
+            self._release_leader()  # entering or leaving TELEOP: the leader is aligned again first
         if mode != Mode.SHARED:
             self._shared.reset()
         if mode not in POLICY_MODES:
@@ -607,10 +660,19 @@ class Supervisor:
         sample = self._joy
         last_sent = self._output.last_sent
         if sample is None or not sample.is_pressed("deadman"):
+            self._release_leader()
             if not self._teleop_holding:
                 self._teleop_holding = True
                 self._capture_hold(now_ns)
             return self._emit_hold(now_ns)
+        if self._leader_present(now_ns):
+            return self._follow_tick(now_ns)
+        if self._leader_note:
+            # The leader left the graph while the deadman was held: hold, then jog from there.
+            self._leader_note = ""
+            self._teleop_holding = True
+            self._capture_hold(now_ns)
+            self._annotate("leader arm gone: holding, then jogging from the joystick")
         if self._teleop_holding or last_sent is None:
             if last_sent is None:
                 self._capture_hold(now_ns)
@@ -623,6 +685,36 @@ class Supervisor:
             self._fire(Event.JOG_START, now_ns)
         velocity = self.jogger.joint_velocity(sample, last_sent)
         return self._send(last_sent + velocity * self._dt, now_ns)
+
+    def _release_leader(self) -> None:
+        """The deadman let go, a jump, or TELEOP entered or left: the leader must be aligned again,
+        and its state is said afresh when followed again."""
+        self._leader.release()
+        self._leader_note = ""
+
+    def _leader_present(self, now_ns: int) -> bool:
+        """A leader arm is on the graph: a command/teleop publisher, or a command within the timeout."""
+        return self._leader_publishers > 0 or \
+            fresh(self._leader.received_ns, now_ns, self.config.teleop_timeout_s)
+
+    def _follow_tick(self, now_ns: int) -> SentCommand | None:
+        """TELEOP, deadman held, a leader present: its position once aligned, else the hold."""
+        if self._q_meas is None or self._output.last_sent is None:
+            return self._emit_hold(now_ns)
+        target, why = self._leader.target(self._q_meas, now_ns)
+        state = self._leader.state
+        if state != self._leader_note:
+            # Said once per change of state, not every tick (the gap and the age change every tick).
+            self._leader_note = state
+            self._annotate(why if why else "following the leader arm")
+        if target is None:
+            if not self._teleop_holding:
+                # It was following (or jogging): hold where the arm is now, stop category 2.
+                self._teleop_holding = True
+                self._capture_hold(now_ns)
+            return self._emit_hold(now_ns)
+        self._teleop_holding = False
+        return self._send(target, now_ns)
 
     def _policy_tick(self, now_ns: int) -> SentCommand | None:
         assert self._q_policy is not None
