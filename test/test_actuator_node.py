@@ -450,3 +450,22 @@ def test_core_sends_nothing_while_a_jump_awaits_confirmation_and_one_outlier_cos
     assert core.joint_jumps == 1 and core.jump_pending_ticks == 3  # the outlier's tick and two of the jump's
     values, _, _ = core.report()
     assert values["jump_pending_ticks"] == 3
+
+
+def test_core_reports_how_long_each_chunk_waited_for_its_first_command():
+    """Issue 36: chunk_wait_for_tick_ms_* = arrival -> the first tick after it, at fixed times."""
+    from sim2real_ros.core.actuator import ActuatorCore
+
+    core = ActuatorCore(ActuatorConfig(joints=tuple(JOINTS)))
+    start_ns = 5_000_000_000
+    assert core.on_chunk(cv.trajectory_to_chunk(ramp_chunk(JOINTS, start_ns, 3.0)), start_ns + 1_000_000) is None
+    assert core.chunk_waiting
+    assert core.tick(start_ns + 4_000_000) is not None  # waited 3 ms
+    assert not core.chunk_waiting
+    assert core.tick(start_ns + 14_000_000) is not None  # no new chunk: no wait counted
+    assert core.on_chunk(cv.trajectory_to_chunk(ramp_chunk(JOINTS, start_ns + 10_000_000, 3.0)),
+                         start_ns + 15_000_000) is None
+    assert core.tick(start_ns + 16_000_000) is not None  # waited 1 ms
+    values, _, _ = core.report()
+    assert values["chunk_wait_for_tick_ms_max"] == pytest.approx(3.0)
+    assert values["chunk_wait_for_tick_ms_p50"] == pytest.approx(2.0)

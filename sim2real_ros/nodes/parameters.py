@@ -196,6 +196,13 @@ ACTUATOR_NODE: tuple[ParamSpec, ...] = (
     ParamSpec("tick_phase_lock", "bool", True,
               "wall clock: nudge the control schedule (at most 10% of a period per chunk) so the first tick after "
               "a typical chunk arrival comes 15% of a period after it; the rate is unchanged"),
+    ParamSpec("tick_on_chunk", "bool", True,
+              "wall clock: an accepted chunk brings the next tick forward to its arrival (no sooner than "
+              "min_command_interval_s after the last one) and the fixed-rate schedule goes on from there, so a chunk "
+              "never waits for the next fixed tick; false: it waits (up to a period)"),
+    ParamSpec("min_command_interval_s", "double", 0.002,
+              "tick_on_chunk: shortest time between two commands [s] (less than a control period); the supervisor's "
+              "step limiter scales each step with the time since the last command", "s", value_range=(0.0, 1.0)),
 )
 
 # [Hz] supervisor control_rate_hz bounds: the core's control period bounds, inverted.
