@@ -3,6 +3,7 @@ knobs applied to, or refused by, a real node process (nodes/realtime.py through 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -114,7 +115,11 @@ def test_knobs_applied_in_a_node_process(ros, tmp_path):
             assert values["sched_policy"] == "other" and "RLIMIT_RTPRIO" in values["refused"]
             assert _thread_policies(proc.pid) == {os.SCHED_OTHER}
         # `sim2real topics` shows the same report.
-        _rows, realtime = measure_graph(duration_s=0.3, discovery_s=2.0)
+        realtime: dict = {}
+        for discovery_s in (2.0, 5.0, 10.0):  # discovery of a new probe node is slow on a loaded machine
+            _rows, realtime = measure_graph(duration_s=0.3, discovery_s=discovery_s)
+            if "/actuator_node" in realtime:
+                break
         assert realtime["/actuator_node"]["cpu_affinity"] == "0"
         assert "/actuator_node" in format_realtime(realtime)
     finally:
@@ -122,8 +127,8 @@ def test_knobs_applied_in_a_node_process(ros, tmp_path):
 
 
 def test_knobs_refused_without_the_capability_and_the_node_runs_on(ros, tmp_path):
-    if not Path("/usr/bin/setpriv").exists():
-        pytest.skip("setpriv (util-linux) is needed to drop CAP_SYS_NICE")
+    if not (shutil.which("setpriv") and shutil.which("prlimit")):
+        pytest.skip("setpriv and prlimit (util-linux) are needed to drop CAP_SYS_NICE and the limits")
     # Whoever runs the test: no CAP_SYS_NICE / CAP_IPC_LOCK, RLIMIT_RTPRIO 0, a small memlock limit.
     prefix = ["prlimit", "--rtprio=0", "--memlock=65536", "--",
               "setpriv", "--inh-caps=-sys_nice,-ipc_lock", "--bounding-set=-sys_nice,-ipc_lock"]

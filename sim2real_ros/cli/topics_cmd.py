@@ -74,6 +74,11 @@ def measure_graph(duration_s: float = 3.0, discovery_s: float = 1.5) -> tuple[li
         while time.monotonic() - start < duration_s:
             rclpy.spin_once(node, timeout_sec=0.05)
         elapsed = time.monotonic() - start
+        # Latched reports come once per subscription: give a slow delivery a moment more.
+        wanted = sum(1 for name in counts if name.endswith("/realtime"))
+        grace_end = time.monotonic() + 2.0
+        while len(realtime) < wanted and time.monotonic() < grace_end:
+            rclpy.spin_once(node, timeout_sec=0.05)
     finally:
         node.destroy_node()
         if owns_context:
