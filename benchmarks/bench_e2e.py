@@ -211,6 +211,9 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
         for name in ROBOT_REALTIME:
             node.create_subscription(DiagnosticArray, f"{name}/realtime",
                                      lambda m, n=name: realtime.__setitem__(n, diagnostic_values(m)), LATCHED_QOS)
+        actuator: dict[str, str] = {}  # the actuator's latest diagnostics: chunk waits, ticks brought forward
+        node.create_subscription(DiagnosticArray, "actuator_node/diagnostics",
+                                 lambda m: actuator.update(diagnostic_values(m)), RELIABLE_LATEST_QOS)
         # Receipt in the stamps' clock (the system clock, as the nodes' ROS time off sim time).
         node.create_subscription(JointTrajectory, "policy/action_chunk", lambda m: chunks.append((time.time_ns(), m)),
                                  RELIABLE_LATEST_QOS)
@@ -268,7 +271,10 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
            f"robot_command_period{suffix}_ms": latency_stats(periods[QUIET], digits=2),
            f"realtime{suffix}": {name: {k: values.get(k, "") for k in ("sched_policy", "sched_priority",
                                                                         "memory_locked", "refused")}
-                                 for name, values in realtime.items()}}
+                                 for name, values in realtime.items()},
+           f"actuator{suffix}": {k: actuator.get(k, "") for k in (
+               "chunk_wait_for_tick_ms_p50", "chunk_wait_for_tick_ms_p99", "chunk_wait_for_tick_ms_max",
+               "ticks_brought_forward", "chunks_accepted")}}
     if load is not None:
         out[f"e2e_latency_loaded{suffix}_ms"] = latency_stats(latencies[LOADED], digits=2)
         out[f"robot_command_period_loaded{suffix}_ms"] = latency_stats(periods[LOADED], digits=2)
