@@ -12,6 +12,10 @@ The latency the joints actually show is estimated online from commands sent vs j
 measured (core.latency_estimator) and reported; `use_estimated_latency` makes the node use it
 (once its confidence reaches `latency_min_confidence`) instead of the configured value.
 
+On the wall clock a new chunk does not wait for the next fixed tick (`tick_on_chunk`): its arrival
+brings the tick forward (core.deadline_schedule), at least `min_command_interval_s` after the last
+command; `chunk_wait_for_tick_ms_*` and `ticks_brought_forward` in the diagnostics show it.
+
 All of that is core.actuator.ActuatorCore (time passed in, no rclpy); this node declares the
 parameters, converts messages, calls the core under one lock, and publishes what it returns. The
 estimate is recomputed with each diagnostics report (~1 Hz, steady clock).
