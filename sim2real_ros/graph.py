@@ -13,6 +13,14 @@ from .paths import config_path, default_policy_path
 from .robots import DEFAULT_ROBOT, get_robot, robot_description_for
 
 MODES = ("sim", "robot", "replay")
+# Robot graph real-time knobs (core.realtime, docs/deployment.md): the supervisor and the actuator
+# wake on events and timers and do bounded work, so they go above the camera path (SCHED_OTHER);
+# the policy, the camera path and anything that can spin without sleeping never get a real-time
+# priority. Applied where the process may, else one warning and the node runs as before.
+ROBOT_REALTIME: dict[str, dict[str, Any]] = {
+    "supervisor": {"sched_policy": "fifo", "sched_priority": 60, "lock_memory": True},
+    "actuator_node": {"sched_policy": "fifo", "sched_priority": 55, "lock_memory": True},
+}
 
 
 @dataclass(frozen=True)
@@ -79,8 +87,10 @@ def declare_graph(mode: str, args: GraphArgs | None = None) -> list[NodeDecl]:
     common = {"use_sim_time": args.sim_time(mode)}
     files = (args.params_file,) if args.params_file else ()
 
+    realtime = ROBOT_REALTIME if mode == "robot" else {}
+
     def node(executable: str, params: dict[str, Any], remaps=()) -> NodeDecl:
-        merged = {**common, **params, **args.extra_parameters.get(executable, {})}
+        merged = {**common, **realtime.get(executable, {}), **params, **args.extra_parameters.get(executable, {})}
         return NodeDecl(executable, executable, merged, tuple(remaps), files)
 
     description = {"robot_description": args.description()}

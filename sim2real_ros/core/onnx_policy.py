@@ -279,6 +279,11 @@ class OnnxPolicy:
             raise RuntimeError(f"{self.source}: onnxruntime inference failed: {err}") from err
         return q[None, :] + np.asarray(deltas, dtype=np.float64)[0]
 
+    def select_actions(self, images: np.ndarray, joint_positions: np.ndarray) -> np.ndarray:
+        """LoadedPolicy.select_actions' contract, (B, K, n). The exported graph has a batch of 1
+        (what the node runs), so this runs one inference per observation."""
+        return np.stack([self.select_action(image, q) for image, q in zip(images, joint_positions, strict=True)])
+
     def check_compatible(self, joint_names: Sequence[str], preprocess: PreprocessConfig) -> None:
         """Refuse (CheckpointError) a graph that differs from the one the policy was trained for."""
         check_compatible(self.spec, joint_names, preprocess, self.source)

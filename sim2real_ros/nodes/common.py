@@ -29,6 +29,7 @@ from rclpy.qos import (
 from ..core.errors import ConfigError, Sim2RealError
 from .executor import make_executor
 from .executor import single_threaded_executor as single_threaded_executor  # re-exported
+from .realtime import apply_realtime_knobs
 
 # Camera topics: best effort depth 5. A best-effort subscription also matches reliable publishers,
 # so real drivers of either kind connect.
@@ -180,6 +181,7 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_thr
     code = 0
     try:
         node = factory()
+        apply_realtime_knobs(node)  # every node's scheduling, affinity, memory lock (nodes/realtime.py)
         executor = make_executor(node, num_threads)
         executor.add_node(node)
         freeze_startup_objects()

@@ -24,7 +24,8 @@ from ..paths import share_dir
 from ..robots import DEFAULT_ROBOT, ROBOT_NAMES
 from ..viz.server import DEFAULT_BACKLOG, DEFAULT_HOST, DEFAULT_PORT
 
-TYPES = ("string", "double", "integer", "bool", "string_array", "double_array", "string_or_string_array")
+TYPES = ("string", "double", "integer", "bool", "string_array", "double_array", "integer_array",
+         "string_or_string_array")
 DOC_PATH = Path(__file__).resolve().parent.parent.parent / "docs" / "parameters.md"
 
 
@@ -195,6 +196,13 @@ ACTUATOR_NODE: tuple[ParamSpec, ...] = (
     ParamSpec("tick_phase_lock", "bool", True,
               "wall clock: nudge the control schedule (at most 10% of a period per chunk) so the first tick after "
               "a typical chunk arrival comes 15% of a period after it; the rate is unchanged"),
+    ParamSpec("tick_on_chunk", "bool", True,
+              "wall clock: an accepted chunk brings the next tick forward to its arrival (no sooner than "
+              "min_command_interval_s after the last one) and the fixed-rate schedule goes on from there, so a chunk "
+              "never waits for the next fixed tick; false: it waits (up to a period)"),
+    ParamSpec("min_command_interval_s", "double", 0.002,
+              "tick_on_chunk: shortest time between two commands [s] (less than a control period); the supervisor's "
+              "step limiter scales each step with the time since the last command", "s", value_range=(0.0, 1.0)),
 )
 
 # [Hz] supervisor control_rate_hz bounds: the core's control period bounds, inverted.
@@ -356,6 +364,19 @@ LEADER_ARM: tuple[ParamSpec, ...] = (
     ParamSpec("diagnostics_period_s", "double", 1.0, "period of ~/diagnostics [s]", "s", value_range=(0.05, 60.0)),
 )
 
+# Every node's real-time knobs (core.realtime; applied by nodes/realtime.py through common.run_node).
+REALTIME: tuple[ParamSpec, ...] = (
+    ParamSpec("sched_policy", "string", "other",
+              "scheduling policy of the whole process: other (SCHED_OTHER, as before) | fifo (SCHED_FIFO) | rr "
+              "(SCHED_RR); fifo/rr only for event-driven nodes with bounded work (docs/deployment.md)"),
+    ParamSpec("sched_priority", "integer", 0, "real-time priority for fifo/rr, 1..99 (0 for other)",
+              value_range=(0, 99)),
+    ParamSpec("cpu_affinity", "integer_array", (),
+              "CPU indices the process may run on, e.g. [1] (empty: all)"),
+    ParamSpec("lock_memory", "bool", False,
+              "mlockall(MCL_CURRENT | MCL_FUTURE): no page of the process is swapped out or faulted in from disk"),
+)
+
 # Node name -> its table, in the order of the graph (docs/parameters.md follows it).
 NODES: dict[str, tuple[ParamSpec, ...]] = {
     "sim_node": SIM_NODE,
@@ -394,7 +415,8 @@ def declare_table(node: Any, table: tuple[ParamSpec, ...], range_source: str | N
 
     from .common import declare, declare_array
 
-    arrays = {"string_array": Parameter.Type.STRING_ARRAY, "double_array": Parameter.Type.DOUBLE_ARRAY}
+    arrays = {"string_array": Parameter.Type.STRING_ARRAY, "double_array": Parameter.Type.DOUBLE_ARRAY,
+              "integer_array": Parameter.Type.INTEGER_ARRAY}
     values: dict[str, Any] = {}
     for entry in table:
         if entry.type == "string_or_string_array":
@@ -488,6 +510,14 @@ def render_markdown() -> str:
             lines.append(f"| `{entry.name}` | {entry.type} | `{_cell(entry.shown_default())}` | {entry.unit} | "
                          f"{_range(entry)} | {_cell(description)} |")
         lines.append("")
+    lines += ["## every node: real-time knobs", "",
+              "Declared on every node by `common.run_node` (docs/deployment.md): applied at start-up where the",
+              "process may, otherwise one warning and the node runs as before; reported on `~/realtime`.", "",
+              "| parameter | type | default | unit | range | description |", "|---|---|---|---|---|---|"]
+    for entry in REALTIME:
+        lines.append(f"| `{entry.name}` | {entry.type} | `{_cell(entry.shown_default())}` | {entry.unit} | "
+                     f"{_range(entry)} | {_cell(entry.description)} |")
+    lines.append("")
     return "\n".join(lines)
 
 
