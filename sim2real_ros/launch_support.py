@@ -82,7 +82,7 @@ def launch_description(mode: str):
         if launch_flag(values, "emulate"):
             graph_args, stop = _start_emulated_arm(graph_args)
             actions.append(RegisterEventHandler(OnShutdown(on_shutdown=lambda *_: stop())))
-        problems = bringup_problems(graph_args, flag=lambda name: f"{name}:=")
+        problems = bringup_problems(graph_args, flag=lambda name: f"launch argument {name}")
         if problems:
             raise ValueError("; ".join(problems))
         return actions + [_launch_node(Node, decl, graph_args.namespace) for decl in declare_graph(mode, graph_args)]
