@@ -12,12 +12,10 @@ import time
 
 import numpy as np
 import pytest
-from bringup_support import EmulatedBringup, make_so101_checkpoint, wait_for
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool
-from std_srvs.srv import Trigger
 
 from sim2real_ros import conversions as cv
 from sim2real_ros.core.urdf import RobotModel
@@ -25,6 +23,8 @@ from sim2real_ros.hardware.calibration import joint_maps, load_calibration
 from sim2real_ros.hardware.emulated_arm import read_goal_log
 from sim2real_ros.nodes.common import JOINT_STATE_QOS, LATCHED_QOS, SENSOR_QOS
 from sim2real_ros.robots import robot_description_for
+from sim2real_ros.runtime.probe import wait_until as wait_for
+from sim2real_ros.runtime.rehearsal import EmulatedBringup, arm_like_a_human, drifting_so101_checkpoint
 
 JOINTS = ["shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"]
 KEEP_ALL = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
@@ -36,7 +36,7 @@ START_TIMEOUT_S = 120.0  # a loaded 2-core machine starts seven Python processes
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    return make_so101_checkpoint(tmp_path_factory.mktemp("ckpt") / "so101_untrained.pt")
+    return drifting_so101_checkpoint(tmp_path_factory.mktemp("ckpt") / "so101_untrained.pt")
 
 
 class Heartbeat:
@@ -63,27 +63,6 @@ class Heartbeat:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=2.0)
-
-
-def arm_like_a_human(ros, timeout_s: float) -> str:
-    """Press arm (supervisor/arm) until accepted, resetting first whenever it answers that an e-stop
-    is latched (the heartbeat is silent until this test's bridge is heard: at start-up that is an
-    e-stop). Returns the last answer."""
-    clients = {name: ros.node.create_client(Trigger, f"supervisor/{name}") for name in ("arm", "reset")}
-    for name, client in clients.items():
-        assert client.wait_for_service(timeout_sec=timeout_s), f"supervisor/{name} never appeared"
-    deadline = time.monotonic() + timeout_s
-    message = ""
-    while time.monotonic() < deadline:
-        future = clients["arm"].call_async(Trigger.Request())
-        if wait_for(future.done, 10.0) and future.result() is not None:
-            message = future.result().message
-            if future.result().success:
-                return "accepted: " + message
-            if "reset first" in message:
-                clients["reset"].call_async(Trigger.Request())
-        time.sleep(0.5)
-    return "refused: " + message
 
 
 def test_emulated_bringup_holds_follows_and_stops(ros, checkpoint, tmp_path):
@@ -119,7 +98,7 @@ def test_emulated_bringup_holds_follows_and_stops(ros, checkpoint, tmp_path):
         for write in writes:
             assert all(abs(write.goals[i] - start[i]) <= 1 for i in start), f"moved before arming: {write}"
 
-        answer = arm_like_a_human(ros, 120.0)
+        answer = arm_like_a_human(ros.node, 120.0)
         assert answer.startswith("accepted"), answer + "\n" + "\n".join(bringup.lines[-30:])
         armed_ns = time.monotonic_ns()
         # The policy drives the emulated arm: goals on the bus leave the start pose.

@@ -1,4 +1,6 @@
-"""`sim2real launch robot --robot so101 --emulate` as a process, for the bring-up tests and benchmark."""
+"""`sim2real launch robot --robot so101 --emulate` as a process, watched from outside: what the
+bring-up test (test/test_bringup_emulated.py) and benchmark (benchmarks/bench_bringup_estop.py) run,
+and a checkpoint whose policy moves the arm (the trained SO-101 policy is another piece of work)."""
 from __future__ import annotations
 
 import contextlib
@@ -10,6 +12,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+from .probe import wait_until
 
 CALIBRATION_LINE = re.compile(r"\[launch\] emulated arm on (\S+), calibration (\S+),")
 
@@ -57,15 +61,15 @@ class EmulatedBringup:
         return code
 
 
-def make_so101_checkpoint(path: Path, pan_drift_rad: float = 0.03) -> Path:
+def drifting_so101_checkpoint(path: Path, pan_drift_rad: float = 0.03) -> Path:
     """An SO-101 checkpoint that turns the shoulder: `sim2real policy init --robot so101` (an untrained
     network, which holds the arm where it is), its action mean then set to `pan_drift_rad` [rad] on
     shoulder_pan, so every chunk aims that far past the present pan angle and the arm keeps turning
     at the supervisor's velocity limit. A policy that moves, without a trained SO-101 one."""
     import numpy as np
 
-    from sim2real_ros.core.checkpoint import read_checkpoint, save_checkpoint
-    from sim2real_ros.core.policy_model import build_model
+    from ..core.checkpoint import read_checkpoint, save_checkpoint
+    from ..core.policy_model import build_model
 
     subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "policy", "init", "--robot", "so101",
                     "--out", str(path)], check=True, capture_output=True, text=True, timeout=300)
@@ -79,10 +83,26 @@ def make_so101_checkpoint(path: Path, pan_drift_rad: float = 0.03) -> Path:
     return path
 
 
-def wait_for(predicate, timeout_s: float, poll_s: float = 0.05) -> bool:
+def arm_like_a_human(node, timeout_s: float) -> str:
+    """Press arm (supervisor/arm) until accepted, resetting first whenever it answers that an e-stop is
+    latched (a silent heartbeat at start-up, or the last e-stop). `node`: a spinning rclpy node.
+    Returns "accepted: ..." or "refused: <last answer>"."""
+    from std_srvs.srv import Trigger
+
+    clients = {name: node.create_client(Trigger, f"supervisor/{name}") for name in ("arm", "reset")}
+    for name, client in clients.items():
+        if not client.wait_for_service(timeout_sec=timeout_s):
+            return f"refused: supervisor/{name} never appeared"
     deadline = time.monotonic() + timeout_s
+    message = ""
     while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(poll_s)
-    return bool(predicate())
+        future = clients["arm"].call_async(Trigger.Request())
+        if wait_until(future.done, 10.0) and future.result() is not None:
+            message = future.result().message
+            if future.result().success:
+                return "accepted: " + message
+            if "reset first" in message:
+                reset = clients["reset"].call_async(Trigger.Request())
+                wait_until(reset.done, 10.0)
+        time.sleep(0.5)
+    return "refused: " + message
