@@ -15,6 +15,7 @@ from ..hardware.emulated_arm import start_emulated_arm
 from ..robots import ROBOT_NAMES, sim_params_for
 from ..runtime.launcher import GraphLauncher
 from ..runtime.lifeline import launcher_environment
+from .node_cmd import NODES
 
 
 def add_graph_arguments(parser: argparse.ArgumentParser) -> None:
@@ -121,6 +122,8 @@ def _usage_problems(args: argparse.Namespace, graph_args: GraphArgs) -> list[str
             problems.append("--camera: with --emulate the camera is the sim's, following the emulated arm")
     else:
         problems += bringup_problems(graph_args)
+    if graph_args.leader_port and "leader_arm" not in NODES:
+        problems.append("--leader-port: this installation has no leader_arm node yet (issue 31, part 4)")
     return problems
 
 
