@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
@@ -22,6 +24,7 @@ from sim2real_ros.core.urdf import RobotModel
 from sim2real_ros.hardware.calibration import joint_maps, load_calibration
 from sim2real_ros.hardware.emulated_arm import read_goal_log
 from sim2real_ros.nodes.common import JOINT_STATE_QOS, LATCHED_QOS, SENSOR_QOS
+from sim2real_ros.paths import config_path
 from sim2real_ros.robots import robot_description_for
 from sim2real_ros.runtime.probe import wait_until as wait_for
 from sim2real_ros.runtime.rehearsal import EmulatedBringup, arm_like_a_human, drifting_so101_checkpoint
@@ -65,12 +68,24 @@ class Heartbeat:
         self._thread.join(timeout=2.0)
 
 
+def loaded_machine_params(tmp_path) -> Path:
+    """config/params.yaml plus a driver bus timeout of 0.1 s (its own tests' value): on this 2-core
+    machine at load 20 the emulator's replies come tens of ms late, and the default 20 ms failed the
+    driver's start ("does not answer"). The graph is the one a user gets otherwise."""
+    params = yaml.safe_load(config_path("params.yaml").read_text())
+    params["/**/feetech_driver"] = {"ros__parameters": {"bus_timeout_s": 0.1}}
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
 def test_emulated_bringup_holds_follows_and_stops(ros, checkpoint, tmp_path):
     goal_log = tmp_path / "goals.log"
     joint_states = ros.collect(JointState, "joint_states", JOINT_STATE_QOS, stamped=True)
     images = ros.collect(Image, "camera/image_raw", SENSOR_QOS)
     states = ros.collect(DiagnosticArray, "supervisor/state", KEEP_ALL)
-    bringup = EmulatedBringup(checkpoint, goal_log, tmp_path / "launch.log", "--estop-heartbeat", HEARTBEAT_TIMEOUT)
+    bringup = EmulatedBringup(checkpoint, goal_log, tmp_path / "launch.log", "--estop-heartbeat", HEARTBEAT_TIMEOUT,
+                              "--params-file", str(loaded_machine_params(tmp_path)))
     heartbeat = Heartbeat(ros)
     try:
         assert wait_for(lambda: len(joint_states) >= 100 and len(images) >= 3, START_TIMEOUT_S), \
@@ -125,3 +140,20 @@ def test_emulated_bringup_holds_follows_and_stops(ros, checkpoint, tmp_path):
         code = bringup.stop()
     assert code == 0, "\n".join(bringup.lines[-30:])
     assert any("emulate-bus stopped: 0" in line for line in bringup.lines)
+
+
+def test_a_servo_that_never_answers_stops_the_bringup(checkpoint, tmp_path):
+    """Servo 2 silent from the start: the driver refuses to start naming the motor, and the launcher
+    stops the whole graph with its exit code instead of leaving a graph up around an undriven arm."""
+    bringup = EmulatedBringup(checkpoint, tmp_path / "goals.log", tmp_path / "launch.log",
+                              "--estop-heartbeat", HEARTBEAT_TIMEOUT, "--emulate-faults", "silent:2:0")
+    try:
+        assert wait_for(lambda: bringup.process.poll() is not None, START_TIMEOUT_S), "\n".join(bringup.lines[-20:])
+    finally:
+        code = bringup.stop()
+    text = "\n".join(bringup.lines)
+    assert code == 2, text
+    assert "motor 'shoulder_lift' (id 2) does not answer" in text
+    assert "[launch] node 'feetech_driver' exited with code 2" in text
+    assert "emulate-bus stopped: 0" in text
+    assert not read_goal_log(tmp_path / "goals.log")  # nothing was written: torque never went on

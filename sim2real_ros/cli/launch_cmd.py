@@ -165,8 +165,11 @@ def _run_graph(args: argparse.Namespace, graph_args: GraphArgs) -> int:
     print(f"[launch] {args.mode} graph: " + ", ".join(d.name for d in decls), flush=True)
     launcher = GraphLauncher(decls, namespace=graph_args.namespace)
     launcher.start()
+    # Bringing up an arm: a node that dies (a driver whose servo does not answer) stops the graph,
+    # rather than leaving a graph that looks up around an arm nobody drives.
+    stop_on_exit = args.stop_on_exit or bool(graph_args.port)
     try:
-        code = launcher.spin(args.duration, stop_on_exit=args.stop_on_exit)
+        code = launcher.spin(args.duration, stop_on_exit=stop_on_exit)
     finally:
         codes = launcher.shutdown()
     print("[launch] stopped: " + ", ".join(f"{k}={v}" for k, v in codes.items()), flush=True)
