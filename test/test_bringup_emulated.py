@@ -7,6 +7,9 @@ e-stop latency is benchmarks/bench_bringup_estop.py's).
 """
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,7 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from camera_videos import write_video
 from diagnostic_msgs.msg import DiagnosticArray
+from feetech_support import emulated_bus, so101_calibration
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool
@@ -157,3 +162,32 @@ def test_a_servo_that_never_answers_stops_the_bringup(checkpoint, tmp_path):
     assert "[launch] node 'feetech_driver' exited with code 2" in text
     assert "emulate-bus stopped: 0" in text
     assert not read_goal_log(tmp_path / "goals.log")  # nothing was written: torque never went on
+
+
+def test_the_real_arm_command_line_on_an_emulated_bus_and_a_video_camera(ros, checkpoint, tmp_path):
+    """`launch robot --robot so101 --port P --calibration F --camera SOURCE`, the command a user types
+    for the real arm, with the port an emulator's pty (a LeRobot-like calibration, servos off-centre)
+    and the camera a video file: the driver starts without a jump and joint_states and images flow."""
+    calibration = so101_calibration(tmp_path / "my_arm.json")
+    video = write_video(tmp_path / "camera.mkv", 600, 320, 240, 30)
+    goal_log = tmp_path / "goals.log"
+    joint_states = ros.collect(JointState, "joint_states", JOINT_STATE_QOS)
+    images = ros.collect(Image, "camera/image_raw", SENSOR_QOS)
+    initial = ["1:1800", "2:2300", "3:2000", "4:2100", "5:2000", "6:2400"]
+    with emulated_bus("--calibration", str(calibration), "--initial", *initial, "--goal-log", str(goal_log)) as port:
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "sim2real_ros.cli.main", "launch", "robot", "--robot", "so101", "--port", port,
+             "--calibration", str(calibration), "--camera", str(video), "--checkpoint", str(checkpoint),
+             "--estop-heartbeat", HEARTBEAT_TIMEOUT, "--params-file", str(loaded_machine_params(tmp_path))],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            flowing = wait_for(lambda: len(joint_states) >= 20 and len(images) >= 3, START_TIMEOUT_S)
+        finally:
+            launcher.send_signal(signal.SIGINT)
+            output = launcher.communicate(timeout=60)[0]
+    assert flowing, f"{len(joint_states)} joint_states, {len(images)} images:\n{output[-3000:]}"
+    assert "robot graph: feetech_driver, camera_node, camera_preprocessor" in output
+    assert (images[0].width, images[0].height, images[0].encoding) == (320, 240, "bgr8")
+    writes = read_goal_log(goal_log)
+    assert writes[0].goals == writes[0].present == {i + 1: int(v.split(":")[1]) for i, v in enumerate(initial)}
+    assert launcher.returncode == 0, output[-3000:]
