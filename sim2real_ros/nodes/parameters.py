@@ -377,6 +377,19 @@ REALTIME: tuple[ParamSpec, ...] = (
               "mlockall(MCL_CURRENT | MCL_FUTURE): no page of the process is swapped out or faulted in from disk"),
 )
 
+SIM_CAMERA: tuple[ParamSpec, ...] = (
+    ParamSpec("robot", "string", DEFAULT_ROBOT,
+              f"robot ({' | '.join(ROBOT_NAMES)}): its URDF and sim params (scene, camera) are the defaults"),
+    ParamSpec("robot_description", "string", "", "URDF XML or file path; empty = the robot's URDF"),
+    ParamSpec("sim_params_file", "string", "", "sim parameters YAML (scene, camera, artifacts); empty = the robot's"),
+    ParamSpec("camera_calibration", "string", "", "camera calibration YAML (ROS format); empty = the sim params' file"),
+    ParamSpec("seed", "integer", 0, "seed of the scene (episode 0's target and appearance)"),
+    ParamSpec("rate_hz", "double", 0.0, "frame rate [Hz]; 0 = sim params rates.camera_hz", "Hz",
+              value_range=(0.0, 1000.0)),
+    ParamSpec("artifacts", "bool", True, "apply the sim params' camera artifacts (distortion, noise, blur, JPEG)"),
+    ParamSpec("frame_id", "string", "camera_link", "frame_id of the camera topics"),
+)
+
 # Node name -> its table, in the order of the graph (docs/parameters.md follows it).
 NODES: dict[str, tuple[ParamSpec, ...]] = {
     "sim_node": SIM_NODE,
@@ -389,6 +402,7 @@ NODES: dict[str, tuple[ParamSpec, ...]] = {
     "viz_node": VIZ_NODE,
     "feetech_driver": FEETECH_DRIVER,
     "leader_arm": LEADER_ARM,
+    "sim_camera": SIM_CAMERA,
 }
 
 
