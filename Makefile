@@ -8,10 +8,14 @@ PIP_QUIET := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory"
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-stamp
+# ROS 2 Jazzy (rclpy 7): its own venv from requirements-jazzy.txt.
+VENV_JAZZY := .venv-jazzy
+BIN_JAZZY := $(VENV_JAZZY)/bin
+STAMP_JAZZY := $(VENV_JAZZY)/.setup-stamp
 # Every test run gets its own DDS domain and stays on localhost (docs/design.md §7).
 TEST_ENV := ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
 
-.PHONY: setup setup-jazzy test test-jazzy test-timing demo lint bench clean check-lerobot-reader
+.PHONY: setup setup-jazzy test test-kilted test-jazzy test-timing demo lint bench clean check-lerobot-reader
 
 setup: $(STAMP)
 
@@ -22,13 +26,24 @@ $(STAMP): requirements.txt requirements-common.txt setup.py setup.cfg package.xm
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e . $(PIP_QUIET)
 	touch $(STAMP)
 
-test: $(STAMP)
+# The whole check, what CI runs (.ci/run): the lint, then the suite on Kilted and on Jazzy at the same
+# time, one distribution per core (each run has its own DDS domain); each log is printed when both end.
+test: lint $(STAMP_JAZZY)
+	mkdir -p build
+	( SIM2REAL_TEST_DOMAIN_RANGE=1-116 $(MAKE) --no-print-directory test-kilted > build/test-kilted.log 2>&1; \
+	  echo $$? > build/test-kilted.rc ) & \
+	( SIM2REAL_TEST_DOMAIN_RANGE=117-232 $(MAKE) --no-print-directory test-jazzy > build/test-jazzy.log 2>&1; \
+	  echo $$? > build/test-jazzy.rc ) & \
+	wait
+	@for d in kilted jazzy; do echo "===== ROS 2 $$d: make test-$$d"; cat build/test-$$d.log; done
+	@k=$$(cat build/test-kilted.rc); j=$$(cat build/test-jazzy.rc); echo "kilted rc=$$k jazzy rc=$$j"; \
+	test "$$k" = 0 && test "$$j" = 0
+
+# The suite on ROS 2 Kilted only (.venv).
+test-kilted: $(STAMP)
 	$(TEST_ENV) $(BIN)/python -m pytest test -q -m "not timing"
 
 # The same stack and suite on ROS 2 Jazzy (rclpy 7): its own venv from requirements-jazzy.txt.
-VENV_JAZZY := .venv-jazzy
-BIN_JAZZY := $(VENV_JAZZY)/bin
-STAMP_JAZZY := $(VENV_JAZZY)/.setup-stamp
 
 setup-jazzy: $(STAMP_JAZZY)
 

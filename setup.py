@@ -5,7 +5,7 @@ from setuptools import find_packages, setup
 
 PACKAGE = "sim2real_ros"
 NODES = ["sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder", "viz_node",
-         "feetech_driver", "camera_node", "leader_arm"]
+         "feetech_driver", "camera_node", "leader_arm", "sim_camera"]
 
 setup(
     name=PACKAGE,

@@ -12,6 +12,13 @@ follows the commands with a 50 ms first-order lag (a ros2_control forward positi
 an idle joystick publishing Joy at 20 Hz (the robot graph's supervisor arms only with a live stop
 source, `require_stop_source`). The supervisor is armed through supervisor/arm, as an operator would.
 
+Load (issue 36): the robot graph runs twice, with the real-time knobs off and then as shipped
+(graph.ROBOT_REALTIME: supervisor and actuator SCHED_FIFO, memory locked; applied only where the
+process may, what was applied is in `realtime`), and each run alternates quiet and loaded segments
+(one busy process per CPU beside it, benchmarking.BusyLoad): `e2e_latency_ms` /
+`e2e_latency_loaded_ms` (knobs on) and `..._knobs_off_ms`, with the machine's load per phase in
+`load` (the load of everything on the machine, not only ours).
+
 `e2e_latency_sim_graph_ms`: the full sim graph (sim node rendering at 30 Hz on this same machine,
 plus the four nodes), on sim time. Receipt times are converted to sim time through the clock
 messages, so it is the latency the simulated robot experiences, with the sim's real-time factor
@@ -21,7 +28,7 @@ For each action chunk (stamped with its image's capture time, docs/design.md §3
 first command/policy tick after the chunk arrived, then the first robot command after that tick:
 the first command that can carry the new observation.
 
-    .venv/bin/python benchmarks/bench_e2e.py [--json OUT] [--quick]
+    .venv/bin/python benchmarks/bench_e2e.py [--json OUT] [--quick] [--robot-graph-only]
 """
 from __future__ import annotations
 
@@ -42,16 +49,17 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from rosgraph_msgs.msg import Clock  # noqa: E402
 from sensor_msgs.msg import CameraInfo, Image, JointState, Joy  # noqa: E402
 from std_msgs.msg import Float64MultiArray  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
-from sim2real_ros.benchmarking import bench_main, latency_stats  # noqa: E402
-from sim2real_ros.conversions import stamp_to_ns  # noqa: E402
-from sim2real_ros.graph import GraphArgs, declare_graph  # noqa: E402
-from sim2real_ros.nodes.common import RELIABLE_LATEST_QOS  # noqa: E402
+from sim2real_ros.benchmarking import LOADED, QUIET, BusyLoad, bench_main, interleaved, latency_stats  # noqa: E402
+from sim2real_ros.conversions import diagnostic_values, stamp_to_ns  # noqa: E402
+from sim2real_ros.graph import ROBOT_REALTIME, GraphArgs, declare_graph  # noqa: E402
+from sim2real_ros.nodes.common import LATCHED_QOS, RELIABLE_LATEST_QOS  # noqa: E402
 from sim2real_ros.paths import config_path, default_policy_path, urdf_path  # noqa: E402
 from sim2real_ros.runtime.graph_session import SimGraphSession  # noqa: E402
 
@@ -163,8 +171,17 @@ def robot_main() -> int:
 
 
 # ----------------------------------------------------------------------------------------------
-def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path) -> dict:
-    """The robot graph on the wall clock against the stand-in (see the module docstring)."""
+KNOBS_OFF = {"sched_policy": "other", "sched_priority": 0, "lock_memory": False}
+SEGMENTS = 4  # quiet, loaded, quiet, loaded
+SETTLE_S = 0.5  # [s] after switching the load, before a segment counts
+
+
+def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool = True,
+                    load: BusyLoad | None = None) -> dict:
+    """The robot graph on the wall clock against the stand-in (see the module docstring).
+
+    knobs: the robot graph's real-time knobs (graph.ROBOT_REALTIME) as shipped, else all off.
+    load: switched quiet / loaded / quiet / loaded over `duration_s`; figures per phase."""
     from rclpy.node import Node
 
     from sim2real_ros.nodes.common import freeze_startup_objects
@@ -175,8 +192,9 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path) -> dict:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     robot = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--robot"], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    launcher = GraphLauncher(declare_graph("robot", GraphArgs(checkpoint=str(checkpoint))), echo=False,
-                             log_file=tmp / "robot_graph.log")
+    extra = {} if knobs else {name: dict(KNOBS_OFF) for name in ROBOT_REALTIME}
+    launcher = GraphLauncher(declare_graph("robot", GraphArgs(checkpoint=str(checkpoint), extra_parameters=extra)),
+                             echo=False, log_file=tmp / f"robot_graph_knobs_{'on' if knobs else 'off'}.log")
     launcher.start()
     probe = RosProbe("bench_e2e_probe")  # arms the supervisor (a service client: rclpy's executor)
     # The timing subscriptions take ~300 messages/s: a node of their own on a LeanExecutor, so the
@@ -189,6 +207,13 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path) -> dict:
         chunks: list = []
         ticks: list = []
         commands: list = []
+        realtime: dict[str, dict[str, str]] = {}
+        for name in ROBOT_REALTIME:
+            node.create_subscription(DiagnosticArray, f"{name}/realtime",
+                                     lambda m, n=name: realtime.__setitem__(n, diagnostic_values(m)), LATCHED_QOS)
+        actuator: dict[str, str] = {}  # the actuator's latest diagnostics: chunk waits, ticks brought forward
+        node.create_subscription(DiagnosticArray, "actuator_node/diagnostics",
+                                 lambda m: actuator.update(diagnostic_values(m)), RELIABLE_LATEST_QOS)
         # Receipt in the stamps' clock (the system clock, as the nodes' ROS time off sim time).
         node.create_subscription(JointTrajectory, "policy/action_chunk", lambda m: chunks.append((time.time_ns(), m)),
                                  RELIABLE_LATEST_QOS)
@@ -209,15 +234,27 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path) -> dict:
                 raise RuntimeError(f"supervisor/arm kept refusing: {response.message}")
             time.sleep(0.2)
         time.sleep(1.5)  # past the hand-over ramp
-        first_chunk = len(chunks)
-        time.sleep(duration_s)
+        windows: list[tuple[str, int, int]] = []
+        for loaded in interleaved(SEGMENTS if load is not None else 1):
+            phase = load.phase(loaded) if load is not None else QUIET
+            time.sleep(SETTLE_S)
+            start_ns = time.time_ns()
+            time.sleep(duration_s / SEGMENTS if load is not None else duration_s)
+            windows.append((phase, start_ns, time.time_ns()))
+        if load is not None:
+            load.phase(False)
         exited = launcher.check()
         if exited:
             raise RuntimeError(f"robot graph nodes exited: {exited}; output in {tmp}")
-        chunk_list = list(chunks)[first_chunk:]
+        chunk_all = list(chunks)
         tick_t, command_t = np.array(list(ticks), dtype=float), np.array(list(commands), dtype=float)
-        latencies = _first_carrier_latencies(chunk_list, tick_t, command_t, lambda t: t)
-        command_periods = np.diff(command_t[command_t >= chunk_list[0][0]]) / 1e6 if chunk_list else []
+        latencies: dict[str, list[float]] = {QUIET: [], LOADED: []}
+        periods: dict[str, list[float]] = {QUIET: [], LOADED: []}
+        for phase, start_ns, end_ns in windows:
+            in_window = [c for c in chunk_all if start_ns <= c[0] < end_ns]
+            latencies[phase] += _first_carrier_latencies(in_window, tick_t, command_t, lambda t: t)
+            window_commands = command_t[(command_t >= start_ns) & (command_t < end_ns)]
+            periods[phase] += list(np.diff(window_commands) / 1e6)
     finally:
         timing_executor.shutdown(timeout_sec=2.0)
         timing_thread.join(timeout=2.0)
@@ -229,8 +266,19 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path) -> dict:
             robot.communicate(timeout=10.0)
         except subprocess.TimeoutExpired:
             robot.kill()
-    return {"e2e_latency_ms": latency_stats(latencies, digits=2), "chunks": len(chunk_list),
-            "robot_command_period_ms": latency_stats(command_periods, digits=2)}
+    suffix = "" if knobs else "_knobs_off"
+    out = {f"e2e_latency{suffix}_ms": latency_stats(latencies[QUIET], digits=2),
+           f"robot_command_period{suffix}_ms": latency_stats(periods[QUIET], digits=2),
+           f"realtime{suffix}": {name: {k: values.get(k, "") for k in ("sched_policy", "sched_priority",
+                                                                        "memory_locked", "refused")}
+                                 for name, values in realtime.items()},
+           f"actuator{suffix}": {k: actuator.get(k, "") for k in (
+               "chunk_wait_for_tick_ms_p50", "chunk_wait_for_tick_ms_p99", "chunk_wait_for_tick_ms_max",
+               "ticks_brought_forward", "chunks_accepted")}}
+    if load is not None:
+        out[f"e2e_latency_loaded{suffix}_ms"] = latency_stats(latencies[LOADED], digits=2)
+        out[f"robot_command_period_loaded{suffix}_ms"] = latency_stats(periods[LOADED], digits=2)
+    return out
 
 
 def run_sim_graph(checkpoint: Path, duration_s: float, tmp: Path) -> dict:
@@ -263,20 +311,27 @@ def run_sim_graph(checkpoint: Path, duration_s: float, tmp: Path) -> dict:
             "sim_realtime_factor_during": round(rtf, 3)}
 
 
-def run(quick: bool = False) -> dict:
+def run(quick: bool = False, sim_graph: bool = True) -> dict:
+    """Robot graph with the real-time knobs off, then on (as shipped), each quiet and loaded
+    (interleaved), then the sim graph (sim_graph=False: skip it)."""
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randrange(150, 230)))
-    duration_s = 8.0 if quick else 25.0
-    with tempfile.TemporaryDirectory(prefix="bench_e2e_") as tmp_name:
+    duration_s = 8.0 if quick else 40.0
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="bench_e2e_") as tmp_name, BusyLoad() as load:
         tmp = Path(tmp_name)
         checkpoint = _checkpoint(tmp)
-        robot = run_robot_graph(checkpoint, duration_s, tmp)
-        sim = run_sim_graph(checkpoint, duration_s, tmp)
-    return {**robot, **sim, "checkpoint": str(checkpoint), "duration_s": duration_s,
-            "camera_hz": CAMERA_HZ}
+        robot = {**run_robot_graph(checkpoint, duration_s, tmp, knobs=False, load=load),
+                 **run_robot_graph(checkpoint, duration_s, tmp, knobs=True, load=load)}
+        sim = run_sim_graph(checkpoint, duration_s / 2, tmp) if sim_graph else {}
+    return {**robot, **sim, "load": {**load.report(), "load_average_1min_before": round(load_before, 2)},
+            "checkpoint": str(checkpoint), "duration_s": duration_s, "camera_hz": CAMERA_HZ}
 
 
 if __name__ == "__main__":
     if "--robot" in sys.argv[1:]:
         raise SystemExit(robot_main())
+    if "--robot-graph-only" in sys.argv[1:]:  # skip the sim graph (a shorter run)
+        raise SystemExit(bench_main(lambda quick: run(quick, sim_graph=False), __doc__,
+                                    [a for a in sys.argv[1:] if a != "--robot-graph-only"]))
     raise SystemExit(bench_main(run, __doc__))

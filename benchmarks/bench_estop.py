@@ -23,6 +23,12 @@ process (this script with --echo) answers every `bench_estop/ping` with a `bench
 callback on its own executor thread, as the supervisor's e-stop thread answers `estop` with a hold;
 one ping per trial, between the trials. The e-stop figure against the echo figure is what the
 supervisor itself adds; the echo alone is what the machine, DDS and Python cost at that moment.
+
+Load (issue 36): the supervisor runs twice, with its real-time knobs off and then as the robot
+graph ships them (graph.ROBOT_REALTIME: SCHED_FIFO, memory locked, where the process may), and
+the trials of each run alternate quiet and loaded blocks (one busy process per CPU beside them,
+benchmarking.BusyLoad). `estop_reaction_ms` / `estop_reaction_loaded_ms` are knobs on; the echo
+is measured in the same blocks; `load` gives the machine's load per phase.
 """
 from __future__ import annotations
 
@@ -47,6 +53,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 import rclpy  # noqa: E402
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from rclpy.context import Context  # noqa: E402
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor  # noqa: E402
 from rclpy.node import Node  # noqa: E402
@@ -56,10 +63,10 @@ from std_msgs.msg import Bool, Float64MultiArray, UInt64  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from sim2real_ros import conversions as cv  # noqa: E402
-from sim2real_ros.benchmarking import latency_stats  # noqa: E402
+from sim2real_ros.benchmarking import LOADED, QUIET, BusyLoad, interleaved, latency_stats  # noqa: E402
 from sim2real_ros.core.safety import limits_from_urdf  # noqa: E402
 from sim2real_ros.core.urdf import RobotModel  # noqa: E402
-from sim2real_ros.graph import NodeDecl  # noqa: E402
+from sim2real_ros.graph import ROBOT_REALTIME, NodeDecl  # noqa: E402
 from sim2real_ros.nodes.common import (  # noqa: E402
     JOINT_STATE_QOS,
     LATCHED_QOS,
@@ -262,18 +269,20 @@ def _wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> Non
         time.sleep(0.01)
 
 
-def run(quick: bool = False, trials: int | None = None) -> dict:
-    """E-stop reaction times [ms]: {"estop_reaction_ms": {p50, p99, max, spread_iqr, n}, ...}, and the
-    idle echo round trip measured between the trials ("echo_round_trip_ms") as the machine's floor."""
-    n_trials = trials or (100 if quick else 1000)
-    os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randrange(150, 230)))
-    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
+KNOBS_OFF = {"sched_policy": "other", "sched_priority": 0, "lock_memory": False}
+BLOCKS = 4  # trial blocks per supervisor run: quiet, loaded, quiet, loaded
+
+
+def run_supervisor(n_trials: int, knobs: bool, load: BusyLoad) -> dict:
+    """One supervisor process (real-time knobs as the robot graph ships them, or off) and
+    `n_trials` e-stop trials in BLOCKS blocks alternating quiet and loaded. Returns per phase
+    {"reactions_ms", "echo_ms"} lists, misses, and what the supervisor reported applying."""
     urdf = str(urdf_path())
     model = RobotModel.from_file(urdf)
     home = _home(model)
     params = {"robot_description": urdf, "auto_arm": True, "handover_ramp_s": 0.0,
-              "policy_timeout_s": 0.5, "joint_state_timeout_s": 0.5}
+              "policy_timeout_s": 0.5, "joint_state_timeout_s": 0.5,
+              **(ROBOT_REALTIME["supervisor"] if knobs else KNOBS_OFF)}
     log = Path(tempfile.mkdtemp(prefix="bench_estop_")) / "graph.log"
     launcher = GraphLauncher([NodeDecl("supervisor", "supervisor", params)], echo=False, log_file=log)
     helper_env = {**os.environ}
@@ -282,8 +291,11 @@ def run(quick: bool = False, trials: int | None = None) -> dict:
     rclpy.init(context=context)
     spinning = SpinningNode(Probe(context, home))
     probe = spinning.node
-    reactions_ms: list[float] = []
-    echo_ms: list[float] = []
+    realtime: dict[str, str] = {}
+    probe.create_subscription(DiagnosticArray, "supervisor/realtime",
+                              lambda m: realtime.update(cv.diagnostic_values(m)), LATCHED_QOS)
+    per_phase: dict[str, dict[str, list[float]]] = {QUIET: {"reactions_ms": [], "echo_ms": []},
+                                                     LOADED: {"reactions_ms": [], "echo_ms": []}}
     reset_tries: list[int] = []
     missed = echo_missed = 0
     traffic = _helper("traffic", helper_env)
@@ -296,12 +308,17 @@ def run(quick: bool = False, trials: int | None = None) -> dict:
         _wait_for(lambda: probe.ping_pub.get_subscription_count() > 0 and probe.count_publishers(PONG_TOPIC) > 0,
                   30.0, "the echo process")
         started = time.monotonic()
-        for _ in range(n_trials):
+        block = max(1, n_trials // BLOCKS)
+        phase = QUIET
+        for trial in range(n_trials):
+            if trial % block == 0:
+                phase = load.phase(interleaved(BLOCKS)[min(trial // block, BLOCKS - 1)])
+                time.sleep(0.5)  # let the switch settle
             if not probe.armed.wait(10.0):
                 raise RuntimeError(f"supervisor did not re-arm; see {log}")
             probe.estop.start(lambda: probe.estop_pub.publish(Bool(data=True)))
             if probe.estop.done.wait(5.0):
-                reactions_ms.append(probe.estop.elapsed_ns / 1e6)
+                per_phase[phase]["reactions_ms"].append(probe.estop.elapsed_ns / 1e6)
             else:
                 missed += 1
             # Commands arrive in order: once the hold is here, no pre-e-stop command is in flight,
@@ -311,11 +328,11 @@ def run(quick: bool = False, trials: int | None = None) -> dict:
             reset_tries.append(_reset(probe, 10.0))
             probe.echo.start(lambda: probe.ping_pub.publish(UInt64(data=0)))
             if probe.echo.done.wait(5.0):
-                echo_ms.append(probe.echo.elapsed_ns / 1e6)
+                per_phase[phase]["echo_ms"].append(probe.echo.elapsed_ns / 1e6)
             else:
                 echo_missed += 1
+        load.phase(False)
         elapsed = time.monotonic() - started
-        load = os.getloadavg()[0]
     finally:
         _stop(echo)
         traffic_report = _stop(traffic)
@@ -324,20 +341,45 @@ def run(quick: bool = False, trials: int | None = None) -> dict:
         rclpy.try_shutdown(context=context)
     images_per_s = next((json.loads(line)["images_received_per_s"] for line in traffic_report.splitlines()
                          if line.startswith("{")), 0.0)
-    estop_stats = latency_stats(np.array(reactions_ms))
-    echo_stats = latency_stats(np.array(echo_ms))
-    return {
-        "estop_reaction_ms": estop_stats,
-        "missed_reactions": missed,
-        "echo_round_trip_ms": echo_stats,
-        "echo_missed": echo_missed,
-        "estop_over_echo_p99": round(estop_stats["p99"] / echo_stats["p99"], 2) if echo_ms else None,
-        "reset_tries_mean": round(float(np.mean(reset_tries)), 3),
-        "trials_per_s": round(n_trials / elapsed, 2),
-        "images_received_per_s": images_per_s,
-        "load_average_1min": round(load, 2),
-        "target_p99_ms": 10.0,
-    }
+    return {"per_phase": per_phase, "missed": missed, "echo_missed": echo_missed, "reset_tries": reset_tries,
+            "trials_per_s": n_trials / elapsed, "images_per_s": images_per_s,
+            "realtime": {k: realtime.get(k, "") for k in ("sched_policy", "sched_priority", "memory_locked",
+                                                           "refused")}}
+
+
+def run(quick: bool = False, trials: int | None = None) -> dict:
+    """E-stop reaction times [ms] with the supervisor's real-time knobs off, then on (as the robot
+    graph ships them), each over trials alternating quiet and loaded (one busy process per CPU):
+    "estop_reaction_ms" (quiet, knobs on), "estop_reaction_loaded_ms" (loaded, knobs on), the same
+    "..._knobs_off_ms", and the idle echo round trip of each phase as the machine's floor."""
+    n_trials = trials or (100 if quick else 1000)
+    os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randrange(150, 230)))
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
+    load_before = os.getloadavg()[0]
+    out: dict = {}
+    with BusyLoad() as load:
+        runs = {knobs: run_supervisor(n_trials, knobs, load) for knobs in (False, True)}
+    for knobs, result in runs.items():
+        suffix = "" if knobs else "_knobs_off"
+        for phase in (QUIET, LOADED):
+            name = "" if phase == QUIET else "_loaded"
+            estop = latency_stats(np.array(result["per_phase"][phase]["reactions_ms"]))
+            echo = latency_stats(np.array(result["per_phase"][phase]["echo_ms"]))
+            out[f"estop_reaction{name}{suffix}_ms"] = estop
+            out[f"echo_round_trip{name}{suffix}_ms"] = echo
+            out[f"estop_over_echo_p99{name}{suffix}"] = (round(estop["p99"] / echo["p99"], 2)
+                                                          if echo["n"] else None)
+        out[f"missed_reactions{suffix}"] = result["missed"]
+        out[f"echo_missed{suffix}"] = result["echo_missed"]
+        out[f"realtime{suffix}"] = result["realtime"]
+        out[f"trials_per_s{suffix}"] = round(result["trials_per_s"], 2)
+        out[f"images_received_per_s{suffix}"] = result["images_per_s"]
+    out["reset_tries_mean"] = round(float(np.mean(runs[True]["reset_tries"])), 3)
+    out["load"] = {**load.report(), "load_average_1min_before": round(load_before, 2)}
+    out["trials_per_run"] = n_trials
+    out["target_p99_ms"] = 10.0
+    return out
 
 
 def main() -> int:
@@ -352,16 +394,14 @@ def main() -> int:
     if args.echo or args.traffic:
         return helper_main("echo" if args.echo else "traffic")
     result = run(quick=args.quick, trials=args.trials)
-    stats = result["estop_reaction_ms"]
-    print(f"e-stop reaction [ms] over {stats['n']} trials: p50 {stats['p50']}  p99 {stats['p99']}  "
-          f"max {stats['max']}  IQR {stats.get('spread_iqr')}  (target p99 <= {result['target_p99_ms']})")
-    echo = result["echo_round_trip_ms"]
-    print(f"idle echo round trip [ms] (same run): p50 {echo['p50']}  p99 {echo['p99']}  max {echo['max']}  "
-          f"IQR {echo.get('spread_iqr')}; e-stop/echo p99 ratio {result['estop_over_echo_p99']}; "
-          f"load {result['load_average_1min']}")
-    print(f"missed {result['missed_reactions']} (echo {result['echo_missed']}), "
-          f"reset tries/trial {result['reset_tries_mean']}, {result['trials_per_s']} trials/s, "
-          f"images {result['images_received_per_s']}/s")
+    for suffix, knobs in (("", "knobs on"), ("_knobs_off", "knobs off")):
+        for name, phase in (("", "quiet"), ("_loaded", "loaded")):
+            stats, echo = result[f"estop_reaction{name}{suffix}_ms"], result[f"echo_round_trip{name}{suffix}_ms"]
+            print(f"{knobs}, {phase}: e-stop [ms] n {stats['n']} p50 {stats['p50']} p99 {stats['p99']} "
+                  f"max {stats['max']}; echo p50 {echo['p50']} p99 {echo['p99']}; "
+                  f"p99 ratio {result[f'estop_over_echo_p99{name}{suffix}']}")
+        print(f"{knobs}: supervisor {result[f'realtime{suffix}']}, missed {result[f'missed_reactions{suffix}']}")
+    print(f"load {result['load']}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     return 0

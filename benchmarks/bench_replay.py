@@ -99,7 +99,8 @@ def run(quick: bool = False) -> dict:
         checkpoint = tmp_path / "policy.pt"
         init_checkpoint(checkpoint, joints, PreprocessConfig.from_yaml(config_path("preprocess.yaml")))
         options = ReplayOptions(progress=False, plots=False)
-        read_fps, replay_fps, ratios = [], [], []
+        one_at_a_time = ReplayOptions(progress=False, plots=False, batch_size=1)  # before issue 36
+        read_fps, replay_fps, ratios, ratios_one = [], [], [], []
         for _ in range(repeats):  # interleaved, so both see the same load
             seconds, images = read_and_decode(tmp_path / "bag")
             read_fps.append(images / seconds)
@@ -107,6 +108,9 @@ def run(quick: bool = False) -> dict:
             report = evaluate_bag(tmp_path / "bag", checkpoint, "offline", None, options)
             replay_fps.append(report["frames"]["predicted"] / (time.perf_counter() - start))
             ratios.append(replay_fps[-1] / read_fps[-1])
+            start = time.perf_counter()
+            single = evaluate_bag(tmp_path / "bag", checkpoint, "offline", None, one_at_a_time)
+            ratios_one.append(single["frames"]["predicted"] / (time.perf_counter() - start) / read_fps[-1])
         return {
             "frames": frames,
             "evaluated": report["frames"]["evaluated"],
@@ -115,6 +119,8 @@ def run(quick: bool = False) -> dict:
             "replay_read_ratio": statistics.median(ratios),
             "replay_read_ratio_min": min(ratios),
             "replay_read_ratio_max": max(ratios),
+            "replay_read_ratio_batch_1": statistics.median(ratios_one),  # one forward pass per frame
+            "batch_size": options.batch_size,
             "inference_ms_p50": report["stats"]["inference_ms_p50"],
             "inference_ms_p99": report["stats"]["inference_ms_p99"],
             "repeats": repeats,
@@ -129,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     figures = run(quick=args.quick)
     print(f"frames {figures['frames']}: read+decode {figures['read_fps']:.0f} frames/s, offline replay "
           f"{figures['replay_fps']:.1f} frames/s, ratio {figures['replay_read_ratio']:.3f} "
-          f"(spread {figures['replay_read_ratio_min']:.3f}..{figures['replay_read_ratio_max']:.3f}); inference "
+          f"(spread {figures['replay_read_ratio_min']:.3f}..{figures['replay_read_ratio_max']:.3f}; one at a time "
+          f"{figures['replay_read_ratio_batch_1']:.3f}); inference "
           f"p50 {figures['inference_ms_p50']:.1f} ms p99 {figures['inference_ms_p99']:.1f} ms")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,3 +37,90 @@ def bench_main(run: Callable[[bool], dict[str, Any]], description: str, argv: li
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(text + "\n")
     return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Load beside a benchmark (issue 36): quiet and loaded phases interleaved in one run.
+QUIET, LOADED = "quiet", "loaded"
+_BUSY_LOOP = "while True:\n    pass\n"
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot (/proc/stat; (0, 0) where it is missing)."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return 0, 0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+class BusyLoad:
+    """One busy process per CPU (a Python `while True: pass`, SCHED_OTHER at nice 0: what a robot
+    computer's other work looks like to the scheduler), switched on and off between phases, with
+    the machine's load measured per phase: the 1-minute load average and the share of CPU time
+    busy ("cpu_busy"), both over everything on the machine, not only this benchmark."""
+
+    def __init__(self, processes: int | None = None) -> None:
+        self.processes = int(processes or os.cpu_count() or 1)
+        self._children: list[subprocess.Popen] = []
+        self._busy: dict[str, list[float]] = {QUIET: [], LOADED: []}
+        self._loadavg: dict[str, list[float]] = {QUIET: [], LOADED: []}
+        self._phase: tuple[str, tuple[int, int]] | None = None
+
+    @property
+    def on(self) -> bool:
+        return bool(self._children)
+
+    def phase(self, loaded: bool) -> str:
+        """End the current phase's measurement, switch the load, start measuring the next phase."""
+        self._close_phase()
+        if loaded and not self._children:
+            self._children = [subprocess.Popen([sys.executable, "-c", _BUSY_LOOP], stdin=subprocess.DEVNULL)
+                              for _ in range(self.processes)]
+        elif not loaded:
+            self._stop_children()
+        name = LOADED if loaded else QUIET
+        self._phase = (name, _cpu_times())
+        return name
+
+    def _close_phase(self) -> None:
+        if self._phase is None:
+            return
+        name, (busy0, total0) = self._phase
+        busy1, total1 = _cpu_times()
+        if total1 > total0:
+            self._busy[name].append((busy1 - busy0) / (total1 - total0))
+        self._loadavg[name].append(os.getloadavg()[0])
+        self._phase = None
+
+    def _stop_children(self) -> None:
+        for child in self._children:
+            child.kill()
+        for child in self._children:
+            child.wait()
+        self._children = []
+
+    def close(self) -> None:
+        self._close_phase()
+        self._stop_children()
+
+    def report(self) -> dict[str, Any]:
+        """{busy_processes, cpus, per phase: cpu_busy (mean share), load_average_1min (mean at phase ends)}."""
+        out: dict[str, Any] = {"busy_processes": self.processes, "cpus": os.cpu_count()}
+        for name in (QUIET, LOADED):
+            busy, load = self._busy[name], self._loadavg[name]
+            out[f"cpu_busy_{name}"] = round(float(np.mean(busy)), 3) if busy else None
+            out[f"load_average_1min_{name}"] = round(float(np.mean(load)), 2) if load else None
+        return out
+
+    def __enter__(self) -> BusyLoad:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def interleaved(segments: int) -> list[bool]:
+    """Which segments are loaded: quiet, loaded, quiet, loaded, ... (`segments` of them)."""
+    return [k % 2 == 1 for k in range(segments)]

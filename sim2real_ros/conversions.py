@@ -115,15 +115,20 @@ class JointSample:
     stamp_ns: int
 
 
-def joint_state_to_sample(msg: JointState) -> JointSample:
-    """sensor_msgs/JointState -> JointSample. Raises MessageError on length mismatch or NaN/Inf."""
+def joint_state_to_sample(msg: JointState, use_velocities: bool = True) -> JointSample:
+    """sensor_msgs/JointState -> JointSample. Raises MessageError on length mismatch or NaN/Inf.
+
+    use_velocities=False: the velocities are neither read nor checked (the sample has none). For a
+    reader that uses positions only: ros2_control's joint_state_broadcaster publishes NaN for an
+    interface a joint lacks, which must not reject the positions (issue 34). Efforts are never read.
+    """
     positions = np.asarray(msg.position, dtype=float)
     if msg.name and len(msg.name) != len(positions):
         raise MessageError(f"JointState has {len(msg.name)} names but {len(positions)} positions")
     if not np.all(np.isfinite(positions)):
         raise MessageError(f"JointState positions contain NaN/Inf: {positions.tolist()}")
     velocities = None
-    if len(msg.velocity) == len(positions) and len(positions) > 0:
+    if use_velocities and len(msg.velocity) == len(positions) and len(positions) > 0:
         velocities = np.asarray(msg.velocity, dtype=float)
         if not np.all(np.isfinite(velocities)):
             raise MessageError(f"JointState velocities contain NaN/Inf: {velocities.tolist()}")

@@ -13,6 +13,17 @@ from .paths import config_path, default_policy_path
 from .robots import DEFAULT_ROBOT, get_robot, robot_description_for, sim_params_for
 
 MODES = ("sim", "robot", "replay")
+# Robot graph real-time knobs (core.realtime, docs/deployment.md): the supervisor and the actuator
+# wake on events and timers and do bounded work, so they go above the camera path (SCHED_OTHER);
+# the policy, the camera path and anything that can spin without sleeping never get a real-time
+# priority. Applied where the process may, else one warning and the node runs as before.
+ROBOT_REALTIME: dict[str, dict[str, Any]] = {
+    "supervisor": {"sched_policy": "fifo", "sched_priority": 60, "lock_memory": True},
+    "actuator_node": {"sched_policy": "fifo", "sched_priority": 55, "lock_memory": True},
+}
+
+# GraphArgs fields that bring up the robot's own nodes (robot mode only).
+BRINGUP_FIELDS = ("port", "calibration", "camera", "camera_calibration", "leader_port", "leader_calibration")
 
 
 @dataclass(frozen=True)
@@ -38,6 +49,16 @@ class GraphArgs:
     viz: bool = False  # add viz_node: a live Foxglove view (docs/viz.md)
     viz_port: int = 8765  # its WebSocket port
     viz_host: str = "127.0.0.1"  # where it listens: this machine only, unless told otherwise
+    # Robot mode, bring-up on a Feetech servo-bus arm (docs/so101.md "Running on an SO-101"): with
+    # `port` the graph starts feetech_driver itself instead of expecting ros2_control.
+    port: str = ""  # the servo bus (/dev/ttyACM0, or an emulator's pty); "" = no driver in the graph
+    calibration: str = ""  # the arm's LeRobot calibration JSON (required with port)
+    camera: str = ""  # camera_node's source (index, /dev/videoN, file); "" = no camera node
+    camera_calibration: str = ""  # camera_node's ROS calibration YAML; "" = the robot's sim camera file
+    sim_camera: bool = False  # camera from the sim following joint_states (the emulator rehearsal)
+    leader_port: str = ""  # a leader arm's bus: add leader_arm (command/teleop)
+    leader_calibration: str = ""  # the leader arm's LeRobot calibration JSON (required with leader_port)
+    estop_heartbeat_s: float = 0.0  # > 0: the supervisor's estop_heartbeat_timeout_s [s] (a stop source)
 
     def description(self) -> str:
         """robot_description, or the robot's URDF file when it is empty."""
@@ -70,6 +91,72 @@ def _remaps(args: GraphArgs, *, camera: bool = False, joints: bool = False, comm
     return tuple((a, b) for a, b in pairs if a != b)
 
 
+def _hardware(args: GraphArgs, node, description: dict[str, Any]) -> list[NodeDecl]:
+    """The robot's own nodes when the graph brings them up: bus driver, camera, leader arm."""
+    out = []
+    if args.port:
+        out.append(node("feetech_driver", {**description, "port": args.port, "calibration": args.calibration},
+                        _remaps(args, joints=True, command=True)))
+    if args.sim_camera:
+        # The camera from the sim, drawing the arm at the measured joint positions (nodes/sim_camera.py).
+        out.append(node("sim_camera", {"robot": args.robot, **description,
+                                       **({"camera_calibration": args.camera_calibration}
+                                          if args.camera_calibration else {})},
+                        _remaps(args, camera=True, joints=True)))
+    elif args.camera:
+        camera_calibration = args.camera_calibration or str(config_path(DEFAULT_CAMERA_CALIBRATION))
+        out.append(node("camera_node", {"source": args.camera, "camera_calibration": camera_calibration},
+                        _remaps(args, camera=True)))
+    if args.leader_port:
+        out.append(node("leader_arm", {**description, "port": args.leader_port,
+                                       "calibration": args.leader_calibration,
+                                       "follower_calibration": args.calibration}))
+    return out
+
+
+# camera_node's calibration when none is given: the sim camera's, which both robots' sim params name
+# (test_bringup checks it), so the camera is asked for the image size the policy was trained on. A
+# real webcam's own calibration (ROS camera_calibration) is better: pass camera_calibration.
+DEFAULT_CAMERA_CALIBRATION = "camera_sim.yaml"
+
+
+def bringup_problems(args: GraphArgs, flag=lambda name: "--" + name.replace("_", "-")) -> list[str]:
+    """What is wrong with the robot's own nodes' arguments, each naming its flag (flag(field) -> how
+    the user spells it: `--port` on the command line, `port:=` for ros2 launch). Checked before any
+    node starts, so a missing file or an unplugged adapter is one clear line, not a node's traceback."""
+    import os
+
+    problems = []
+
+    def need_file(field: str, what: str) -> None:
+        value = getattr(args, field)
+        if not value:
+            needed_by = flag("port") if field == "calibration" else flag("leader_port")
+            problems.append(f"{flag(field)}: required with {needed_by} ({what})")
+        elif not os.path.isfile(value):
+            problems.append(f"{flag(field)} {value}: no such file ({what})")
+
+    if args.port:
+        if args.robot != "so101":
+            problems.append(f"{flag('port')}: the Feetech servo-bus driver drives an SO-101; add {flag('robot')} so101 "
+                            f"(robot is {args.robot!r})")
+        if not os.path.exists(args.port):
+            problems.append(f"{flag('port')} {args.port}: no such device (is the arm's USB adapter plugged in and "
+                            f"powered? see ls /dev/serial/by-id/)")
+        need_file("calibration", "the LeRobot calibration JSON of this arm")
+    elif args.calibration:
+        problems.append(f"{flag('calibration')}: given without {flag('port')}, the bus it calibrates")
+    if args.leader_port:
+        if not os.path.exists(args.leader_port):
+            problems.append(f"{flag('leader_port')} {args.leader_port}: no such device")
+        need_file("leader_calibration", "the LeRobot calibration JSON of the leader arm")
+    if args.camera and args.sim_camera:
+        problems.append(f"{flag('camera')}: the sim's camera is already the camera here")
+    if args.camera_calibration and not os.path.isfile(args.camera_calibration):
+        problems.append(f"{flag('camera_calibration')} {args.camera_calibration}: no such file")
+    return problems
+
+
 def declare_graph(mode: str, args: GraphArgs | None = None) -> list[NodeDecl]:
     """The nodes of `mode` ("sim", "robot" or "replay") with their parameters and remaps."""
     if mode not in MODES:
@@ -79,8 +166,10 @@ def declare_graph(mode: str, args: GraphArgs | None = None) -> list[NodeDecl]:
     common = {"use_sim_time": args.sim_time(mode)}
     files = (args.params_file,) if args.params_file else ()
 
+    realtime = ROBOT_REALTIME if mode == "robot" else {}
+
     def node(executable: str, params: dict[str, Any], remaps=()) -> NodeDecl:
-        merged = {**common, **params, **args.extra_parameters.get(executable, {})}
+        merged = {**common, **realtime.get(executable, {}), **params, **args.extra_parameters.get(executable, {})}
         return NodeDecl(executable, executable, merged, tuple(remaps), files)
 
     description = {"robot_description": args.description()}
@@ -106,12 +195,14 @@ def declare_graph(mode: str, args: GraphArgs | None = None) -> list[NodeDecl]:
                           _remaps(args, joints=True, command=True))
         return [sim, *perception, supervisor, *viewer]
     if mode == "robot":
-        # The camera driver and ros2_control (joint_state_broadcaster + forward position controller)
-        # are the robot's own; the supervisor never arms by itself on hardware, and arms only while a
-        # stop source is live (an `estop` heartbeat or a joystick; losing it latches ESTOP, docs/design.md §4).
+        # Without `port`, the camera driver and ros2_control (joint_state_broadcaster + forward position
+        # controller) are the robot's own; with it, feetech_driver and a camera node are part of the
+        # graph. The supervisor never arms by itself on hardware, and arms only while a stop source is
+        # live (an `estop` heartbeat or a joystick; losing it latches ESTOP, docs/design.md §4).
+        heartbeat = {"estop_heartbeat_timeout_s": float(args.estop_heartbeat_s)} if args.estop_heartbeat_s > 0 else {}
         supervisor = node("supervisor", {"robot": args.robot, **description, **tool, "auto_arm": False,
-                                         "require_stop_source": True},
+                                         "require_stop_source": True, **heartbeat},
                           _remaps(args, joints=True, command=True))
-        return [*perception, supervisor, *viewer]
+        return [*_hardware(args, node, description), *perception, supervisor, *viewer]
     # replay: a bag player provides camera, joint_states and clock; nothing commands a robot.
     return [*perception, *viewer]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .graph import GraphArgs, NodeDecl, declare_graph
+from .graph import GraphArgs, NodeDecl, bringup_problems, declare_graph
 
 # launch argument name -> (GraphArgs field, description)
 LAUNCH_ARGUMENTS: dict[str, tuple[str, str]] = {
@@ -28,6 +28,16 @@ LAUNCH_ARGUMENTS: dict[str, tuple[str, str]] = {
     "viz": ("viz", "true: add viz_node, a live Foxglove view (docs/viz.md); default false"),
     "viz_port": ("viz_port", "viz_node's Foxglove WebSocket port (default 8765)"),
     "viz_host": ("viz_host", "address viz_node listens on (default 127.0.0.1: this machine only)"),
+    "port": ("port", "robot mode: the arm's Feetech servo bus (/dev/ttyACM0): start feetech_driver (docs/so101.md)"),
+    "calibration": ("calibration", "the arm's LeRobot calibration JSON (required with port)"),
+    "camera": ("camera", "start camera_node on this source: device index, /dev/videoN or a video file"),
+    "camera_calibration": ("camera_calibration", "the camera's ROS calibration YAML (default: the sim camera's)"),
+    "leader_port": ("leader_port", "a leader arm's servo bus: start leader_arm (command/teleop)"),
+    "leader_calibration": ("leader_calibration", "the leader arm's LeRobot calibration JSON"),
+    "estop_heartbeat_s": ("estop_heartbeat_s", "the supervisor's estop_heartbeat_timeout_s [s] (> 0: an estop "
+                          "heartbeat is a stop source, and its silence stops the arm)"),
+    "emulate": ("", "true: rehearse on an emulated SO-101 (sim2real emulate-bus, generated calibration, the sim's "
+                    "camera following joint_states); default false"),
 }
 
 
@@ -37,12 +47,17 @@ def graph_args_from_launch(values: dict[str, str]) -> GraphArgs:
     kwargs: dict[str, Any] = {}
     for arg, (field, _) in LAUNCH_ARGUMENTS.items():
         text = values.get(arg, "")
-        if text == "":
+        if text == "" or not field:
             continue
         if field in ("use_sim_time", "viz"):
             if text.lower() not in ("true", "false"):
                 raise ValueError(f"launch argument {arg} must be true or false, got {text!r}")
             kwargs[field] = text.lower() == "true"
+        elif field == "estop_heartbeat_s":
+            try:
+                kwargs[field] = float(text)
+            except ValueError:
+                raise ValueError(f"launch argument estop_heartbeat_s must be seconds, got {text!r}") from None
         elif field == "viz_port":
             if not text.isdigit() or not 0 <= int(text) <= 65535:
                 raise ValueError(f"launch argument viz_port must be a port number in [0, 65535], got {text!r}")
@@ -55,18 +70,55 @@ def graph_args_from_launch(values: dict[str, str]) -> GraphArgs:
 def launch_description(mode: str):
     """A launch.LaunchDescription for `mode` (sim / robot / replay), built from declare_graph."""
     from launch import LaunchDescription
-    from launch.actions import DeclareLaunchArgument, OpaqueFunction
+    from launch.actions import DeclareLaunchArgument, OpaqueFunction, RegisterEventHandler
+    from launch.event_handlers import OnShutdown
     from launch.substitutions import LaunchConfiguration
     from launch_ros.actions import Node
 
     def nodes_for(context, *_args, **_kwargs):
         values = {name: LaunchConfiguration(name).perform(context) for name in LAUNCH_ARGUMENTS}
         graph_args = graph_args_from_launch(values)
-        return [_launch_node(Node, decl, graph_args.namespace) for decl in declare_graph(mode, graph_args)]
+        actions = []
+        if launch_flag(values, "emulate"):
+            graph_args, stop = _start_emulated_arm(graph_args)
+            actions.append(RegisterEventHandler(OnShutdown(on_shutdown=lambda *_: stop())))
+        problems = bringup_problems(graph_args, flag=lambda name: f"launch argument {name}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return actions + [_launch_node(Node, decl, graph_args.namespace) for decl in declare_graph(mode, graph_args)]
 
     arguments = [DeclareLaunchArgument(name, default_value="", description=text)
                  for name, (_, text) in LAUNCH_ARGUMENTS.items()]
     return LaunchDescription([*arguments, OpaqueFunction(function=nodes_for)])
+
+
+def launch_flag(values: dict[str, str], name: str) -> bool:
+    """A true/false launch argument ("" = false); anything else is an error naming it."""
+    text = values.get(name, "").lower()
+    if text not in ("", "true", "false"):
+        raise ValueError(f"launch argument {name} must be true or false, got {values[name]!r}")
+    return text == "true"
+
+
+def _start_emulated_arm(graph_args: GraphArgs):
+    """emulate:=true: the emulator as a child of the launch process (stopped on shutdown), its pty the
+    port, its generated calibration the calibration, the sim's camera the camera."""
+    import tempfile
+    from pathlib import Path
+
+    from .hardware.emulated_arm import start_emulated_arm
+    from .robots import sim_params_for
+
+    if graph_args.robot != "so101" or graph_args.port or graph_args.camera:
+        raise ValueError("emulate:=true emulates an SO-101: give robot:=so101 and no port:= or camera:=")
+    scratch = tempfile.TemporaryDirectory(prefix="sim2real_emulated_arm_")
+    arm = start_emulated_arm(graph_args.description(), sim_params_for(graph_args.robot), Path(scratch.name))
+
+    def stop() -> None:
+        arm.stop()
+        scratch.cleanup()
+
+    return dataclasses.replace(graph_args, port=arm.port, calibration=str(arm.calibration), sim_camera=True), stop
 
 
 def _launch_node(node_cls, decl: NodeDecl, namespace: str):

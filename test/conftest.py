@@ -19,7 +19,10 @@ def pytest_configure(config: pytest.Config) -> None:
         domain = int(os.environ["SIM2REAL_TEST_DOMAIN_ID"])
     else:
         # 1..232: Fast DDS maps every one of these to valid ports; random + pid keeps concurrent runs apart.
-        domain = 1 + (os.getpid() * 7919 + random.SystemRandom().randrange(232)) % 232
+        # SIM2REAL_TEST_DOMAIN_RANGE=LOW-HIGH narrows it, so runs started together (make test: Kilted and
+        # Jazzy at once) draw from disjoint ranges and can never share a domain.
+        low, high = (int(v) for v in os.environ.get("SIM2REAL_TEST_DOMAIN_RANGE", "1-232").split("-"))
+        domain = low + (os.getpid() * 7919 + random.SystemRandom().randrange(232)) % (high - low + 1)
     os.environ["ROS_DOMAIN_ID"] = str(domain)
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"  # Jazzy and newer
     os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")

@@ -23,7 +23,7 @@ def worker_thread_launcher() -> None:
     from sim2real_ros.graph import NodeDecl
     from sim2real_ros.runtime.launcher import GraphLauncher
 
-    launcher = GraphLauncher([NodeDecl("supervisor", "supervisor", {})], echo=False)
+    launcher = GraphLauncher([NodeDecl("supervisor", "supervisor", {"require_stop_source": True})], echo=False)
 
     def start_then_wait() -> None:
         launcher.start()

@@ -450,3 +450,45 @@ def test_core_sends_nothing_while_a_jump_awaits_confirmation_and_one_outlier_cos
     assert core.joint_jumps == 1 and core.jump_pending_ticks == 3  # the outlier's tick and two of the jump's
     values, _, _ = core.report()
     assert values["jump_pending_ticks"] == 3
+
+
+def test_core_reports_how_long_each_chunk_waited_for_its_first_command():
+    """Issue 36: chunk_wait_for_tick_ms_* = arrival -> the first tick after it, at fixed times."""
+    from sim2real_ros.core.actuator import ActuatorCore
+
+    core = ActuatorCore(ActuatorConfig(joints=tuple(JOINTS)))
+    start_ns = 5_000_000_000
+    assert core.on_chunk(cv.trajectory_to_chunk(ramp_chunk(JOINTS, start_ns, 3.0)), start_ns + 1_000_000) is None
+    assert core.chunk_waiting
+    assert core.tick(start_ns + 4_000_000) is not None  # waited 3 ms
+    assert not core.chunk_waiting
+    assert core.tick(start_ns + 14_000_000) is not None  # no new chunk: no wait counted
+    assert core.on_chunk(cv.trajectory_to_chunk(ramp_chunk(JOINTS, start_ns + 10_000_000, 3.0)),
+                         start_ns + 15_000_000) is None
+    assert core.tick(start_ns + 16_000_000) is not None  # waited 1 ms
+    values, _, _ = core.report()
+    assert values["chunk_wait_for_tick_ms_max"] == pytest.approx(3.0)
+    assert values["chunk_wait_for_tick_ms_p50"] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("tick_on_chunk", [True, False])
+def test_a_chunk_brings_the_next_tick_forward_only_with_tick_on_chunk(ros, tmp_path, tick_on_chunk):
+    """Issue 36, in the node: at 2 Hz a fixed tick is up to 500 ms away; chunks 150 ms apart each
+    find the next tick ~350 ms off, so with tick_on_chunk they bring it forward (counted
+    in ticks_brought_forward), without it none does. Counts, not durations: no timing assert."""
+    params = {**ROBOT, "control_rate_hz": 2.0, "tick_on_chunk": tick_on_chunk, "tick_phase_lock": False}
+    with running_nodes([node_decl("actuator_node", params)], tmp_path):
+        diagnostics = ros.collect(DiagnosticArray, "actuator_node/diagnostics", 10)
+        chunk_pub = ros.publisher(JointTrajectory, "policy/action_chunk", RELIABLE_LATEST_QOS)
+        ros.wait_for_subscribers(chunk_pub, timeout_s=30.0)
+        wait_for_diagnostics(diagnostics, lambda v: v.get("ticks", "0") != "0")
+        for _ in range(3):
+            chunk_pub.publish(ramp_chunk(JOINTS, time.time_ns(), 5.0))
+            time.sleep(0.15)  # spacing the chunks (the assert below counts, it does not time)
+        values = wait_for_diagnostics(diagnostics, lambda v: v["chunks_accepted"] == "3"
+                                      and v["chunk_wait_for_tick_ms_max"] != "nan")
+    if tick_on_chunk:
+        # Each should; >= 1 leaves room for a chunk delayed past its tick on a loaded machine.
+        assert int(values["ticks_brought_forward"]) >= 1, values
+    else:
+        assert values["ticks_brought_forward"] == "0", values

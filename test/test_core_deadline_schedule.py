@@ -63,3 +63,68 @@ def test_an_arrival_without_a_phase_lock_changes_nothing():
 def test_period_must_be_positive():
     with pytest.raises(ConfigError):
         DeadlineSchedule(0, T0)
+
+
+# ----------------------------------------------------------------------------------------------
+# tick_on_chunk (issue 36): a chunk re-phases the schedule instead of waiting for the next tick
+J = 2_000_000  # [ns] the jitter bound: the shortest interval between two commands (min_interval_ns)
+TICK_COST = 200_000  # [ns] a tick's duration
+
+
+def run_schedule(schedule: DeadlineSchedule, arrivals: list[int], end_ns: int) -> tuple[list[int], list[int]]:
+    """Drive `schedule` at fixed times: ticks exactly at their deadlines, each lasting TICK_COST, chunk
+    arrivals handled between ticks as the node's chunk callback does. Returns (tick times, per chunk
+    the wait from its arrival to the first tick after it) [ns]."""
+    ticks: list[int] = []
+    waits: list[int] = []
+    pending: list[int] = []
+    i = 0
+    while schedule.deadline_ns < end_ns:
+        if i < len(arrivals) and arrivals[i] < schedule.deadline_ns:
+            schedule.on_arrival(arrivals[i])
+            pending.append(arrivals[i])
+            i += 1
+            continue
+        tick = schedule.deadline_ns
+        ticks.append(tick)
+        waits += [tick - a for a in pending]
+        schedule.advance(tick + TICK_COST, pending[-1] if pending else None)
+        pending = []
+    return ticks, waits
+
+
+@pytest.mark.parametrize("offset_ns", [100_000, 2_500_000, 5_000_000, 7_300_000, 9_900_000])
+def test_a_chunk_waits_at_most_the_jitter_bound_instead_of_up_to_a_period(offset_ns):
+    arrivals = [T0 + offset_ns + k * 10 * P + (k * 1_300_000) % 3_000_000 for k in range(30)]  # 10 Hz + jitter
+    fixed_ticks, fixed_waits = run_schedule(DeadlineSchedule(P, T0), arrivals, T0 + 310 * P)
+    ticks, waits = run_schedule(DeadlineSchedule(P, T0, min_interval_ns=J), arrivals, T0 + 310 * P)
+    intervals = [b - a for a, b in zip(ticks[:-1], ticks[1:], strict=True)]
+    assert max(waits) <= J  # never waits for a fixed tick
+    assert max(fixed_waits) > J  # the fixed schedule does, for some (up to a period)
+    assert min(intervals) >= J  # the rate limit: no two commands closer than the bound
+    assert max(intervals) == P  # never later than the fixed period
+    # The mean rate rises by at most the chunk rate: at most one tick more per chunk (a chunk that
+    # lands just after a tick moves the grid by up to a period).
+    assert 0 <= len(ticks) - len(fixed_ticks) <= len(arrivals)
+
+
+def test_an_arrival_right_after_a_tick_waits_for_the_min_interval_only():
+    s = DeadlineSchedule(P, T0, min_interval_ns=J)
+    s.advance(T0 + P + TICK_COST)  # a tick ran at T0 + P
+    assert s.on_arrival(T0 + P + 300_000)
+    assert s.deadline_ns == T0 + P + TICK_COST + J  # the interval from the tick's end is the bound
+    assert s.advance(s.deadline_ns + TICK_COST) == T0 + P + TICK_COST + J + P  # same period from there
+    assert s.rephases == 1
+
+
+def test_an_arrival_just_before_a_due_tick_changes_nothing_and_without_the_bound_never():
+    s = DeadlineSchedule(P, T0, min_interval_ns=J)
+    s.advance(T0 + P)
+    assert not s.on_arrival(T0 + 2 * P)  # the tick is due then anyway
+    fixed = DeadlineSchedule(P, T0)
+    assert not fixed.on_arrival(T0 + 1) and fixed.deadline_ns == T0 + P
+
+
+def test_min_interval_must_be_below_the_period():
+    with pytest.raises(ConfigError, match="min_interval_ns"):
+        DeadlineSchedule(P, T0, min_interval_ns=P)

@@ -23,8 +23,15 @@ from sim2real_ros.conversions import (
     ns_to_stamp,
 )
 from sim2real_ros.core.camera_model import load_calibration_yaml
-from sim2real_ros.core.checkpoint import checkpoint_hash, load_checkpoint, read_checkpoint
-from sim2real_ros.core.errors import ConfigError
+from sim2real_ros.core.checkpoint import (
+    checkpoint_hash,
+    encode_checkpoint,
+    load_checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+    write_atomically,
+)
+from sim2real_ros.core.errors import CheckpointError, ConfigError
 from sim2real_ros.core.policy_model import build_model
 from sim2real_ros.core.preprocess import ImagePipeline
 from sim2real_ros.core.preprocess_config import PreprocessConfig
@@ -130,6 +137,37 @@ def teleop_checkpoint(tmp_path):
     from teleop_data import tiny_checkpoint
 
     return tiny_checkpoint(tmp_path / "tiny.pt")
+
+
+def test_non_finite_weights_are_neither_fine_tuned_from_nor_written(tmp_path, capsys):
+    """A parent with a NaN weight is refused before any training; a model whose training diverged
+    (an infinity in its weights) is not written, and an older file at `out` is left as it was."""
+    tiny = teleop_checkpoint(tmp_path)
+    spec, state, _ = read_checkpoint(tiny)
+    name = sorted(k for k in state if k.startswith("head"))[0]
+    state[name] = state[name].clone()
+    state[name].view(-1)[0] = float("nan")
+    poisoned = tmp_path / "poisoned.pt"
+    write_atomically(poisoned, encode_checkpoint(spec, state))
+    bag = hand_built_bag(tmp_path / "bag")
+    out = tmp_path / "out.pt"
+    with pytest.raises(CheckpointError, match=f"{poisoned}: tensors .*{name}.* contain NaN/Inf; refusing to fine-tune"):
+        finetune(poisoned, [bag], out, FinetuneConfig(epochs=1, real_fraction=1.0))
+    assert not out.exists()
+    code = sim2real(["finetune", "--checkpoint", str(poisoned), "--bags", str(bag), "--out", str(out),
+                     "--epochs", "1", "--real-fraction", "1"])
+    captured = capsys.readouterr()
+    assert code == 2 and "refusing to fine-tune" in captured.err and "Traceback" not in captured.err
+    assert not out.exists()
+    model = build_model(spec.architecture, spec, **spec.hparams)
+    _, clean, _ = read_checkpoint(tiny)
+    model.load_state_dict(clean)
+    with torch.no_grad():
+        next(model.parameters()).view(-1)[0] = float("inf")
+    out.write_bytes(b"an older file")
+    with pytest.raises(CheckpointError, match=r"cannot save .*out\.pt: tensors .* contain NaN/Inf; nothing written"):
+        save_checkpoint(out, model, spec)
+    assert out.read_bytes() == b"an older file"
 
 
 def test_split_holds_out_whole_episodes():

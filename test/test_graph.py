@@ -67,3 +67,21 @@ def test_robot_supervisor_requires_a_live_stop_source_and_the_sim_one_does_not()
         assert by_name("robot", args)["supervisor"].parameters["require_stop_source"] is True
     # The sim has no e-stop hardware: its supervisor keeps the default (false).
     assert "require_stop_source" not in by_name("sim")["supervisor"].parameters
+
+
+def test_robot_graph_realtime_knobs():
+    """Issue 36: supervisor above actuator above the camera path; no real-time priority on a process
+    that can spin (policy, camera path); the sim and replay graphs ask for nothing."""
+    from sim2real_ros.core.realtime import RealtimeRequest
+
+    robot = by_name("robot")
+    request = {name: RealtimeRequest.from_values(decl.parameters, name) for name, decl in robot.items()}
+    assert request["supervisor"].priority > request["actuator_node"].priority > 0
+    assert request["supervisor"].policy == request["actuator_node"].policy == "fifo"
+    for spinning in ("policy_node", "camera_preprocessor"):
+        assert request[spinning].policy == "other" and not request[spinning].asks_anything
+    for mode in ("sim", "replay"):
+        assert all("sched_policy" not in decl.parameters for decl in declare_graph(mode))
+    # A user's own parameters still win.
+    args = GraphArgs(extra_parameters={"actuator_node": {"sched_policy": "other", "sched_priority": 0}})
+    assert by_name("robot", args)["actuator_node"].parameters["sched_policy"] == "other"

@@ -36,6 +36,9 @@ TIMEOUT = 30.0
 # Generous: on the shared test machine five processes start at once and an emulator can wait for a CPU
 # longer than a real bus ever takes (3 tries of 0.1 s were seen to fail at start).
 BUS_TIMEOUT_S = 0.3
+# The follow and alarm tests start five processes and two emulators on that machine (load above 20 seen):
+# a slow reply drops a period, it does not stop the node.
+SLOW_BUS_TIMEOUT_S = 1.0
 
 
 def leader_calibration(path) -> str:
@@ -120,7 +123,9 @@ def test_supervisor_takes_over_and_hands_back_with_the_leader_running(ros, tmp_p
     """The existing rules with a leader arm on the graph: the follower is feetech_driver on a first
     emulated bus, the leader leader_arm on a second; the gamepad is the live stop source and gives the
     takeover button; supervisor/arm hands back. The leader's command/teleop never moves the follower by
-    itself (it is not a second publisher on the robot topic, and TELEOP holds while the deadman is up)."""
+    itself: it is not a second publisher on the robot topic, TELEOP holds while the deadman is up, and
+    with the deadman held a leader 0.54 rad away is not followed (it must be aligned with the arm first;
+    test_the_follower_follows_the_leader_once_aligned shows the following)."""
     calibration = leader_calibration(tmp_path / "leader.json")
     follower_calibration = so101_calibration(tmp_path / "follower.json")
     node = ros.node
@@ -179,6 +184,16 @@ def test_supervisor_takes_over_and_hands_back_with_the_leader_running(ros, tmp_p
         for msg in measured[start_measured:]:
             assert np.all(np.abs(np.asarray(msg.position) - home) <= RAD_PER_TICK), list(msg.position)
         assert cv.diagnostic_values(state[-1]).get("foreign_publishers", "0") == "0"
+        # The deadman held: the leader is 0.54 rad away on shoulder_pan, so the arm holds and says why.
+        pressed[:] = ["deadman"]
+        assert wait_until(lambda: "align the leader" in cv.diagnostic_values(state[-1])["reason"], TIMEOUT), \
+            cv.diagnostic_values(state[-1])
+        assert "shoulder_pan" in cv.diagnostic_values(state[-1])["reason"]
+        start = len(commands)
+        ros.wait_for_messages(commands, start + 30, TIMEOUT)
+        for msg in commands[start:]:
+            assert np.all(np.abs(np.asarray(msg.data) - home) <= RAD_PER_TICK), list(msg.data)
+        pressed[:] = []
         response = ros.call(Trigger, "supervisor/arm", timeout_s=TIMEOUT)
         assert response.success, response.message
         assert wait_until(lambda: mode() == "AUTONOMOUS", TIMEOUT)
@@ -241,3 +256,142 @@ def test_with_the_follower_calibration_the_gripper_maps_by_fraction_of_travel(tm
     without_gripper = {name: m for name, m in load_calibration(follower).items() if name != "gripper"}
     with pytest.raises(CalibrationError, match="follower calibration: no motor 'gripper'"):
         LeaderArm(None, maps, limits["lower"], limits["upper"], follower=without_gripper)
+
+
+def follower_graph(tmp_path, follower_port: str, follower_calibration, **supervisor_params) -> list:
+    """feetech_driver on the follower's bus and the supervisor with the robot graph's settings (its
+    timeouts long: a 0.51 s gap in joint_states was seen at a load of 20 on 2 cores)."""
+    supervisor = node_decl("supervisor", {"robot_description": str(SO101_URDF), "joints": JOINTS,
+                                          "auto_arm": False, "require_stop_source": True,
+                                          "joint_state_timeout_s": 1.5, "joy_timeout_s": 2.0, **supervisor_params})
+    driver = node_decl("feetech_driver", {"calibration": str(follower_calibration), "joints": JOINTS,
+                                          "robot_description": str(SO101_URDF), "bus_timeout_s": SLOW_BUS_TIMEOUT_S,
+                                          "port": follower_port, "alarm_samples": 10})
+    return [driver, supervisor]
+
+
+class Gamepad:
+    """The test's gamepad at 50 Hz: the live stop source, its buttons (by role) and sticks."""
+
+    def __init__(self, ros) -> None:
+        self.pressed: list[str] = []
+        self.axes = [0.0] * 6
+        self._pub = ros.node.create_publisher(Joy, "joy", JOY_QOS)
+        ros.node.create_timer(0.02, self._publish)
+
+    def _publish(self) -> None:
+        buttons = [0] * 15
+        for role in self.pressed:
+            buttons[MAPPING.button(role)] = 1
+        self._pub.publish(Joy(axes=list(self.axes), buttons=buttons))
+
+
+def test_the_follower_follows_the_leader_once_aligned_and_holds_when_it_goes_silent(ros, tmp_path):
+    """TELEOP with the deadman held: the leader starts 0.54 rad away on shoulder_pan and the follower
+    holds (the reason says why); a hand brings it within handover_max_gap_rad (0.1 rad), then bends
+    its elbow 0.42 rad: the follower's commands and joint states reach the leader's position. The leader process stopped
+    (SIGSTOP: its publisher stays, its messages stop): the follower holds where it is."""
+    import os
+    import signal
+
+    leader_cal = leader_calibration(tmp_path / "leader.json")
+    follower_cal = so101_calibration(tmp_path / "follower.json")
+    commands = ros.collect(Float64MultiArray, COMMANDS, KEEP_ALL)
+    state = ros.collect(DiagnosticArray, "supervisor/state", LATCHED_QOS)
+    teleop = ros.collect(JointState, "command/teleop", KEEP_ALL)
+    measured = ros.collect(JointState, "joint_states", KEEP_ALL)
+    pad = Gamepad(ros)
+
+    def status() -> dict[str, str]:
+        return cv.diagnostic_values(state[-1]) if state else {}
+
+    # The hand: shoulder_pan to the follower's position (mid-range: 0 rad) 20 s after the leader's bus
+    # starts (the leader node is up long before), then the elbow to 2300 ticks (+0.42 rad).
+    aligned_pan, elbow = 2050, 2300
+    leader_target = np.array([0.0, 0.0, (elbow - MID["elbow_flex"]) * RAD_PER_TICK, 0.0, 0.0, 0.0])
+    with emulated_bus("--calibration", str(follower_cal)) as follower_port, \
+            running_nodes(follower_graph(tmp_path, follower_port, follower_cal, handover_max_gap_rad=0.1,
+                                         teleop_timeout_s=0.3), tmp_path):
+        ros.wait_for_messages(measured, 10, timeout_s=TIMEOUT)
+        home = np.array(measured[-1].position)
+        leader_target[5] = home[5]  # the grippers' calibrations are the same: the same jaw angle
+        assert wait_until(lambda: status().get("mode") == "HOLD", TIMEOUT), status()
+        pad.pressed[:] = ["takeover"]
+        assert wait_until(lambda: status().get("mode") == "TELEOP", TIMEOUT), status()
+        pad.pressed[:] = ["deadman"]
+        with emulated_bus("--calibration", leader_cal, "--initial", "1:2400",
+                          "--hand", f"1:{aligned_pan}:20", f"3:{elbow}:22") as leader_port, \
+                running_nodes([leader_decl(leader_port, leader_cal, bus_timeout_s=SLOW_BUS_TIMEOUT_S)],
+                              tmp_path) as leader:
+            ros.wait_for_messages(teleop, 10, timeout_s=TIMEOUT)
+            # Not before: the leader is far, so the arm holds with the deadman held, saying why.
+            assert wait_until(lambda: "align the leader" in status().get("reason", ""), TIMEOUT), status()
+            start = len(commands)
+            ros.wait_for_messages(commands, start + 30, TIMEOUT)
+            assert abs(teleop[-1].position[0] - home[0]) > 0.5, "the hand moved before the check: machine too slow"
+            for msg in commands[start:]:
+                assert np.all(np.abs(np.asarray(msg.data) - home) <= RAD_PER_TICK), list(msg.data)
+            # After: the hand aligns the leader, and the follower follows it to the elbow's new angle.
+            assert wait_until(lambda: "following the leader arm" in status().get("reason", ""), 2 * TIMEOUT), \
+                status()
+            assert wait_until(lambda: np.all(np.abs(np.asarray(commands[-1].data) - leader_target) <= 2 * RAD_PER_TICK)
+                              and np.all(np.abs(np.asarray(measured[-1].position) - leader_target) <= 0.01),
+                              TIMEOUT), (list(commands[-1].data), list(measured[-1].position), leader_target)
+            assert int(status().get("rejected_teleop", "-1")) == 0 and status()["mode"] == "TELEOP"
+            # The leader goes silent: TELEOP holds at the arm's position.
+            pid = leader.nodes[0].process.pid
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                assert wait_until(lambda: "command/teleop silent" in status().get("reason", ""), TIMEOUT), status()
+                here = np.array(measured[-1].position)
+                start = len(commands)
+                ros.wait_for_messages(commands, start + 30, TIMEOUT)
+                for msg in commands[start:]:
+                    assert np.all(np.abs(np.asarray(msg.data) - here) <= 2 * RAD_PER_TICK), list(msg.data)
+                assert status()["mode"] == "TELEOP"
+            finally:
+                os.kill(pid, signal.SIGCONT)
+
+
+def test_an_overheating_servo_latches_estop_and_the_follower_holds(ros, tmp_path):
+    """The follower's emulated servo 3 (elbow_flex) overheats after 1500 replies (about 15 s at 100 Hz):
+    feetech_driver raises `overheat` after 10 samples, the supervisor latches ESTOP naming the servo,
+    the follower holds, and the reset is refused while the alarm persists. Meanwhile the gamepad jogs
+    the arm in TELEOP, so the stop usually meets a moving arm."""
+    follower_cal = so101_calibration(tmp_path / "follower.json")
+    commands = ros.collect(Float64MultiArray, COMMANDS, KEEP_ALL)
+    state = ros.collect(DiagnosticArray, "supervisor/state", LATCHED_QOS)
+    measured = ros.collect(JointState, "joint_states", KEEP_ALL)
+    pad = Gamepad(ros)
+
+    def status() -> dict[str, str]:
+        return cv.diagnostic_values(state[-1]) if state else {}
+
+    with emulated_bus("--calibration", str(follower_cal), "--faults", "overheat:3:1500") as port, \
+            running_nodes(follower_graph(tmp_path, port, follower_cal), tmp_path):
+        assert wait_until(lambda: status().get("mode") in ("HOLD", "ESTOP"), TIMEOUT), status()
+        pad.pressed[:] = ["takeover"]
+        wait_until(lambda: status().get("mode") != "HOLD", 5.0)
+        pad.pressed[:] = ["deadman"]
+        axis = MAPPING.joint_axes[0]
+
+        def swing() -> None:  # the first joint to and fro, 1 s each way, away from its limits
+            pad.axes[axis] = -0.2 if pad.axes[axis] > 0 else 0.2
+        ros.node.create_timer(1.0, swing)
+        assert wait_until(lambda: status().get("mode") == "ESTOP", 3 * TIMEOUT), status()
+        pad.axes[axis] = 0.0
+        reason = status()["reason"]
+        assert "servo alarm: overheat on elbow_flex (85 degC) from feetech_driver" in reason, reason
+        response = ros.call(Trigger, "supervisor/reset", timeout_s=TIMEOUT)
+        assert not response.success and "servo alarm overheat on elbow_flex" in response.message, response.message
+        # The follower holds: after the hold has arrived, commands and joint states stay put.
+        wait_until(lambda: False, 0.5)
+        here = np.array(commands[-1].data)
+        start, start_measured = len(commands), len(measured)
+        ros.wait_for_messages(commands, start + 30, TIMEOUT)
+        ros.wait_for_messages(measured, start_measured + 30, TIMEOUT)
+        for msg in commands[start:]:
+            assert np.all(np.abs(np.asarray(msg.data) - here) <= 1e-9), list(msg.data)
+        for msg in measured[start_measured:]:
+            assert np.all(np.abs(np.asarray(msg.position) - here) <= 2 * RAD_PER_TICK), list(msg.position)
+        assert status()["mode"] == "ESTOP"

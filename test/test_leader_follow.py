@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from feetech_support import SO101_MOTORS, SO101_URDF
 
-from sim2real_ros.core.leader_follow import LeaderFollow
 from sim2real_ros.core.safety import limits_from_urdf
+from sim2real_ros.core.supervision.leader_follow import LeaderFollow
 from sim2real_ros.core.urdf import RobotModel
 
 JOINTS = list(SO101_MOTORS)

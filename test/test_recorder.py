@@ -272,6 +272,26 @@ def test_record_command_and_bad_parameters(ros, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+def test_sighup_ends_the_recording_cleanly(ros, tmp_path):
+    """Issue 34 leftover: SIGHUP (the terminal closed) killed the recorder before its bag was finished."""
+    bag = tmp_path / "hup_bag"
+    chatter = ros.publisher(String, "chatter_hup", QoSProfile(depth=10))
+    proc = subprocess.Popen([sys.executable, "-m", "sim2real_ros.cli.main", "record", "--out", str(bag), "chatter_hup",
+                             "--duration", "60"], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        ros.wait_for_subscribers(chatter, timeout_s=30.0)
+        _publish_until_recorded(ros, chatter, lambda i: String(data=str(i)), "/chatter_hup", bag, 3)
+        proc.send_signal(signal.SIGHUP)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output
+    assert (bag / "metadata.yaml").exists()
+    assert [m.msg.data for m in iter_messages(bag, ["/chatter_hup"])] == [str(i) for i in range(3)]
+
+
 def test_stopping_takes_in_what_the_readers_already_hold(ros, tmp_path):
     """What DDS delivered but no callback took yet is written at the stop, not lost with the
     subscription (the last outcome of a recorded session arrives just before Ctrl-C)."""

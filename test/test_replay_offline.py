@@ -127,3 +127,42 @@ def test_a_bag_without_the_needed_topics_fails_fast_naming_both_sides(tmp_path, 
     assert code == 2
     err_text = capsys.readouterr().err
     assert "missing topic(s)" in err_text and "supervisor/state" not in err_text.split("the bag has")[0]
+
+
+def test_batched_replay_gives_the_predictions_of_one_at_a_time(sim_recording):
+    """Issue 36: observations evaluated in batches (one forward pass each) predict what one at a
+    time does: the same frames, stamps, observed joints and skips; targets equal up to the
+    network's float32 rounding (a batched matrix product sums in another order)."""
+    from sim2real_ros.core.policy_backend import load_policy
+    from sim2real_ros.evaluation.replay_offline import replay_offline
+
+    policy = load_policy(sim_recording.checkpoint, num_threads=1)
+    runs = {size: replay_offline(sim_recording.bag, policy, ReplayOptions(human_modes=(), progress=False,
+                                                                          plots=False, batch_size=size))
+            for size in (1, 7, 32)}
+    one = runs[1].predictions
+    assert len(one.stamps_ns) >= 10
+    for size in (7, 32):
+        batched = runs[size].predictions
+        assert runs[size].stats["batch_size"] == size
+        np.testing.assert_array_equal(batched.stamps_ns, one.stamps_ns)
+        np.testing.assert_array_equal(batched.observed_q, one.observed_q)
+        assert runs[size].skipped == runs[1].skipped
+        np.testing.assert_allclose(batched.targets, one.targets, rtol=0, atol=1e-5)
+
+
+def test_select_actions_matches_select_action_and_refuses_a_bad_observation(sim_recording):
+    from sim2real_ros.core.policy_backend import load_policy
+
+    policy = load_policy(sim_recording.checkpoint, num_threads=1)
+    spec = policy.spec
+    rng = np.random.default_rng(4)
+    images = rng.integers(0, 256, (5, spec.image_height, spec.image_width, 3), dtype=np.uint8)
+    joints = rng.normal(0.0, 0.5, (5, spec.joint_count))
+    one = np.stack([policy.select_action(image, q) for image, q in zip(images, joints, strict=True)])
+    batched = policy.select_actions(images, joints)
+    assert batched.shape == one.shape == (5, spec.chunk_length, spec.joint_count)
+    np.testing.assert_allclose(batched, one, rtol=0, atol=1e-5)
+    joints[2, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        policy.select_actions(images, joints)

@@ -8,6 +8,7 @@ import pytest
 from sim2real_ros.core.errors import ConfigError
 from sim2real_ros.core.joystick import load_joystick_mapping
 from sim2real_ros.core.safety import limits_from_urdf
+from sim2real_ros.core.supervision.estop import ABSENT_POLLS as ESTOP_ABSENT_POLLS
 from sim2real_ros.core.supervisor import COMMAND_MARGIN_RAD, Mode, Supervisor, SupervisorConfig
 from sim2real_ros.core.teleop import Jogger
 from sim2real_ros.core.urdf import RobotModel
@@ -533,6 +534,76 @@ def test_estop_heartbeat_silence_latches_when_configured():
     assert sup.request_reset(T0 + 430 * MS)[0] and sup.mode == Mode.HOLD
 
 
+def test_a_wrong_type_estop_publisher_latches_and_blocks_reset_and_arming_while_it_exists():
+    sup = armed()
+    faulty = ["estop publisher /panel (std_msgs/msg/String): not std_msgs/msg/Bool, its stops cannot be read"]
+    hold = sup.set_estop_publishers(["g1"], faulty, T0 + MS)
+    assert hold.hold and sup.mode == Mode.ESTOP and "/panel (std_msgs/msg/String)" in sup.reason
+    assert sup.status(T0 + MS).estop_sources == tuple(faulty)
+    ok, message = sup.request_reset(T0 + 2 * MS)
+    assert not ok and "/panel" in message
+    sup.set_estop_publishers(["g1"], [], T0 + 3 * MS)
+    assert sup.request_reset(T0 + 4 * MS)[0] and sup.mode == Mode.HOLD
+    sup.set_estop_publishers(["g1"], faulty, T0 + 5 * MS)  # appears again while holding: latches again
+    assert sup.mode == Mode.ESTOP
+
+
+def test_two_estop_publishers_one_release_does_not_clear_the_others_press():
+    """Issue 34: B's "released" let a reset through while A still pressed."""
+    sup = armed()
+    sup.on_estop(False, T0 + MS, publisher="b")
+    hold = sup.on_estop(True, T0 + 2 * MS, publisher="a")
+    assert hold.hold and sup.mode == Mode.ESTOP and "publisher a" in sup.reason
+    sup.on_estop(False, T0 + 3 * MS, publisher="b")
+    ok, message = sup.request_reset(T0 + 4 * MS)
+    assert not ok and "estop topic is true (publisher a)" in message
+    sup.on_estop(False, T0 + 5 * MS, publisher="a")
+    assert sup.request_reset(T0 + 6 * MS)[0]
+
+
+def test_a_pressed_estop_publisher_that_vanishes_stays_latched_until_reset():
+    sup = armed()
+    sup.on_estop(True, T0 + MS, publisher="a")
+    for k in range(ESTOP_ABSENT_POLLS):
+        sup.set_estop_publishers([], [], T0 + (2 + k) * MS)
+    status = sup.status(T0 + 10 * MS)
+    assert sup.mode == Mode.ESTOP and "left while pressed (publisher a)" in status.estop_vanished
+    assert status.estop_sources == ()
+    assert sup.request_reset(T0 + 11 * MS)[0] and sup.status(T0 + 11 * MS).estop_vanished == ""
+
+
+def test_a_node_clock_that_stands_still_stops_nothing_the_steady_clock_runs_the_watchdogs():
+    """Issue 34: with sim time and /clock stopped, input ages stopped growing and no watchdog fired."""
+    sup = armed(estop_heartbeat_timeout_s=1.0)
+    steady = 7 * T0  # another clock entirely: only its differences count
+    sup.on_estop(False, T0)
+    assert sup.tick(T0, steady).hold is False
+    frozen = T0 + 10 * MS  # the node's clock stops here ...
+    for k in range(1, 60):  # ... while 10 ms steady ticks go on, inputs still arriving at the frozen time
+        feed(sup, frozen)
+        sup.on_estop(False, frozen)
+        sup.tick(frozen, steady + k * 10 * MS)
+    assert sup.mode == Mode.ESTOP and "heartbeat cannot be checked" in sup.reason, sup.reason
+    assert "has not advanced for more than 0.5 s of steady time" in sup.reason
+    assert not sup.request_reset(frozen)[0]
+    # The clock moves again: the stall clears and a reset is accepted.
+    feed(sup, frozen + MS)
+    sup.on_estop(False, frozen + MS)
+    sup.tick(frozen + MS, steady + 61 * 10 * MS)
+    assert sup.request_reset(frozen + 2 * MS)[0]
+
+
+def test_a_stalled_node_clock_holds_a_moving_arm_and_refuses_arming():
+    sup = armed()
+    steady = 0
+    for k in range(60):
+        feed(sup, T0 + MS)
+        sup.tick(T0 + MS, steady + k * 10 * MS)
+    assert sup.mode == Mode.HOLD and "has not advanced" in sup.reason, sup.reason
+    ok, message = sup.request_arm(T0 + MS)
+    assert not ok and "has not advanced" in message
+
+
 def test_an_estop_publisher_that_cannot_be_heard_counts_as_pressed():
     sup = armed()
     assert sup.set_unheard_estop_publishers(0, T0 + MS) is None and sup.mode == Mode.AUTONOMOUS
@@ -852,3 +923,20 @@ def test_teleop_jogging_after_a_jump_waits_for_the_hold_to_reach_the_arm():
     holds, jog = commands[:-1], commands[-1]
     assert np.allclose(holds[-1].positions, JUMP)  # the hold got to the arm first
     assert np.abs(jog.positions - JUMP).max() <= LIMITS.velocity.max() * 0.01 + 1e-9
+
+
+def test_one_late_tick_of_a_starved_process_is_not_a_stopped_clock():
+    """A process starved for 0.7 s wakes with its tick and the /clock message both ready: the tick
+    alone sees the clock unchanged for 0.7 s. Only a second tick in a row counts as a standstill."""
+    sup = armed()
+    feed(sup, T0 + MS)
+    sup.tick(T0 + MS, 0)
+    feed(sup, T0 + MS)
+    sup.tick(T0 + MS, 700 * MS)  # the late tick, before the clock message was taken
+    assert sup.mode == Mode.AUTONOMOUS, sup.reason
+    feed(sup, T0 + 2 * MS)
+    sup.tick(T0 + 2 * MS, 701 * MS)  # the clock moved on
+    assert sup.mode == Mode.AUTONOMOUS, sup.reason
+    sup.tick(T0 + 2 * MS, 1300 * MS)
+    sup.tick(T0 + 2 * MS, 1310 * MS)  # really standing: two ticks past the limit
+    assert sup.mode == Mode.HOLD and "has not advanced" in sup.reason

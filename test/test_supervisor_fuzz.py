@@ -1,7 +1,8 @@
 """Property-based fuzzing of the supervisor core over long random sequences of every input.
 
-Inputs: joint states (valid, outliers, beyond the limits, NaN/Inf, 1e308), policy commands (the
-same), Joy messages (any length, NaN/Inf axes, any buttons), e-stop messages, unheard e-stop
+Inputs: joint states (valid, outliers, beyond the limits, NaN/Inf, 1e308), policy commands and a
+leader arm's command/teleop (the same), leader publishers on the graph, servo alarms raised and
+cleared in a driver's diagnostics, Joy messages (any length, NaN/Inf axes, any buttons), e-stop messages, unheard e-stop
 publishers, foreign publishers, reset/arm/hold requests, time passing, and the clock stepping back.
 
 What must hold after every call, whatever the sequence (docs/design.md §4):
@@ -13,6 +14,8 @@ What must hold after every call, whatever the sequence (docs/design.md §4):
 - the arm moves (AUTONOMOUS, SHARED) only on fresh inputs: a joint state and a policy command
   received no longer than their timeouts ago, with no clock step back since; with
   require_stop_source, the arm moves only while a stop source is live;
+- in TELEOP with a leader on the graph, the arm moves only on a command/teleop received no longer
+  than teleop_timeout_s ago; a servo alarm latches ESTOP at once and blocks the reset while it persists;
 - a Joy message whose e-stop button reads pressed, or that is too short to read it, latches ESTOP
   whatever else is wrong with it;
 - nothing raises, and no internal error is ever counted.
@@ -62,6 +65,11 @@ event = st.one_of(
     st.tuples(st.just("meas"), vector),
     st.tuples(st.just("meas_burst"), st.tuples(vector, st.integers(1, 6))),  # the same sample, 10 ms apart
     st.tuples(st.just("policy"), vector),
+    st.tuples(st.just("teleop"), vector),
+    # A takeover, then ticks of a leader near the arm with the deadman held.
+    st.tuples(st.just("teleop_fresh"), st.tuples(st.integers(1, 40), st.floats(-0.05, 0.05))),
+    st.tuples(st.just("leaders"), st.sampled_from([0, 1])),
+    st.tuples(st.just("servo"), st.sampled_from(["overheat", "overload", "ok", "ok"])),
     st.tuples(st.just("joy_raw"), st.tuples(joy_axes, joy_buttons)),
     st.tuples(st.just("joy"), st.tuples(st.lists(roles, max_size=3), st.floats(-1, 1))),
     st.tuples(st.just("estop"), st.booleans()),
@@ -101,12 +109,16 @@ class Harness:
         self.latched_target: np.ndarray | None = None
         self.joy_estop_t: int | None = None  # last Joy whose e-stop button could be read
         self.estop_t: int | None = None  # last estop message
+        self.teleop_t: int | None = None  # last accepted command/teleop
+        self.leaders = 0  # command/teleop publishers said to the supervisor
+        self.alarm = False  # a servo alarm persists
         self.commands = 0
+        self.followed = 0  # commands that followed a leader arm
 
     # -- inputs -------------------------------------------------------------------------------
     def _now(self) -> int:
         if self.t < self.latest:  # the clock stepped back: everything received before is stale
-            self.meas_t = self.policy_t = self.joy_estop_t = self.estop_t = None
+            self.meas_t = self.policy_t = self.joy_estop_t = self.estop_t = self.teleop_t = None
             self.clock_back_since_send = True
         self.latest = self.t
         return self.t
@@ -118,6 +130,10 @@ class Harness:
     def policy(self, q) -> None:
         if self.sup.on_policy_command(NAMES, list(q), self._now()):
             self.policy_t = self.t
+
+    def teleop(self, q) -> None:
+        if self.sup.on_teleop_command(NAMES, list(q), self._now()):
+            self.teleop_t = self.t
 
     def joy(self, axes, buttons) -> None:
         self.check(self.sup.on_joy(axes, buttons, self._now()))
@@ -160,6 +176,36 @@ class Harness:
             axes = [0.0] * N_AXES
             axes[MAPPING.joint_axes[0]] = stick
             self.joy(axes, buttons)
+        elif kind == "teleop":
+            self.teleop(value)
+        elif kind == "teleop_fresh":
+            ticks, offset = value
+            self.leaders = 1
+            self.sup.set_teleop_publishers(1)
+            here = self.prev if self.prev is not None else HOME
+            self.meas(here)
+            self.joy([0.0] * N_AXES, [0] * N_BUTTONS)
+            self.t += 10 * MS
+            self.meas(here)
+            self.joy([0.0] * N_AXES, [1 if i == MAPPING.buttons.get("takeover") else 0 for i in range(N_BUTTONS)])
+            for _ in range(ticks):
+                self.t += 10 * MS
+                here = self.prev if self.prev is not None else HOME
+                self.meas(here)
+                self.teleop(here + offset)
+                self.joy([0.0] * N_AXES, [1 if i == MAPPING.buttons.get("deadman") else 0 for i in range(N_BUTTONS)])
+                self.check(self.sup.tick(self._now()))
+        elif kind == "leaders":
+            self.leaders = value
+            self.sup.set_teleop_publishers(value)
+        elif kind == "servo":
+            alarm = value != "ok"
+            values = {value: "elbow", "temperature_c.elbow": "85"} if alarm else {"temperature_c.elbow": "40"}
+            self.check(self.sup.on_servo_diagnostics("driver", "/dev/pty", alarm, values, self._now()))
+            self.alarm = alarm
+            if alarm:
+                assert self.sup.mode == Mode.ESTOP, self.sup.reason
+                assert any("servo alarm" in source for source in self.sup.estop_sources(self.t))
         elif kind == "estop":
             self.estop(value)
         elif kind == "unheard":
@@ -190,6 +236,9 @@ class Harness:
         if before == Mode.ESTOP and self.sup.mode != Mode.ESTOP:
             assert kind == "reset" and reset_ok, (kind, self.sup.reason)
             assert sources == (), sources
+            assert not self.alarm, "reset while a servo alarm persists"
+        if self.alarm:
+            assert self.sup.mode == Mode.ESTOP, ("moving with a servo alarm", self.sup.mode, self.sup.reason)
         self.check(self.sup.tick(self._now()))
 
     # -- invariants ---------------------------------------------------------------------------
@@ -213,6 +262,10 @@ class Harness:
                                       (self.policy_t, self.cfg.policy_timeout_s)):
                 assert received is not None and 0 <= self.t - received <= timeout * 1e9, (
                     "moving on a stale input", sup.mode, sup.reason)
+        if not cmd.hold and cmd.mode == Mode.TELEOP and self.leaders > 0:
+            assert self.teleop_t is not None and 0 <= self.t - self.teleop_t <= self.cfg.teleop_timeout_s * 1e9, (
+                "following a stale leader", sup.reason)
+            self.followed += 1
         if not cmd.hold and cmd.mode != Mode.ESTOP and self.cfg.require_stop_source:
             heartbeat = self.cfg.estop_heartbeat_timeout_s
             live = [(self.joy_estop_t, self.cfg.joy_timeout_s)] + ([(self.estop_t, heartbeat)] if heartbeat else [])
@@ -232,7 +285,7 @@ class Harness:
         self.commands += 1
 
 
-RUNS = {"sequences": 0, "steps": 0, "commands": 0}
+RUNS = {"sequences": 0, "steps": 0, "commands": 0, "followed": 0}
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -247,9 +300,12 @@ def test_fuzz_every_command_is_finite_limited_and_step_limited_and_estop_latches
     RUNS["sequences"] += 1
     RUNS["steps"] += len(script)
     RUNS["commands"] += harness.commands
+    RUNS["followed"] += harness.followed
 
 
 def test_fuzz_ran_long_sequences():
     """The figure for the closing note, and a guard that the fuzz test above really ran."""
     print(f"supervisor fuzz: {RUNS}")
     assert RUNS["sequences"] >= min(EXAMPLES, 50) and RUNS["commands"] > RUNS["sequences"]
+    # The leader-following path was reached (2187 commands in 150 sequences when written).
+    assert RUNS["followed"] > 0 or EXAMPLES < 100, RUNS

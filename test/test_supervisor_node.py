@@ -35,6 +35,11 @@ COMMANDS = "forward_position_controller/commands"
 # Generous timeouts: the test machine is shared; the watchdogs themselves are tested at fixed times.
 PARAMS = {"robot_description": URDF, "policy_timeout_s": 0.5, "joint_state_timeout_s": 0.5, "joy_timeout_s": 1.0,
           "handover_ramp_s": 0.2}
+# Without auto_arm and sim time a supervisor is a robot's: it must require a live stop source (the
+# joystick's e-stop button here).
+HUMAN_ARMED = {**PARAMS, "require_stop_source": True}
+# auto_arm: a sim-like graph, where the stop source may be left to the test.
+AUTO_ARMED = {**PARAMS, "auto_arm": True}
 TIMEOUT = 20.0
 
 
@@ -52,6 +57,8 @@ class Rig:
         self.joy_buttons: list[str] = []
         self.joy_axes: dict[int, float] = {}
         self.joy_on = False
+        self.velocities: list[float] | None = None  # sent with each joint state when set [rad/s]
+        self.efforts: list[float] | None = None  # [N*m]
         self._joint_pub = node.create_publisher(JointState, "joint_states", JOINT_STATE_QOS)
         self._policy_pub = node.create_publisher(JointState, "command/policy", RELIABLE_LATEST_QOS)
         self._joy_pub = node.create_publisher(Joy, "joy", JOY_QOS)
@@ -61,7 +68,7 @@ class Rig:
 
     def _feed(self) -> None:
         stamp = self.ros.node.get_clock().now().nanoseconds
-        self._joint_pub.publish(cv.make_joint_state(NAMES, self.measured, stamp))
+        self._joint_pub.publish(cv.make_joint_state(NAMES, self.measured, stamp, self.velocities, self.efforts))
         names, values = self.policy_messages[self._k % len(self.policy_messages)]
         self._k += 1
         msg = JointState(name=list(names), position=[float(v) for v in values])
@@ -110,7 +117,7 @@ def rig(ros):
 
 
 def test_estop_beats_a_takeover_request_and_reset_waits_for_release(rig, tmp_path):
-    with running_nodes([node_decl("supervisor", {**PARAMS, "auto_arm": True})], tmp_path):
+    with running_nodes([node_decl("supervisor", AUTO_ARMED)], tmp_path):
         rig.wait_mode("AUTONOMOUS")
         rig.joy_on = True
         rig.ros.wait_for_subscribers(rig.estop_pub)
@@ -144,7 +151,7 @@ def test_estop_thread_hears_a_remapped_topic_in_a_namespace_and_holds(ros, tmp_p
     ros.node.create_timer(0.02, lambda: joint_pub.publish(
         cv.make_joint_state(NAMES, HOME, ros.node.get_clock().now().nanoseconds)))
     estop_pub = ros.node.create_publisher(Bool, "/arm1/safety/estop", LATCHED_QOS)
-    decl = node_decl("supervisor", PARAMS, remappings=(("estop", "safety/estop"),), name="sup_ns")
+    decl = node_decl("supervisor", HUMAN_ARMED, remappings=(("estop", "safety/estop"),), name="sup_ns")
     with running_nodes([decl], tmp_path, namespace="arm1"):
         assert wait_until(lambda: len(commands) >= 3, TIMEOUT), "no hold while disarmed"
         ros.wait_for_subscribers(estop_pub)
@@ -177,7 +184,7 @@ def test_a_command_decided_before_one_already_sent_is_dropped_not_sent_late():
 
 
 def test_deadman_release_holds_at_the_measured_position(rig, tmp_path):
-    with running_nodes([node_decl("supervisor", PARAMS)], tmp_path):
+    with running_nodes([node_decl("supervisor", HUMAN_ARMED)], tmp_path):
         rig.wait_mode("HOLD")
         rig.joy_on = True
         rig.wait_more_commands(5)
@@ -199,8 +206,9 @@ def test_deadman_release_holds_at_the_measured_position(rig, tmp_path):
 
 
 def test_foreign_command_publisher_blocks_arming_and_an_unheard_estop_latches(rig, tmp_path):
-    with running_nodes([node_decl("supervisor", PARAMS)], tmp_path):
+    with running_nodes([node_decl("supervisor", HUMAN_ARMED)], tmp_path):
         rig.wait_mode("HOLD")
+        rig.joy_on = True  # the live stop source arming needs
         intruder = rig.ros.node.create_publisher(Float64MultiArray, COMMANDS, RELIABLE_LATEST_QOS)
         assert wait_until(lambda: rig.state().get("foreign_publishers") == "1", TIMEOUT)
         response = rig.call("supervisor/arm")
@@ -222,7 +230,7 @@ def test_foreign_command_publisher_blocks_arming_and_an_unheard_estop_latches(ri
 
 
 def test_bad_commands_never_reach_the_robot_and_limits_hold(rig, tmp_path):
-    with running_nodes([node_decl("supervisor", {**PARAMS, "auto_arm": True})], tmp_path):
+    with running_nodes([node_decl("supervisor", AUTO_ARMED)], tmp_path):
         rig.wait_mode("AUTONOMOUS")
         decoy = HOME + 0.3
         rig.policy_messages = [
@@ -296,7 +304,7 @@ def test_parameter_ranges_are_declared_and_described(ros, tmp_path):
     low, high = CONFIG_RANGES["control_period_s"]
     expected["control_rate_hz"] = (1.0 / high, 1.0 / low)
     names = [*expected, "require_stop_source"]
-    with running_nodes([node_decl("supervisor", PARAMS)], tmp_path):
+    with running_nodes([node_decl("supervisor", HUMAN_ARMED)], tmp_path):
         response = ros.call(DescribeParameters, "supervisor/describe_parameters",
                             DescribeParameters.Request(names=names), timeout_s=TIMEOUT, resend_period_s=2.0)
     described = dict(zip(names, response.descriptors, strict=True))
@@ -355,7 +363,7 @@ def test_robot_supervisor_arms_only_with_a_live_stop_source_and_latches_when_it_
 def test_a_joy_message_with_the_estop_pressed_and_a_nan_axis_latches_estop(rig, tmp_path):
     """A stop request is honoured whenever it can be read: the NaN axis gets the message rejected,
     the e-stop button in it still stops the arm (nothing in the node drops it before the core)."""
-    with running_nodes([node_decl("supervisor", {**PARAMS, "auto_arm": True})], tmp_path):
+    with running_nodes([node_decl("supervisor", AUTO_ARMED)], tmp_path):
         rig.wait_mode("AUTONOMOUS")
         rig.joy_buttons = ["estop"]
         rig.joy_axes = {MAPPING.joint_axes[0]: float("nan")}

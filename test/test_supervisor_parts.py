@@ -14,7 +14,7 @@ from sim2real_ros.core.safety import SafetyLimits
 from sim2real_ros.core.supervision.command_output import StepLimiter
 from sim2real_ros.core.supervision.config import SupervisorConfig
 from sim2real_ros.core.supervision.coordinator import Supervisor
-from sim2real_ros.core.supervision.estop import EStopSources
+from sim2real_ros.core.supervision.estop import ABSENT_POLLS, EStopSources
 from sim2real_ros.core.supervision.handover import HandoverRamp, gap_refusal, ramp_duration_ns
 from sim2real_ros.core.supervision.interventions import InterventionLog
 from sim2real_ros.core.supervision.modes import (
@@ -184,12 +184,46 @@ def test_the_estop_button_pressed_released_and_unreadable():
 def test_active_sources_in_order():
     stop = sources()
     stop.on_message(True, T0)
-    stop.set_unheard_publishers(2)
-    assert stop.active(T0) == ("estop topic is true",
-                               "2 estop publisher(s) cannot be heard (QoS must be reliable + transient local)")
+    unheard = "2 estop publisher(s) cannot be heard (QoS must be reliable + transient local)"
+    stop.set_faulty_publishers([unheard])
+    assert stop.active(T0) == ("estop topic is true", unheard)
     stop.on_message(False, T0 + MS)
-    stop.set_unheard_publishers(0)
+    stop.set_faulty_publishers([])
     assert stop.active(T0 + MS) == ()
+
+
+def test_the_topic_is_released_only_when_every_publisher_that_pressed_has_released():
+    """Issue 34: with two e-stop publishers the last message won (B's release cleared A's press)."""
+    stop = sources()
+    stop.on_message(True, T0, publisher="a")
+    stop.on_message(False, T0 + MS, publisher="b")
+    assert stop.active(T0 + MS) == ("estop topic is true (publisher a)",)
+    stop.on_message(True, T0 + 2 * MS, publisher="b")
+    stop.on_message(False, T0 + 3 * MS, publisher="a")
+    assert stop.active(T0 + 3 * MS) == ("estop topic is true (publisher b)",)
+    stop.on_message(False, T0 + 4 * MS, publisher="b")
+    assert stop.active(T0 + 4 * MS) == () and not stop.topic_active
+
+
+def test_a_publisher_that_leaves_while_pressed_stays_pressed_until_a_reset():
+    stop = sources()
+    stop.on_message(True, T0, publisher="a")
+    for _ in range(ABSENT_POLLS - 1):  # the graph may show a publisher after its first message
+        stop.set_live_publishers(["b"])
+        assert stop.active(T0) == ("estop topic is true (publisher a)",) and not stop.vanished_text()
+    stop.set_live_publishers(["a"])  # seen: the absence count starts again
+    for _ in range(ABSENT_POLLS):
+        stop.set_live_publishers([])
+    # Gone while pressed: it can never release; it no longer blocks the reset, the reset clears it.
+    assert stop.topic_active and stop.active(T0) == ()
+    assert stop.vanished_text() == "1 estop publisher(s) left while pressed (publisher a)"
+    stop.clear_vanished()
+    assert not stop.topic_active and stop.vanished_text() == ""
+    # A publisher whose GID is unknown ("") never counts as gone.
+    stop.on_message(True, T0, publisher="")
+    for _ in range(2 * ABSENT_POLLS):
+        stop.set_live_publishers([])
+    assert stop.active(T0) == ("estop topic is true",)
 
 
 def test_a_live_stop_source_is_a_recent_estop_message_or_a_recently_read_button():

@@ -66,10 +66,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a sim params YAML with the servo actuator model (as `sim2real sysid fit` writes): "
                              "dead time, max speed, acceleration and gain per joint; servo ids map to the "
                              "SO-101 joints (1 = shoulder_pan ... 6 = gripper) or to --calibration's motors")
+    parser.add_argument("--goal-log", type=Path,
+                        help="append a line per goal position written on the bus to this file: "
+                             "'t_ns id ticks present' (t_ns: time.monotonic_ns when it was read; for tests and "
+                             "benchmarks)")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..hardware import protocol as p
+    from ..runtime.lifeline import die_with_launcher
+
+    # Started by `sim2real launch robot --emulate`: die with that launcher, as its nodes do.
+    if not die_with_launcher():
+        print("[ERROR] emulate-bus: the launcher that started it is gone; not starting", file=sys.stderr)
+        return 1
     from ..hardware.calibration import load_calibration
     from ..hardware.emulator import BusEmulator, Fault, HandMove, ServoDynamics, dynamics_from_sim_params
 
@@ -106,6 +116,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     for servo in emulator.servos.values():
         servo.memory[p.RETURN_DELAY.address] = args.return_delay_us // 2
+    if args.goal_log is not None:
+        try:
+            emulator.goal_log = open(args.goal_log, "a")  # noqa: SIM115 - closed below
+        except OSError as err:
+            print(f"[ERROR] --goal-log {args.goal_log}: {err.strerror}", file=sys.stderr)
+            emulator.close()
+            return 2
     if args.link is not None:
         if args.link.is_symlink():
             args.link.unlink()
@@ -123,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         emulator.close()
+        if emulator.goal_log is not None:
+            emulator.goal_log.close()
         if args.link is not None and args.link.is_symlink():
             args.link.unlink()
     return 0

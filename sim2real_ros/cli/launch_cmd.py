@@ -3,11 +3,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
+import tempfile
+import threading
+from pathlib import Path
 
-from ..graph import MODES, GraphArgs, declare_graph
-from ..robots import ROBOT_NAMES
+from ..core.errors import Sim2RealError
+from ..graph import BRINGUP_FIELDS, MODES, GraphArgs, bringup_problems, declare_graph
+from ..hardware.emulated_arm import start_emulated_arm
+from ..robots import ROBOT_NAMES, sim_params_for
 from ..runtime.launcher import GraphLauncher
+from ..runtime.lifeline import launcher_environment
 
 
 def add_graph_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,6 +40,29 @@ def add_graph_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--viz-port", type=int, default=defaults.viz_port, help="viz_node's WebSocket port")
     parser.add_argument("--viz-host", default=defaults.viz_host,
                         help="address viz_node listens on (default 127.0.0.1; 0.0.0.0 = every interface)")
+    bringup = parser.add_argument_group("robot bring-up (an SO-101 on its Feetech bus; docs/so101.md)")
+    bringup.add_argument("--port", default=defaults.port,
+                         help="the arm's servo bus (/dev/ttyACM0, /dev/serial/by-id/...): start feetech_driver")
+    bringup.add_argument("--calibration", default=defaults.calibration,
+                         help="the arm's LeRobot calibration JSON (required with --port)")
+    bringup.add_argument("--camera", default=defaults.camera,
+                         help="start camera_node on this source: a device index (0), /dev/videoN or a video file")
+    bringup.add_argument("--camera-calibration", default=defaults.camera_calibration,
+                         help="the camera's ROS calibration YAML (default: the sim camera's, config/camera_sim.yaml)")
+    bringup.add_argument("--leader-port", default=defaults.leader_port,
+                         help="a leader arm's servo bus: start leader_arm (command/teleop)")
+    bringup.add_argument("--leader-calibration", default=defaults.leader_calibration,
+                         help="the leader arm's LeRobot calibration JSON (required with --leader-port)")
+    bringup.add_argument("--estop-heartbeat", dest="estop_heartbeat_s", type=float, default=defaults.estop_heartbeat_s,
+                         metavar="S", help="the supervisor's estop_heartbeat_timeout_s [s]: an `estop` publisher "
+                                           "silent this long stops the arm, and counts as a live stop source")
+    bringup.add_argument("--emulate", action="store_true",
+                         help="rehearse on an emulated arm: start `sim2real emulate-bus`, generate its calibration, "
+                              "use its pty as --port and the sim's camera following joint_states")
+    bringup.add_argument("--emulate-faults", nargs="*", default=[], metavar="KIND:ID:N",
+                         help="with --emulate: faults of the emulated servos (sim2real emulate-bus --faults), "
+                              "e.g. overheat:2:500")
+    bringup.add_argument("--emulate-goal-log", default=None, help=argparse.SUPPRESS)  # tests, benchmarks
 
 
 def graph_args_from(args: argparse.Namespace) -> GraphArgs:
@@ -72,18 +102,71 @@ def _checkpoint_robot_problem(graph_args: GraphArgs) -> str | None:
     return None
 
 
+def _usage_problems(args: argparse.Namespace, graph_args: GraphArgs) -> list[str]:
+    """Flags that do not fit together or name nothing (before anything starts)."""
+    problems = []
+    robot_flags = [f"--{f.replace('_', '-')}" for f in BRINGUP_FIELDS if getattr(graph_args, f)]
+    if args.mode != "robot" and (robot_flags or args.emulate):
+        problems.append(f"{', '.join(robot_flags) or '--emulate'}: only for `sim2real launch robot`")
+    if args.emulate_faults and not args.emulate:
+        problems.append("--emulate-faults: only with --emulate")
+    if args.emulate:
+        if graph_args.port or graph_args.calibration:
+            problems.append("--emulate: the emulator's pty is the port and its calibration is generated; "
+                            "drop --port/--calibration")
+        if graph_args.robot != "so101":
+            problems.append(f"--emulate: emulates an SO-101's servo bus; add --robot so101 (robot is "
+                            f"{graph_args.robot!r})")
+        if graph_args.camera:
+            problems.append("--camera: with --emulate the camera is the sim's, following the emulated arm")
+    else:
+        problems += bringup_problems(graph_args)
+    return problems
+
+
 def run(args: argparse.Namespace) -> int:
     graph_args = graph_args_from(args)
+    problems = _usage_problems(args, graph_args)
     problem = _checkpoint_robot_problem(graph_args)
     if problem:
-        print(f"sim2real launch: {problem}", file=sys.stderr)
+        problems.append(f"--checkpoint {graph_args.checkpoint}: {problem}")
+    if problems:
+        for line in problems:
+            print(f"sim2real launch: {line}", file=sys.stderr)
         return 2
+    env = launcher_environment(os.getpid(), threading.current_thread() is threading.main_thread())
+    arm = None
+    with tempfile.TemporaryDirectory(prefix="sim2real_emulated_arm_") as scratch:
+        if args.emulate:
+            try:
+                arm = start_emulated_arm(graph_args.description(), sim_params_for(graph_args.robot), Path(scratch),
+                                         env=env, goal_log=Path(args.emulate_goal_log) if args.emulate_goal_log
+                                         else None, faults=tuple(args.emulate_faults))
+            except Sim2RealError as err:
+                print(f"sim2real launch: --emulate: {err}", file=sys.stderr)
+                return 2
+            graph_args = dataclasses.replace(graph_args, port=arm.port, calibration=str(arm.calibration),
+                                             sim_camera=True)
+            print(f"[launch] emulated arm on {arm.port}, calibration {arm.calibration}, servos at "
+                  f"{arm.initial_ticks} ticks", flush=True)
+        try:
+            return _run_graph(args, graph_args)
+        finally:
+            if arm is not None:
+                # After the nodes: the driver's shutdown hold still reaches the bus.
+                print(f"[launch] emulate-bus stopped: {arm.stop()}", flush=True)
+
+
+def _run_graph(args: argparse.Namespace, graph_args: GraphArgs) -> int:
     decls = declare_graph(args.mode, graph_args)
     print(f"[launch] {args.mode} graph: " + ", ".join(d.name for d in decls), flush=True)
     launcher = GraphLauncher(decls, namespace=graph_args.namespace)
     launcher.start()
+    # Bringing up an arm: a node that dies (a driver whose servo does not answer) stops the graph,
+    # rather than leaving a graph that looks up around an arm nobody drives.
+    stop_on_exit = args.stop_on_exit or bool(graph_args.port)
     try:
-        code = launcher.spin(args.duration, stop_on_exit=args.stop_on_exit)
+        code = launcher.spin(args.duration, stop_on_exit=stop_on_exit)
     finally:
         codes = launcher.shutdown()
     print("[launch] stopped: " + ", ".join(f"{k}={v}" for k, v in codes.items()), flush=True)

@@ -14,7 +14,7 @@ import sys
 from ..runtime.lifeline import LAUNCHER_PID_ENV, die_with_launcher
 
 NODES = ("sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder", "viz_node",
-         "feetech_driver", "camera_node", "leader_arm")
+         "feetech_driver", "camera_node", "leader_arm", "sim_camera")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

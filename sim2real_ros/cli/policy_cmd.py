@@ -94,8 +94,8 @@ def describe_teacher(spec_dict: dict[str, Any], digest: str, path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    # torch is imported here, not at module import, so `sim2real --help` stays fast.
-    from ..core.checkpoint import init_checkpoint, read_checkpoint
+    # torch is imported where a checkpoint needs it, not at module import (`sim2real --help` stays
+    # fast) nor for an ONNX file (`policy info` on one runs without torch, as the policy node does).
     from ..core.preprocess_config import PreprocessConfig
     from ..core.urdf import RobotModel
 
@@ -119,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
 
                 spec, digest, parent, _session = read_onnx_policy(args.checkpoint)
             else:
+                from ..core.checkpoint import read_checkpoint
+
                 spec, _state, digest = read_checkpoint(args.checkpoint)
             if args.json:
                 extra = {} if parent is None else {"format": "onnx", "parent_hash": parent}
@@ -140,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
                       f"from checkpoint {result['parent_hash']}; onnxruntime vs torch: "
                       f"{result['max_abs_difference_rad']:.2g} rad at most")
             return 0
+        from ..core.checkpoint import init_checkpoint
+
         named = args.robot in ROBOTS
         robot = RobotModel.from_description(robot_description_for(args.robot) if named else args.robot)
         preprocess = PreprocessConfig.from_yaml(args.preprocess)

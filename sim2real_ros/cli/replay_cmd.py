@@ -48,6 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_group.add_argument("--max-frames", type=int, default=0, help="stop after this many images (0: all)")
     run_group.add_argument("--rate", type=float, default=defaults.rate, help="graph mode playback rate")
     run_group.add_argument("--device", default=defaults.device, help="torch device (offline)")
+    run_group.add_argument("--batch-size", type=int, default=defaults.batch_size,
+                           help="offline: observations per forward pass (1: one at a time)")
     run_group.add_argument("--num-threads", type=int, default=defaults.num_threads, help="torch threads (offline)")
     run_group.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
 
@@ -63,7 +65,7 @@ def options_from(args: argparse.Namespace) -> ReplayOptions:
         action_tolerance_s=args.action_tolerance, lag_min_s=args.lag_range[0], lag_max_s=args.lag_range[1],
         lag_step_s=args.lag_step, preprocess_config=args.preprocess_config, max_frames=args.max_frames,
         rate=args.rate, device=args.device, num_threads=args.num_threads, plots=not args.no_plots,
-        backend=args.backend,
+        backend=args.backend, batch_size=args.batch_size,
     )
 
 

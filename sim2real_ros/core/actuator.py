@@ -184,6 +184,8 @@ class ActuatorCore:
         self._last_tick_ns: int | None = None
         self._periods_s: deque[float] = deque(maxlen=HISTORY)
         self._chunk_ages_s: deque[float] = deque(maxlen=HISTORY)
+        self._arrival_ns: int | None = None  # [ns] the newest accepted chunk not yet in a command
+        self._chunk_waits_s: deque[float] = deque(maxlen=HISTORY)  # arrival -> first command [s]
         self._last_rejection = ""
         self._rejections_reported = 0
 
@@ -196,6 +198,7 @@ class ActuatorCore:
         the latency history first: chunks stamped in the old timeline would never apply, or apply
         far too late (`clock_jumps` counts it, so the node can say so)."""
         self.ticks += 1
+        arrival, self._arrival_ns = self._arrival_ns, None  # this tick takes in every chunk so far
         last = self._last_tick_ns
         if last is not None and now_ns > last:
             self._periods_s.append((now_ns - last) / NS_PER_S)
@@ -213,10 +216,18 @@ class ActuatorCore:
             self.stale_ticks += 1
             return None
         self._chunk_ages_s.append((now_ns - sample.newest_stamp_ns) / NS_PER_S)
+        if arrival is not None:
+            # The first command that can carry the newest chunk: how long the chunk waited for it.
+            self._chunk_waits_s.append(max(now_ns - arrival, 0) / NS_PER_S)
         if self.config.estimate_latency:
             self._estimator.add_command(now_ns, sample.positions)
         self.published += 1
         return sample
+
+    @property
+    def chunk_waiting(self) -> bool:
+        """True from a chunk's acceptance until the next tick (which takes it in)."""
+        return self._arrival_ns is not None
 
     def on_chunk(self, chunk: ActionChunk, now_ns: int) -> Rejection | None:
         """Buffer a chunk received at `now_ns` [ns]; None when accepted, else the counted Rejection."""
@@ -230,6 +241,7 @@ class ActuatorCore:
         except ChunkRejectedError as err:
             return self._reject(err.reason, err.detail)
         self.chunks_accepted += 1
+        self._arrival_ns = now_ns
         return None
 
     def on_bad_chunk_message(self, text: str) -> Rejection:
@@ -308,6 +320,7 @@ class ActuatorCore:
         level "ok" or "warn". Rejections count as news once: the next report is ok again."""
         periods = percentiles_ms(list(self._periods_s))
         ages = percentiles_ms(list(self._chunk_ages_s))
+        waits = percentiles_ms(list(self._chunk_waits_s))
         estimate = self.estimate
         rejected_total = sum(self.rejected.values())
         values: dict[str, float | int | str] = {
@@ -325,6 +338,9 @@ class ActuatorCore:
             "chunks_buffered": len(self._buffer),
             "chunk_age_at_use_ms_p50": ages["p50"],
             "chunk_age_at_use_ms_max": ages["max"],
+            "chunk_wait_for_tick_ms_p50": waits["p50"],
+            "chunk_wait_for_tick_ms_p99": waits["p99"],
+            "chunk_wait_for_tick_ms_max": waits["max"],
             "actuation_latency_configured_s": self.config.actuation_latency_s,
             "actuation_latency_in_use_s": self.latency_in_use_s,
             "latency_estimate_s": float("nan") if estimate.latency_s is None else estimate.latency_s,

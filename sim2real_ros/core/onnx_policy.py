@@ -15,10 +15,15 @@ checkpoint it was exported from), so the file is as self-describing as a checkpo
 
 An ONNX file is untrusted input, as a checkpoint is: its size is bounded before it is read, it is
 parsed from the bytes read (never from the path: a model naming external data files beside it
-cannot make the runtime read them), every metadata field must be present and valid
-(PolicySpec.from_dict, with its caps), and the graph's inputs and outputs must have the names,
-dtypes and shapes the metadata implies. Any failure is a CheckpointError naming the file and the
-field. OnnxPolicy.select_action keeps LoadedPolicy's contract; the current positions are added to
+cannot make the runtime read them) with the `onnx` package after its wire format is walked, every
+metadata field must be present and valid (PolicySpec.from_dict, with its caps), the graph's inputs
+and outputs must have the names, dtypes and shapes the metadata implies, and the graph must be one
+the exporter could have written (core/onnx_graph_check.py: operator allowlist, no subgraphs, no
+sparse or external initializers, every size static and capped, the cost of one inference capped),
+all before ONNX Runtime sees it. The session is created with constant folding off (nothing of the
+graph runs at load) and fixed thread counts; the warm-up runs under a time limit after which it is
+abandoned (RunOptions.terminate). Any failure is a CheckpointError naming the file and the field.
+OnnxPolicy.select_action keeps LoadedPolicy's contract; the current positions are added to
 `deltas` in float64, as LoadedPolicy does, so a zero delta holds exactly.
 """
 from __future__ import annotations
@@ -27,6 +32,7 @@ import hashlib
 import json
 import math
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +41,7 @@ import numpy as np
 
 from .camera_model import CameraModel
 from .errors import CheckpointError, ConfigError
+from .onnx_graph_check import GraphPlan, check_graph, parse_model, plan_graph
 from .policy_spec import PolicySpec, abbreviate, check_compatible, checked_observation
 from .preprocess_config import PreprocessConfig
 
@@ -49,6 +56,9 @@ OUTPUT_NAMES = ("targets", "deltas")
 MAX_ONNX_BYTES = 320 * 1024 * 1024
 # All metadata values together, like a checkpoint header (4 MiB of JSON).
 MAX_METADATA_BYTES = 4 * 1024 * 1024
+# The warm-up inference is abandoned after this long [s]: the checks bound one inference to a few
+# seconds on a slow core (onnx_graph_check.MAX_INFERENCE_MACS); the shipped policy takes 1 ms.
+WARMUP_TIMEOUT_S = 20.0
 
 
 def _hash_bytes(data: bytes) -> str:
@@ -159,7 +169,10 @@ def _session(data: bytes, source: str, device: str, num_threads: int | None) -> 
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     providers = _providers(device)
     try:
-        return ort.InferenceSession(data, sess_options=options, providers=providers)
+        # Constant folding would run the graph's constant parts while the session is created, outside
+        # any time limit; the exported graphs have none worth folding (no speed difference measured).
+        return ort.InferenceSession(data, sess_options=options, providers=providers,
+                                    disabled_optimizers=["ConstantFolding"])
     except Exception as err:  # noqa: BLE001 - onnxruntime raises its own types (Fail, InvalidProtobuf, ...)
         text = str(err).strip().splitlines()
         raise CheckpointError(f"{source}: not a loadable ONNX model: {abbreviate(text[0] if text else err, 300)}") \
@@ -170,42 +183,69 @@ def _shape_text(shape: Sequence[Any]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
-def _check_io(session: Any, spec: PolicySpec, source: str) -> None:
+def _declared(value: Any) -> tuple[int, list[Any]]:
+    tensor_type = value.type.tensor_type
+    dims = [d.dim_value if d.WhichOneof("value") == "dim_value" else (d.dim_param or "?")
+            for d in tensor_type.shape.dim] if tensor_type.HasField("shape") else ["?"]
+    return tensor_type.elem_type, dims
+
+
+def _check_io(model: Any, spec: PolicySpec, source: str) -> None:
     """The graph's inputs and outputs against what the metadata's spec implies."""
     n, k = spec.joint_count, spec.chunk_length
+    float32, uint8 = 1, 2  # onnx.TensorProto element types
     wanted = {
-        "image": ("tensor(uint8)", (1, spec.image_height, spec.image_width, 3)),
-        "joint_positions": ("tensor(float)", (1, n)),
-        "targets": ("tensor(float)", (1, k, n)),
-        "deltas": ("tensor(float)", (1, k, n)),
+        "image": (uint8, [1, spec.image_height, spec.image_width, 3]),
+        "joint_positions": (float32, [1, n]),
+        "targets": (float32, [1, k, n]),
+        "deltas": (float32, [1, k, n]),
     }
-    for kind, items, names in (("input", session.get_inputs(), INPUT_NAMES),
-                               ("output", session.get_outputs(), OUTPUT_NAMES)):
+    type_names = {float32: "tensor(float)", uint8: "tensor(uint8)"}
+    initializers = {tensor.name for tensor in model.graph.initializer}
+    # Inputs that are initializers are weights (old exporters list them), not feeds.
+    inputs = [value for value in model.graph.input if value.name not in initializers]
+    for kind, items, names in (("input", inputs, INPUT_NAMES), ("output", list(model.graph.output), OUTPUT_NAMES)):
         found = {item.name: item for item in items}
-        if sorted(found) != sorted(names):
-            raise CheckpointError(f"{source}: graph {kind}s are {sorted(found)}, an ONNX policy has {list(names)}")
+        if sorted(found) != sorted(names) or len(found) != len(items):
+            raise CheckpointError(f"{source}: graph {kind}s are {abbreviate([i.name for i in items])}, an ONNX "
+                                  f"policy has {list(names)}")
         for name in names:
             dtype, shape = wanted[name]
-            item = found[name]
-            if item.type != dtype:
-                raise CheckpointError(f"{source}: graph {kind} '{name}' has type {item.type}, the metadata "
-                                      f"implies {dtype}")
-            if list(item.shape) != list(shape):
-                raise CheckpointError(f"{source}: graph {kind} '{name}' has shape {_shape_text(item.shape)}, the "
+            elem_type, dims = _declared(found[name])
+            if elem_type != dtype:
+                raise CheckpointError(f"{source}: graph {kind} '{name}' has type "
+                                      f"{type_names.get(elem_type, f'element type {elem_type}')}, the metadata "
+                                      f"implies {type_names[dtype]}")
+            if dims != shape:
+                raise CheckpointError(f"{source}: graph {kind} '{name}' has shape {_shape_text(dims)}, the "
                                       f"metadata (joints, image size, chunk length) implies {_shape_text(shape)}")
+
+
+def check_onnx_policy(data: bytes, source: str) -> tuple[PolicySpec, str, GraphPlan]:
+    """(spec, parent checkpoint hash, what one inference needs) of the ONNX policy in `data`, every
+    check of the module docstring made with the `onnx` package, none with ONNX Runtime; in the
+    order: wire format, metadata, operators and structure, inputs and outputs, shape inference."""
+    model = parse_model(data, source)
+    props = {entry.key: entry.value for entry in model.metadata_props}
+    if len(props) != len(model.metadata_props):
+        raise CheckpointError(f"{source}: field 'metadata_props' names a key twice")
+    spec, parent = spec_from_metadata(props, source)
+    check_graph(model, source)
+    _check_io(model, spec, source)
+    plan = plan_graph(model, source)
+    return spec, parent, plan
 
 
 def read_onnx_policy(path: str | Path, device: str = "cpu",
                      num_threads: int | None = None) -> tuple[PolicySpec, str, str, Any]:
     """(spec, file hash, parent checkpoint hash, onnxruntime session) of an ONNX policy file, all
-    checked (see the module docstring); CheckpointError naming the file and field otherwise."""
+    checked (see the module docstring) before the session is created; CheckpointError naming the
+    file and field otherwise."""
     path = Path(path)
     data = _read_bounded(path)
     source = str(path)
+    spec, parent, _plan = check_onnx_policy(data, source)
     session = _session(data, source, device, num_threads)
-    props = dict(session.get_modelmeta().custom_metadata_map)
-    spec, parent = spec_from_metadata(props, source)
-    _check_io(session, spec, source)
     return spec, _hash_bytes(data), parent, session
 
 
@@ -228,24 +268,60 @@ class OnnxPolicy:
         """One inference; the contract of LoadedPolicy.select_action: image (H, W, 3) uint8 RGB,
         joint_positions (n,) [rad] in spec.joint_names order -> (K, n) float64 absolute targets
         [rad], row k for stamp + k * dt. ValueError for wrong shapes, dtype or non-finite joints."""
+        return self._run(image, joint_positions, None)
+
+    def _run(self, image: np.ndarray, joint_positions: np.ndarray, run_options: Any) -> np.ndarray:
         image, q = checked_observation(self.spec, image, joint_positions)
         feeds = {"image": np.ascontiguousarray(image)[None], "joint_positions": q.astype(np.float32)[None]}
         try:
-            (deltas,) = self.session.run(["deltas"], feeds)
+            (deltas,) = self.session.run(["deltas"], feeds, run_options)
         except Exception as err:  # noqa: BLE001 - onnxruntime's own error types
             raise RuntimeError(f"{self.source}: onnxruntime inference failed: {err}") from err
         return q[None, :] + np.asarray(deltas, dtype=np.float64)[0]
+
+    def select_actions(self, images: np.ndarray, joint_positions: np.ndarray) -> np.ndarray:
+        """LoadedPolicy.select_actions' contract, (B, K, n). The exported graph has a batch of 1
+        (what the node runs), so this runs one inference per observation."""
+        return np.stack([self.select_action(image, q) for image, q in zip(images, joint_positions, strict=True)])
 
     def check_compatible(self, joint_names: Sequence[str], preprocess: PreprocessConfig) -> None:
         """Refuse (CheckpointError) a graph that differs from the one the policy was trained for."""
         check_compatible(self.spec, joint_names, preprocess, self.source)
 
+    def warm_up(self, timeout_s: float = WARMUP_TIMEOUT_S) -> None:
+        """One inference on a black image at zero positions, abandoned after timeout_s [s]: a timer
+        sets the run's terminate flag, which ONNX Runtime reads between nodes (the checks bound a
+        single node's cost). CheckpointError when it fails or is abandoned."""
+        import onnxruntime as ort
+
+        options = ort.RunOptions()
+        abandoned = threading.Event()
+
+        def abandon() -> None:
+            abandoned.set()
+            options.terminate = True
+
+        timer = threading.Timer(timeout_s, abandon)
+        timer.daemon = True
+        image = np.zeros((self.spec.image_height, self.spec.image_width, 3), dtype=np.uint8)
+        timer.start()
+        try:
+            self._run(image, np.zeros(self.spec.joint_count), options)
+        except (ValueError, RuntimeError) as err:
+            if abandoned.is_set():
+                raise CheckpointError(f"{self.source}: the warm-up inference ran longer than {timeout_s:g} s; "
+                                      f"abandoned") from err
+            raise CheckpointError(f"{self.source}: the warm-up inference failed: {err}") from err
+        finally:
+            timer.cancel()
+
 
 def load_onnx_policy(path: str | Path, device: str = "cpu", num_threads: int | None = None, warmup: bool = True,
-                     joint_names: Sequence[str] | None = None,
-                     preprocess: PreprocessConfig | None = None) -> OnnxPolicy:
+                     joint_names: Sequence[str] | None = None, preprocess: PreprocessConfig | None = None,
+                     warmup_timeout_s: float = WARMUP_TIMEOUT_S) -> OnnxPolicy:
     """load_checkpoint's counterpart for an ONNX policy file (same arguments and checks; the graph
-    check runs on the metadata before the warm-up inference)."""
+    check runs on the metadata before the warm-up inference, which is abandoned after
+    warmup_timeout_s [s])."""
     if (joint_names is None) != (preprocess is None):
         raise ValueError("load_onnx_policy: give both joint_names and preprocess, or neither")
     spec, digest, parent, session = read_onnx_policy(path, device, num_threads)
@@ -253,9 +329,5 @@ def load_onnx_policy(path: str | Path, device: str = "cpu", num_threads: int | N
         check_compatible(spec, joint_names, preprocess, str(path))
     policy = OnnxPolicy(spec, session, digest, parent, str(path), device)
     if warmup:
-        image = np.zeros((spec.image_height, spec.image_width, 3), dtype=np.uint8)
-        try:
-            policy.select_action(image, np.zeros(spec.joint_count))
-        except (ValueError, RuntimeError) as err:
-            raise CheckpointError(f"{path}: the warm-up inference failed: {err}") from err
+        policy.warm_up(warmup_timeout_s)
     return policy

@@ -29,11 +29,13 @@ from torch import nn
 
 from .errors import ConfigError
 from .policy_spec import (  # noqa: F401 - re-exported: policy_model has always offered them
+    MAX_ACTIVATIONS,
     MAX_CHUNK_LENGTH,
     MAX_DT_S,
     MAX_IMAGE_SIDE,
     MAX_JOINTS,
     MAX_NAME_LENGTH,
+    MAX_PARAMETERS,
     PolicySpec,
     _Shown,
     abbreviate,
@@ -55,12 +57,8 @@ UNTRAINED_ACTION_STD = 1e-3
 # what this stack uses, and far below what would take a machine's memory.
 MAX_LAYER_WIDTH = 4096  # any integer hyperparameter (conv channels, MLP widths, keypoints, pool size)
 MAX_LAYERS = 16  # entries of a list hyperparameter (convs, MLP layers): 2-4 here
-# Elements of the model's state (parameters + buffers): 64 Mi = 256 MiB float32; the models here
-# have about 0.1 Mi.
-MAX_PARAMETERS = 64 * 1024 * 1024
-# Elements of the intermediate results of one batch-1 inference (the warm-up): 64 Mi = 256 MiB
-# float32; 0.2 Mi here at 96x96.
-MAX_ACTIVATIONS = 64 * 1024 * 1024
+# MAX_PARAMETERS (elements of the model's state) and MAX_ACTIVATIONS (intermediate elements of one
+# batch-1 inference) are in policy_spec.py, shared with ONNX graphs.
 
 
 # ----------------------------------------------------------------------------------------------

@@ -19,12 +19,18 @@ from .preprocess_config import PreprocessConfig
 CHECKPOINT_MAGIC = b"SIM2REAL-POLICY\n"
 
 # Caps on the sizes a spec gives (docs/design.md §5: a policy file is untrusted input); the caps on
-# model sizes are in policy_model.py.
+# layer sizes are in policy_model.py.
 MAX_JOINTS = 64  # joints per policy: the arms here have 6-9, a humanoid about 40
 MAX_NAME_LENGTH = 256  # characters of a joint or architecture name (URDF names are short)
 MAX_IMAGE_SIDE = 1024  # [px] policy image width and height: policy images are downscaled (96x96 here)
 MAX_CHUNK_LENGTH = 1000  # points per action chunk: 10 here, action-chunking policies use about 100
 MAX_DT_S = 10.0  # [s] between chunk points: 0.05 here; a chunk point 10 s away is no control any more
+# Elements of a model's state (parameters + buffers): 64 Mi = 256 MiB float32; the models here
+# have about 0.1 Mi. Shared by checkpoints (policy_model.plan_model) and ONNX graphs (onnx_graph_check).
+MAX_PARAMETERS = 64 * 1024 * 1024
+# Elements of the intermediate results of one batch-1 inference (the warm-up): 64 Mi = 256 MiB
+# float32; 0.2 Mi here at 96x96.
+MAX_ACTIVATIONS = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -170,6 +176,28 @@ def check_compatible(spec: PolicySpec, joint_names: Sequence[str], preprocess: P
                         f"({preprocess.to_dict()})")
     if problems:
         raise CheckpointError(f"{source} does not match the running graph: " + "; ".join(problems))
+
+
+def check_against_data(spec: PolicySpec, data_joints: Sequence[str], source: str, data_source: str,
+                       preprocess: PreprocessConfig | None = None, ordered: bool = False) -> None:
+    """Refuse (CheckpointError naming `source` and `data_source`) a policy applied offline to data
+    (a bag, a dataset, a sim robot) that lacks one of its joints (ordered: whose joint order differs
+    too), or whose preprocessing (the config the tool will run) is not the one it was trained with.
+    data_joints: the data's joint names, in its order."""
+    problems = []
+    data = list(data_joints)
+    missing = [name for name in spec.joint_names if name not in data]
+    if missing:
+        problems.append(f"joints: checkpoint expects {list(spec.joint_names)}, {data_source} has {abbreviate(data)} "
+                        f"(missing {missing})")
+    elif ordered and data != list(spec.joint_names):
+        problems.append(f"joint order: checkpoint expects {list(spec.joint_names)}, {data_source} has {data}")
+    if preprocess is not None and preprocess.content_hash != spec.preprocess_hash:
+        problems.append(f"preprocessing: checkpoint was trained with preprocess hash {spec.preprocess_hash}, "
+                        f"{data_source} would be preprocessed with {preprocess.content_hash} "
+                        f"({abbreviate(preprocess.to_dict(), 2000)})")
+    if problems:
+        raise CheckpointError(f"{source} does not match {data_source}: " + "; ".join(problems))
 
 
 def _number(value: Any) -> float:

@@ -49,6 +49,18 @@ def find_topics(reader: BagReader, options: ReplayOptions) -> BagTopics:
                      action_type=available[resolved["action"]], supervisor_state=resolved.get("supervisor_state"))
 
 
+def recorded_joint_names(reader: BagReader, topics: BagTopics, scan: int = 50) -> list[str] | None:
+    """The joint names of the first well-formed, named joint state of the bag (among its first
+    `scan` on the topic), in its order; None when there is none."""
+    for i, message in enumerate(reader.messages([topics.joint_states])):
+        if i >= scan:
+            break
+        names = [str(n) for n in getattr(message.msg, "name", [])]
+        if names and len(names) == len(getattr(message.msg, "position", [])):
+            return names
+    return None
+
+
 def make_collector(topics: BagTopics, joint_names: tuple[str, ...], options: ReplayOptions) -> RecordingCollector:
     return RecordingCollector(joint_names, topics.action_type, options.action_joints, options.human_modes)
 

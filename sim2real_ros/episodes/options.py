@@ -46,6 +46,8 @@ class ReplayOptions:
     device: torch device of offline inference. num_threads: torch threads (process-wide; 1, as
       policy_node, is fastest on a busy machine; 0 = torch default). plots: write PNG plots with the report.
     progress: show a progress bar on stderr.
+    batch_size: offline, observations per forward pass (they are all known; 1 = one at a time, as
+      the node). The same predictions up to the network's float32 rounding.
     """
 
     image_topic: str = "camera/image_raw"
@@ -72,6 +74,7 @@ class ReplayOptions:
     backend: str = "auto"
     plots: bool = True
     progress: bool = True
+    batch_size: int = 32
 
     def __post_init__(self) -> None:
         def bad(field: str, problem: str) -> ConfigError:
@@ -104,6 +107,8 @@ class ReplayOptions:
             raise bad("lag_step_s", "gives more than 10000 lags to search; use a coarser step")
         if self.max_frames < 0:
             raise bad("max_frames", "must be >= 0 (0 = every frame)")
+        if not 1 <= self.batch_size <= 4096:
+            raise bad("batch_size", "must be in [1, 4096]")
         if self.num_threads < 0:
             raise bad("num_threads", "must be >= 0 (0 = torch default)")
         if not (self.device == "cpu" or self.device.startswith("cuda")):

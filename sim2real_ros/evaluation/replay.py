@@ -9,10 +9,12 @@ from typing import Any
 
 import numpy as np
 
+from ..bags import BagReader
 from ..core.policy_backend import load_policy
+from ..episodes.bag_source import find_topics
 from ..episodes.options import MODES, ReplayOptions
 from .metrics import NS_PER_S, compare
-from .replay_offline import ReplayRun, replay_offline
+from .replay_offline import ReplayRun, check_policy_against_bag, preprocess_for, replay_offline
 from .report import _clean, write_report
 
 # (bag, checkpoint, loaded policy, options, log_dir) -> (run, graph info): runtime.replay_graph.replay_graph.
@@ -42,6 +44,8 @@ def evaluate_bag(bag: Path, checkpoint: Path, mode: str = "offline", report_dir:
     if mode == "offline":
         run = replay_offline(bag, policy, options)
     else:
+        with BagReader(bag) as reader:  # offline, replay_offline checks this itself
+            check_policy_against_bag(policy, reader, find_topics(reader, options), preprocess_for(policy, options))
         run, graph_info = graph_replay(bag, checkpoint, policy, options, log_dir=report_dir)
     report, comparison = build_report(run, options)
     report.update({

@@ -4,8 +4,10 @@ Messages are taken in the order the recorder received them (log time), which is 
 nodes saw them: each image goes through core.preprocess.ImagePipeline (as camera_preprocessor),
 is paired with a joint state by core.observation_pairing.ObservationPairer (as policy_node: the
 nearest stamp among the joint states received so far, waiting for one still to come when all are
-older), and core.checkpoint.LoadedPolicy.select_action predicts its chunk. Unlike the node nothing
-is superseded or stale: every frame is evaluated, however slow the machine.
+older), and core.checkpoint.LoadedPolicy predicts its chunk. Unlike the node nothing is superseded
+or stale: every frame is evaluated, however slow the machine. As every observation is known in
+advance, they are evaluated `options.batch_size` at a time (select_actions, one forward pass), with
+the predictions of one at a time up to the network's float32 rounding.
 """
 from __future__ import annotations
 
@@ -21,10 +23,11 @@ from ..conversions import MessageError, camera_info_to_model, image_to_array, st
 from ..core.camera_model import CameraModel
 from ..core.checkpoint import LoadedPolicy
 from ..core.observation_pairing import DropReason, ObservationPairer, PairingConfig
+from ..core.policy_spec import check_against_data
 from ..core.preprocess import ImageError, ImagePipeline
 from ..core.preprocess_config import PreprocessConfig
 from ..core.progress import progress
-from ..episodes.bag_source import BagTopics, feed, find_topics, make_collector
+from ..episodes.bag_source import BagTopics, feed, find_topics, make_collector, recorded_joint_names
 from ..episodes.options import ReplayOptions
 from ..episodes.recording import Recording
 from .metrics import NS_PER_S, Predictions
@@ -48,6 +51,16 @@ class ReplayRun:
     stats: dict = field(default_factory=dict)
     bag_start_ns: int | None = None
     bag_end_ns: int | None = None
+
+
+def check_policy_against_bag(policy: LoadedPolicy, reader: BagReader, topics: BagTopics,
+                             preprocess: PreprocessConfig) -> None:
+    """CheckpointError naming the checkpoint and the bag when the bag's joint states lack one of
+    the policy's joints, or the preprocessing to run is not the one the policy was trained with."""
+    names = recorded_joint_names(reader, topics)
+    where = f"bag {reader.path} ({topics.joint_states})"
+    check_against_data(policy.spec, policy.spec.joint_names if names is None else names, policy.source, where,
+                       preprocess)
 
 
 def preprocess_for(policy: LoadedPolicy, options: ReplayOptions) -> PreprocessConfig:
@@ -84,7 +97,8 @@ def replay_offline(bag: str | Path, policy: LoadedPolicy, options: ReplayOptions
     """Predict a chunk for every recorded image; collect the recorded actions alongside."""
     spec = policy.spec
     joint_names = tuple(spec.joint_names)
-    pipeline = ImagePipeline(preprocess_for(policy, options))
+    preprocess = preprocess_for(policy, options)
+    pipeline = ImagePipeline(preprocess)
     pairer = ObservationPairer(PairingConfig(tolerance_ns=int(round(options.pairing_tolerance_s * NS_PER_S)),
                                              max_age_ns=_NO_MAX_AGE_NS, history=4096))
     times_s = np.arange(spec.chunk_length, dtype=float) * spec.dt_s
@@ -97,7 +111,9 @@ def replay_offline(bag: str | Path, policy: LoadedPolicy, options: ReplayOptions
     infer_s: list[float] = []
     start = time.perf_counter()
 
-    def predict(stamp_ns: int, image: np.ndarray, q: np.ndarray) -> None:
+    batch: list[tuple[int, np.ndarray, np.ndarray]] = []  # paired observations not yet evaluated
+
+    def evaluate_one(stamp_ns: int, image: np.ndarray, q: np.ndarray) -> None:
         t0 = time.perf_counter()
         try:
             chunk = policy.select_action(image, q)
@@ -108,6 +124,37 @@ def replay_offline(bag: str | Path, policy: LoadedPolicy, options: ReplayOptions
         stamps.append(stamp_ns)
         targets.append(chunk)
         observed.append(np.array(q, dtype=float))
+
+    def flush() -> None:
+        """Evaluate the batch in one forward pass; a batch that fails (one bad observation) is
+        evaluated one at a time, so each failure is counted as the node would."""
+        if not batch:
+            return
+        items = list(batch)
+        batch.clear()
+        if len(items) == 1 or not hasattr(policy, "select_actions"):
+            for item in items:
+                evaluate_one(*item)
+            return
+        t0 = time.perf_counter()
+        try:
+            chunks = policy.select_actions(np.stack([image for _, image, _ in items]),
+                                           np.stack([np.asarray(q, dtype=float) for _, _, q in items]))
+        except (ValueError, RuntimeError):
+            for item in items:
+                evaluate_one(*item)
+            return
+        per_frame_s = (time.perf_counter() - t0) / len(items)
+        for (stamp_ns, _, q), chunk in zip(items, chunks, strict=True):
+            infer_s.append(per_frame_s)
+            stamps.append(stamp_ns)
+            targets.append(chunk)
+            observed.append(np.array(q, dtype=float))
+
+    def predict(stamp_ns: int, image: np.ndarray, q: np.ndarray) -> None:
+        batch.append((stamp_ns, image, np.array(q, dtype=float)))  # q may be the pairer's buffer
+        if len(batch) >= options.batch_size:
+            flush()
 
     def try_pair(stamp_ns: int, image: np.ndarray) -> bool:
         """Pair and predict; False when the image must wait for a joint state still to come."""
@@ -122,6 +169,7 @@ def replay_offline(bag: str | Path, policy: LoadedPolicy, options: ReplayOptions
 
     with BagReader(bag) as reader:
         topics = find_topics(reader, options)
+        check_policy_against_bag(policy, reader, topics, preprocess)
         collector = make_collector(topics, joint_names, options)
         cameras = _CameraInfoCache()
         counts = {t.name: t.count for t in reader.topics()}
@@ -164,6 +212,7 @@ def replay_offline(bag: str | Path, policy: LoadedPolicy, options: ReplayOptions
                     pairer.add_joint_state(stamp, positions)
                     if pending:
                         pending = [(s, img) for s, img in pending if not try_pair(s, img)]
+        flush()
         decode_errors = int(reader.decode_errors.get(topics.image, 0))
         bag_start, bag_end = reader.start_ns, reader.end_ns
     skipped["no_joint_state_within_tolerance"] += len(pending)
@@ -186,6 +235,7 @@ def replay_offline(bag: str | Path, policy: LoadedPolicy, options: ReplayOptions
         "frames_per_s": len(stamps) / elapsed if elapsed > 0 else float("nan"),
         "inference_ms_p50": float(np.percentile(infer, 50)) if infer.size else float("nan"),
         "inference_ms_p99": float(np.percentile(infer, 99)) if infer.size else float("nan"),
+        "batch_size": options.batch_size,
         "image_decode_preprocess_s": read_s,
         "images_in_bag": images_in_bag,
         "images_read": images_seen + decode_errors,

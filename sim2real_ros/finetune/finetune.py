@@ -31,13 +31,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.checkpoint import read_checkpoint, save_checkpoint
-from ..core.errors import ConfigError
+from ..bags import BagReader
+from ..core.checkpoint import nonfinite_tensors, read_checkpoint, save_checkpoint
+from ..core.errors import CheckpointError, ConfigError
 from ..core.policy_model import PolicyModel, build_model
+from ..core.policy_spec import abbreviate, check_against_data
 from ..core.preprocess import ImagePipeline
 from ..core.preprocess_config import PreprocessConfig
 from ..core.progress import progress
 from ..core.provenance import git_state, portable_path, portable_provenance
+from ..episodes.bag_source import find_topics, recorded_joint_names
 from ..episodes.dataset import EpisodeFrames, LabelConfig, RealDataset, build_dataset
 from ..paths import share_dir
 from .sim_data import SimFrames, collect_sim_frames
@@ -239,11 +242,21 @@ def finetune(checkpoint: str | Path, bags: list[str | Path], out: str | Path, co
     torch.set_num_threads(config.num_threads)
     torch.manual_seed(config.seed)
     spec, state, parent_hash = read_checkpoint(checkpoint)
+    bad = nonfinite_tensors(state)
+    if bad:
+        raise CheckpointError(f"{checkpoint}: tensors {abbreviate(bad)} contain NaN/Inf; refusing to fine-tune from "
+                              f"it")
     model = build_model(spec.architecture, spec, **spec.hparams)
     model.load_state_dict(state, strict=True)
     model.eval()
     if dataset is None:
-        pipeline = ImagePipeline(PreprocessConfig.from_dict(spec.preprocess, source=f"{checkpoint} preprocess"))
+        preprocess = PreprocessConfig.from_dict(spec.preprocess, source=f"{checkpoint} preprocess")
+        for bag in bags:  # the checkpoint against each bag: its joints there, its preprocessing the trained one
+            with BagReader(bag) as reader:
+                names = recorded_joint_names(reader, find_topics(reader, config.labels.replay_options()))
+            check_against_data(spec, spec.joint_names if names is None else names, str(checkpoint), f"bag {bag}",
+                               preprocess)
+        pipeline = ImagePipeline(preprocess)
         dataset = build_dataset(list(bags), pipeline, spec.joint_names, spec.chunk_length, spec.dt_s, config.labels)
     episodes = dataset.usable()
     failed = [e.episode_id for e in episodes if e.outcome is not None and not e.outcome.get("success")]

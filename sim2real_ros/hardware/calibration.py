@@ -137,3 +137,23 @@ def write_calibration(path: str | Path, motors: list[MotorCalibration]) -> None:
     Path(path).write_text(json.dumps({m.name: {"id": m.servo_id, "drive_mode": m.drive_mode,
                                                "homing_offset": m.homing_offset, "range_min": m.range_min,
                                                "range_max": m.range_max} for m in motors}, indent=4))
+
+
+def calibration_covering(joints: list[str] | tuple[str, ...], lower: np.ndarray, upper: np.ndarray,
+                         first_id: int = 1) -> list[MotorCalibration]:
+    """A calibration for emulated servos whose ranges cover the URDF limits [rad]: ids first_id.., no
+    homing offset, drive_mode 0. Arm joints: zero at tick 2048 (mid-range), the range symmetric about it
+    and wide enough for the larger limit; the gripper: closed (its lower limit) at range_min. What
+    LeRobot's calibration would write for an arm whose end stops lie just past the URDF limits."""
+    mid = TICKS_PER_TURN // 2
+    motors = []
+    for k, (joint, low, high) in enumerate(zip(joints, lower, upper, strict=True)):
+        if joint in GRIPPER_JOINTS:
+            span = int(math.ceil((float(high) - float(low)) / RAD_PER_TICK))
+            range_min = max(0, mid - span // 2)
+            range_max = min(TICKS_PER_TURN - 1, range_min + span)
+        else:
+            half = int(math.ceil(max(abs(float(low)), abs(float(high))) / RAD_PER_TICK))
+            range_min, range_max = max(0, mid - half), min(TICKS_PER_TURN - 1, mid + half)
+        motors.append(MotorCalibration(joint, first_id + k, 0, 0, range_min, range_max))
+    return motors

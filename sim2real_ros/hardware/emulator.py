@@ -23,6 +23,11 @@ Faults (deterministic, counted in replies the servo would have sent):
 A hand (a person moving a leader arm): HandMove(ID, TICKS, AT_S) moves servo ID toward TICKS from AT_S
 seconds after the emulator started, at the servo's own speed and acceleration limits, but only while its
 torque is off (a torqued servo holds its goal against the hand, as a real one does).
+
+Goal log (`goal_log`, a text file or None): one line per goal position a WRITE or SYNC_WRITE puts on
+the bus, `t_ns id ticks present`: t_ns the steady clock (time.monotonic_ns, CLOCK_MONOTONIC: shared
+by every process on the machine) when the instruction was read from the pty, present the servo's
+present position then [ticks]. What a logic analyser on the bus would show, for tests and benchmarks.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ import select
 import time
 import tty
 from dataclasses import dataclass, field
+from typing import TextIO
 
 import numpy as np
 
@@ -253,6 +259,8 @@ class BusEmulator:
                       for i in order]
         self._bus_free_ns = 0
         self.instructions = 0
+        self.goal_log: TextIO | None = None  # see the module docstring
+        self._goal_lines: list[str] = []
 
     def close(self) -> None:
         for fd in (self._master, self._slave):
@@ -322,6 +330,7 @@ class BusEmulator:
             for offset in range(2, len(params) - size, size + 1):
                 servo = self.servos.get(params[offset])
                 if servo is not None:
+                    self._log_goal(servo, address, bytes(params[offset + 1:offset + 1 + size]), arrived_ns)
                     servo.write_memory(address, bytes(params[offset + 1:offset + 1 + size]), cursor)
         elif code == p.SYNC_READ and packet.servo_id == p.BROADCAST_ID and len(params) >= 2:
             address, size = params[0], params[1]
@@ -339,9 +348,15 @@ class BusEmulator:
             elif code == p.READ and len(params) == 2:
                 replies.append((servo, bytes(servo.memory[params[0]:params[0] + params[1]])))
             elif code == p.WRITE and params:
+                self._log_goal(servo, params[0], bytes(params[1:]), arrived_ns)
                 servo.write_memory(params[0], bytes(params[1:]), cursor)
                 replies.append((servo, b""))
         self._bus_free_ns = cursor
+        if self._goal_lines and self.goal_log is not None:
+            # One write per instruction, flushed: a reader sees whole instructions.
+            self.goal_log.write("".join(self._goal_lines))
+            self.goal_log.flush()
+            self._goal_lines.clear()
         out = bytearray()
         for servo, data in replies:
             fate = servo.reply_fate()
@@ -358,6 +373,15 @@ class BusEmulator:
         if out:
             self._send_at(bytes(out), cursor)
         self._bus_free_ns = cursor
+
+    def _log_goal(self, servo: EmulatedServo, address: int, data: bytes, arrived_ns: int) -> None:
+        """Append a goal position this write carries to goal_log (before it is applied)."""
+        goal = p.GOAL_POSITION
+        if self.goal_log is None or not address <= goal.address <= address + len(data) - goal.size:
+            return
+        start = goal.address - address
+        ticks = p.decode_value(goal, data[start:start + goal.size])
+        self._goal_lines.append(f"{arrived_ns} {servo.servo_id} {ticks} {servo.get(p.PRESENT_POSITION)}\n")
 
     def _send_at(self, data: bytes, due_ns: int) -> None:
         """Write `data` when its last byte would have left a real servo."""

@@ -12,6 +12,10 @@ The latency the joints actually show is estimated online from commands sent vs j
 measured (core.latency_estimator) and reported; `use_estimated_latency` makes the node use it
 (once its confidence reaches `latency_min_confidence`) instead of the configured value.
 
+On the wall clock a new chunk does not wait for the next fixed tick (`tick_on_chunk`): its arrival
+brings the tick forward (core.deadline_schedule), at least `min_command_interval_s` after the last
+command; `chunk_wait_for_tick_ms_*` and `ticks_brought_forward` in the diagnostics show it.
+
 All of that is core.actuator.ActuatorCore (time passed in, no rclpy); this node declares the
 parameters, converts messages, calls the core under one lock, and publishes what it returns. The
 estimate is recomputed with each diagnostics report (~1 Hz, steady clock).
@@ -53,7 +57,8 @@ def declare_parameters(node: Node) -> ActuatorConfig:
     still accepted, with a warning, for one release) and validate them into an ActuatorConfig."""
     v = declare_table(node, ACTUATOR_NODE)
     description, joints = v.pop("robot_description"), v.pop("joints")
-    v.pop("tick_phase_lock")  # the node's, not the core's
+    for name in ("tick_phase_lock", "tick_on_chunk", "min_command_interval_s"):
+        v.pop(name)  # the node's tick loop's, not the core's
     values = v
     source = f"{node.get_name()} parameters"
     try:
@@ -103,6 +108,15 @@ class ActuatorNode(Node):
         self._period_ns = int(round(cfg.control_period_s * 1e9))
         self._phase_lock: TickPhaseLock | None = None
         self._chunk_arrival_ns: int | None = None  # steady clock of the last chunk accepted, for the phase lock
+        self._min_interval_ns: int | None = None  # tick_on_chunk: a chunk brings the next tick forward
+        if self.get_parameter("tick_on_chunk").value:
+            self._min_interval_ns = int(round(self.get_parameter("min_command_interval_s").value * 1e9))
+            if self._min_interval_ns >= self._period_ns:
+                raise ConfigError(f"{self.get_name()} parameters", "min_command_interval_s",
+                                  self._min_interval_ns / 1e9, f"must be less than the control period "
+                                  f"{cfg.control_period_s:g} s (or set tick_on_chunk false)")
+        self._schedule: DeadlineSchedule | None = None  # the wall-clock loop's, shared with _on_chunk
+        self._wake = threading.Event()  # set by a chunk that moved the next tick forward, and at stop
         if self.get_parameter("tick_phase_lock").value:
             self._phase_lock = TickPhaseLock(self._period_ns, lead_ns=int(0.15 * self._period_ns),
                                              max_shift_ns=int(0.1 * self._period_ns))
@@ -128,12 +142,19 @@ class ActuatorNode(Node):
         """Tick at the deadlines of core.deadline_schedule.DeadlineSchedule on the steady clock
         (absolute, no drift; missed ticks skipped after an overrun; nudged towards chunk arrivals
         with tick_phase_lock)."""
-        schedule = DeadlineSchedule(self._period_ns, time.monotonic_ns(), self._phase_lock)
+        schedule = DeadlineSchedule(self._period_ns, time.monotonic_ns(), self._phase_lock, self._min_interval_ns)
+        with self._lock:
+            self._schedule = schedule
         while not self._stop.is_set():
-            delay_ns = schedule.delay_ns(time.monotonic_ns())
-            if delay_ns > 0 and self._stop.wait(delay_ns / 1e9):
-                return
-            if not self.context.ok():
+            # Wait for the deadline; a chunk that brings it forward wakes the wait (tick_on_chunk).
+            while True:
+                with self._lock:
+                    delay_ns = schedule.delay_ns(time.monotonic_ns())
+                if delay_ns <= 0 or self._stop.is_set():
+                    break
+                self._wake.wait(delay_ns / 1e9)
+                self._wake.clear()
+            if self._stop.is_set() or not self.context.ok():
                 return
             try:
                 self._on_tick()
@@ -141,11 +162,16 @@ class ActuatorNode(Node):
                 if self._stop.is_set() or not self.context.ok():
                     return
                 self.get_logger().error(f"control tick failed: {err!r}", throttle_duration_sec=1.0)
-            arrival, self._chunk_arrival_ns = self._chunk_arrival_ns, None
-            schedule.advance(time.monotonic_ns(), arrival)
+            with self._lock:
+                arrival, self._chunk_arrival_ns = self._chunk_arrival_ns, None
+                schedule.advance(time.monotonic_ns(), arrival)
+                if self._core.chunk_waiting:
+                    # A chunk accepted while the tick ran found the old deadline: bring it forward now.
+                    schedule.on_arrival(time.monotonic_ns())
 
     def destroy_node(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._control_thread is not None:
             self._control_thread.join(timeout=2.0)
         super().destroy_node()
@@ -174,10 +200,14 @@ class ActuatorNode(Node):
             with self._lock:
                 rejection: Rejection | None = self._core.on_bad_chunk_message(str(err))
         else:
+            moved = False
             with self._lock:
                 rejection = self._core.on_chunk(chunk, received_ns)
-            if rejection is None:
-                self._chunk_arrival_ns = time.monotonic_ns()
+                if rejection is None:
+                    self._chunk_arrival_ns = time.monotonic_ns()
+                    moved = self._schedule is not None and self._schedule.on_arrival(self._chunk_arrival_ns)
+            if rejection is None and moved:
+                self._wake.set()
         if rejection is not None:
             self.get_logger().warning(f"rejected action chunk ({rejection.reason}): {rejection.text}",
                                    throttle_duration_sec=2.0)
@@ -187,7 +217,7 @@ class ActuatorNode(Node):
             return  # nothing uses joint states then
         received_ns = now_ns(self)
         try:
-            sample = msgconv.joint_state_to_sample(msg)
+            sample = msgconv.joint_state_to_sample(msg, use_velocities=False)  # positions only
         except msgconv.MessageError as err:
             with self._lock:
                 rejection: Rejection | None = self._core.on_bad_joint_state(str(err))
@@ -212,6 +242,7 @@ class ActuatorNode(Node):
         with self._lock:
             values, level, message = self._core.report()
             tick_cpu = percentiles_ms(list(self._tick_cpu_s))
+            values["ticks_brought_forward"] = self._schedule.rephases if self._schedule is not None else 0
         values["tick_cpu_ms_p50"], values["tick_cpu_ms_p99"] = tick_cpu["p50"], tick_cpu["p99"]
         self._diagnostics_pub.publish(msgconv.diagnostic_array(
             f"{self.get_name()}: commands", {key: _format(value) for key, value in values.items()}, now_ns(self),

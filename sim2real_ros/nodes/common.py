@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import gc
+import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +29,7 @@ from rclpy.qos import (
 from ..core.errors import ConfigError, Sim2RealError
 from .executor import make_executor
 from .executor import single_threaded_executor as single_threaded_executor  # re-exported
+from .realtime import apply_realtime_knobs
 
 # Camera topics: best effort depth 5. A best-effort subscription also matches reliable publishers,
 # so real drivers of either kind connect.
@@ -122,19 +126,62 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
+def end_on_hangup() -> bool:
+    """Make SIGHUP (the node's terminal closed) end the node like SIGTERM, in order: rclpy's handlers
+    cover SIGINT and SIGTERM only, and SIGHUP's default action kills the process on the spot (no
+    hold handed over, nothing destroyed). Call from the main thread after rclpy.init.
+
+    How: a Python handler keeps SIGHUP from killing the process, and its C-level part writes the
+    signal number to a wakeup pipe at once; a thread waiting on that pipe sends SIGTERM to this
+    process, which rclpy's handler turns into the usual shutdown. (A Python handler alone would run
+    only when the executor's wait returns, which an idle node may never do.) Returns False where
+    the wakeup fd is already taken (then only the Python handler's late SIGTERM remains).
+    """
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+
+    def forward(*_: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def watch() -> None:
+        while True:
+            try:
+                data = os.read(read_fd, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            if signal.SIGHUP in data:
+                forward()
+                return
+
+    if signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False) != -1:
+        signal.set_wakeup_fd(-1)  # someone else's: leave it
+        os.close(read_fd)
+        os.close(write_fd)
+        signal.signal(signal.SIGHUP, forward)
+        return False
+    signal.signal(signal.SIGHUP, lambda *_: None)
+    threading.Thread(target=watch, name="sighup-watch", daemon=True).start()
+    return True
+
+
 def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_threads: int = 2) -> int:
     """Start rclpy, build the node, spin it, and always clean up (Humble has no `with rclpy.init()`).
 
     A Sim2RealError raised while building the node (bad parameters, bad config file) is printed
-    as one clear line and gives exit code 2. Ctrl-C and SIGTERM end the node with exit code 0.
+    as one clear line and gives exit code 2. Ctrl-C, SIGTERM and SIGHUP (end_on_hangup) end the node
+    with exit code 0.
     num_threads=1 spins one thread on the executor that executor.py chooses (SIM2REAL_EXECUTOR).
     """
     rclpy.init(args=args)
+    end_on_hangup()
     node = None
     executor: Executor | None = None
     code = 0
     try:
         node = factory()
+        apply_realtime_knobs(node)  # every node's scheduling, affinity, memory lock (nodes/realtime.py)
         executor = make_executor(node, num_threads)
         executor.add_node(node)
         freeze_startup_objects()

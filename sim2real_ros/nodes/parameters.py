@@ -24,7 +24,8 @@ from ..paths import share_dir
 from ..robots import DEFAULT_ROBOT, ROBOT_NAMES
 from ..viz.server import DEFAULT_BACKLOG, DEFAULT_HOST, DEFAULT_PORT
 
-TYPES = ("string", "double", "integer", "bool", "string_array", "double_array", "string_or_string_array")
+TYPES = ("string", "double", "integer", "bool", "string_array", "double_array", "integer_array",
+         "string_or_string_array")
 DOC_PATH = Path(__file__).resolve().parent.parent.parent / "docs" / "parameters.md"
 
 
@@ -198,6 +199,13 @@ ACTUATOR_NODE: tuple[ParamSpec, ...] = (
     ParamSpec("tick_phase_lock", "bool", True,
               "wall clock: nudge the control schedule (at most 10% of a period per chunk) so the first tick after "
               "a typical chunk arrival comes 15% of a period after it; the rate is unchanged"),
+    ParamSpec("tick_on_chunk", "bool", True,
+              "wall clock: an accepted chunk brings the next tick forward to its arrival (no sooner than "
+              "min_command_interval_s after the last one) and the fixed-rate schedule goes on from there, so a chunk "
+              "never waits for the next fixed tick; false: it waits (up to a period)"),
+    ParamSpec("min_command_interval_s", "double", 0.002,
+              "tick_on_chunk: shortest time between two commands [s] (less than a control period); the supervisor's "
+              "step limiter scales each step with the time since the last command", "s", value_range=(0.0, 1.0)),
 )
 
 # [Hz] supervisor control_rate_hz bounds: the core's control period bounds, inverted.
@@ -227,6 +235,11 @@ SUPERVISOR: tuple[ParamSpec, ...] = (
              "joy silence while the human is in control -> HOLD; with require_stop_source, how recent the "
              "joystick's e-stop button must be to count as a live stop source [s]", "s"),
     _bounded("joint_state_timeout_s", 0.2, "joint_states silence -> HOLD [s]", "s"),
+    _bounded("teleop_timeout_s", 0.1,
+             "TELEOP with a leader arm: command/teleop silence -> hold (the leader must be aligned again) [s]", "s"),
+    ParamSpec("servo_diagnostics_topic", "string", "feetech_driver/diagnostics",
+              "the servo-bus driver's diagnostics: an `overload` or `overheat` ERROR latches ESTOP, and the reset "
+              "is refused while it persists ('' = not watched)"),
     _bounded("estop_heartbeat_timeout_s", 0.0, "estop silence -> ESTOP [s]; 0 = no heartbeat required", "s"),
     ParamSpec("auto_arm", "bool", False, "arm automatically once joint states and policy commands are fresh"),
     ParamSpec("require_stop_source", "bool", False,
@@ -235,7 +248,8 @@ SUPERVISOR: tuple[ParamSpec, ...] = (
               "ESTOP (true in the robot graph)"),
     _bounded("handover_ramp_s", 1.0, "ramp time for a gap of handover_max_gap_rad; smaller gaps ramp faster [s]",
              "s"),
-    _bounded("handover_max_gap_rad", 0.5, "largest policy-vs-measured gap a handover accepts [rad]", "rad"),
+    _bounded("handover_max_gap_rad", 0.5, "largest policy-vs-measured gap a handover accepts; in TELEOP, the "
+             "largest leader-vs-measured gap at which following the leader arm starts [rad]", "rad"),
     _bounded("max_joint_jump_rad", 0.2,
              "measured step beyond 2 x velocity limit x dt plus this -> hold at the new position (re-homed "
              "encoder, teleported sim robot) [rad]", "rad"),
@@ -353,6 +367,32 @@ LEADER_ARM: tuple[ParamSpec, ...] = (
     ParamSpec("diagnostics_period_s", "double", 1.0, "period of ~/diagnostics [s]", "s", value_range=(0.05, 60.0)),
 )
 
+# Every node's real-time knobs (core.realtime; applied by nodes/realtime.py through common.run_node).
+REALTIME: tuple[ParamSpec, ...] = (
+    ParamSpec("sched_policy", "string", "other",
+              "scheduling policy of the whole process: other (SCHED_OTHER, as before) | fifo (SCHED_FIFO) | rr "
+              "(SCHED_RR); fifo/rr only for event-driven nodes with bounded work (docs/deployment.md)"),
+    ParamSpec("sched_priority", "integer", 0, "real-time priority for fifo/rr, 1..99 (0 for other)",
+              value_range=(0, 99)),
+    ParamSpec("cpu_affinity", "integer_array", (),
+              "CPU indices the process may run on, e.g. [1] (empty: all)"),
+    ParamSpec("lock_memory", "bool", False,
+              "mlockall(MCL_CURRENT | MCL_FUTURE): no page of the process is swapped out or faulted in from disk"),
+)
+
+SIM_CAMERA: tuple[ParamSpec, ...] = (
+    ParamSpec("robot", "string", DEFAULT_ROBOT,
+              f"robot ({' | '.join(ROBOT_NAMES)}): its URDF and sim params (scene, camera) are the defaults"),
+    ParamSpec("robot_description", "string", "", "URDF XML or file path; empty = the robot's URDF"),
+    ParamSpec("sim_params_file", "string", "", "sim parameters YAML (scene, camera, artifacts); empty = the robot's"),
+    ParamSpec("camera_calibration", "string", "", "camera calibration YAML (ROS format); empty = the sim params' file"),
+    ParamSpec("seed", "integer", 0, "seed of the scene (episode 0's target and appearance)"),
+    ParamSpec("rate_hz", "double", 0.0, "frame rate [Hz]; 0 = sim params rates.camera_hz", "Hz",
+              value_range=(0.0, 1000.0)),
+    ParamSpec("artifacts", "bool", True, "apply the sim params' camera artifacts (distortion, noise, blur, JPEG)"),
+    ParamSpec("frame_id", "string", "camera_link", "frame_id of the camera topics"),
+)
+
 # Node name -> its table, in the order of the graph (docs/parameters.md follows it).
 NODES: dict[str, tuple[ParamSpec, ...]] = {
     "sim_node": SIM_NODE,
@@ -365,6 +405,7 @@ NODES: dict[str, tuple[ParamSpec, ...]] = {
     "viz_node": VIZ_NODE,
     "feetech_driver": FEETECH_DRIVER,
     "leader_arm": LEADER_ARM,
+    "sim_camera": SIM_CAMERA,
 }
 
 
@@ -391,7 +432,8 @@ def declare_table(node: Any, table: tuple[ParamSpec, ...], range_source: str | N
 
     from .common import declare, declare_array
 
-    arrays = {"string_array": Parameter.Type.STRING_ARRAY, "double_array": Parameter.Type.DOUBLE_ARRAY}
+    arrays = {"string_array": Parameter.Type.STRING_ARRAY, "double_array": Parameter.Type.DOUBLE_ARRAY,
+              "integer_array": Parameter.Type.INTEGER_ARRAY}
     values: dict[str, Any] = {}
     for entry in table:
         if entry.type == "string_or_string_array":
@@ -485,6 +527,14 @@ def render_markdown() -> str:
             lines.append(f"| `{entry.name}` | {entry.type} | `{_cell(entry.shown_default())}` | {entry.unit} | "
                          f"{_range(entry)} | {_cell(description)} |")
         lines.append("")
+    lines += ["## every node: real-time knobs", "",
+              "Declared on every node by `common.run_node` (docs/deployment.md): applied at start-up where the",
+              "process may, otherwise one warning and the node runs as before; reported on `~/realtime`.", "",
+              "| parameter | type | default | unit | range | description |", "|---|---|---|---|---|---|"]
+    for entry in REALTIME:
+        lines.append(f"| `{entry.name}` | {entry.type} | `{_cell(entry.shown_default())}` | {entry.unit} | "
+                     f"{_range(entry)} | {_cell(entry.description)} |")
+    lines.append("")
     return "\n".join(lines)
 
 

@@ -297,7 +297,7 @@ class PolicyNode(Node):
         with self._lock:
             self._ledger.joint_state_received()
         try:
-            sample = joint_state_to_sample(msg)
+            sample = joint_state_to_sample(msg, use_velocities=False)  # positions only (NaN velocity ok)
             positions = np.array(reorder(sample, self._joint_names), dtype=float)
         except MessageError as err:
             self._drop(lambda ledger: ledger.input_dropped(DropReason.BAD_JOINT_STATE), DropReason.BAD_JOINT_STATE,

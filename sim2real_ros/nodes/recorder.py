@@ -266,11 +266,13 @@ class RecorderNode(Node):
 
 
 def _spin_until_stopped(node: RecorderNode, duration_s: float | None = None) -> None:
-    """Spin `node` until SIGINT/SIGTERM, rclpy shutdown or `duration_s`; then take in what DDS
+    """Spin `node` until SIGINT/SIGTERM/SIGHUP, rclpy shutdown or `duration_s`; then take in what DDS
     already delivered (RecorderNode.drain) while the context is still valid. rclpy's own signal
     handler would shut the context down at once and destroy the subscriptions with those messages."""
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda _signum, _frame: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # SIGHUP (its terminal closed) too: the bag must be finished, not cut off (issue 34).
+    previous = {sig: signal.signal(sig, lambda _signum, _frame: stop.set())
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     executor = single_threaded_executor(node)
     executor.add_node(node)
     freeze_startup_objects()

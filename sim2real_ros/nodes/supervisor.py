@@ -8,10 +8,23 @@ nothing else, and publishes the hold from its callback instead of waiting for th
 (issue #6: p99 <= 10 ms from the e-stop's publication to the hold on the robot topic). Commands
 leave in decision order (CommandOrder). The e-stop node is `<name>_estop` in the same namespace.
 `estop` is reliable + transient local (docs/design.md §2); a publisher with a QoS this subscription cannot hear
-(volatile or best effort) is itself treated as a pressed e-stop, so no stop request is lost silently.
+(volatile or best effort), or of another message type (a std_msgs/String, an example_interfaces/Bool),
+is itself treated as a pressed, faulty e-stop for as long as it exists, so no stop request is lost
+silently. Each `estop` message is taken with its MessageInfo: the stop is kept per publisher GID
+(released only when every publisher that pressed has released). The graph is polled on a steady
+timer (GRAPH_POLL_PERIOD_S).
 
-Topics (relative names): subscribes command/policy (JointState), joint_states, joy, estop (Bool,
-true = stop); publishes forward_position_controller/commands (Float64MultiArray, `joints` order),
+Time: stamps and the core's `now_ns` are the node's clock (sim time under use_sim_time), but every
+timer runs on a steady clock and the tick passes the steady time too, so the watchdogs keep running
+when `/clock` stops or jumps (the core holds on a node clock standing still). use_sim_time is
+read-only after start: a change is refused (switching clocks under running watchdogs stopped them).
+On a robot (use_sim_time false and auto_arm false) require_stop_source must be true: the node
+refuses to start otherwise.
+
+Topics (relative names): subscribes command/policy (JointState), command/teleop (JointState, a
+leader arm: followed in TELEOP while the deadman is held), joint_states, joy, estop (Bool, true =
+stop), `servo_diagnostics_topic` (DiagnosticArray, feetech_driver/diagnostics: a servo's overload or
+overheat latches ESTOP); publishes forward_position_controller/commands (Float64MultiArray, `joints` order),
 supervisor/state (DiagnosticArray, latched), supervisor/interventions (DiagnosticArray, events).
 Services: supervisor/reset, supervisor/arm, supervisor/hold (std_srvs/Trigger).
 """
@@ -23,10 +36,13 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from diagnostic_msgs.msg import DiagnosticArray
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.topic_endpoint_info import TopicEndpointInfo
 from sensor_msgs.msg import JointState, Joy
 from std_msgs.msg import Bool, Float64MultiArray
 from std_srvs.srv import Trigger
@@ -64,6 +80,10 @@ from .parameters import SUPERVISOR, SUPERVISOR_CONTROL_RATE_RANGE, SUPERVISOR_ST
 SOURCE = "supervisor parameters"
 COMMAND_TOPIC = "forward_position_controller/commands"
 LEVELS = {Mode.ESTOP: Level.ERROR, Mode.HOLD: Level.WARN}
+ESTOP_TYPE = "std_msgs/msg/Bool"
+SERVO_DIAGNOSTICS_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+CLOSE_POLL_S = 0.1  # [s] the e-stop thread's longest wait before it checks whether it must stop
+GRAPH_POLL_PERIOD_S = 0.1  # [s] how often the `estop` publishers are listed (steady clock)
 
 
 CONTROL_RATE_RANGE = SUPERVISOR_CONTROL_RATE_RANGE  # [Hz] the core's control period bounds, inverted
@@ -81,6 +101,7 @@ class SupervisorNodeParams:
     control_rate_hz: float
     state_rate_hz: float
     forward_policy_commands: bool = True
+    servo_diagnostics_topic: str = ""
 
     def __post_init__(self) -> None:
         for name, (low, high) in (("control_rate_hz", CONTROL_RATE_RANGE), ("state_rate_hz", STATE_RATE_RANGE)):
@@ -101,6 +122,7 @@ def declare_parameters(node: Node) -> tuple[SupervisorNodeParams, dict]:
         ee_link=str(v.pop("ee_link")), joystick_config=str(v.pop("joystick_config")),
         control_rate_hz=float(v.pop("control_rate_hz")), state_rate_hz=float(v.pop("state_rate_hz")),
         forward_policy_commands=bool(v.pop("forward_policy_commands")),
+        servo_diagnostics_topic=str(v.pop("servo_diagnostics_topic")).strip(),
     )
     v["auto_arm"], v["require_stop_source"] = bool(v["auto_arm"]), bool(v["require_stop_source"])
     for parameter, field in (("position_lower_limits", "lower"), ("position_upper_limits", "upper"),
@@ -120,6 +142,7 @@ def status_message(status: SupervisorStatus, stamp_ns: int) -> DiagnosticArray:
         "jog_mode": status.jog_mode,
         "foreign_publishers": str(status.foreign_publishers),
         "last_rejection": status.last_rejection,
+        "estop_vanished": status.estop_vanished,
         **{name: str(count) for name, count in status.counters.items()},
     }
     return msgconv.diagnostic_array("supervisor", values, stamp_ns, level=LEVELS.get(status.mode, Level.OK),
@@ -132,6 +155,42 @@ def event_message(event: InterventionEvent, stamp_ns: int) -> DiagnosticArray:
               "reason": event.reason}
     return msgconv.diagnostic_array("supervisor/intervention", values, stamp_ns,
                                     message=f"{event.event}: {event.reason}")
+
+
+def gid_key(gid: object) -> str:
+    """A publisher GID as hex text: from MessageInfo's `publisher_gid` ({'data': bytes, ...}) or a
+    TopicEndpointInfo's `endpoint_gid` (a list of ints); "" when it cannot be read."""
+    if isinstance(gid, dict):
+        gid = gid.get("data")
+    try:
+        return bytes(gid).hex() if gid is not None else ""
+    except (TypeError, ValueError):
+        return ""
+
+
+def endpoint_name(info: TopicEndpointInfo) -> str:
+    """The node behind an endpoint, as `ros2 node list` names it."""
+    # The graph may list an endpoint before its node's name is known (rmw's placeholder names).
+    if not info.node_name or info.node_name.startswith("_NODE_NAME_UNKNOWN_"):
+        return "(node not yet known)"
+    namespace = info.node_namespace.rstrip("/")
+    return f"{namespace}/{info.node_name}"
+
+
+def classify_estop_publishers(infos: list[TopicEndpointInfo]) -> tuple[list[str], list[str]]:
+    """(GID keys of the publishers the `estop` subscription hears, why each other one is faulty)."""
+    live, faulty = [], []
+    for info in infos:
+        if info.topic_type != ESTOP_TYPE:
+            faulty.append(f"estop publisher {endpoint_name(info)} publishes {info.topic_type}, not {ESTOP_TYPE}: "
+                          "a stop source that cannot be read")
+        elif info.qos_profile.durability == DurabilityPolicy.VOLATILE \
+                or info.qos_profile.reliability == ReliabilityPolicy.BEST_EFFORT:
+            faulty.append(f"estop publisher {endpoint_name(info)} cannot be heard (QoS must be reliable + "
+                          "transient local)")
+        else:
+            live.append(gid_key(info.endpoint_gid))
+    return live, faulty
 
 
 class EstopListener:
@@ -148,12 +207,15 @@ class EstopListener:
     honoured because the caller passes the name the supervisor node resolved.
     """
 
-    def __init__(self, owner: Node, topic: str, callback: Callable[[Bool], None]) -> None:
+    def __init__(self, owner: Node, topic: str, callback: Callable[[Bool, object], None]) -> None:
         self._node = Node(f"{owner.get_name()}_estop", namespace=owner.get_namespace(), context=owner.context,
                           use_global_arguments=False, enable_rosout=False, start_parameter_services=False)
+        # A callback of two arguments gets each message's MessageInfo (rclpy on Kilted and Jazzy):
+        # the publisher's GID keeps the stop per publisher.
         self._subscription = self._node.create_subscription(Bool, topic, callback, LATCHED_QOS)
         self._executor = single_threaded_executor(self._node)
         self._executor.add_node(self._node)
+        self._closing = threading.Event()
         self._thread = threading.Thread(target=self._spin, name="supervisor-estop", daemon=True)
         self._thread.start()
 
@@ -163,10 +225,11 @@ class EstopListener:
         return self._subscription.topic_name
 
     def _spin(self) -> None:
-        while True:
+        while not self._closing.is_set() and self._node.context.ok():
             try:
-                self._executor.spin()
-                return  # close() or the context's shutdown
+                # A bounded wait (a message still wakes it at once): close() then only has to wait
+                # for the loop to notice, never trigger the executor under a waiting thread.
+                self._executor.spin_once(timeout_sec=CLOSE_POLL_S)
             except (KeyboardInterrupt, ExternalShutdownException):
                 return  # Ctrl-C: the supervisor node is going away too
             except Exception:
@@ -176,9 +239,16 @@ class EstopListener:
                 self._node.get_logger().error(f"e-stop callback failed:\n{traceback.format_exc()}")
 
     def close(self) -> None:
-        """Stop the thread and destroy the node (idempotent)."""
-        self._executor.shutdown()
+        """Stop the thread and destroy the node (idempotent).
+
+        The thread ends first (within CLOSE_POLL_S), then the executor is shut down: triggering its
+        guard condition while the thread still waited on it in a context Ctrl-C/SIGTERM had shut
+        down crashed the process at exit (SIGSEGV, issue 34).
+        """
+        self._closing.set()
         self._thread.join(timeout=5.0)
+        if not self._thread.is_alive():
+            self._executor.shutdown()
         self._node.destroy_node()
 
 
@@ -195,6 +265,7 @@ class SupervisorNode(Node):
             velocity=core_fields.pop("velocity"), velocity_scale=core_fields.pop("velocity_scale"), source=SOURCE)
         mapping = load_joystick_mapping(params.joystick_config)
         config = SupervisorConfig(control_period_s=1.0 / params.control_rate_hz, source=SOURCE, **core_fields)
+        check_stop_source_on_robot(config, bool(self.get_parameter("use_sim_time").value))
         self._core = Supervisor(config, limits, Jogger(mapping, limits, model, params.ee_link))
         self._params = params
         # Held only for a core call (and numbering its command), so the e-stop thread never waits
@@ -203,6 +274,10 @@ class SupervisorNode(Node):
         self._last_state_key: tuple = ()
         self._last_change_key: tuple = ()
         self._last_rejections = 0
+        # Timers on a steady clock: with use_sim_time a stopped /clock would stop them, and the
+        # watchdogs with them. The tick reads both clocks (core: a node clock standing still holds).
+        self._steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self.add_on_set_parameters_callback(self._refuse_clock_change)
         self._forwarding = CommandForwarding(int(round(config.control_period_s * 1e9)),
                                              enabled=params.forward_policy_commands)
 
@@ -213,11 +288,19 @@ class SupervisorNode(Node):
         self.create_subscription(JointState, "joint_states", self._on_joint_state, JOINT_STATE_QOS)
         self.create_subscription(JointState, "command/policy", self._on_policy, RELIABLE_LATEST_QOS)
         self.create_subscription(Joy, "joy", self._on_joy, JOY_QOS)
+        self._teleop_sub = self.create_subscription(JointState, "command/teleop", self._on_teleop,
+                                                    RELIABLE_LATEST_QOS)
+        if params.servo_diagnostics_topic:
+            # Reliable and volatile, as the driver publishes; depth 10: an alarm must not be overwritten
+            # by the next report before this callback runs.
+            self.create_subscription(DiagnosticArray, params.servo_diagnostics_topic, self._on_servo_diagnostics,
+                                     SERVO_DIAGNOSTICS_QOS)
         self.create_service(Trigger, "supervisor/reset", self._on_reset)
         self.create_service(Trigger, "supervisor/arm", self._on_arm)
         self.create_service(Trigger, "supervisor/hold", self._on_hold)
-        self._control_timer = self.create_timer(config.control_period_s, self._on_tick)
-        self.create_timer(1.0 / params.state_rate_hz, self._publish_state)
+        self._control_timer = self.create_timer(config.control_period_s, self._on_tick, clock=self._steady)
+        self.create_timer(1.0 / params.state_rate_hz, self._publish_state, clock=self._steady)
+        self.create_timer(GRAPH_POLL_PERIOD_S, self._poll_estop_publishers, clock=self._steady)
         # The e-stop thread asks this node's executor to report the change (state, events, log).
         self._report_guard = self.create_guard_condition(self._after_input)
         self._estop = EstopListener(self, self.resolve_topic_name("estop"), self._on_estop)
@@ -254,10 +337,26 @@ class SupervisorNode(Node):
             number = self._commands.number()
         self._commands.send(number, msgconv.make_position_command(command.positions))
 
-    def _on_estop(self, msg: Bool) -> None:
-        """E-stop thread: the hold goes out from here; reporting waits for the executor thread."""
+    def _steady_ns(self) -> int:
+        """The steady clock [ns]: never stops or jumps, whatever use_sim_time says."""
+        return self._steady.now().nanoseconds
+
+    def _refuse_clock_change(self, parameters: list) -> SetParametersResult:
+        """use_sim_time is read-only after start: switching clocks under running watchdogs stopped them."""
+        for parameter in parameters:
+            if parameter.name == "use_sim_time" and parameter.value != self.get_parameter("use_sim_time").value:
+                return SetParametersResult(successful=False, reason="use_sim_time is read-only after start "
+                                           "(the supervisor's watchdogs run on the clock chosen at start)")
+        return SetParametersResult(successful=True)
+
+    def _on_estop(self, msg: Bool, info: object) -> None:
+        """E-stop thread: the hold goes out from here; reporting waits for the executor thread.
+
+        Two required arguments, so rclpy passes the MessageInfo (with a default for `info`, it
+        would pass the message alone and every publisher would look the same)."""
         active = bool(msg.data)
-        self._decide(lambda t: self._core.on_estop(active, t))
+        publisher = gid_key(info.get("publisher_gid")) if isinstance(info, dict) else ""
+        self._decide(lambda t: self._core.on_estop(active, t, publisher))
         self._report_guard.trigger()
 
     def _on_joy(self, msg: Joy) -> None:
@@ -266,7 +365,8 @@ class SupervisorNode(Node):
 
     def _on_joint_state(self, msg: JointState) -> None:
         try:
-            sample = msgconv.joint_state_to_sample(msg)
+            # Positions only: a NaN velocity or effort (an interface the joint lacks) is not ours to judge.
+            sample = msgconv.joint_state_to_sample(msg, use_velocities=False)
         except msgconv.MessageError as err:
             with self._core_lock:
                 self._core.record_rejection("rejected_joint_states", f"joint_states: {err}")
@@ -277,7 +377,7 @@ class SupervisorNode(Node):
 
     def _on_policy(self, msg: JointState) -> None:
         try:
-            sample = msgconv.joint_state_to_sample(msg)
+            sample = msgconv.joint_state_to_sample(msg, use_velocities=False)
         except msgconv.MessageError as err:
             with self._core_lock:
                 self._core.record_rejection("rejected_policy", f"command/policy: {err}")
@@ -286,7 +386,7 @@ class SupervisorNode(Node):
                 self._core.on_policy_command(sample.names, sample.positions, now_ns(self))
                 # Forward it now rather than at the next tick (up to a control period later): the
                 # commands then go out at the actuator's rate, in phase with it.
-                forward = self._forwarding.forward_now(self._core.mode == Mode.AUTONOMOUS, now_ns(self))
+                forward = self._forwarding.forward_now(self._core.mode == Mode.AUTONOMOUS, self._steady_ns())
             if forward:
                 self._tick()
                 # The timer is the fallback for when commands stop: restarting its period on every
@@ -294,10 +394,29 @@ class SupervisorNode(Node):
                 self._control_timer.reset()
         self._after_input()
 
+    def _on_teleop(self, msg: JointState) -> None:
+        try:
+            sample = msgconv.joint_state_to_sample(msg, use_velocities=False)
+        except msgconv.MessageError as err:
+            with self._core_lock:
+                self._core.record_rejection("rejected_teleop", f"command/teleop: {err}")
+        else:
+            with self._core_lock:
+                self._core.on_teleop_command(sample.names, sample.positions, now_ns(self))
+        self._after_input()
+
+    def _on_servo_diagnostics(self, msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            is_error = status.level == DiagnosticStatus.ERROR
+            values = {kv.key: kv.value for kv in status.values}
+            self._decide(lambda t, s=status, e=is_error, v=values:
+                         self._core.on_servo_diagnostics(s.name, s.hardware_id, e, v, t))
+        self._after_input()
+
     def _on_tick(self) -> None:
         if not self.context.ok():
             return
-        if not self._forwarding.timer_ticks(self._core.mode == Mode.AUTONOMOUS, now_ns(self)):
+        if not self._forwarding.timer_ticks(self._core.mode == Mode.AUTONOMOUS, self._steady_ns()):
             return  # commands are being forwarded as they arrive; this timer is the fallback
         self._tick()
         self._after_input()
@@ -305,11 +424,16 @@ class SupervisorNode(Node):
     def _tick(self) -> None:
         # Every publisher but ours counts: the supervisor must be the robot's only writer.
         foreign = max(0, self.count_publishers(self._command_pub.topic_name) - 1)
+        # A leader arm on the graph matters only in TELEOP (a graph query: not on every policy command).
+        leaders = self.count_publishers(self._teleop_sub.topic_name) if self._core.mode == Mode.TELEOP else 0
 
         def tick(t: int) -> SentCommand | None:
-            self._forwarding.ticked(t)
+            steady = self._steady_ns()
+            # Forwarding counts on the steady clock: on a stopped /clock it would wait forever.
+            self._forwarding.ticked(steady)
             self._core.set_foreign_publishers(foreign)
-            return self._core.tick(t)
+            self._core.set_teleop_publishers(leaders)
+            return self._core.tick(t, steady)
 
         self._decide(tick)
 
@@ -358,22 +482,28 @@ class SupervisorNode(Node):
     def _publish_state(self) -> None:
         if not self.context.ok():
             return
-        unheard = self._count_unheard_estop_publishers()
-        self._decide(lambda t: self._core.set_unheard_estop_publishers(unheard, t))
         with self._core_lock:
             status = self._core.status(now_ns(self))
         self._publish(self._state_pub, status_message(status, now_ns(self)))
         self._after_input()
 
-    def _count_unheard_estop_publishers(self) -> int:
-        """Publishers on `estop` whose QoS our reliable + transient-local subscription cannot match
-        (volatile or best effort): their stop requests would be lost without a word."""
-        infos = self.get_publishers_info_by_topic(self._estop.topic_name)
-        return sum(
-            1 for info in infos
-            if info.qos_profile.durability == DurabilityPolicy.VOLATILE
-            or info.qos_profile.reliability == ReliabilityPolicy.BEST_EFFORT
-        )
+    def _poll_estop_publishers(self) -> None:
+        """List the `estop` publishers: the heard ones' GIDs (a pressed one gone stays pressed until
+        a reset), and every faulty one (unheard QoS, another type), each a pressed stop."""
+        if not self.context.ok():
+            return
+        live, faulty = classify_estop_publishers(self.get_publishers_info_by_topic(self._estop.topic_name))
+        self._decide(lambda t: self._core.set_estop_publishers(live, faulty, t))
+        self._after_input()
+
+
+def check_stop_source_on_robot(config: SupervisorConfig, use_sim_time: bool) -> None:
+    """On a robot (wall time and no auto_arm, as graph.declare_graph("robot") declares it) a live stop
+    source is always required: refuse require_stop_source false, naming the parameter."""
+    if not use_sim_time and not config.auto_arm and not config.require_stop_source:
+        raise ConfigError(SOURCE, "require_stop_source", False,
+                          "must be true on a robot (use_sim_time false and auto_arm false): arming a real arm "
+                          "needs a live stop source (an estop heartbeat or a joystick e-stop button)")
 
 
 def main(args: list[str] | None = None) -> None:

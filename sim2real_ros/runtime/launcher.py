@@ -117,12 +117,13 @@ class GraphLauncher:
         return exited
 
     def spin(self, duration_s: float | None = None, stop_on_exit: bool = False) -> int:
-        """Wait until `duration_s` passes, Ctrl-C/SIGTERM, or (stop_on_exit) any node exits.
+        """Wait until `duration_s` passes, Ctrl-C/SIGTERM/SIGHUP, or (stop_on_exit) any node exits.
 
         Returns 0, or the first non-zero exit code of a node that died.
         """
         stop = threading.Event()
-        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        # SIGHUP (the terminal closed) stops the graph in order too, as SIGTERM does (issue 34).
+        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGHUP)}
         deadline = None if duration_s is None else time.monotonic() + duration_s
         try:
             while not stop.is_set():
@@ -135,7 +136,8 @@ class GraphLauncher:
         except KeyboardInterrupt:
             pass
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         return next((code for _, code in self.check() if code not in (0, None)), 0)
 
     def shutdown(self, timeout_s: float = 5.0) -> dict[str, int]:

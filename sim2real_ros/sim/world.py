@@ -513,6 +513,14 @@ class SimWorld:
         q = np.array([s[0] for s in self._states()])
         return q if all_joints else q[self._cmd_pos]
 
+    def place_joints(self, positions: dict[str, float]) -> None:
+        """Put the named joints at these positions [rad] without physics (zero velocity): a camera-only
+        world showing an arm whose positions come from elsewhere. Unknown names are ignored."""
+        for name, q in positions.items():
+            if name in self.all_joint_names:
+                self.client.resetJointState(self.robot, self._all_idx[self.all_joint_names.index(name)],
+                                            float(q), 0.0)
+
     def joint_velocities(self, all_joints: bool = False) -> np.ndarray:
         """Velocities [rad/s] of joint_names (or all_joint_names)."""
         qd = np.array([s[1] for s in self._states()])

@@ -12,9 +12,11 @@ import yaml
 from ..core.checkpoint import LoadedPolicy
 from ..core.errors import ConfigError
 from ..core.policy_backend import load_policy
+from ..core.policy_spec import check_against_data
 from ..core.preprocess_config import PreprocessConfig
 from ..core.provenance import assert_unseen_episodes, sim_params_mismatch
 from ..core.stats import success_by_pushes, summary, wilson_interval
+from ..core.urdf import RobotModel
 from ..paths import config_path
 from ..robots import robot_description_for, robot_for_checkpoint, sim_params_for
 from ..sim.params import load_sim_params
@@ -133,6 +135,12 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     robot = robot_for_checkpoint(robot, policy.spec.joint_names, policy.spec.provenance, str(checkpoint))
     params = load_sim_params(sim_params_for(robot, sim_config))
     preprocess = PreprocessConfig.from_dict(policy.spec.preprocess, source=f"{checkpoint} preprocess")
+    description = robot_description_for(robot, robot_description)
+    # The sim drives the checkpoint's joints by name: each must be in the robot, and the
+    # preprocessing the sim runs (the checkpoint's stored config) must be the one it was trained with.
+    robot_name = "(robot_description XML)" if description.lstrip().startswith("<") else description
+    check_against_data(policy.spec, RobotModel.from_description(description).joint_names, str(checkpoint),
+                       f"sim robot {robot_name}", preprocess)
     if pushes and params.randomization.pushes is None:
         raise ConfigError(params.source, "randomization.pushes", None,
                           "pushes were asked for, but the sim params have no randomization.pushes ranges")
@@ -144,7 +152,7 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
             raise ConfigError("eval-sim", "actuation_latency_s", actuation_latency_s,
                               "must be a finite number >= 0 [s]")
     config = rollout_config_from(policy, latency, graph_conditions)
-    job = EpisodeJob(str(params.source), robot_description_for(robot, robot_description), preprocess.to_dict(),
+    job = EpisodeJob(str(params.source), description, preprocess.to_dict(),
                      list(policy.spec.joint_names), config.to_dict(), policy.spec.chunk_length, policy.spec.dt_s,
                      pushes=pushes, record_images=False, backend=policy.backend)
     assert_unseen_episodes(seed, range(episodes), student_training_episodes(policy.spec.provenance), str(checkpoint))

@@ -11,6 +11,8 @@
 - `handover`: the hand-over ramp and its gap check;
 - `shared_control`: the human's bounded correction in SHARED;
 - `interventions`: takeover and hand-back events;
+- `leader_follow`: following a leader arm's command/teleop in TELEOP (aligned first, stale holds);
+- `servo_alarms`: a servo-bus driver's overload/overheat alarms, an e-stop source while they persist;
 - `coordinator`: the `Supervisor`, which drives the table and the parts.
 
 `sim2real_ros.core.supervisor` re-exports the public names.

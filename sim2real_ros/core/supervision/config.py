@@ -13,6 +13,7 @@ CONFIG_RANGES: dict[str, tuple[float, float]] = {
     "control_period_s": (0.0005, 1.0),
     "policy_timeout_s": (0.001, 2.0),
     "joy_timeout_s": (0.01, 5.0),
+    "teleop_timeout_s": (0.001, 2.0),
     "joint_state_timeout_s": (0.001, 2.0),
     "estop_heartbeat_timeout_s": (0.0, 5.0),  # 0 = no heartbeat
     "handover_ramp_s": (0.0, 10.0),
@@ -30,6 +31,7 @@ class SupervisorConfig:
     """Timing, handover and input-check settings; times in seconds [s], gaps and offsets in [rad].
 
     estop_heartbeat_timeout_s = 0 disables the heartbeat watchdog on the e-stop topic.
+    teleop_timeout_s: a leader arm's command/teleop older than this holds TELEOP.
     require_stop_source: arming needs a live stop source and losing it latches ESTOP (robots).
     joint_state_limit_margin_rad: a measured position beyond the robot's limits by more than this is
     rejected as implausible. joint_jump_confirm_samples: consecutive samples a jump must persist.
@@ -39,6 +41,7 @@ class SupervisorConfig:
     control_period_s: float = 0.01
     policy_timeout_s: float = 0.1
     joy_timeout_s: float = 0.5
+    teleop_timeout_s: float = 0.1
     joint_state_timeout_s: float = 0.2
     estop_heartbeat_timeout_s: float = 0.0
     auto_arm: bool = False

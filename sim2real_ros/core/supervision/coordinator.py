@@ -16,9 +16,16 @@ each mode means:
 - SHARED: the policy's command plus the human's correction (`shared_control.py`). The `shared`
   button toggles it with AUTONOMOUS; leaving it is a hand-back (ramped, gap-checked).
 - TELEOP: the human jogs (joint space or Cartesian) while the deadman is held; releasing it holds
-  immediately. Entered with the `takeover` button from HOLD, AUTONOMOUS or SHARED.
-- ESTOP (latched): any e-stop source (`estop.py`) latches it from any mode; every other input is
-  ignored until a reset request arrives while no source is active. A reset goes to HOLD.
+  immediately. Entered with the `takeover` button from HOLD, AUTONOMOUS or SHARED. With a leader arm
+  on the graph (a `command/teleop` publisher, or a message within teleop_timeout_s), the deadman makes
+  the arm follow the leader instead (`leader_follow.py`): only once the leader is within
+  handover_max_gap_rad of the measured position, clamped and step-limited like every command; a
+  leader silent for teleop_timeout_s holds (and must be aligned again). The joystick's axes are not
+  read while a leader is present.
+- ESTOP (latched): any e-stop source (`estop.py`) latches it from any mode, and so does a servo
+  alarm from the servo-bus driver's diagnostics (`servo_alarms.py`: overload, overheat); every other
+  input is ignored until a reset request arrives while no source is active and no alarm persists.
+  A reset goes to HOLD.
 
 A takeover (entering TELEOP or SHARED from a mode without the human) and the hand-back (leaving
 them) are intervention events with start and end times (`interventions.py`). After a takeover the
@@ -44,7 +51,16 @@ message too short to hold the button is itself a pressed e-stop.
 
 Time only goes forward for the watchdogs (`watchdogs.py`): after a clock step back every input is
 stale until it arrives again, the e-stop heartbeat included, a moving mode holds, and
-`clock_steps_back` counts it.
+`clock_steps_back` counts it. The watchdogs never stop with the clock either: the node ticks on a
+steady clock and passes its time (`tick(now_ns, steady_ns)`); a node clock that stands still for
+longer than max(joint_state_timeout_s, 0.5 s) of steady time (`/clock` stopped under use_sim_time) is a stale
+input for every watchdog: a moving mode holds, arming is refused, a required heartbeat latches
+ESTOP and no stop source counts as live, until the clock moves again.
+
+The `estop` topic is kept per publisher (`estop.py`): released only when every publisher that
+pressed has released; one that leaves the graph while pressed stays pressed until a reset. A
+faulty `estop` publisher (a QoS this subscription cannot hear, another message type) is a pressed
+stop source for as long as it exists.
 
 No input raises out of the supervisor: an unexpected error latches ESTOP at the last command sent and
 counts `internal_errors` (a callback that raises would end the node, and the hold with it).
@@ -52,7 +68,7 @@ counts `internal_errors` (a callback that raises would end the node, and the hol
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
@@ -66,11 +82,18 @@ from .config import SupervisorConfig
 from .estop import EStopSources
 from .handover import HandoverRamp, gap_refusal
 from .interventions import InterventionLog
+from .leader_follow import LeaderFollow
 from .modes import MOVING_MODES, POLICY_MODES, Entry, Event, Guard, Ignored, Mode, Note, Refused, Transition, entry
 from .outputs import COUNTER_NAMES, InterventionEvent, SentCommand, SupervisorStatus
 from .plausibility import COMMAND_MARGIN_RAD, beyond_limits
+from .servo_alarms import ServoAlarms
 from .shared_control import SharedCorrection
 from .watchdogs import ClockWatch, InputTimes, foreign_publishers_text, fresh, missing_inputs, watchdog_problem
+
+CLOCK_STANDSTILL_MIN_S = 0.5
+"""[s] The shortest node-clock standstill (steady time) that stales every input: never before the
+joint-state watchdog would fire, and long enough for a sim thread starved on a loaded machine to
+publish its next `/clock` (only sim time can stand still; a robot's wall clock cannot)."""
 
 
 def _fail_safe(on_error: str) -> Callable:
@@ -130,8 +153,14 @@ class Supervisor:
         self._ramp = HandoverRamp()
         self._shared = SharedCorrection(limits.n, config.shared_authority, config.shared_max_offset_rad)
         self._teleop_holding = True
+        self._leader = LeaderFollow(limits, config.handover_max_gap_rad, config.teleop_timeout_s)
+        self._leader_publishers = 0  # command/teleop publishers in the graph (the node counts them)
+        self._leader_note = ""  # the leader's state last said in the reason ("" = none said)
+        self._servo_alarms = ServoAlarms()
         self._user_disarmed = False  # a hold request or a takeover: auto_arm waits for an explicit arm
         self._foreign_publishers = 0
+        self._clock_stalled = ""  # why the node's clock counts as stopped ("" while it advances)
+        self._clock_over_once = False  # the last tick already saw the clock standing still too long
 
     # ------------------------------------------------------------------------------------------
     # Read-outs
@@ -154,12 +183,18 @@ class Supervisor:
         return None if self._hold_target is None else self._hold_target.copy()
 
     def estop_sources(self, now_ns: int) -> tuple[str, ...]:
-        """The e-stop sources active now (a reset is refused while any is)."""
-        return self._estop.active(now_ns)
+        """The e-stop sources active now, servo alarms included (a reset is refused while any is)."""
+        return self._estop.active(now_ns) + self._servo_alarms.active()
+
+    @property
+    def leader_following(self) -> bool:
+        """The arm follows the leader arm now (TELEOP, deadman held, leader fresh and aligned)."""
+        return self._leader.following
 
     def status(self, now_ns: int) -> SupervisorStatus:
         return SupervisorStatus(
             mode=self._mode, reason=self._reason, estop_sources=self.estop_sources(now_ns),
+            estop_vanished=self._estop.vanished_text(),
             counters=dict(self.counters), intervention_start_ns=self._interventions.start_ns,
             jog_mode=self.jogger.mode_name, foreign_publishers=self._foreign_publishers,
             last_rejection=self.last_rejection,
@@ -170,9 +205,11 @@ class Supervisor:
         """Cheap fingerprint of what supervisor/state reports on change (mode, reason, e-stop
         inputs, pending events, rejections); the node builds a full status only when it changes."""
         rejected = self.counters["rejected_policy"] + self.counters["rejected_joint_states"] + \
-            self.counters["rejected_joy"]
-        return (self._mode, self._reason, self._estop.topic_active, self._estop.button_active,
-                self._estop.unheard_publishers, len(self._interventions.events), rejected)
+            self.counters["rejected_joy"] + self.counters["rejected_teleop"]
+        return (self._mode, self._reason, self._estop.pressed_publishers, self._estop.button_active,
+                self._estop.faulty_publishers, self._estop.vanished_text(), self._clock_stalled,
+                self._servo_alarms.active(),
+                len(self._interventions.events), rejected)
 
     def pop_events(self) -> list[InterventionEvent]:
         """Intervention events since the last call, oldest first."""
@@ -229,13 +266,44 @@ class Supervisor:
         self._times.policy_ns = now_ns
         return True
 
-    @_fail_safe("command")
-    def on_estop(self, active: bool, now_ns: int) -> SentCommand | None:
-        """An `estop` message (true = stop). Returns the hold to publish at once when it latches."""
+    @_fail_safe("bool")
+    def on_teleop_command(self, names: Sequence[str], positions: Sequence[float], now_ns: int) -> bool:
+        """A leader arm's command/teleop [rad] (exactly the configured joints, any order), validated like
+        a policy command. False if rejected (counted in rejected_teleop)."""
         self._observe_clock(now_ns)
-        self._estop.on_message(active, now_ns)
+        rejection = self._leader.on_teleop(names, positions, now_ns)
+        if rejection:
+            self._reject("rejected_teleop", rejection)
+            return False
+        return True
+
+    def set_teleop_publishers(self, count: int) -> None:
+        """How many publishers are on command/teleop (a leader arm on the graph, even a silent one)."""
+        self._leader_publishers = int(count)
+
+    @_fail_safe("command")
+    def on_servo_diagnostics(self, name: str, hardware_id: str, is_error: bool, values: dict[str, str],
+                             now_ns: int) -> SentCommand | None:
+        """One status of the servo-bus driver's diagnostics. An overload or overheat alarm latches
+        ESTOP naming the servo and the alarm; the hold to publish at once is returned when it latches.
+        A reset is refused while the alarm persists (until the driver reports without it)."""
+        self._observe_clock(now_ns)
+        raised = self._servo_alarms.update(name, hardware_id, is_error, values)
+        # Every report with an alarm latches (a no-op while latched), not only the first one.
+        if raised:
+            return self._latch(now_ns, Event.ESTOP_SOURCE, source="; ".join(raised))
+        return None
+
+    @_fail_safe("command")
+    def on_estop(self, active: bool, now_ns: int, publisher: str = "") -> SentCommand | None:
+        """An `estop` message (true = stop) from `publisher` (its GID as text, "" when unknown).
+        Returns the hold to publish at once when it latches. A "released" releases only the
+        publisher's own "pressed"."""
+        self._observe_clock(now_ns)
+        self._estop.on_message(active, now_ns, publisher)
         if active:
-            return self._latch(now_ns, Event.ESTOP_SOURCE, source="estop topic is true")
+            named = f" (publisher {publisher})" if publisher else ""
+            return self._latch(now_ns, Event.ESTOP_SOURCE, source=f"estop topic is true{named}")
         return None
 
     @_fail_safe("command")
@@ -275,6 +343,8 @@ class Supervisor:
             self._guarded(Event.SHARED_TOGGLE, now_ns)
         elif "arm" in edges:
             self.request_arm(now_ns, "arm button")
+        if self._mode == Mode.TELEOP and not sample.is_pressed("deadman"):
+            self._release_leader()
         if self._mode == Mode.TELEOP and not sample.is_pressed("deadman") and not self._teleop_holding:
             self._teleop_holding = True
             self._capture_hold(now_ns)
@@ -283,17 +353,23 @@ class Supervisor:
         return None
 
     @_fail_safe("command")
-    def set_unheard_estop_publishers(self, count: int, now_ns: int) -> SentCommand | None:
-        """How many publishers on `estop` this subscription cannot hear (incompatible QoS).
-
-        A stop button that cannot be heard counts as pressed: it latches and blocks the reset.
-        """
+    def set_estop_publishers(self, live: Collection[str], faulty: Sequence[str], now_ns: int) -> SentCommand | None:
+        """The `estop` publishers in the graph (polled): `live`, the keys (GIDs as text) of those that
+        can be heard; `faulty`, why each other one cannot (a QoS this subscription cannot hear, another
+        message type), naming it. A stop source that cannot be read counts as pressed: it latches
+        and blocks the reset for as long as it exists. Returns the hold to publish when it latches."""
         self._observe_clock(now_ns)
-        self._estop.set_unheard_publishers(count)
-        if count > 0:
-            return self._latch(now_ns, Event.ESTOP_SOURCE,
-                               source=f"{count} estop publisher(s) with incompatible QoS cannot be heard")
+        self._estop.set_live_publishers(live)
+        self._estop.set_faulty_publishers(faulty)
+        if faulty:
+            return self._latch(now_ns, Event.ESTOP_SOURCE, source="; ".join(faulty))
         return None
+
+    def set_unheard_estop_publishers(self, count: int, now_ns: int) -> SentCommand | None:
+        """set_estop_publishers with `count` anonymous publishers of an incompatible QoS (no GIDs known)."""
+        faulty = [f"{count} estop publisher(s) cannot be heard (QoS must be reliable + transient local)"] \
+            if count > 0 else []
+        return self.set_estop_publishers((), faulty, now_ns)
 
     def set_foreign_publishers(self, count: int) -> None:
         """How many publishers other than the supervisor are on the robot command topic."""
@@ -318,6 +394,7 @@ class Supervisor:
         if failures:
             return False, f"{item.refusal}: " + "; ".join(failures)
         self._fire(Event.RESET, now_ns, **fields)
+        self._estop.clear_vanished()  # publishers that left while pressed: the operator's reset clears them
         self._capture_hold(now_ns)
         return True, "e-stop cleared; HOLD until armed"
 
@@ -349,13 +426,24 @@ class Supervisor:
     # ------------------------------------------------------------------------------------------
     # The control tick
     @_fail_safe("command")
-    def tick(self, now_ns: int) -> SentCommand | None:
-        """One control period: watchdogs, then the command to send (None until a joint state)."""
+    def tick(self, now_ns: int, steady_ns: int | None = None) -> SentCommand | None:
+        """One control period: watchdogs, then the command to send (None until a joint state).
+
+        steady_ns: a steady clock's time [ns] (never stops or jumps) beside the node's now_ns; with
+        it a node clock standing still longer than joint_state_timeout_s stales every input."""
         self._observe_clock(now_ns)
-        self._estop.start_heartbeat(now_ns)
+        if steady_ns is not None:
+            self._watch_clock_standstill(now_ns, steady_ns)
+        if steady_ns is None or self._clock.started:
+            # With a steady clock beside it, the heartbeat counts from when the node's clock first
+            # ran (sim time jumps from 0 to the sim's time when /clock arrives).
+            self._estop.start_heartbeat(now_ns)
         silent = self._estop.heartbeat_silent_s(now_ns)
         if silent is not None:
             self._latch(now_ns, Event.ESTOP_SOURCE, source=f"e-stop heartbeat silent for {silent:.3f} s")
+        if self._clock_stalled and self.config.estop_heartbeat_timeout_s > 0 and self._clock.started:
+            # Not before the clock first moved (sim time before /clock): nothing can arm then anyway.
+            self._latch(now_ns, Event.ESTOP_SOURCE, source=f"e-stop heartbeat cannot be checked: {self._clock_stalled}")
         if isinstance(entry(self._mode, Event.STOP_SOURCE_LOST), Transition):
             missing = self._estop.stop_source_missing(now_ns)
             if missing:
@@ -367,7 +455,8 @@ class Supervisor:
         if self._mode == Mode.ESTOP:
             return self._emit_hold(now_ns)
         if isinstance(entry(self._mode, Event.WATCHDOG), Transition):
-            problem = watchdog_problem(self._times, self._mode, self._foreign_publishers, now_ns, self.config)
+            problem = self._clock_stalled or \
+                watchdog_problem(self._times, self._mode, self._foreign_publishers, now_ns, self.config)
             if problem:
                 self.counters["watchdog_holds"] += 1
                 self._fire(Event.WATCHDOG, now_ns, problem=problem)
@@ -415,15 +504,15 @@ class Supervisor:
     def _guard_failures(self, guard: Guard, now_ns: int) -> list[str]:
         """What fails `guard` at now_ns (empty: it passes)."""
         if guard == Guard.POLICY_READY:
-            missing = missing_inputs(self._times, now_ns, self.config)
+            missing = self._missing_inputs(now_ns)
             return missing + self._failed_checks(now_ns, check_gap=not missing)
         if guard == Guard.HUMAN_READY:
-            blockers = []
+            blockers = [self._clock_stalled] if self._clock_stalled else []
             if not fresh(self._times.joint_state_ns, now_ns, self.config.joint_state_timeout_s):
                 blockers.append("no fresh joint_states")
             return blockers + self._failed_checks(now_ns, check_gap=False)
         if guard == Guard.SOURCES_RELEASED:
-            return list(self._estop.active(now_ns))
+            return list(self.estop_sources(now_ns))
         return []
 
     def _failed_checks(self, now_ns: int, check_gap: bool) -> list[str]:
@@ -454,8 +543,14 @@ class Supervisor:
         self._fire(event, now_ns, **fields)
         return self._emit_hold(now_ns)
 
+    def _missing_inputs(self, now_ns: int) -> list[str]:
+        """The inputs a policy mode needs that are not fresh; a standing node clock stales them all
+        (waiting for it is waiting for inputs, not a failed check: auto_arm does not count it)."""
+        stalled = [self._clock_stalled] if self._clock_stalled else []
+        return stalled + missing_inputs(self._times, now_ns, self.config)
+
     def _auto_arm(self, now_ns: int) -> None:
-        missing = missing_inputs(self._times, now_ns, self.config)
+        missing = self._missing_inputs(now_ns)
         refusals = self._failed_checks(now_ns, check_gap=not missing)
         if not missing and not refusals:
             self._fire(Event.AUTO_ARM, now_ns)
@@ -478,7 +573,23 @@ class Supervisor:
             self._capture_hold(now_ns)
         if self._mode == Mode.TELEOP:
             self._teleop_holding = True
+            self._release_leader()
         self._fire(Event.JOINT_JUMP, now_ns, jump=why)
+
+    def _watch_clock_standstill(self, now_ns: int, steady_ns: int) -> None:
+        """A node clock that stood still for longer than max(joint_state_timeout_s, CLOCK_STANDSTILL_MIN_S)
+        of steady time [s] makes every input age unknowable: say so (the watchdogs, arming and the
+        heartbeat read it)."""
+        timeout = max(self.config.joint_state_timeout_s, CLOCK_STANDSTILL_MIN_S)
+        over = self._clock.standing_still_s(now_ns, steady_ns) > timeout
+        # Two ticks in a row, not one: a process starved for longer than the timeout wakes with its
+        # tick and the `/clock` message that moves its clock both ready, maybe the tick first.
+        still, self._clock_over_once = over and self._clock_over_once, over
+        # A fixed text: the reason must not change every tick while the clock stands still.
+        self._clock_stalled = (f"the node's clock has not advanced for more than {timeout} s of steady time "
+                               "(is /clock running?)") if still else ""
+        # The heartbeat counts as uncheckable once the clock has run (before, it waits like the heartbeat).
+        self._estop.clock_stalled = self._clock_stalled if self._clock.started else ""
 
     def _observe_clock(self, now_ns: int) -> None:
         """Watchdogs count forward only: a time earlier than one already seen re-anchors every input
@@ -488,6 +599,7 @@ class Supervisor:
             return
         self.counters["clock_steps_back"] += 1
         self._times.forget()
+        self._leader.forget()
         self._estop.restart_after_clock_step(now_ns)
         self._output.forget_time()
         self._jumps.reset()
@@ -510,6 +622,8 @@ class Supervisor:
         if mode == Mode.TELEOP and previous != Mode.TELEOP:
             self._teleop_holding = True
             self._capture_hold(now_ns)
+        if mode != Mode.TELEOP or previous != Mode.TELEOP:
+            self._release_leader()  # entering or leaving TELEOP: the leader is aligned again first
         if mode != Mode.SHARED:
             self._shared.reset()
         if mode not in POLICY_MODES:
@@ -546,10 +660,19 @@ class Supervisor:
         sample = self._joy
         last_sent = self._output.last_sent
         if sample is None or not sample.is_pressed("deadman"):
+            self._release_leader()
             if not self._teleop_holding:
                 self._teleop_holding = True
                 self._capture_hold(now_ns)
             return self._emit_hold(now_ns)
+        if self._leader_present(now_ns):
+            return self._follow_tick(now_ns)
+        if self._leader_note:
+            # The leader left the graph while the deadman was held: hold, then jog from there.
+            self._leader_note = ""
+            self._teleop_holding = True
+            self._capture_hold(now_ns)
+            self._annotate("leader arm gone: holding, then jogging from the joystick")
         if self._teleop_holding or last_sent is None:
             if last_sent is None:
                 self._capture_hold(now_ns)
@@ -562,6 +685,36 @@ class Supervisor:
             self._fire(Event.JOG_START, now_ns)
         velocity = self.jogger.joint_velocity(sample, last_sent)
         return self._send(last_sent + velocity * self._dt, now_ns)
+
+    def _release_leader(self) -> None:
+        """The deadman let go, a jump, or TELEOP entered or left: the leader must be aligned again,
+        and its state is said afresh when followed again."""
+        self._leader.release()
+        self._leader_note = ""
+
+    def _leader_present(self, now_ns: int) -> bool:
+        """A leader arm is on the graph: a command/teleop publisher, or a command within the timeout."""
+        return self._leader_publishers > 0 or \
+            fresh(self._leader.received_ns, now_ns, self.config.teleop_timeout_s)
+
+    def _follow_tick(self, now_ns: int) -> SentCommand | None:
+        """TELEOP, deadman held, a leader present: its position once aligned, else the hold."""
+        if self._q_meas is None or self._output.last_sent is None:
+            return self._emit_hold(now_ns)
+        target, why = self._leader.target(self._q_meas, now_ns)
+        state = self._leader.state
+        if state != self._leader_note:
+            # Said once per change of state, not every tick (the gap and the age change every tick).
+            self._leader_note = state
+            self._annotate(why if why else "following the leader arm")
+        if target is None:
+            if not self._teleop_holding:
+                # It was following (or jogging): hold where the arm is now, stop category 2.
+                self._teleop_holding = True
+                self._capture_hold(now_ns)
+            return self._emit_hold(now_ns)
+        self._teleop_holding = False
+        return self._send(target, now_ns)
 
     def _policy_tick(self, now_ns: int) -> SentCommand | None:
         assert self._q_policy is not None

@@ -1,10 +1,17 @@
 """The e-stop sources and the stop-source check.
 
-Sources: the `estop` topic true; the joystick's e-stop button pressed, or unreadable (a Joy message too
-short to hold it: the stop source is faulty); a silent `estop` heartbeat when
-estop_heartbeat_timeout_s > 0; an `estop` publisher whose QoS this subscription cannot hear. Any of
-them latches ESTOP (the coordinator; the latch is the ESTOP mode of `modes.TRANSITIONS`), and a reset
-is refused while any is active.
+Sources: the `estop` topic true from any of its publishers; the joystick's e-stop button pressed, or
+unreadable (a Joy message too short to hold it: the stop source is faulty); a silent `estop`
+heartbeat when estop_heartbeat_timeout_s > 0; a faulty `estop` publisher: one whose QoS this
+subscription cannot hear, or one of another message type (its stops could never be read); a node
+clock that stopped advancing while a heartbeat is required (it could not be checked). Any of them
+latches ESTOP (the coordinator; the latch is the ESTOP mode of `modes.TRANSITIONS`), and a reset is
+refused while any is active.
+
+The topic's state is kept per publisher (its GID, from the message info): the topic is released
+only when every publisher that pressed has released, so one button's "released" never cancels
+another's "pressed". A publisher that leaves the graph while pressed stays pressed until a reset
+(it can no longer release; the reset clears it, as the operator's decision).
 
 With require_stop_source (a robot), a live stop source is one that could stop the arm now: `estop`
 messages within estop_heartbeat_timeout_s (when set), or a joystick whose e-stop button was read
@@ -12,12 +19,15 @@ within joy_timeout_s. Arming needs one, and losing it while the arm moves latche
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from ..errors import ConfigError
 from ..timebase import NS_PER_S
 from .config import SupervisorConfig
 from .watchdogs import fresh
+
+ABSENT_POLLS = 3
+"""Graph polls in a row a pressed `estop` publisher must be missing from to count as gone."""
 
 
 class EStopSources:
@@ -32,18 +42,62 @@ class EStopSources:
                               "needs a stop source: estop_heartbeat_timeout_s > 0 or a joystick e-stop button")
         self.config = config
         self.estop_button = estop_button
-        self.topic_active = False
+        # Publisher key -> pressed; keys in `_vanished` left the graph while pressed.
+        self._pressed: set[str] = set()
+        self._vanished: set[str] = set()
+        self._absent_polls: dict[str, int] = {}  # pressed publisher -> graph polls in a row without it
+        self.faulty_publishers: tuple[str, ...] = ()  # why each faulty `estop` publisher is a pressed stop
+        self.clock_stalled = ""  # why the heartbeat cannot be checked ("" = the clock advances)
         self.message_ns: int | None = None  # last `estop` message
         self.button_active = ""  # why the joystick's e-stop is active ("" = released)
         self.button_read_ns: int | None = None  # last Joy whose e-stop button could be read
-        self.unheard_publishers = 0
         # The heartbeat counts from the first tick (with sim time the clock may start at 0), not from 0.
         self.heartbeat_start_ns: int | None = None
 
-    def on_message(self, active: bool, now_ns: int) -> None:
-        """An `estop` message (true = stop) received at now_ns [ns]."""
+    @property
+    def topic_active(self) -> bool:
+        """Some `estop` publisher pressed and has not released (a vanished one until a reset)."""
+        return bool(self._pressed)
+
+    @property
+    def pressed_publishers(self) -> tuple[str, ...]:
+        """The keys of the `estop` publishers pressing now, sorted (vanished ones included)."""
+        return tuple(sorted(self._pressed))
+
+    def on_message(self, active: bool, now_ns: int, publisher: str = "") -> None:
+        """An `estop` message (true = stop) from `publisher` (its GID as text; "" when unknown),
+        received at now_ns [ns]. Only that publisher's own "released" releases its "pressed"."""
         self.message_ns = now_ns
-        self.topic_active = bool(active)
+        if active:
+            self._pressed.add(publisher)
+        else:
+            self._pressed.discard(publisher)
+            self._vanished.discard(publisher)
+            self._absent_polls.pop(publisher, None)
+
+    def set_live_publishers(self, live: Collection[str]) -> None:
+        """The `estop` publishers (keys as on_message's) now in the graph, polled. A pressed one absent
+        from ABSENT_POLLS polls in a row left while pressed: it stays pressed, marked vanished, until
+        clear_vanished (a reset). Several polls, not one: the graph may show a new publisher after
+        its first message has arrived. An unknown publisher ("") never counts as gone."""
+        live = set(live)
+        for key in self._pressed - self._vanished:
+            if not key or key in live:
+                self._absent_polls.pop(key, None)
+                continue
+            self._absent_polls[key] = self._absent_polls.get(key, 0) + 1
+            if self._absent_polls[key] >= ABSENT_POLLS:
+                self._vanished.add(key)
+                del self._absent_polls[key]
+
+    def clear_vanished(self) -> None:
+        """A reset: publishers that left while pressed no longer count (they cannot release)."""
+        self._pressed -= self._vanished
+        self._vanished.clear()
+
+    def set_faulty_publishers(self, faults: Sequence[str]) -> None:
+        """Why each faulty `estop` publisher (unheard QoS, wrong type) counts as a pressed stop."""
+        self.faulty_publishers = tuple(faults)
 
     def read_button(self, buttons: Sequence[int], now_ns: int) -> None:
         """Set the joystick e-stop state from the raw buttons, whatever else the Joy message holds."""
@@ -61,10 +115,6 @@ class EStopSources:
         self.button_read_ns = now_ns
         self.button_active = "joystick e-stop button is pressed" if pressed else ""
 
-    def set_unheard_publishers(self, count: int) -> None:
-        """How many `estop` publishers this subscription cannot hear (incompatible QoS): each is a pressed stop."""
-        self.unheard_publishers = int(count)
-
     def start_heartbeat(self, now_ns: int) -> None:
         """The first tick starts the heartbeat count (later calls change nothing)."""
         if self.heartbeat_start_ns is None:
@@ -81,9 +131,12 @@ class EStopSources:
         timeout = self.config.estop_heartbeat_timeout_s
         if timeout <= 0:
             return None
-        last = self.message_ns if self.message_ns is not None else self.heartbeat_start_ns
-        if last is None:
+        # Silence counts from the start at the earliest: a message received before the count began
+        # (sim time at 0 before /clock arrived) does not make it older.
+        known = [t for t in (self.message_ns, self.heartbeat_start_ns) if t is not None]
+        if not known:
             return None
+        last = max(known)
         silent = (now_ns - last) / NS_PER_S
         return silent if silent > timeout else None
 
@@ -92,6 +145,8 @@ class EStopSources:
         cfg = self.config
         if not cfg.require_stop_source:
             return ""
+        if self.clock_stalled:
+            return f"no live stop source can be confirmed: {self.clock_stalled}"
         heartbeat = cfg.estop_heartbeat_timeout_s
         if heartbeat > 0 and fresh(self.message_ns, now_ns, heartbeat):
             return ""
@@ -107,16 +162,27 @@ class EStopSources:
     def active(self, now_ns: int) -> tuple[str, ...]:
         """The e-stop sources active at now_ns [ns], each said in words (a reset is refused while any is)."""
         sources = []
-        if self.topic_active:
-            sources.append("estop topic is true")
+        if self._pressed - self._vanished:
+            sources.append("estop topic is true" + self._publisher_text(self._pressed - self._vanished))
         if self.button_active:
             sources.append(self.button_active)
         if self.heartbeat_silent_s(now_ns) is not None:
             sources.append("e-stop heartbeat is silent")
-        if self.unheard_publishers > 0:
-            sources.append(f"{self.unheard_publishers} estop publisher(s) cannot be heard (QoS must be "
-                           "reliable + transient local)")
+        sources.extend(self.faulty_publishers)
+        if self.clock_stalled and self.config.estop_heartbeat_timeout_s > 0:
+            sources.append(f"e-stop heartbeat cannot be checked: {self.clock_stalled}")
         missing = self.stop_source_missing(now_ns)
         if missing:
             sources.append(missing)
         return tuple(sources)
+
+    def vanished_text(self) -> str:
+        """The publishers that left the graph while pressed ("" when none); a reset clears them."""
+        if not self._vanished:
+            return ""
+        return f"{len(self._vanished)} estop publisher(s) left while pressed{self._publisher_text(self._vanished)}"
+
+    @staticmethod
+    def _publisher_text(keys: set[str]) -> str:
+        named = sorted(k for k in keys if k)
+        return f" (publisher {', '.join(named)})" if named else ""

@@ -8,7 +8,7 @@ import numpy as np
 from .modes import Mode
 
 COUNTER_NAMES = (
-    "commands_sent", "clamped", "rejected_policy", "rejected_joint_states", "rejected_joy",
+    "commands_sent", "clamped", "rejected_policy", "rejected_joint_states", "rejected_joy", "rejected_teleop",
     "estops", "watchdog_holds", "joint_jumps", "arm_refused", "interventions", "clock_steps_back",
     "internal_errors",
 )
@@ -54,3 +54,4 @@ class SupervisorStatus:
     foreign_publishers: int
     last_rejection: str
     hold_target: np.ndarray | None = field(default=None)
+    estop_vanished: str = ""  # `estop` publishers that left while pressed (pressed until a reset)

@@ -39,10 +39,23 @@ class InputTimes:
 
 
 class ClockWatch:
-    """The latest time seen [ns]; an earlier one is a clock step back."""
+    """The latest time seen [ns]; an earlier one is a clock step back. With a steady time beside it
+    (a clock that never stops or jumps), also how long the node's clock has stood still: with
+    use_sim_time, input ages stop growing when `/clock` stops, and only a steady clock sees it."""
 
     def __init__(self) -> None:
         self.latest_ns: int | None = None
+        self._still_ns: int | None = None  # the node's time last seen by standing_still_s [ns]
+        self._still_since_steady_ns = 0  # steady time [ns] when it last changed
+        self.started = False  # the node's time has changed at least once (sim time: /clock arrived)
+
+    def standing_still_s(self, now_ns: int, steady_ns: int) -> float:
+        """Seconds [s] of steady time (steady_ns [ns]) since the node's time now_ns [ns] last changed."""
+        if self._still_ns is None or now_ns != self._still_ns:
+            self.started = self.started or self._still_ns is not None
+            self._still_ns, self._still_since_steady_ns = now_ns, steady_ns
+            return 0.0
+        return (steady_ns - self._still_since_steady_ns) / NS_PER_S
 
     def observe(self, now_ns: int) -> float | None:
         """Record now_ns [ns]; how far the clock stepped back [s], or None when it did not."""

@@ -1,9 +1,8 @@
-"""Following a leader arm in TELEOP: what the supervisor would send from command/teleop.
+"""Following a leader arm in TELEOP: what the supervisor sends from command/teleop.
 
-Not wired into the supervisor yet (docs/so101.md, "Taking over with the leader arm"): this is the
-part the supervisor needs, kept out of core/supervision so that package's owner wires it. In TELEOP
-with the deadman held, the supervisor would call `target()` each tick and send its answer through
-its step limiter, or hold when it is None:
+In TELEOP with the deadman held and a leader on the graph, the coordinator calls `target()` each
+tick and sends its answer through its step limiter, or holds when it is None (docs/so101.md,
+"Taking over with the leader arm"):
 
 - a leader command is validated like a policy command (exactly the configured joints; a value beyond
   the URDF limits by more than COMMAND_MARGIN_RAD is a fault, rejected and counted by the caller;
@@ -22,10 +21,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .safety import InvalidInputError, SafetyLimits, clamp_position, order_positions
-from .supervision.handover import gap_refusal
-from .supervision.plausibility import COMMAND_MARGIN_RAD, beyond_limits
-from .supervision.watchdogs import age_text, fresh
+from ..safety import InvalidInputError, SafetyLimits, clamp_position, order_positions
+from .handover import gap_refusal
+from .plausibility import COMMAND_MARGIN_RAD, beyond_limits
+from .watchdogs import age_text, fresh
+
+SILENT = "silent"
+ALIGNING = "aligning"
+FOLLOWING = "following"
+"""What `target()` last found (`LeaderFollow.state`): the reason changes only when this does."""
 
 
 class LeaderFollow:
@@ -45,6 +49,12 @@ class LeaderFollow:
         self._q: np.ndarray | None = None
         self._received_ns: int | None = None
         self.following = False
+        self.state = SILENT
+
+    @property
+    def received_ns(self) -> int | None:
+        """When the last accepted command arrived [ns] (None: none since start or the last forget())."""
+        return self._received_ns
 
     def on_teleop(self, names: Sequence[str], positions: Sequence[float], now_ns: int) -> str:
         """A command/teleop message received at now_ns [ns]: "" when accepted, else why it was rejected."""
@@ -63,16 +73,24 @@ class LeaderFollow:
         """The deadman was let go or TELEOP was left: following needs a new alignment."""
         self.following = False
 
+    def forget(self) -> None:
+        """A clock step back: the last command's age is unknown, so it is stale until the next one."""
+        self._received_ns = None
+        self.following = False
+
     def target(self, q_arm: np.ndarray, now_ns: int) -> tuple[np.ndarray | None, str]:
         """(the leader's position (n,) [rad] to send, "") or (None, why the arm holds) at now_ns [ns];
         q_arm (n,) [rad]: where the arm is (its hold target)."""
         if self._q is None or not fresh(self._received_ns, now_ns, self.timeout_s):
             self.following = False
+            self.state = SILENT
             return None, (f"command/teleop silent for {age_text(self._received_ns, now_ns)} "
                           f"(timeout {self.timeout_s} s)")
         if not self.following:
             gap = gap_refusal(self._q, np.asarray(q_arm, dtype=float), self.limits.joint_names, self.max_gap_rad)
             if gap:
+                self.state = ALIGNING
                 return None, f"align the leader with the arm: {gap}"
             self.following = True
+        self.state = FOLLOWING
         return self._q.copy(), ""

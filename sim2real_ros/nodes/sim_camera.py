@@ -1,0 +1,123 @@
+"""sim_camera: the sim's camera in a camera-only role, showing the arm where `joint_states` says it is.
+
+Publishes   camera/image_raw (sensor_msgs/Image rgb8, stamped when the render started) and
+            camera/camera_info (the calibration YAML's intrinsics, same stamp), sensor-data QoS, at
+            `rate_hz`; nothing until the first joint_states arrives (no picture of an arm whose
+            position is unknown).
+Subscribes  joint_states (sensor_msgs/JointState): the measured positions of the arm.
+
+What `sim2real launch robot --robot so101 --emulate` uses as its camera: the emulated servo bus is the
+only model of where the arm is, and this node draws the sim's scene (table, target of the seed's
+first episode, the sim camera with its artifacts) with the arm placed kinematically at the measured
+positions. No physics runs here, so the picture cannot disagree with the bus. Rendering runs on its
+own thread against absolute deadlines; a frame that is late is skipped, not queued.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+from rclpy.node import Node
+from sensor_msgs.msg import CameraInfo, Image, JointState
+
+from .. import conversions as msgconv
+from ..core.camera_model import load_calibration_yaml
+from ..core.errors import ConfigError
+from ..robots import get_robot, robot_description_for, sim_params_for
+from ..sim.params import load_sim_params
+from ..sim.world import SimWorld
+from .common import JOINT_STATE_QOS, SENSOR_QOS, now_ns, run_node
+from .parameters import SIM_CAMERA, declare_table
+
+NODE_NAME = "sim_camera"
+
+
+class SimCameraNode(Node):
+    def __init__(self) -> None:
+        super().__init__(NODE_NAME)
+        v = declare_table(self, SIM_CAMERA)  # parameters.SIM_CAMERA, docs/parameters.md
+        source = f"{NODE_NAME} parameter"
+        robot = str(v["robot"])
+        get_robot(robot, source)
+        params = load_sim_params(sim_params_for(robot, v["sim_params_file"], source))
+        camera_file = v["camera_calibration"] or str(params.camera.calibration_path())
+        camera = load_calibration_yaml(camera_file)
+        rate_hz = float(v["rate_hz"]) or params.rates.camera_hz
+        if rate_hz <= 0:
+            raise ConfigError(source, "rate_hz", v["rate_hz"], "and the sim params' rates.camera_hz are 0")
+        self.world = SimWorld(params, robot_description_for(robot, v["robot_description"], source),
+                              seed=int(v["seed"]), render=True, camera=camera)
+        self._period_s = 1.0 / rate_hz
+        self._artifacts = bool(v["artifacts"])
+        self._frame_id = str(v["frame_id"])
+        self._lock = threading.Lock()
+        self._positions: dict[str, float] | None = None
+        self.frames = 0
+        self.rejected = 0
+        self._image_pub = self.create_publisher(Image, "camera/image_raw", SENSOR_QOS)
+        self._info_pub = self.create_publisher(CameraInfo, "camera/camera_info", SENSOR_QOS)
+        self.create_subscription(JointState, "joint_states", self._on_joint_state, JOINT_STATE_QOS)
+        self.get_logger().info(
+            f"robot {robot} joints {self.world.all_joint_names}; camera {camera_file} {camera.width}x{camera.height} "
+            f"at {rate_hz:g} Hz; scene of seed {int(v['seed'])}; following joint_states")
+        self._running = True
+        self._thread = threading.Thread(target=self._render_loop, name="sim_camera", daemon=True)
+        self._thread.start()
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        try:
+            sample = msgconv.joint_state_to_sample(msg)
+        except msgconv.MessageError as err:
+            self.rejected += 1
+            self.get_logger().warning(f"joint_states rejected ({self.rejected} so far): {err}",
+                                      throttle_duration_sec=5.0)
+            return
+        with self._lock:
+            self._positions = dict(zip(sample.names, (float(q) for q in sample.positions), strict=True))
+
+    def _render_loop(self) -> None:
+        deadline = time.monotonic()
+        while self._running:
+            deadline += self._period_s
+            with self._lock:
+                positions = self._positions
+            if positions is not None:
+                try:
+                    self._render(positions)
+                except Exception as err:  # noqa: BLE001 - a failed frame is logged, the next one tried
+                    if not self._running or not self.context.ok():
+                        return
+                    self.get_logger().error(f"render failed: {err!r}", throttle_duration_sec=5.0)
+            wait = deadline - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            else:
+                deadline = time.monotonic()  # late: skip, do not burst to catch up
+
+    def _render(self, positions: dict[str, float]) -> None:
+        stamp = now_ns(self)
+        self.world.place_joints(positions)
+        image = self.world.render(artifacts=self._artifacts)
+        if not self._running:
+            return
+        self._image_pub.publish(msgconv.array_to_image(image, "rgb8", stamp, self._frame_id))
+        self._info_pub.publish(msgconv.camera_model_to_info(self.world.camera, stamp, self._frame_id))
+        self.frames += 1
+
+    def destroy_node(self) -> None:
+        self._running = False
+        if hasattr(self, "_thread"):
+            self._thread.join(timeout=5.0)
+        if hasattr(self, "world"):
+            self.world.close()
+        super().destroy_node()
+
+
+def main(args: Sequence[str] | None = None) -> None:
+    sys.exit(run_node(lambda: SimCameraNode(), list(args) if args is not None else None, num_threads=1))
+
+
+if __name__ == "__main__":
+    main()
