@@ -18,6 +18,7 @@ from sim2real_ros.core.camera_model import CameraModel
 from sim2real_ros.core.checkpoint import (
     MAGIC,
     checkpoint_hash,
+    encode_checkpoint,
     init_checkpoint,
     load_checkpoint,
     make_policy_spec,
@@ -214,7 +215,11 @@ def test_nan_weights_are_refused(trained_like, tmp_path):
     with torch.no_grad():
         next(model.parameters()).view(-1)[0] = float("nan")
     path = tmp_path / "nan.pt"
-    save_checkpoint(path, model, spec)
+    with pytest.raises(CheckpointError, match="NaN/Inf; nothing written"):  # never written by us
+        save_checkpoint(path, model, spec)
+    assert not path.exists()
+    # ... and refused when a file holds them anyway (written by another tool, or damaged)
+    path.write_bytes(encode_checkpoint(spec, model.state_dict()))
     with pytest.raises(CheckpointError, match="NaN/Inf"):
         load_checkpoint(path)
 

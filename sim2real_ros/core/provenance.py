@@ -64,6 +64,9 @@ def file_sha256(path: str | Path) -> str | None:
     return digest.hexdigest()[:16]
 
 
+_INSTALLED_PARTS = frozenset({"site-packages", "dist-packages"})
+
+
 def portable_path(value: str | Path, roots: Iterable[str | Path]) -> str | dict[str, Any]:
     """`value` as it may be stored: relative (POSIX) to the first of `roots` it lies in (a root may
     be another machine's repository, whose files are named by the same relative paths here), else
@@ -79,7 +82,9 @@ def portable_path(value: str | Path, roots: Iterable[str | Path]) -> str | dict[
             relative = pure.relative_to(root_pure)
         except ValueError:
             continue
-        if ".." not in relative.parts:
+        # An installed package's file (a venv or site-packages inside the checkout) is no file of the
+        # repository: another machine's venv is elsewhere, so it is named by content.
+        if ".." not in relative.parts and not _INSTALLED_PARTS.intersection(relative.parts):
             return relative.as_posix()
     return {"name": pure.name, "sha256": file_sha256(text)}
 
