@@ -121,9 +121,10 @@ def test_sysid_fit_servo_recovers_the_so101_servo_with_its_error_in_rad_per_join
     for joint, joint_gain in zip(result.joints, gain, strict=True):
         assert dead_time - 0.01 <= joint.servo["dead_time_s"] <= dead_time + 1.0 / COMMAND_RATE_HZ, joint
         assert 1.0 / joint.servo["gain"] == pytest.approx(1.0 / joint_gain, rel=0.15), joint
-        # The error, in rad per joint, on the held-out 30 %: a few mrad, well under the PD baseline's.
-        assert joint.holdout_rms_servo < 0.01, joint
-        assert joint.holdout_rms_servo < 0.8 * joint.holdout_rms_pd, joint
+        # The error, in rad per joint, on the held-out 30 %: a few mrad, under the PD baseline's (small
+        # steps keep the servo nearly linear, so PD is not far behind here).
+        assert joint.holdout_rms_servo < 0.005, joint
+        assert joint.holdout_rms_servo < joint.holdout_rms_pd, joint
         print(f"{joint.name}: dead time {joint.servo['dead_time_s']:.3f} s (true {dead_time:.3f}), time constant "
-              f"{1 / joint.servo['gain']:.3f} s (true {1 / joint_gain:.3f}), held-out RMS {joint.holdout_rms_servo:.4f} "
-              f"rad (PD {joint.holdout_rms_pd:.4f} rad)")
+              f"{1 / joint.servo['gain']:.3f} s (true {1 / joint_gain:.3f}), held-out RMS "
+              f"{joint.holdout_rms_servo:.4f} rad (PD {joint.holdout_rms_pd:.4f} rad)")
