@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from ..paths import config_path, default_policy_path
+from ..robots import ROBOT_NAMES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", type=Path, required=True, help="folder for report.md, report.json and plots")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     parser.add_argument("--episodes", type=int, default=None, help="sim episodes per sim stage (default: the gates')")
-    parser.add_argument("--sim-config", type=Path, default=None, help="nominal sim params YAML (default: config/)")
+    parser.add_argument("--sim-config", type=Path, default=None,
+                        help="nominal sim params YAML (default: the robot's, docs/robots.md)")
+    parser.add_argument("--robot", choices=ROBOT_NAMES, default=None,
+                        help="robot (docs/robots.md; default: the checkpoint's); a checkpoint trained for "
+                             "the other robot is refused")
     parser.add_argument("--seed", type=int, default=1000)
     parser.add_argument("--actuation-latency", type=float, default=None,
                         help="real bags: a command sent at tau is meant for tau + this [s] (default: params.yaml)")
@@ -87,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
                               plots=not args.no_plots, log=log, sim_paths=args.sim_paths,
                               real_time_factor=args.real_time_factor, robot_sim=args.robot_sim,
                               robot_evaluator=evaluator, robot_path="graph" if evaluator else "core",
-                              graph_evaluator=None if args.sim_paths == "core" else _graph_stages_evaluator())
+                              graph_evaluator=None if args.sim_paths == "core" else _graph_stages_evaluator(),
+                              robot=args.robot)
     except Sim2RealError as err:
         print(f"sim2real validate: {err}", file=sys.stderr)
         return 2

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from ..core.checkpoint import checkpoint_hash, load_checkpoint
+from ..core.checkpoint import checkpoint_hash, load_checkpoint, read_checkpoint
 from ..core.errors import BagError, Sim2RealError
 from ..core.stats import summary
 from ..episodes.dataset import default_actuation_latency_s, expand_bags
@@ -44,6 +44,7 @@ from ..evaluation.replay import build_report
 from ..evaluation.replay_offline import replay_offline
 from ..evaluation.report import _clean, write_report
 from ..paths import config_path
+from ..robots import robot_for_checkpoint, sim_params_for
 from ..training.evaluation import evaluate_in_sim
 from .gates import (
     PATH_TITLES,
@@ -265,11 +266,13 @@ def validate(checkpoint: str | Path, real_bags: list[str | Path] | None = None, 
              log: Callable[[str], None] = print, sim_paths: str = "both",
              real_time_factor: float | None = None, robot_sim: str | Path | None = None,
              robot_evaluator: ClosedLoopEvaluator | None = None, robot_path: str = "core",
-             graph_evaluator: GraphEvaluator | None = None) -> dict[str, Any]:
+             graph_evaluator: GraphEvaluator | None = None, robot: str | None = None) -> dict[str, Any]:
     """Run the three stages (four with `robot_sim`) and write report.json, report.md and plots into report_dir.
 
     episodes: overrides the gates' episode counts of stages 1 and 2. sim_config: the nominal sim
-    params (default config/sim_params.yaml); stage 2 adds the gates' perturbations to it.
+    params (default: the robot's, docs/robots.md); stage 2 adds the gates' perturbations to it.
+    robot: robots.ROBOTS name (None: the checkpoint's; one trained for another robot raises
+    CheckpointError naming both before any stage runs).
     sim_paths: "both" (graph and core), "graph" or "core" (then stages 1-2 fail: no graph figure;
     see the module docstring). real_time_factor: the graph's sim pace (default DEFAULT_GRAPH_RTF).
     graph_evaluator: runs stages 1-2 on the graph (the cli passes runtime.graph_eval.evaluate_in_graph);
@@ -284,6 +287,10 @@ def validate(checkpoint: str | Path, real_bags: list[str | Path] | None = None, 
     paths = SIM_PATH_CHOICES[sim_paths]
     started = time.monotonic()
     digest = checkpoint_hash(checkpoint)
+    # The robot decides the default sim params of every sim stage (the perturbed copy of stage 2 too).
+    spec = read_checkpoint(checkpoint)[0]
+    robot = robot_for_checkpoint(robot, spec.joint_names, spec.provenance, str(checkpoint))
+    sim_config = sim_params_for(robot, sim_config)
     if "core" not in paths:
         load_checkpoint(checkpoint)  # a bad checkpoint: CheckpointError now, not a graph node dying later
     gates = gates or load_gates()
@@ -319,10 +326,10 @@ def validate(checkpoint: str | Path, real_bags: list[str | Path] | None = None, 
     stages.append(error_stage("real_offline", replay["mae_rad"], tuple(replay["ci95"]) if replay["ci95"] else None,
                               replay["frames"], gates.real_offline, {"replay": replay}, note))
     log(f"[validate] {stages[-1].describe()}")
-    robot: dict[str, Any] = {}
+    stand_in: dict[str, Any] = {}
     disagreement = ""
     if robot_sim is not None:
-        stage4, robot = robot_stage(gates.robot_closed_loop, checkpoint, robot_sim,
+        stage4, stand_in = robot_stage(gates.robot_closed_loop, checkpoint, robot_sim,
                                     episodes or gates.robot_closed_loop.episodes, ROBOT_SEED, robot_evaluator, log,
                                     robot_path)
         stages.append(stage4)
@@ -344,7 +351,8 @@ def validate(checkpoint: str | Path, real_bags: list[str | Path] | None = None, 
         "sim_paths": list(paths),
         "gates": gates.to_dict(), "stages": [s.to_dict() for s in stages],
         "sim_vs_real": sim_vs_real_table(nominal.get("core", {}), perturbed.get("core", {}), real, replay,
-                                         nominal.get("graph"), perturbed.get("graph"), robot),
+                                         nominal.get("graph"), perturbed.get("graph"), stand_in),
+        "robot": robot, "sim_params": str(sim_config),
         "robot_sim": None if robot_sim is None else str(robot_sim), "disagreement": disagreement,
         "failure_modes": failure_modes, "real_episodes": real, "real_bags": [str(b) for b in bags],
         "sim_params": sim_params_check,
