@@ -41,7 +41,7 @@ from ..core.preprocess_config import PreprocessConfig
 from ..core.progress import progress
 from ..core.provenance import git_state, portable_path, portable_provenance
 from ..episodes.bag_source import find_topics, recorded_joint_names
-from ..episodes.dataset import EpisodeFrames, LabelConfig, RealDataset, build_dataset
+from ..episodes.dataset import EpisodeFrames, LabelConfig, RealDataset, build_dataset, expand_bags
 from ..paths import share_dir
 from .sim_data import SimFrames, collect_sim_frames
 
@@ -251,7 +251,9 @@ def finetune(checkpoint: str | Path, bags: list[str | Path], out: str | Path, co
     model.eval()
     if dataset is None:
         preprocess = PreprocessConfig.from_dict(spec.preprocess, source=f"{checkpoint} preprocess")
-        for bag in bags:  # the checkpoint against each bag: its joints there, its preprocessing the trained one
+        # the checkpoint against each bag (a folder of bags counts bag by bag): its joints there, its
+        # preprocessing the trained one
+        for bag in expand_bags(list(bags)):
             with BagReader(bag) as reader:
                 names = recorded_joint_names(reader, find_topics(reader, config.labels.replay_options()))
             check_against_data(spec, spec.joint_names if names is None else names, str(checkpoint), f"bag {bag}",
