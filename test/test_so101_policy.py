@@ -54,7 +54,7 @@ def test_validate_runs_the_so101_policy_on_the_so101_sim_params(tmp_path) -> Non
     report = validate(SHIPPED, [], report_dir=tmp_path / "report", episodes=2, sim_paths="core", plots=False,
                       log=lambda text: None)
     assert report["robot"] == "so101"
-    assert report["sim_params"] == str(SO101.sim_params_path())
+    assert report["sim_params_file"] == str(SO101.sim_params_path())
     # Stage 2's perturbed params are the SO-101's with the gates' perturbations, not arm6's.
     text = (tmp_path / "report" / "sim_params_perturbed.yaml").read_text()
     assert text.startswith(f"# {SO101.sim_params_path()}") and "model: servo" in text
