@@ -1,11 +1,12 @@
-"""A two-node Ray cluster on this machine (a head and a worker node, 1 CPU each): one rollout
-round runs with a worker on each node, joined through `init_ray`'s --ray-address path."""
+"""A two-node Ray cluster on this machine (a head and a worker node, 1 CPU each) with Ray's token
+authentication on: one rollout round runs with a worker on each node, joined through `init_ray`'s
+--ray-address path."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from sim2real_ros.rl.cluster import init_ray, shutdown_ray
+from sim2real_ros.rl.cluster import RayClusterError, init_ray, shutdown_ray
 from sim2real_ros.rl.pool import RolloutPool
 from sim2real_ros.rl.ppo import TeacherConfig
 
@@ -13,6 +14,11 @@ from sim2real_ros.rl.ppo import TeacherConfig
 @pytest.fixture(scope="module")
 def two_nodes():
     import os
+    import uuid
+
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+    os.environ["RAY_AUTH_MODE"] = "token"  # every node and the driver: requests without the token are refused
+    os.environ["RAY_AUTH_TOKEN"] = uuid.uuid4().hex
 
     from ray.cluster_utils import Cluster
 
@@ -25,6 +31,17 @@ def two_nodes():
     finally:
         shutdown_ray()
         cluster.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def test_joining_a_cluster_without_token_authentication_is_refused(monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    with pytest.raises(RayClusterError, match="RAY_AUTH_MODE=disabled; a cluster run needs Ray's token"):
+        init_ray(1, "127.0.0.1:6379")
 
 
 def test_one_collection_round_runs_on_both_nodes(two_nodes):

@@ -274,7 +274,7 @@ class RolloutPool:
         self.num_envs = num_envs
         self.workers = workers
         self.layout = split_slots(num_envs, max(1, workers))
-        self._started = [1] * num_envs  # per slot: episodes started (each env starts one when built)
+        self._started = [0] * num_envs  # per slot: episodes started so far (a built env starts one)
         self._group: ActorGroup | None = None
         if workers == 0:
             self._local = [_Worker(spec, first, count) for first, count in self.layout]
@@ -291,7 +291,9 @@ class RolloutPool:
 
             def make(i: int) -> Any:
                 first, count = self.layout[i]
-                return actor_class.remote(spec, first, count, shipped, self._started[first:first + count])
+                actor = actor_class.remote(spec, first, count, shipped, self._started[first:first + count])
+                self._count_started(range(first, first + count))  # its envs start their next episode
+                return actor
 
             self._group = ActorGroup(make, len(self.layout), "rollout", timeout_s, log)
             infos = self._group.info
@@ -321,7 +323,6 @@ class RolloutPool:
         """What a replacement worker's envs give for the step that was lost: the first observation
         of their next episodes, no reward, the lost episodes ended as time-outs."""
         first, count = self.layout[i]
-        self._count_started(range(first, first + count))
         obs = self._group.call_one(i, "observations")
         return StepResult(obs, np.zeros(count, dtype=np.float32), np.zeros(count, dtype=bool),
                           np.ones(count, dtype=bool), [], {})
