@@ -47,15 +47,18 @@ def _check_reachable(address: str) -> None:
                               f"run locally") from err
 
 
-def _bind_to_loopback() -> None:
-    """Make the next local Ray start listen on 127.0.0.1 only (this process and the processes it
-    starts, which inherit the environment)."""
+def _bind_to_loopback(local: bool) -> None:
+    """local: make the next Ray start listen on 127.0.0.1 only (this process and the processes it
+    starts, which inherit the environment); not local: undo that, for joining a cluster."""
     import sys
 
-    os.environ[LOCAL_ONLY_ENV] = "0"
+    if local:
+        os.environ[LOCAL_ONLY_ENV] = "0"
+    elif os.environ.get(LOCAL_ONLY_ENV) == "0":
+        del os.environ[LOCAL_ONLY_ENV]
     constants = sys.modules.get("ray._private.ray_constants")
     if constants is not None:  # ray was imported before: the flag was read then, so set it too
-        constants.ENABLE_RAY_CLUSTER = False
+        constants.ENABLE_RAY_CLUSTER = not local
 
 
 def _is_loopback(ip: str) -> bool:
@@ -90,8 +93,8 @@ def init_ray(workers: int, address: str | None = None) -> dict[str, Any]:
     """
     if address:
         _require_token_auth(address)
-    elif not _ray_running():
-        _bind_to_loopback()
+    if not _ray_running():
+        _bind_to_loopback(local=not address)
     import ray
 
     if not ray.is_initialized():

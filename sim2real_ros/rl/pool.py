@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .batch import BatchedEnv, EnvSpec, StepResult
+from .cluster import RayClusterError
 
 # observations (k, obs_dim) float32 -> actions (k, n) in [-1, 1]
 ActionFn = Callable[[np.ndarray], np.ndarray]
@@ -115,7 +116,6 @@ def check_free_cpus(workers: int) -> None:
 
     import ray
 
-    from .cluster import RayClusterError
 
     total = int(ray.cluster_resources().get("CPU", 0))
     if workers > total:
@@ -134,7 +134,7 @@ TASK_TIMEOUT_S = 600.0  # [s] a worker silent for longer on one task is treated 
 MAX_REPLACEMENTS = 4  # replacement workers one pool may start before it gives up
 
 
-class WorkerLostError(Exception):
+class WorkerLostError(RayClusterError):
     """A Ray worker died or hung and could not be replaced (or was replaced too often)."""
 
 
@@ -165,7 +165,6 @@ class ActorGroup:
 
     def __init__(self, make: Callable[[int], Any], count: int, what: str, timeout_s: float = TASK_TIMEOUT_S,
                  log: Callable[[str], None] = default_log) -> None:
-
         self.make, self.what, self.timeout_s, self.log = make, what, float(timeout_s), log
         self.replacements = 0
         self.actors: list[Any] = [make(i) for i in range(count)]
@@ -182,7 +181,7 @@ class ActorGroup:
         if rest:
             raise WorkerLostError(f"{self.what}: {len(rest)} worker(s) gave no answer within {self.timeout_s:g} s "
                                   f"while {doing}")
-        return ray.get(ready, timeout=self.timeout_s)
+        return ray.get(refs, timeout=self.timeout_s)  # all ready: in the order asked
 
     def name(self, i: int) -> str:
         info = self.info[i] if i < len(getattr(self, "info", [])) else {}
