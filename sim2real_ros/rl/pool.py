@@ -116,7 +116,6 @@ def check_free_cpus(workers: int) -> None:
 
     import ray
 
-
     total = int(ray.cluster_resources().get("CPU", 0))
     if workers > total:
         raise RayClusterError(f"{workers} rollout workers need {workers} CPUs; the Ray cluster has {total}")
