@@ -89,6 +89,16 @@ def test_a_worker_with_another_simulator_version_refuses_naming_it():
     with pytest.raises(WorkerMismatchError, match=r"pybullet .* \(driver: 0.0.1\)"):
         check_versions(driver, "this-host")
     check_versions(software_versions(), "this-host")  # the same versions pass
+    # a rollout worker given a run packed by another simulator version refuses it when asked anything
+    import dataclasses
+
+    from sim2real_ros.rl.pool import _Worker
+    from sim2real_ros.rl.shipping import pack
+
+    spec = TeacherConfig(source="test", env={"pushes": False}).env_spec()
+    shipped = dataclasses.replace(pack(spec.sim_params, spec.robot_description), versions=driver)
+    with pytest.raises(WorkerMismatchError, match="refuses the run: pybullet"):
+        _Worker(spec, 0, 1, shipped).info()
 
 
 def _copied_inputs(tmp_path: Path) -> tuple[Path, Path, Path]:
