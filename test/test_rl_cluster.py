@@ -22,6 +22,10 @@ def two_nodes():
 
     from ray.cluster_utils import Cluster
 
+    from sim2real_ros.rl.cluster import bind_to_loopback
+
+    bind_to_loopback(False)  # an earlier local run in this process left Ray in loopback-only mode
+
     os.environ.setdefault("RAY_worker_niceness", "0")
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     cluster.add_node(num_cpus=1)

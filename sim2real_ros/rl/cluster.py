@@ -47,7 +47,7 @@ def _check_reachable(address: str) -> None:
                               f"run locally") from err
 
 
-def _bind_to_loopback(local: bool) -> None:
+def bind_to_loopback(local: bool) -> None:
     """local: make the next Ray start listen on 127.0.0.1 only (this process and the processes it
     starts, which inherit the environment); not local: undo that, for joining a cluster."""
     import sys
@@ -94,7 +94,7 @@ def init_ray(workers: int, address: str | None = None) -> dict[str, Any]:
     if address:
         _require_token_auth(address)
     if not _ray_running():
-        _bind_to_loopback(local=not address)
+        bind_to_loopback(local=not address)
     import ray
 
     if not ray.is_initialized():
