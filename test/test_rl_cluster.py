@@ -17,8 +17,10 @@ def two_nodes():
     import uuid
 
     saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
-    os.environ["RAY_AUTH_MODE"] = "token"  # every node and the driver: requests without the token are refused
     os.environ["RAY_AUTH_TOKEN"] = uuid.uuid4().hex
+    from sim2real_ros.rl.cluster import enable_token_auth
+
+    enable_token_auth()  # every node and the driver: requests without the token are refused
 
     from ray.cluster_utils import Cluster
 

@@ -76,12 +76,23 @@ def _require_token_auth(address: str) -> None:
     if mode is not None and mode.lower() != "token":
         raise RayClusterError(f"--ray-address {address}: {AUTH_MODE_ENV}={mode}; a cluster run needs Ray's "
                               f"token authentication ({AUTH_MODE_ENV}=token, docs/learning.md)")
-    os.environ[AUTH_MODE_ENV] = "token"
+    enable_token_auth()
     token_path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
     if not os.environ.get("RAY_AUTH_TOKEN") and not os.path.isfile(token_path):
         raise RayClusterError(f"--ray-address {address}: no Ray auth token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH "
                               f"or {token_path}); make one with `ray get-auth-token --generate` and give the "
                               f"same token to every machine of the cluster (docs/learning.md)")
+
+
+def enable_token_auth() -> None:
+    """Ray token authentication on for this process and the Ray processes it starts."""
+    import sys
+
+    os.environ[AUTH_MODE_ENV] = "token"
+    if "ray" in sys.modules:  # Ray read its config at import: read it again (as Ray itself does)
+        from ray._raylet import Config
+
+        Config.initialize("")
 
 
 def init_ray(workers: int, address: str | None = None) -> dict[str, Any]:
@@ -111,8 +122,10 @@ def init_ray(workers: int, address: str | None = None) -> dict[str, Any]:
                 raise RayClusterError(f"--workers {workers}: must be >= 1 to start Ray")
             # Ray starts its workers at nice 15 by default; rollouts are the job here, not background.
             os.environ.setdefault("RAY_worker_niceness", "0")
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-                     configure_logging=True)
+            # address="local": a new instance of our own, never a cluster someone started on this
+            # machine with `ray start` (Ray's default joins /tmp/ray/ray_current_cluster if alive).
+            ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False,
+                     logging_level="ERROR", configure_logging=True)
             node_ip = ray.util.get_node_ip_address()
             if not _is_loopback(node_ip):
                 ray.shutdown()
