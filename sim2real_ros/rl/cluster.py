@@ -89,10 +89,17 @@ def enable_token_auth() -> None:
     import sys
 
     os.environ[AUTH_MODE_ENV] = "token"
-    if "ray" in sys.modules:  # Ray read its config at import: read it again (as Ray itself does)
-        from ray._raylet import Config
+    if "ray" in sys.modules:
+        _reread_ray_auth()
 
-        Config.initialize("")
+
+def _reread_ray_auth() -> None:
+    """Ray reads its auth mode and token once, at import: read them again from the environment now
+    (as Ray's own token set-up does), so a run started after a change of RAY_AUTH_* sees it."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 def init_ray(workers: int, address: str | None = None) -> dict[str, Any]:
@@ -107,6 +114,9 @@ def init_ray(workers: int, address: str | None = None) -> dict[str, Any]:
     if not _ray_running():
         bind_to_loopback(local=not address)
     import ray
+
+    if not ray.is_initialized():
+        _reread_ray_auth()
 
     if not ray.is_initialized():
         if address:
