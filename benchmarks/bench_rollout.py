@@ -1,6 +1,7 @@
 """Rollout benchmark: privileged-env steps/s on 1 and 2 Ray workers (the ratio, measured in one run,
-interleaved), and with --pipeline the whole learning pipeline: PPO teacher to its target, the
-student distilled from it, and their success.
+interleaved), the seconds a killed rollout worker costs (SIGKILL by PID mid-run; the step that
+meets it waits for a replacement worker), and with --pipeline the whole learning pipeline: PPO
+teacher to its target, the student distilled from it, and their success.
 
     .venv/bin/python benchmarks/bench_rollout.py [--quick] [--pipeline] [--json OUT]
 
@@ -61,6 +62,44 @@ def throughput(num_envs: int, steps: int, rounds: int) -> dict[str, Any]:
     }
 
 
+def kill_cost(num_envs: int, steps: int, rounds: int) -> dict[str, Any]:
+    """Seconds `steps` steps of 2 workers take undisturbed and with worker 0 killed (SIGKILL by PID)
+    half-way, alternating, `rounds` times; the cost is their difference and the replacing step's."""
+    import signal
+
+    spec = load_teacher_config(config_path("teacher_reach.yaml")).env_spec()
+    init_ray(2)
+    rng = np.random.default_rng(1)
+    plain, killed, replacing = [], [], []
+    try:
+        for _ in range(rounds):
+            for kill in (False, True):
+                pool = RolloutPool(spec, num_envs, 2, log=lambda text: None)
+                try:
+                    actions = rng.uniform(-1, 1, size=(steps, pool.num_envs, pool.num_actions))
+                    pool.step(actions[0])
+                    start = time.perf_counter()
+                    for k, a in enumerate(actions[1:]):
+                        if kill and k == steps // 2:
+                            os.kill(pool.worker_info[0]["pid"], signal.SIGKILL)
+                            tick = time.perf_counter()
+                            pool.step(a)
+                            replacing.append(time.perf_counter() - tick)
+                        else:
+                            pool.step(a)
+                    (killed if kill else plain).append(time.perf_counter() - start)
+                finally:
+                    pool.close()
+    finally:
+        shutdown_ray()
+    costs = [b - a for a, b in zip(plain, killed, strict=True)]
+    return {"num_envs": num_envs, "steps": steps, "rounds": rounds,
+            "undisturbed_s": [round(x, 2) for x in plain], "with_kill_s": [round(x, 2) for x in killed],
+            "kill_cost_s": {"median": float(np.median(costs)), "min": float(min(costs)), "max": float(max(costs))},
+            "replacing_step_s": {"median": float(np.median(replacing)), "min": float(min(replacing)),
+                                 "max": float(max(replacing))}}
+
+
 def pipeline(out_dir: Path, eval_episodes: int) -> dict[str, Any]:
     """Teacher (PPO) then student (BC + DAgger labelled by it), from scratch, then their success."""
     from sim2real_ros.rl.ppo import TeacherTrainer
@@ -99,7 +138,8 @@ def pipeline(out_dir: Path, eval_episodes: int) -> dict[str, Any]:
 
 def run(quick: bool = False, with_pipeline: bool = False) -> dict[str, Any]:
     load_before = os.getloadavg()
-    result: dict[str, Any] = {"throughput": throughput(32, 30 if quick else 100, 2 if quick else 5)}
+    result: dict[str, Any] = {"throughput": throughput(32, 30 if quick else 100, 2 if quick else 5),
+                              "worker_kill": kill_cost(32, 30 if quick else 100, 2 if quick else 3)}
     if with_pipeline:
         with tempfile.TemporaryDirectory(prefix="bench_rollout_") as tmp:
             result["pipeline"] = pipeline(Path(tmp), 20 if quick else 40)

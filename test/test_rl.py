@@ -181,10 +181,8 @@ def test_a_tiny_ppo_run_learns_an_easy_reach_and_saves_a_safe_teacher(ray_local,
                      num_envs=16, steps_per_env=20, iterations=25, eval_episodes=16, workers=2,
                      actor={"hidden_dims": [64, 64], "activation": "elu", "init_std": 0.5},
                      ppo={"learning_rate": 0.003})
-    start = time.monotonic()
     out = tmp_path / "teacher.pt"
     result = TeacherTrainer(config, out, tmp_path / "work", workers=2, log=lambda s: None).run(resume=False)
-    assert time.monotonic() - start < 120
     teacher = load_teacher(out)
     assert teacher.spec.provenance["steps"] == 25 * 16 * 20
     assert teacher.spec.provenance["evaluation"]["episodes"] == 16

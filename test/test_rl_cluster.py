@@ -1,11 +1,12 @@
-"""A two-node Ray cluster on this machine (a head and a worker node, 1 CPU each): one rollout
-round runs with a worker on each node, joined through `init_ray`'s --ray-address path."""
+"""A two-node Ray cluster on this machine (a head and a worker node, 1 CPU each) with Ray's token
+authentication on: one rollout round runs with a worker on each node, joined through `init_ray`'s
+--ray-address path."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from sim2real_ros.rl.cluster import init_ray, shutdown_ray
+from sim2real_ros.rl.cluster import RayClusterError, init_ray, shutdown_ray
 from sim2real_ros.rl.pool import RolloutPool
 from sim2real_ros.rl.ppo import TeacherConfig
 
@@ -13,8 +14,19 @@ from sim2real_ros.rl.ppo import TeacherConfig
 @pytest.fixture(scope="module")
 def two_nodes():
     import os
+    import uuid
+
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+    os.environ["RAY_AUTH_TOKEN"] = uuid.uuid4().hex
+    from sim2real_ros.rl.cluster import enable_token_auth
+
+    enable_token_auth()  # every node and the driver: requests without the token are refused
 
     from ray.cluster_utils import Cluster
+
+    from sim2real_ros.rl.cluster import bind_to_loopback
+
+    bind_to_loopback(False)  # an earlier local run in this process left Ray in loopback-only mode
 
     os.environ.setdefault("RAY_worker_niceness", "0")
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
@@ -25,6 +37,17 @@ def two_nodes():
     finally:
         shutdown_ray()
         cluster.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def test_joining_a_cluster_without_token_authentication_is_refused(monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    with pytest.raises(RayClusterError, match="RAY_AUTH_MODE=disabled; a cluster run needs Ray's token"):
+        init_ray(1, "127.0.0.1:6379")
 
 
 def test_one_collection_round_runs_on_both_nodes(two_nodes):

@@ -45,12 +45,14 @@ class StepResult:
 class BatchedEnv:
     """Envs in slots [first_slot, first_slot + count) of a run."""
 
-    def __init__(self, spec: EnvSpec, first_slot: int, count: int) -> None:
+    def __init__(self, spec: EnvSpec, first_slot: int, count: int, started: list[int] | None = None) -> None:
+        """started: per env, episodes its slot already started elsewhere (None: none)."""
         params = load_sim_params(spec.sim_params)
         env_config = EnvConfig.from_dict(spec.env)
         rewards = RewardConfig.from_dict(spec.rewards)
         self.envs = [ReachEnv(params, spec.robot_description, env_config, rewards, spec.run_seed,
-                              slot=first_slot + i, num_slots=spec.num_slots, episode_base=spec.episode_base)
+                              slot=first_slot + i, num_slots=spec.num_slots, episode_base=spec.episode_base,
+                              first_episode=started[i] if started else 0)
                      for i in range(count)]
         self.obs_dim = self.envs[0].obs_dim
         self.num_actions = self.envs[0].n

@@ -78,7 +78,8 @@ class ReachEnv:
     """
 
     def __init__(self, params: SimParams, robot_description: str, config: EnvConfig, rewards: RewardConfig,
-                 run_seed: int, slot: int = 0, num_slots: int = 1, episode_base: int = 0) -> None:
+                 run_seed: int, slot: int = 0, num_slots: int = 1, episode_base: int = 0,
+                 first_episode: int = 0) -> None:
         self.config = config
         self.rewards = rewards
         self.run_seed = int(run_seed)
@@ -96,7 +97,7 @@ class ReachEnv:
                               self.world.lower, self.world.upper)
         self.layout = observation_layout(self.n, len(self.world.randomization.mass_scale))
         self.obs_dim = sum(self.layout.values())
-        self.episodes_started = 0
+        self.episodes_started = int(first_episode)  # > 0: a replacement worker continues the slot
         self.info: dict[str, Any] = {}
         self.reset()
 

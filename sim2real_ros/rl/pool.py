@@ -7,12 +7,14 @@ rollouts (`step`) and whole evaluation episodes (`run_episodes`).
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from .batch import BatchedEnv, EnvSpec, StepResult
+from .cluster import RayClusterError
 
 # observations (k, obs_dim) float32 -> actions (k, n) in [-1, 1]
 ActionFn = Callable[[np.ndarray], np.ndarray]
@@ -31,19 +33,42 @@ def split_slots(num_envs: int, workers: int) -> list[tuple[int, int]]:
 
 
 class _Worker:
-    """What each rollout worker holds: one BatchedEnv (also run in-process for workers=0)."""
+    """What each rollout worker holds: one BatchedEnv (also run in-process for workers=0).
 
-    def __init__(self, spec: EnvSpec, first_slot: int, count: int) -> None:
+    shipped: the run's files as data (rl.shipping; a Ray worker reads nothing by path on its disk);
+    started: per env, how many episodes its slot already started (a replacement worker continues
+    the slot's sequence instead of replaying it)."""
+
+    def __init__(self, spec: EnvSpec, first_slot: int, count: int, shipped: Any = None,
+                 started: Sequence[int] | None = None) -> None:
+        import dataclasses
+
         import torch
 
         torch.set_num_threads(1)  # one core per worker: torch's own threads would fight the sim
-        self.batch = BatchedEnv(spec, first_slot, count)
+        self.refused: Exception | None = None
+        self.unpacked = None
+        self.batch = None
+        try:
+            if shipped is not None:
+                from .shipping import Unpacked
+
+                self.unpacked = Unpacked(shipped)
+                spec = dataclasses.replace(spec, sim_params=self.unpacked.path("sim_params"),
+                                           robot_description=self.unpacked.path("robot"))
+            self.batch = BatchedEnv(spec, first_slot, count, started)
+        except Exception as err:  # noqa: BLE001 - reported by info() as a task error, never retried
+            self.refused = err
 
     def info(self) -> dict[str, Any]:
+        import os
         import socket
 
-        return {"host": socket.gethostname(), "node_id": _node_id(), "envs": len(self.batch.envs),
-                "obs_dim": self.batch.obs_dim, "num_actions": self.batch.num_actions}
+        if self.refused is not None:
+            raise self.refused
+        return {"host": socket.gethostname(), "pid": os.getpid(), "node_id": _node_id(),
+                "envs": len(self.batch.envs), "obs_dim": self.batch.obs_dim,
+                "num_actions": self.batch.num_actions}
 
     def observations(self) -> np.ndarray:
         return self.batch.observations()
@@ -70,7 +95,10 @@ class _Worker:
         return out
 
     def close(self) -> None:
-        self.batch.close()
+        if self.batch is not None:
+            self.batch.close()
+        if self.unpacked is not None:
+            self.unpacked.close()
 
 
 def _node_id() -> str | None:
@@ -88,8 +116,6 @@ def check_free_cpus(workers: int) -> None:
 
     import ray
 
-    from .cluster import RayClusterError
-
     total = int(ray.cluster_resources().get("CPU", 0))
     if workers > total:
         raise RayClusterError(f"{workers} rollout workers need {workers} CPUs; the Ray cluster has {total}")
@@ -103,57 +129,223 @@ def check_free_cpus(workers: int) -> None:
                               f"cluster's {total} are free (another pool still holds the rest)")
 
 
-class RolloutPool:
-    """num_envs reach envs over `workers` Ray actors (0: in this process)."""
+TASK_TIMEOUT_S = 600.0  # [s] a worker silent for longer on one task is treated as dead
+MAX_REPLACEMENTS = 4  # replacement workers one pool may start before it gives up
 
-    def __init__(self, spec: EnvSpec, num_envs: int, workers: int) -> None:
+
+class WorkerLostError(RayClusterError):
+    """A Ray worker died or hung and could not be replaced (or was replaced too often)."""
+
+
+def lost_reason(err: BaseException) -> str | None:
+    """Why a Ray call failed when the worker itself is gone (process killed, node lost); None when
+    the task raised (a bug or bad input: reported as it is, never retried)."""
+    import ray.exceptions as rex
+
+    lost = tuple(getattr(rex, name) for name in ("RayActorError", "ActorDiedError", "ActorUnavailableError",
+                                                   "WorkerCrashedError", "NodeDiedError", "ObjectLostError",
+                                                   "OwnerDiedError", "GetTimeoutError") if hasattr(rex, name))
+    if isinstance(err, lost):
+        return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    return None
+
+
+def default_log(text: str) -> None:
+    import sys
+
+    print(text, file=sys.stderr, flush=True)
+
+
+class ActorGroup:
+    """`count` Ray actors made by make(i), replaced when one dies or hangs; every wait has a timeout.
+
+    make(i) returns a new actor handle for position i (its arguments may depend on the run's
+    progress). info[i]: {"host", "pid", ...} of the actor now at i."""
+
+    def __init__(self, make: Callable[[int], Any], count: int, what: str, timeout_s: float = TASK_TIMEOUT_S,
+                 log: Callable[[str], None] = default_log) -> None:
+        self.make, self.what, self.timeout_s, self.log = make, what, float(timeout_s), log
+        self.replacements = 0
+        self.actors: list[Any] = [make(i) for i in range(count)]
+        try:
+            self.info = self._get([a.info.remote() for a in self.actors], "starting")
+        except BaseException:
+            self.close()
+            raise
+
+    def _get(self, refs: list[Any], doing: str) -> list[Any]:
+        import ray
+
+        ready, rest = ray.wait(refs, num_returns=len(refs), timeout=self.timeout_s)
+        if rest:
+            raise WorkerLostError(f"{self.what}: {len(rest)} worker(s) gave no answer within {self.timeout_s:g} s "
+                                  f"while {doing}")
+        return ray.get(refs, timeout=self.timeout_s)  # all ready: in the order asked
+
+    def name(self, i: int) -> str:
+        info = self.info[i] if i < len(getattr(self, "info", [])) else {}
+        return f"{self.what} worker {i} (host {info.get('host', '?')}, pid {info.get('pid', '?')})"
+
+    def replace(self, i: int, why: str, work: str) -> None:
+        """The actor at i is gone or hung while doing `work`: kill it, start another in its place."""
+        import ray
+
+        self.log(f"[ray] {self.name(i)} {why} while {work}; replacing it and running that work again")
+        with contextlib.suppress(Exception):  # it may already be gone
+            ray.kill(self.actors[i], no_restart=True)
+        self.replacements += 1
+        if self.replacements > MAX_REPLACEMENTS:
+            raise WorkerLostError(f"{self.what}: {self.replacements} workers lost in one run (last: {self.name(i)} "
+                                  f"{why} while {work}); giving up")
+        self.actors[i] = self.make(i)
+        self.info[i] = self._get([self.actors[i].info.remote()], f"starting a replacement for {self.name(i)}")[0]
+        self.log(f"[ray] {self.name(i)} replaces it")
+
+    def call_all(self, method: str, args: list[tuple], work: Callable[[int], str],
+                 recover: Callable[[int], Any]) -> list[Any]:
+        """getattr(actor i, method)(*args[i]) on every actor, in parallel; results in actor order.
+        A worker that dies or stays silent past the timeout is replaced and recover(i) gives its result."""
+        import time
+
+        import ray
+
+        refs = [getattr(a, method).remote(*arg) for a, arg in zip(self.actors, args, strict=True)]
+        deadline = time.monotonic() + self.timeout_s
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.timeout_s)
+        ready_set = set(ready)
+        results: list[Any] = [None] * len(refs)
+        lost: list[tuple[int, str]] = []
+        for i, ref in enumerate(refs):
+            if ref not in ready_set:
+                lost.append((i, f"gave no answer within {self.timeout_s:g} s (hung)"))
+                continue
+            try:
+                results[i] = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
+            except Exception as err:
+                reason = lost_reason(err)
+                if reason is None:
+                    raise
+                lost.append((i, f"died ({reason})"))
+        for i, why in lost:
+            self.replace(i, why, work(i))
+            results[i] = recover(i)
+        return results
+
+    def call_one(self, i: int, method: str, *args: Any) -> Any:
+
+        return self._get([getattr(self.actors[i], method).remote(*args)], f"{method} on {self.name(i)}")[0]
+
+    def close(self, method: str | None = "close") -> None:
+        """Ask every actor to clean up (bounded wait, errors only logged: the run's first error is the
+        one that counts), then kill them all. Never raises."""
+        import ray
+
+        if method and self.actors:
+            try:
+                refs = [getattr(a, method).remote() for a in self.actors]
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=min(self.timeout_s, 30.0))
+                for ref in ready:
+                    try:
+                        ray.get(ref, timeout=1.0)
+                    except Exception as err:  # noqa: BLE001
+                        self.log(f"[ray] {self.what}: a worker failed to close ({lost_reason(err) or err!r})")
+            except Exception as err:  # noqa: BLE001
+                self.log(f"[ray] {self.what}: closing the workers failed ({err!r})")
+        for actor in self.actors:
+            with contextlib.suppress(Exception):  # already gone
+                ray.kill(actor, no_restart=True)
+        self.actors = []
+
+
+class RolloutPool:
+    """num_envs reach envs over `workers` Ray actors (0: in this process).
+
+    With Ray, the run's files travel as data (rl.shipping) and a worker that dies or stays silent
+    past `timeout_s` [s] is replaced: its slots continue with their next episodes (the episodes it
+    was playing end there as time-outs, which PPO bootstraps), and whole-episode calls run again."""
+
+    def __init__(self, spec: EnvSpec, num_envs: int, workers: int, timeout_s: float = TASK_TIMEOUT_S,
+                 log: Callable[[str], None] = default_log) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.spec = spec
         self.num_envs = num_envs
         self.workers = workers
         self.layout = split_slots(num_envs, max(1, workers))
+        self._started = [0] * num_envs  # per slot: episodes started so far (a built env starts one)
+        self._group: ActorGroup | None = None
         if workers == 0:
             self._local = [_Worker(spec, first, count) for first, count in self.layout]
-            self._actors: list[Any] = []
+            infos = [w.info() for w in self._local]
         else:
             import ray
 
+            from .shipping import pack
+
             check_free_cpus(workers)
-            actor_class = ray.remote(num_cpus=1)(_Worker)
+            actor_class = ray.remote(num_cpus=1, max_restarts=0)(_Worker)
+            shipped = ray.put(pack(spec.sim_params, spec.robot_description))
             self._local = []
-            self._actors = [actor_class.remote(spec, first, count) for first, count in self.layout]
-        infos = self._call("info")
+
+            def make(i: int) -> Any:
+                first, count = self.layout[i]
+                actor = actor_class.remote(spec, first, count, shipped, self._started[first:first + count])
+                self._count_started(range(first, first + count))  # its envs start their next episode
+                return actor
+
+            self._group = ActorGroup(make, len(self.layout), "rollout", timeout_s, log)
+            infos = self._group.info
         self.worker_info = infos
         self.obs_dim = infos[0]["obs_dim"]
         self.num_actions = infos[0]["num_actions"]
 
-    def _call(self, method: str, *per_worker_args: Sequence[Any], common: tuple = ()) -> list[Any]:
+    def _slots(self, i: int) -> str:
+        first, count = self.layout[i]
+        return f"slots {first}-{first + count - 1}"
+
+    def _call(self, method: str, *per_worker_args: Sequence[Any], common: tuple = (),
+              recover: Callable[[int], Any] | None = None) -> list[Any]:
         """Call `method` on every worker (per-worker arguments zipped), results in worker order."""
         args = list(zip(*per_worker_args, strict=True)) if per_worker_args else [()] * len(self.layout)
-        if self._actors:
-            import ray
-
-            return ray.get([getattr(a, method).remote(*arg, *common) for a, arg in
-                            zip(self._actors, args, strict=True)])
-        return [getattr(w, method)(*arg, *common) for w, arg in zip(self._local, args, strict=True)]
+        args = [(*a, *common) for a in args]
+        if self._group is not None:
+            group = self._group
+            return group.call_all(method, args, lambda i: f"{method} of {self._slots(i)}",
+                                  recover or (lambda i: group.call_one(i, method, *args[i])))
+        return [getattr(w, method)(*arg) for w, arg in zip(self._local, args, strict=True)]
 
     def observations(self) -> np.ndarray:
         return np.concatenate(self._call("observations"))
+
+    def _fresh_start(self, i: int) -> StepResult:
+        """What a replacement worker's envs give for the step that was lost: the first observation
+        of their next episodes, no reward, the lost episodes ended as time-outs."""
+        first, count = self.layout[i]
+        obs = self._group.call_one(i, "observations")
+        return StepResult(obs, np.zeros(count, dtype=np.float32), np.zeros(count, dtype=bool),
+                          np.ones(count, dtype=bool), [], {})
+
+    def _count_started(self, slots: Any) -> None:
+        for slot in slots:
+            self._started[slot] += 1
 
     def step(self, actions: np.ndarray) -> StepResult:
         """Step all envs with actions (num_envs, n); one call per worker, run in parallel."""
         actions = np.asarray(actions, dtype=np.float64)
         parts = [actions[first:first + count] for first, count in self.layout]
-        results: list[StepResult] = self._call("step", parts)
+        results: list[StepResult] = self._call("step", parts, recover=self._fresh_start)
         terms: dict[str, float] = {}
         for r in results:
             for name, value in r.terms.items():
                 terms[name] = terms.get(name, 0.0) + value
+        episodes = [e for r in results for e in r.episodes]
+        for e in episodes:  # episode m of a slot finished: its env started episode m + 1
+            slot, m = (int(e["index"]) - self.spec.episode_base) % self.num_envs, \
+                (int(e["index"]) - self.spec.episode_base) // self.num_envs
+            self._started[slot] = max(self._started[slot], m + 2)
         return StepResult(np.concatenate([r.obs for r in results]), np.concatenate([r.rewards for r in results]),
                           np.concatenate([r.terminated for r in results]),
-                          np.concatenate([r.truncated for r in results]),
-                          [e for r in results for e in r.episodes], terms)
+                          np.concatenate([r.truncated for r in results]), episodes, terms)
 
     def run_episodes(self, indices: Sequence[int], policy: Any) -> list[dict[str, Any]]:
         """Whole episodes `indices` with `policy`; results in the order of `indices`.
@@ -161,7 +353,8 @@ class RolloutPool:
         Slot j plays indices[j::num_envs], in order, whichever worker holds it: a PyBullet world's
         next episode depends slightly on what it simulated before (its solver keeps state across
         resets), so the assignment is by slot, never by worker, and the results do not depend on
-        the worker count."""
+        the worker count. (A replacement worker's worlds are new: the episodes it plays again may
+        differ slightly from what the lost worker would have given.)"""
         indices = [int(i) for i in indices]
         per_slot = [indices[j::self.num_envs] for j in range(self.num_envs)]
         shares = [per_slot[first:first + count] for first, count in self.layout]
@@ -170,13 +363,10 @@ class RolloutPool:
         return [by_index[i] for i in indices]
 
     def close(self) -> None:
-        if self._actors:
-            import ray
-
-            ray.get([a.close.remote() for a in self._actors])
-            for a in self._actors:
-                ray.kill(a)
-            self._actors = []
+        """Release every worker; never raises (an error the run hit first stays the one reported)."""
+        if self._group is not None:
+            self._group.close()
+            self._group = None
         for w in self._local:
             w.close()
         self._local = []

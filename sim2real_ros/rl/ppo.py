@@ -270,7 +270,7 @@ class TeacherTrainer:
             alg = PPO.construct_algorithm(dummy_obs, dummy_env, cfg, "cpu")
         first_it, steps, history = self._load_state(alg) if resume else (0, 0, [])
         git = training_git_state(self.work_dir, share_dir(), fresh=first_it == 0)
-        pool = RolloutPool(c.env_spec(episode_base=first_it * 1_000_000), c.num_envs, self.workers)
+        pool = RolloutPool(c.env_spec(episode_base=first_it * 1_000_000), c.num_envs, self.workers, log=self.log)
         env = PoolVecEnv(pool, max_steps, {"env": c.env, "rewards": c.rewards})
         recent: deque[bool] = deque(maxlen=c.success_window)
         for row in history[-1:]:

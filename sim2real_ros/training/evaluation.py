@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +118,9 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
                     seed: int = 1000, actuation_latency_s: float | None = None,
                     num_threads: int = 2, label: str = "eval",
                     graph_conditions: GraphConditions | bool | None = True, pushes: bool = False,
-                    workers: int = 0, backend: str = "auto", robot: str | None = None) -> dict[str, Any]:
+                    workers: int = 0, backend: str = "auto", robot: str | None = None,
+                    timeout_s: float | None = None, log: Callable[[str], None] | None = None,
+                    on_block: Callable[[int], None] | None = None, block: int = 4) -> dict[str, Any]:
     """Run `episodes` sim episodes with the policy driving (core path: preprocessing pipeline,
     policy, actuator; with graph_conditions (default) the graph's timing and supervisor, see
     training.graph_conditions). perturb: sample the sim params' randomization ranges each episode.
@@ -130,7 +133,9 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     configured value (config/params.yaml), never the sim variant's own true latency (which would
     flatter every "real" variant). The result reports the value and its source. robot: robots.ROBOTS
     name (None: the checkpoint's); its URDF and sim params are the defaults of robot_description and
-    sim_config; a checkpoint trained for another robot raises CheckpointError naming both."""
+    sim_config; a checkpoint trained for another robot raises CheckpointError naming both.
+    timeout_s [s] / log: a Ray worker silent on one block of `block` episodes for longer is replaced
+    (named in log); on_block(n): called after each finished block of n episodes."""
     policy = load_policy(checkpoint, backend=backend, num_threads=num_threads)
     robot = robot_for_checkpoint(robot, policy.spec.joint_names, policy.spec.provenance, str(checkpoint))
     params = load_sim_params(sim_params_for(robot, sim_config))
@@ -156,10 +161,17 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
                      list(policy.spec.joint_names), config.to_dict(), policy.spec.chunk_length, policy.spec.dt_s,
                      pushes=pushes, record_images=False, backend=policy.backend)
     assert_unseen_episodes(seed, range(episodes), student_training_episodes(policy.spec.provenance), str(checkpoint))
-    pool = EpisodePool(job, workers, num_threads=num_threads)
+    pool = EpisodePool(job, workers, num_threads=num_threads, timeout_s=timeout_s, log=log)
+    progress_bar = counting_progress(episodes, f"[{label}] episodes")
+
+    def done(n: int) -> None:
+        progress_bar(n)
+        if on_block is not None:
+            on_block(n)
+
     try:
         seeds = [episode_seed(seed, i) for i in range(episodes)]
-        records = pool.run(seeds, str(checkpoint), perturb, on_done=counting_progress(episodes, f"[{label}] episodes"))
+        records = pool.run(seeds, str(checkpoint), perturb, on_done=done, block=block)
     finally:
         pool.close()
     push_info = {}

@@ -5,6 +5,11 @@ slightly on what it simulated before (its solver keeps state across resets), so 
 must depend on its seed alone for the results not to depend on how many workers ran them. The same
 pool serves DAgger collection (`sim2real train --workers`) and evaluation (`sim2real eval-sim
 --workers`); `rl.pool.RolloutPool` serves the PPO teacher's rollouts.
+
+On Ray, the job's files (sim params, URDF and meshes, teacher checkpoint) and a checkpoint driver
+travel to the workers as data (rl.shipping), and episodes are pure functions of their seeds, so a
+block of episodes lost with a worker (killed, or silent past the timeout) is played again by a
+replacement worker and the run's results equal an undisturbed run's.
 """
 from __future__ import annotations
 
@@ -49,13 +54,45 @@ class EpisodeJob:
 Driver = Any
 
 
+@dataclass(frozen=True)
+class ShippedCheckpoint:
+    """A checkpoint driver as data (a Ray worker reads nothing by path): file name, bytes, sha256."""
+
+    name: str
+    data: bytes
+    digest: str
+
+    @classmethod
+    def read(cls, path: str) -> ShippedCheckpoint:
+        import hashlib
+        from pathlib import Path
+
+        from ..core.errors import Sim2RealError
+
+        try:
+            data = Path(path).read_bytes()
+        except OSError as err:
+            raise Sim2RealError(f"checkpoint {path}: cannot read it to ship to the Ray workers ({err})") from err
+        return cls(Path(path).name, data, hashlib.sha256(data).hexdigest())
+
+
 class EpisodeRunner:
     """Runs episodes of one job, each on a new world (held by each worker, or in this process)."""
 
-    def __init__(self, job: EpisodeJob, num_threads: int = 1) -> None:
+    def __init__(self, job: EpisodeJob, num_threads: int = 1, shipped: Any = None) -> None:
+        import dataclasses
+
         import torch
 
         torch.set_num_threads(num_threads)
+        self.unpacked = None
+        if shipped is not None:  # a Ray worker: the job's files are data, written to its own folder
+            from ..rl.shipping import Unpacked
+
+            self.unpacked = Unpacked(shipped)
+            job = dataclasses.replace(
+                job, sim_params=self.unpacked.path("sim_params"), robot_description=self.unpacked.path("robot"),
+                teacher_checkpoint=self.unpacked.path("teacher") if job.teacher_checkpoint else None)
         self.job = job
         self.params = load_sim_params(job.sim_params)
         self.pipeline = ImagePipeline(PreprocessConfig.from_dict(job.preprocess, source="episode job preprocess"))
@@ -67,6 +104,18 @@ class EpisodeRunner:
     def _controller(self, driver: Driver) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
         if driver is None:
             return None
+        if isinstance(driver, ShippedCheckpoint):
+            if driver.digest not in self._policies:
+                import tempfile
+                from pathlib import Path
+
+                from ..core.policy_backend import load_policy
+
+                with tempfile.TemporaryDirectory(prefix="sim2real_driver_") as folder:
+                    path = Path(folder) / driver.name
+                    path.write_bytes(driver.data)
+                    self._policies[driver.digest] = load_policy(str(path), backend=self.job.backend, num_threads=1)
+            return self._policies[driver.digest].select_action
         if isinstance(driver, str):
             if driver not in self._policies:
                 from ..core.policy_backend import load_policy
@@ -111,70 +160,135 @@ class EpisodeRunner:
 
 
 class EpisodePool:
-    """`workers` Ray actors each holding an EpisodeRunner (0: one runner in this process)."""
+    """`workers` Ray actors each holding an EpisodeRunner (0: one runner in this process).
 
-    def __init__(self, job: EpisodeJob, workers: int = 0, num_threads: int = 1) -> None:
+    timeout_s [s]: the longest one block of episodes may take on a worker; past it the worker is
+    treated as dead (killed, replaced, the block played again). log: where lost workers are named."""
+
+    def __init__(self, job: EpisodeJob, workers: int = 0, num_threads: int = 1,
+                 timeout_s: float | None = None, log: Callable[[str], None] | None = None) -> None:
+        from ..rl.pool import TASK_TIMEOUT_S, ActorGroup, default_log
+
         self.workers = workers
+        self.log = log or default_log
+        self.timeout_s = TASK_TIMEOUT_S if timeout_s is None else float(timeout_s)
+        self._group: ActorGroup | None = None
+        self._local = None
         if workers:
             import ray
 
             from ..rl.pool import check_free_cpus
+            from ..rl.shipping import pack
 
             check_free_cpus(workers)
-            actor = ray.remote(num_cpus=1)(EpisodeRunner)
-            self._actors = [actor.remote(job, 1) for _ in range(workers)]
-            self._local = None
+            shipped = ray.put(pack(job.sim_params, job.robot_description, {"teacher": job.teacher_checkpoint}))
+            actor = ray.remote(num_cpus=1, max_restarts=0)(_EpisodeWorker)
+            self._group = ActorGroup(lambda i: actor.remote(job, 1, shipped), workers, "episode",
+                                     self.timeout_s, self.log)
+            self.worker_info = self._group.info
         else:
-            self._actors = []
             self._local = EpisodeRunner(job, num_threads)
+            self.worker_info = []
 
     def run(self, seeds: Sequence[int], driver: Driver, randomize: bool,
             on_done: Callable[[int], None] | None = None, block: int = 4) -> list[EpisodeRecord]:
         """Episodes for `seeds` (results in seed order); `on_done(n)` after each block of n episodes."""
         seeds = [int(s) for s in seeds]
         blocks = [seeds[i:i + block] for i in range(0, len(seeds), block)]
-        if not self._actors:
+        if self._group is None:
             out = []
             for part in blocks:
                 out += self._local.run(part, driver, randomize)
                 if on_done:
                     on_done(len(part))
             return out
+        import time
+        from collections import deque
+
         import ray
 
-        driver_ref = ray.put(driver)
-        pending = {}
-        free = list(self._actors)
+        from ..rl.pool import lost_reason
+
+        group = self._group
+        driver_ref = ray.put(ShippedCheckpoint.read(driver) if isinstance(driver, str) else driver)
+        pending: dict[Any, tuple[int, int, float]] = {}  # ref -> (block, worker, submitted at [s])
+        free = list(range(len(group.actors)))
+        todo = deque(range(len(blocks)))
         results: dict[int, list[EpisodeRecord]] = {}
-        next_block = 0
-        while next_block < len(blocks) or pending:
-            while free and next_block < len(blocks):
-                actor = free.pop()
-                pending[actor.run.remote(blocks[next_block], driver_ref, randomize)] = (next_block, actor)
-                next_block += 1
-            done, _ = ray.wait(list(pending), num_returns=1)
-            index, actor = pending.pop(done[0])
-            results[index] = ray.get(done[0])
-            free.append(actor)
+
+        def lost(worker: int, index: int, why: str) -> None:
+            group.replace(worker, why, f"playing episodes with seeds {blocks[index]}")
+            todo.appendleft(index)  # the block again: its episodes depend on their seeds only
+            free.append(worker)
+
+        while todo or pending:
+            while free and todo:
+                worker, index = free.pop(), todo.popleft()
+                ref = group.actors[worker].run.remote(blocks[index], driver_ref, randomize)
+                pending[ref] = (index, worker, time.monotonic())
+            oldest = min(t for _, _, t in pending.values())
+            wait_s = max(0.1, oldest + self.timeout_s - time.monotonic())
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=wait_s)
+            if not done:  # the oldest block ran past the timeout: its worker is hung
+                now = time.monotonic()
+                for ref, (index, worker, t) in list(pending.items()):
+                    if now - t >= self.timeout_s:
+                        del pending[ref]
+                        lost(worker, index, f"gave no answer within {self.timeout_s:g} s (hung)")
+                continue
+            index, worker, _ = pending.pop(done[0])
+            try:
+                results[index] = ray.get(done[0], timeout=self.timeout_s)
+            except Exception as err:
+                reason = lost_reason(err)
+                if reason is None:
+                    raise
+                lost(worker, index, f"died ({reason})")
+                continue
+            free.append(worker)
             if on_done:
                 on_done(len(blocks[index]))
         return [r for i in range(len(blocks)) for r in results[i]]
 
     def labels_made(self) -> int:
-        """Chunks a PPO teacher labelled so far, over every worker."""
-        if not self._actors:
+        """Chunks a PPO teacher labelled so far, over every worker (a lost worker's count is lost)."""
+        if self._group is None:
             return self._local.labels_made
-        import ray
-
-        return int(sum(ray.get([a.__ray_call__.remote(lambda runner: runner.labels_made) for a in self._actors])))
+        return int(sum(self._group.call_all("labels", [()] * len(self._group.actors), lambda i: "counting labels",
+                                            lambda i: 0)))
 
     def close(self) -> None:
-        if self._actors:
-            import ray
+        """Release every worker; never raises (an error the run hit first stays the one reported)."""
+        if self._group is not None:
+            self._group.close()
+            self._group = None
 
-            for actor in self._actors:
-                ray.kill(actor)
-            self._actors = []
+
+class _EpisodeWorker(EpisodeRunner):
+    """An EpisodeRunner as a Ray actor: its files come as data; info() says where it runs and
+    reports a refused start-up (version mismatch, bad file) as the task error it is."""
+
+    def __init__(self, job: EpisodeJob, num_threads: int, shipped: Any) -> None:
+        self.refused: Exception | None = None
+        try:
+            super().__init__(job, num_threads, shipped)
+        except Exception as err:  # noqa: BLE001 - raised by info(), never retried
+            self.refused = err
+
+    def info(self) -> dict[str, Any]:
+        import os
+        import socket
+
+        if self.refused is not None:
+            raise self.refused
+        return {"host": socket.gethostname(), "pid": os.getpid()}
+
+    def labels(self) -> int:
+        return self.labels_made
+
+    def close(self) -> None:
+        if getattr(self, "unpacked", None) is not None:
+            self.unpacked.close()
 
 
 def counting_progress(total: int, label: str) -> Callable[[int], None]:
