@@ -205,6 +205,21 @@ def test_the_topic_is_released_only_when_every_publisher_that_pressed_has_releas
     assert stop.active(T0 + 4 * MS) == () and not stop.topic_active
 
 
+def test_without_publisher_gids_a_release_counts_only_when_one_publisher_remains():
+    """rclpy 7 (Jazzy) gives no publisher GID: with two publishers on `estop`, a release may be the
+    other button's, so it does not release; once one publisher remains, its release does."""
+    stop = sources()
+    stop.set_live_publishers(["gid-a", "gid-b"])
+    stop.on_message(True, T0)  # A presses (anonymous)
+    stop.on_message(False, T0 + MS)  # B's release, or A's: cannot tell
+    assert stop.topic_active
+    assert "unidentified, one of 2" in stop.active(T0 + MS)[0]
+    stop.set_live_publishers(["gid-a"])  # B left
+    assert stop.topic_active  # a release heard before does not count now
+    stop.on_message(False, T0 + 2 * MS)
+    assert stop.active(T0 + 2 * MS) == () and not stop.topic_active
+
+
 def test_a_publisher_that_leaves_while_pressed_stays_pressed_until_a_reset():
     stop = sources()
     stop.on_message(True, T0, publisher="a")

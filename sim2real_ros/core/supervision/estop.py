@@ -46,6 +46,10 @@ class EStopSources:
         self._pressed: set[str] = set()
         self._vanished: set[str] = set()
         self._absent_polls: dict[str, int] = {}  # pressed publisher -> graph polls in a row without it
+        # `estop` publishers in the graph at the last poll (None before the first). Where messages
+        # carry no publisher GID (rclpy 7, Jazzy), a release cannot be told from another publisher's:
+        # an anonymous release counts only while at most one publisher is on the topic.
+        self._live_count: int | None = None
         self.faulty_publishers: tuple[str, ...] = ()  # why each faulty `estop` publisher is a pressed stop
         self.clock_stalled = ""  # why the heartbeat cannot be checked ("" = the clock advances)
         self.message_ns: int | None = None  # last `estop` message
@@ -70,6 +74,8 @@ class EStopSources:
         self.message_ns = now_ns
         if active:
             self._pressed.add(publisher)
+        elif not publisher and (self._live_count or 0) > 1:
+            return  # anonymous, with several publishers: it may not be the one that pressed
         else:
             self._pressed.discard(publisher)
             self._vanished.discard(publisher)
@@ -81,6 +87,7 @@ class EStopSources:
         clear_vanished (a reset). Several polls, not one: the graph may show a new publisher after
         its first message has arrived. An unknown publisher ("") never counts as gone."""
         live = set(live)
+        self._live_count = len(live)
         for key in self._pressed - self._vanished:
             if not key or key in live:
                 self._absent_polls.pop(key, None)
@@ -182,7 +189,9 @@ class EStopSources:
             return ""
         return f"{len(self._vanished)} estop publisher(s) left while pressed{self._publisher_text(self._vanished)}"
 
-    @staticmethod
-    def _publisher_text(keys: set[str]) -> str:
+    def _publisher_text(self, keys: set[str]) -> str:
         named = sorted(k for k in keys if k)
+        if "" in keys and (self._live_count or 0) > 1:
+            named.append(f"unidentified, one of {self._live_count}: messages carry no publisher GID here, so it "
+                         "is released by a release once a single publisher remains")
         return f" (publisher {', '.join(named)})" if named else ""
