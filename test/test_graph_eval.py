@@ -51,8 +51,10 @@ def test_graph_evaluation_counts_episodes_and_reports_the_latency_the_policy_saw
     # The sim restarted at episode 0 of the seed once armed: the core path's episodes, seed by seed.
     assert [e["seed"] for e in result["per_episode"]] == [episode_seed(1000, k) for k in range(2)]
     # The reset between the episodes: the supervisor waited for a plan made after it, refused nothing
-    # and never timed out on a silent policy (the actuator dropped the old plans).
-    assert result["supervisor"]["arm_refused"] == 0 and result["supervisor"]["watchdog_holds"] == 0
+    # and never timed out on a silent policy (the actuator dropped the old plans). A hold for a sim clock
+    # standing still (the sim starved of CPU on a loaded machine) is the supervisor doing its job.
+    supervisor = result["supervisor"]
+    assert supervisor["arm_refused"] == 0 and supervisor["watchdog_holds"] == supervisor["clock_stall_holds"]
     # The recorded timing: each episode got its own first chunk, observed after it started, and the
     # supervisor armed on it (a chunk observed before the reset may still arrive: the actuator refuses it).
     rows = episode_timing(read_trace(bag))

@@ -600,6 +600,8 @@ def test_a_stalled_node_clock_holds_a_moving_arm_and_refuses_arming():
         feed(sup, T0 + MS)
         sup.tick(T0 + MS, steady + k * 10 * MS)
     assert sup.mode == Mode.HOLD and "has not advanced" in sup.reason, sup.reason
+    # counted apart, so a graph evaluation tells a starved sim from a silent policy
+    assert sup.counters["watchdog_holds"] == sup.counters["clock_stall_holds"] == 1
     ok, message = sup.request_arm(T0 + MS)
     assert not ok and "has not advanced" in message
 

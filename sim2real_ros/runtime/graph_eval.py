@@ -126,5 +126,5 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
         # Sim time, as the nodes measure it: what the policy had to cope with.
         "obs_to_chunk_ms": {k: float(policy.get(f"obs_to_chunk_ms_{k}", "nan")) for k in ("p50", "p99", "max")},
         "supervisor": {k: int(supervisor.get(k, "0"))
-                       for k in ("watchdog_holds", "joint_jumps", "estops", "arm_refused")},
+                       for k in ("watchdog_holds", "clock_stall_holds", "joint_jumps", "estops", "arm_refused")},
     }

@@ -459,6 +459,8 @@ class Supervisor:
                 watchdog_problem(self._times, self._mode, self._foreign_publishers, now_ns, self.config)
             if problem:
                 self.counters["watchdog_holds"] += 1
+                if self._clock_stalled:  # of those, the holds for a node clock standing still (a starved sim)
+                    self.counters["clock_stall_holds"] += 1
                 self._fire(Event.WATCHDOG, now_ns, problem=problem)
         if self._mode == Mode.HOLD:
             if self._hold_target is None and self._q_meas is not None:

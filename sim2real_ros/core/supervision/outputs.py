@@ -9,7 +9,7 @@ from .modes import Mode
 
 COUNTER_NAMES = (
     "commands_sent", "clamped", "rejected_policy", "rejected_joint_states", "rejected_joy", "rejected_teleop",
-    "estops", "watchdog_holds", "joint_jumps", "arm_refused", "interventions", "clock_steps_back",
+    "estops", "watchdog_holds", "clock_stall_holds", "joint_jumps", "arm_refused", "interventions", "clock_steps_back",
     "internal_errors",
 )
 """The counters supervisor/state reports, all starting at 0."""
