@@ -34,15 +34,13 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 from .. import conversions as msgconv
-from ..core.errors import ConfigError, Sim2RealError
-from ..core.joint_list import resolve_joint_list
+from ..core.errors import Sim2RealError
 from ..core.report import Level
-from ..core.urdf import RobotModel
 from ..hardware.bus import BusError, FeetechBus
-from ..hardware.calibration import joint_maps, load_calibration
 from ..hardware.driver import DriverConfig, FeetechDriver
 from .common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS, now_ns, run_node
 from .parameters import FEETECH_DRIVER, declare_table
+from .servo_arm import servo_arm_from_parameters
 
 NODE_NAME = "feetech_driver"
 
@@ -52,22 +50,15 @@ class FeetechDriverNode(Node):
         super().__init__(NODE_NAME)
         v = declare_table(self, FEETECH_DRIVER)  # parameters.FEETECH_DRIVER, docs/parameters.md
         source = f"{NODE_NAME} parameters"
-        if not v["calibration"]:
-            raise ConfigError(source, "calibration", "", "a LeRobot calibration JSON of this arm is required")
-        try:
-            model = RobotModel.from_description(v["robot_description"])
-        except Sim2RealError as err:
-            raise ConfigError(source, "robot_description", v["robot_description"][:80], str(err)) from err
-        self.joints = resolve_joint_list(v["joints"], model, source)
-        limits = model.limits_arrays(list(self.joints))
-        maps = joint_maps(load_calibration(v["calibration"]), self.joints, limits["lower"], v["calibration"])
+        arm = servo_arm_from_parameters(v, source, "a LeRobot calibration JSON of this arm")
+        self.joints, maps = arm.joints, arm.maps
         config = DriverConfig(stall_torque_nm=v["stall_torque_nm"], overload_fraction=v["overload_fraction"],
                               overheat_c=v["overheat_c"], alarm_samples=v["alarm_samples"],
                               check_homing_offset=v["check_homing_offset"])
         self._torque_off = bool(v["torque_off_on_shutdown"])
         self._period_s = 1.0 / v["rate_hz"]
         self._bus = FeetechBus(v["port"], v["baudrate"], v["bus_timeout_s"])
-        self.driver = FeetechDriver(self._bus, maps, limits["lower"], limits["upper"], config)
+        self.driver = FeetechDriver(self._bus, maps, arm.lower, arm.upper, config)
         self._lock = threading.Lock()
         try:
             feedback = self.driver.start()

@@ -33,16 +33,14 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 
 from .. import conversions as msgconv
-from ..core.errors import ConfigError, Sim2RealError
-from ..core.joint_list import resolve_joint_list
 from ..core.report import Level
-from ..core.urdf import RobotModel
 from ..hardware.bus import BusError, FeetechBus
-from ..hardware.calibration import joint_maps, load_calibration
+from ..hardware.calibration import load_calibration
 from ..hardware.driver import DriverConfig
 from ..hardware.leader import LeaderArm
 from .common import RELIABLE_LATEST_QOS, now_ns, run_node
 from .parameters import LEADER_ARM, declare_table
+from .servo_arm import servo_arm_from_parameters
 
 NODE_NAME = "leader_arm"
 TOPIC = "command/teleop"
@@ -53,20 +51,13 @@ class LeaderArmNode(Node):
         super().__init__(NODE_NAME)
         v = declare_table(self, LEADER_ARM)  # parameters.LEADER_ARM, docs/parameters.md
         source = f"{NODE_NAME} parameters"
-        if not v["calibration"]:
-            raise ConfigError(source, "calibration", "", "the leader arm's LeRobot calibration JSON is required")
-        try:
-            model = RobotModel.from_description(v["robot_description"])
-        except Sim2RealError as err:
-            raise ConfigError(source, "robot_description", v["robot_description"][:80], str(err)) from err
-        self.joints = resolve_joint_list(v["joints"], model, source)
-        limits = model.limits_arrays(list(self.joints))
-        maps = joint_maps(load_calibration(v["calibration"]), self.joints, limits["lower"], v["calibration"])
+        arm = servo_arm_from_parameters(v, source, "the leader arm's LeRobot calibration JSON")
+        self.joints, maps = arm.joints, arm.maps
         follower = load_calibration(v["follower_calibration"]) if v["follower_calibration"] else None
         self._period_s = 1.0 / v["rate_hz"]
         self._bus = FeetechBus(v["port"], v["baudrate"], v["bus_timeout_s"])
         try:
-            self.leader = LeaderArm(self._bus, maps, limits["lower"], limits["upper"],
+            self.leader = LeaderArm(self._bus, maps, arm.lower, arm.upper,
                                     DriverConfig(check_homing_offset=v["check_homing_offset"]), follower)
             first = self.leader.start()
         except BaseException:
