@@ -86,7 +86,7 @@ def test_quick_start_commands_are_what_make_and_ci_run():
     assert "make demo" in quick and "make test" in quick
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^demo: .*\n\t.*sim2real demo", makefile, re.M)
-    # make test: the lint, then the Kilted and Jazzy suites (test-kilted, test-jazzy) side by side
+    # make test: the lint, then the Kilted and Jazzy suites (test-kilted, test-jazzy)
     test_rule = re.search(r"^test: (.*)\n((?:\t.*\n)+)", makefile, re.M)
     assert test_rule and "lint" in test_rule.group(1)
     assert "test-kilted" in test_rule.group(2) and "test-jazzy" in test_rule.group(2)
