@@ -40,7 +40,7 @@ from ..hardware.bus import BusError, FeetechBus
 from ..hardware.driver import DriverConfig, FeetechDriver
 from .common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS, now_ns, run_node
 from .parameters import FEETECH_DRIVER, declare_table
-from .servo_arm import servo_arm_from_parameters
+from .servo_arm import servo_arm_from_parameters, wait_for_next_period
 
 NODE_NAME = "feetech_driver"
 
@@ -84,9 +84,8 @@ class FeetechDriverNode(Node):
 
     # ------------------------------------------------------------------ bus loop
     def _bus_loop(self) -> None:
-        deadline = time.monotonic()
+        deadline = time.monotonic() + self._period_s
         while self._running:
-            deadline += self._period_s
             with self._lock:
                 try:
                     feedback = self.driver.read()
@@ -114,12 +113,8 @@ class FeetechDriverNode(Node):
                     self._publish_diagnostics()
                 except RCLError:
                     return
-            wait = deadline - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
-            else:
-                self._overruns += 1
-                deadline = time.monotonic()  # late: start a fresh schedule rather than burst
+            deadline, overran = wait_for_next_period(deadline, self._period_s)
+            self._overruns += overran
 
     def _on_command(self, msg: Float64MultiArray) -> None:
         try:

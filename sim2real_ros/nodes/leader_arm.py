@@ -40,7 +40,7 @@ from ..hardware.driver import DriverConfig
 from ..hardware.leader import LeaderArm
 from .common import RELIABLE_LATEST_QOS, now_ns, run_node
 from .parameters import LEADER_ARM, declare_table
-from .servo_arm import servo_arm_from_parameters
+from .servo_arm import servo_arm_from_parameters, wait_for_next_period
 
 NODE_NAME = "leader_arm"
 TOPIC = "command/teleop"
@@ -79,9 +79,8 @@ class LeaderArmNode(Node):
         self._thread.start()
 
     def _bus_loop(self) -> None:
-        deadline = time.monotonic()
+        deadline = time.monotonic() + self._period_s
         while self._running:
-            deadline += self._period_s
             try:
                 sample = self.leader.read()
             except BusError as err:
@@ -101,12 +100,8 @@ class LeaderArmNode(Node):
                     self._publish_diagnostics()
             except RCLError:
                 return  # the context went away between the check and the publish
-            wait = deadline - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
-            else:
-                self._overruns += 1
-                deadline = time.monotonic()  # late: a fresh schedule rather than a burst
+            deadline, overran = wait_for_next_period(deadline, self._period_s)
+            self._overruns += overran
 
     def _publish_diagnostics(self) -> None:
         leader = self.leader

@@ -2,6 +2,7 @@
 arm's joints from the URDF, their limits, and the LeRobot calibration's tick maps."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,3 +37,13 @@ def servo_arm_from_parameters(values: dict[str, Any], source: str, calibration_n
     limits = model.limits_arrays(list(joints))
     maps = joint_maps(load_calibration(values["calibration"]), joints, limits["lower"], values["calibration"])
     return ServoArm(joints, limits["lower"], limits["upper"], maps)
+
+
+def wait_for_next_period(deadline: float, period_s: float) -> tuple[float, bool]:
+    """Sleep until `deadline` [s, time.monotonic]; (the next period's deadline, whether this one overran).
+    A late cycle starts a fresh schedule from now rather than bursting to catch up."""
+    wait = deadline - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
+        return deadline + period_s, False
+    return time.monotonic() + period_s, True
