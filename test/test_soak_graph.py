@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from support import REPO_ROOT
 
@@ -49,6 +51,12 @@ def test_a_process_left_behind_is_found_by_its_marker(tmp_path):
     marker = str(tmp_path / "sim2real_launch_marker")
     straggler = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])
     try:
+        # CI's sandbox may show the child's new command line a moment after Popen returns: wait
+        # until /proc says it is the straggler (a precondition, not the thing under test)
+        cmdline = Path(f"/proc/{straggler.pid}/cmdline")
+        deadline = time.monotonic() + 10.0
+        while marker.encode() not in cmdline.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
         found = left_behind(marker)
         assert len(found) == 1 and f"pid {straggler.pid}:" in found[0]
     finally:
