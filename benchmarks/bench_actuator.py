@@ -36,8 +36,8 @@ from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
 from sim2real_ros import conversions as cv  # noqa: E402
 from sim2real_ros.benchmarking import bench_main, latency_stats  # noqa: E402
-from sim2real_ros.core.actuator import ActuatorConfig, ActuatorCore  # noqa: E402
-from sim2real_ros.core.chunk_buffer import ChunkBuffer, ChunkBufferConfig  # noqa: E402
+from sim2real_ros.core.control.actuator import ActuatorConfig, ActuatorCore  # noqa: E402
+from sim2real_ros.core.control.chunk_buffer import ChunkBuffer, ChunkBufferConfig  # noqa: E402
 from sim2real_ros.graph import NodeDecl  # noqa: E402
 from sim2real_ros.nodes.common import RELIABLE_LATEST_QOS  # noqa: E402
 from sim2real_ros.runtime.launcher import GraphLauncher  # noqa: E402

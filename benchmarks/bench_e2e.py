@@ -73,9 +73,9 @@ def _checkpoint(tmp: Path) -> Path:
     shipped = default_policy_path()
     if shipped.is_file():
         return shipped
-    from sim2real_ros.core.checkpoint import init_checkpoint
-    from sim2real_ros.core.preprocess_config import PreprocessConfig
-    from sim2real_ros.core.urdf import RobotModel
+    from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
+    from sim2real_ros.core.robot.urdf import RobotModel
+    from sim2real_ros.training.untrained import init_checkpoint
 
     path = tmp / "untrained.pt"
     init_checkpoint(path, RobotModel.from_file(urdf_path()).joint_names,

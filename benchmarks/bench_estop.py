@@ -64,8 +64,8 @@ from std_srvs.srv import Trigger  # noqa: E402
 
 from sim2real_ros import conversions as cv  # noqa: E402
 from sim2real_ros.benchmarking import LOADED, QUIET, BusyLoad, interleaved, latency_stats  # noqa: E402
-from sim2real_ros.core.safety import limits_from_urdf  # noqa: E402
-from sim2real_ros.core.urdf import RobotModel  # noqa: E402
+from sim2real_ros.core.robot.urdf import RobotModel  # noqa: E402
+from sim2real_ros.core.safety.limits import limits_from_urdf  # noqa: E402
 from sim2real_ros.graph import ROBOT_REALTIME, NodeDecl  # noqa: E402
 from sim2real_ros.nodes.common import (  # noqa: E402
     JOINT_STATE_QOS,

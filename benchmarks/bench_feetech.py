@@ -40,7 +40,7 @@ from sensor_msgs.msg import JointState  # noqa: E402
 
 from sim2real_ros import conversions as cv  # noqa: E402
 from sim2real_ros.benchmarking import bench_main, latency_stats  # noqa: E402
-from sim2real_ros.core.urdf import RobotModel  # noqa: E402
+from sim2real_ros.core.robot.urdf import RobotModel  # noqa: E402
 from sim2real_ros.graph import NodeDecl  # noqa: E402
 from sim2real_ros.hardware.bus import BusError, FeetechBus  # noqa: E402
 from sim2real_ros.hardware.calibration import MotorCalibration, joint_maps, load_calibration, write_calibration  # noqa: E402

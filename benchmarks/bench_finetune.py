@@ -66,10 +66,10 @@ def _mrad(value: float | None) -> float | None:
 
 def run(quick: bool = False, checkpoint: str | Path | None = None, work_dir: str | Path | None = None,
         episodes: int | None = None, eval_episodes: int | None = None) -> dict[str, Any]:
-    from sim2real_ros.core.checkpoint import read_checkpoint
-    from sim2real_ros.core.policy_model import build_model
-    from sim2real_ros.core.preprocess import ImagePipeline
-    from sim2real_ros.core.preprocess_config import PreprocessConfig
+    from sim2real_ros.core.perception.preprocess import ImagePipeline
+    from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
+    from sim2real_ros.core.policy.checkpoint import read_checkpoint
+    from sim2real_ros.core.policy.model import build_model
     from sim2real_ros.episodes.dataset import LabelConfig, build_dataset
     from sim2real_ros.finetune.finetune import FinetuneConfig, finetune
     from sim2real_ros.finetune.judge import closed_loop, disagreement

@@ -31,8 +31,8 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from sim2real_ros.benchmarking import bench_main, latency_stats  # noqa: E402
-from sim2real_ros.core.onnx_export import export_onnx  # noqa: E402
-from sim2real_ros.core.policy_backend import load_policy  # noqa: E402
+from sim2real_ros.core.policy.backend import load_policy  # noqa: E402
+from sim2real_ros.core.policy.onnx_export import export_onnx  # noqa: E402
 from sim2real_ros.paths import default_policy_path, urdf_path  # noqa: E402
 
 BLOCK = 20

@@ -35,13 +35,14 @@ from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
 from sim2real_ros import conversions as cv  # noqa: E402
 from sim2real_ros.benchmarking import bench_main, latency_stats  # noqa: E402
-from sim2real_ros.core.checkpoint import init_checkpoint, load_checkpoint  # noqa: E402
-from sim2real_ros.core.preprocess_config import PreprocessConfig  # noqa: E402
-from sim2real_ros.core.urdf import RobotModel  # noqa: E402
+from sim2real_ros.core.perception.preprocess_config import PreprocessConfig  # noqa: E402
+from sim2real_ros.core.policy.checkpoint import load_checkpoint  # noqa: E402
+from sim2real_ros.core.robot.urdf import RobotModel  # noqa: E402
 from sim2real_ros.graph import NodeDecl  # noqa: E402
 from sim2real_ros.nodes.common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS  # noqa: E402
 from sim2real_ros.paths import config_path, urdf_path  # noqa: E402
 from sim2real_ros.runtime.launcher import GraphLauncher  # noqa: E402
+from sim2real_ros.training.untrained import init_checkpoint  # noqa: E402
 
 DEFAULT_THREADS = 1  # policy_node's num_threads default
 

@@ -32,9 +32,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from sim2real_ros.core.camera_model import CameraModel  # noqa: E402
-from sim2real_ros.core.preprocess import ImagePipeline  # noqa: E402
-from sim2real_ros.core.preprocess_config import PreprocessConfig  # noqa: E402
+from sim2real_ros.core.perception.camera_model import CameraModel  # noqa: E402
+from sim2real_ros.core.perception.preprocess import ImagePipeline  # noqa: E402
+from sim2real_ros.core.perception.preprocess_config import PreprocessConfig  # noqa: E402
 from sim2real_ros.paths import config_path  # noqa: E402
 
 SOURCE = CameraModel(640, 480, 525.0, 525.0, 319.5, 239.5, "plumb_bob", (-0.25, 0.08, 0.001, -0.001, -0.01))

@@ -32,12 +32,12 @@ from sim2real_ros.conversions import (
     make_joint_state,
     make_position_command,
 )
-from sim2real_ros.core.camera_model import load_calibration_yaml
-from sim2real_ros.core.checkpoint import init_checkpoint
-from sim2real_ros.core.preprocess_config import PreprocessConfig
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.perception.camera_model import load_calibration_yaml
+from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
+from sim2real_ros.core.robot.urdf import RobotModel
 from sim2real_ros.evaluation import ReplayOptions, evaluate_bag
 from sim2real_ros.paths import config_path, urdf_path
+from sim2real_ros.training.untrained import init_checkpoint
 
 NS = 1_000_000_000
 TOPICS = {"/camera/image_raw": "sensor_msgs/msg/Image", "/camera/camera_info": "sensor_msgs/msg/CameraInfo",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim2real_ros.core.camera_model import CameraModel
+from sim2real_ros.core.perception.camera_model import CameraModel
 from sim2real_ros.paths import urdf_path
 from sim2real_ros.robots import ROBOTS
 from sim2real_ros.sim.params import load_sim_params

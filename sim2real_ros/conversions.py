@@ -15,8 +15,8 @@ from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from .core.action_chunk import ActionChunk
-from .core.camera_model import CameraModel
+from .core.control.action_chunk import ActionChunk
+from .core.perception.camera_model import CameraModel
 from .core.report import Level
 from .core.timebase import NS_PER_S
 

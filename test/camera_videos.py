@@ -8,7 +8,7 @@ import av
 import numpy as np
 import yaml
 
-from sim2real_ros.core.camera_model import CameraModel, calibration_dict
+from sim2real_ros.core.perception.camera_model import CameraModel, calibration_dict
 
 
 def write_video(path: Path, frames: int, width: int, height: int, fps: int) -> Path:

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 from support import run_measured  # noqa: F401 - re-exported for the checkpoint tests
 
-from sim2real_ros.core.checkpoint import MAGIC, encode_checkpoint
-from sim2real_ros.core.policy_model import ARCHITECTURES, PolicySpec
+from sim2real_ros.core.policy.checkpoint import MAGIC, encode_checkpoint
+from sim2real_ros.core.policy.model import ARCHITECTURES, PolicySpec
 
 
 def zero_weights_checkpoint(spec: PolicySpec) -> bytes:

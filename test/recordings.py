@@ -20,12 +20,13 @@ from trajectory_msgs.msg import JointTrajectory
 from sim2real_ros.bags import BagReader
 from sim2real_ros.bags.writer import BagWriter
 from sim2real_ros.conversions import stamp_to_ns
-from sim2real_ros.core.checkpoint import init_checkpoint, read_checkpoint, save_checkpoint
-from sim2real_ros.core.policy_model import build_model
-from sim2real_ros.core.preprocess_config import PreprocessConfig
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
+from sim2real_ros.core.policy.checkpoint import read_checkpoint, save_checkpoint
+from sim2real_ros.core.policy.model import build_model
+from sim2real_ros.core.robot.urdf import RobotModel
 from sim2real_ros.graph import GraphArgs, declare_graph
 from sim2real_ros.paths import config_path, urdf_path
+from sim2real_ros.training.untrained import init_checkpoint
 
 JOINTS = tuple(RobotModel.from_description(str(urdf_path())).joint_names)
 SIM_SECONDS_OF_POLICY = 4.0  # [s] sim time recorded after the policy's first chunk

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
-from sim2real_ros.core.checkpoint import init_checkpoint, read_checkpoint, save_checkpoint
-from sim2real_ros.core.policy_model import build_model
-from sim2real_ros.core.preprocess_config import PreprocessConfig
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
+from sim2real_ros.core.policy.checkpoint import read_checkpoint, save_checkpoint
+from sim2real_ros.core.policy.model import build_model
+from sim2real_ros.core.robot.urdf import RobotModel
 from sim2real_ros.paths import config_path, urdf_path
 from sim2real_ros.runtime.scripted_operator import TeleopPlan
 from sim2real_ros.runtime.teleop_recording import record_teleop_episodes
+from sim2real_ros.training.untrained import init_checkpoint
 
 JOINTS = tuple(RobotModel.from_description(str(urdf_path())).joint_names)
 EPISODES = 3

@@ -42,8 +42,8 @@ from support import RosProbe, node_decl, running_nodes, wait_until
 from trajectory_msgs.msg import JointTrajectory
 
 from sim2real_ros import conversions as cv
-from sim2real_ros.core.actuator import ActuatorConfig, ActuatorCore
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.control.actuator import ActuatorConfig, ActuatorCore
+from sim2real_ros.core.robot.urdf import RobotModel
 from sim2real_ros.nodes.common import RELIABLE_LATEST_QOS
 from sim2real_ros.paths import config_path, urdf_path
 from sim2real_ros.sim.params import SimParams, load_sim_params, sim_params_from_dict

@@ -14,7 +14,7 @@ from support import node_decl, running_nodes, wait_until
 from trajectory_msgs.msg import JointTrajectory
 
 from sim2real_ros import conversions as cv
-from sim2real_ros.core.chunk_buffer import ChunkBuffer, ChunkBufferConfig
+from sim2real_ros.core.control.chunk_buffer import ChunkBuffer, ChunkBufferConfig
 from sim2real_ros.core.errors import ConfigError
 from sim2real_ros.nodes.actuator_node import ActuatorConfig
 from sim2real_ros.nodes.common import RELIABLE_LATEST_QOS
@@ -366,7 +366,7 @@ def test_old_parameter_names_are_accepted_with_one_warning_naming_the_new_name(c
 
 def test_core_joint_states_reordered_zero_stamps_timed_at_reception_missing_joints_refused():
     """The ActuatorCore edge cases the DDS tests do not reach, at fixed times (no node)."""
-    from sim2real_ros.core.actuator import ActuatorCore
+    from sim2real_ros.core.control.actuator import ActuatorCore
 
     core = ActuatorCore(ActuatorConfig(joints=tuple(JOINTS), latency_window_s=2.0, latency_max_s=0.2))
     start_ns, period_ns = 5_000_000_000, 10_000_000
@@ -394,7 +394,7 @@ def test_core_joint_states_reordered_zero_stamps_timed_at_reception_missing_join
 
 def test_core_a_measured_joint_jump_drops_chunks_planned_before_it():
     """A teleported arm (sim episode reset): chunks observed before the jump never command it again."""
-    from sim2real_ros.core.actuator import ActuatorCore
+    from sim2real_ros.core.control.actuator import ActuatorCore
 
     core = ActuatorCore(ActuatorConfig(joints=tuple(JOINTS), velocity_limits=(2.0, 2.0, 2.0)))
     start_ns, period_ns = 5_000_000_000, 10_000_000
@@ -429,7 +429,7 @@ def test_core_a_measured_joint_jump_drops_chunks_planned_before_it():
 def test_core_sends_nothing_while_a_jump_awaits_confirmation_and_one_outlier_costs_one_tick():
     """The supervisor confirms jumps on the same samples: a command sent between a jump's first sample
     and its confirmation would be a plan for the old position that it could take for a new one."""
-    from sim2real_ros.core.actuator import ActuatorCore
+    from sim2real_ros.core.control.actuator import ActuatorCore
 
     core = ActuatorCore(ActuatorConfig(joints=tuple(JOINTS), velocity_limits=(2.0, 2.0, 2.0)))
     start_ns, period_ns = 5_000_000_000, 10_000_000
@@ -454,7 +454,7 @@ def test_core_sends_nothing_while_a_jump_awaits_confirmation_and_one_outlier_cos
 
 def test_core_reports_how_long_each_chunk_waited_for_its_first_command():
     """Issue 36: chunk_wait_for_tick_ms_* = arrival -> the first tick after it, at fixed times."""
-    from sim2real_ros.core.actuator import ActuatorCore
+    from sim2real_ros.core.control.actuator import ActuatorCore
 
     core = ActuatorCore(ActuatorConfig(joints=tuple(JOINTS)))
     start_ns = 5_000_000_000

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from feetech_support import SO101_URDF, emulated_bus, so101_calibration
 
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.robot.urdf import RobotModel
 from sim2real_ros.graph import DEFAULT_CAMERA_CALIBRATION, GraphArgs, bringup_problems, declare_graph
 from sim2real_ros.hardware import protocol as p
 from sim2real_ros.hardware.bus import FeetechBus

@@ -25,7 +25,7 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool
 
 from sim2real_ros import conversions as cv
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.robot.urdf import RobotModel
 from sim2real_ros.hardware.calibration import joint_maps, load_calibration
 from sim2real_ros.hardware.emulated_arm import read_goal_log
 from sim2real_ros.nodes.common import JOINT_STATE_QOS, LATCHED_QOS, SENSOR_QOS

@@ -6,12 +6,12 @@ import cv2
 import numpy as np
 import pytest
 
-from sim2real_ros.core.camera_artifacts import ArtifactConfig, apply_artifacts, distortion_maps, motion_blur_kernel
-from sim2real_ros.core.camera_model import CameraModel, load_calibration_yaml
 from sim2real_ros.core.errors import ConfigError
-from sim2real_ros.core.preprocess import ImagePipeline
-from sim2real_ros.core.preprocess_config import PreprocessConfig
+from sim2real_ros.core.perception.camera_model import CameraModel, load_calibration_yaml
+from sim2real_ros.core.perception.preprocess import ImagePipeline
+from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
 from sim2real_ros.paths import config_path
+from sim2real_ros.sim.camera_artifacts import ArtifactConfig, apply_artifacts, distortion_maps, motion_blur_kernel
 
 CAMERA = CameraModel(320, 240, 220.0, 221.0, 162.5, 118.2, "plumb_bob", (-0.25, 0.07, 0.001, -0.0015, 0.0))
 FISHEYE = CameraModel(320, 240, 150.0, 150.0, 158.0, 121.0, "equidistant", (0.04, -0.01, 0.002, -0.0005))

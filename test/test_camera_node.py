@@ -15,7 +15,7 @@ from sensor_msgs.msg import CameraInfo, Image
 from support import REPO_ROOT, node_decl, running_nodes, wait_until
 
 from sim2real_ros import conversions as cv
-from sim2real_ros.core.camera_capture import load_camera_calibration
+from sim2real_ros.core.perception.camera_capture import load_camera_calibration
 from sim2real_ros.paths import config_path
 
 SENSOR = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=50, reliability=ReliabilityPolicy.BEST_EFFORT)

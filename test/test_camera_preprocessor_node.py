@@ -11,9 +11,9 @@ from sensor_msgs.msg import CameraInfo, Image
 from support import node_decl, running_nodes, wait_until
 
 from sim2real_ros import conversions as cv
-from sim2real_ros.core.camera_model import CameraModel
-from sim2real_ros.core.preprocess import ImagePipeline
-from sim2real_ros.core.preprocess_config import PreprocessConfig
+from sim2real_ros.core.perception.camera_model import CameraModel
+from sim2real_ros.core.perception.preprocess import ImagePipeline
+from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
 from sim2real_ros.paths import config_path
 
 BEST_EFFORT = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)

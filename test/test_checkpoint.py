@@ -14,24 +14,24 @@ import pytest
 import torch
 
 from sim2real_ros.cli.main import main as sim2real_main
-from sim2real_ros.core.camera_model import CameraModel
-from sim2real_ros.core.checkpoint import (
+from sim2real_ros.core.errors import CheckpointError
+from sim2real_ros.core.hashing import content_hash
+from sim2real_ros.core.perception.camera_model import CameraModel
+from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
+from sim2real_ros.core.policy.checkpoint import (
     MAGIC,
     checkpoint_hash,
     encode_checkpoint,
-    init_checkpoint,
     load_checkpoint,
     make_policy_spec,
     read_checkpoint,
     save_checkpoint,
-    sim_params_version,
 )
-from sim2real_ros.core.errors import CheckpointError
-from sim2real_ros.core.hashing import content_hash
-from sim2real_ros.core.policy_model import build_model
-from sim2real_ros.core.preprocess_config import PreprocessConfig
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.policy.model import build_model
+from sim2real_ros.core.robot.urdf import RobotModel
 from sim2real_ros.paths import config_path
+from sim2real_ros.provenance import sim_params_version
+from sim2real_ros.training.untrained import init_checkpoint
 
 PANDA_URDF = Path(pybullet_data.getDataPath()) / "franka_panda" / "panda.urdf"
 SMALL = {"channels": [8, 16], "pool_size": 2, "image_features": 32, "hidden": [64]}

@@ -22,16 +22,17 @@ from sim2real_ros.conversions import (
     make_position_command,
     ns_to_stamp,
 )
-from sim2real_ros.core.camera_model import load_calibration_yaml
-from sim2real_ros.core.checkpoint import encode_checkpoint, init_checkpoint, read_checkpoint, write_atomically
 from sim2real_ros.core.errors import CheckpointError
-from sim2real_ros.core.preprocess_config import PreprocessConfig
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.perception.camera_model import load_calibration_yaml
+from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
+from sim2real_ros.core.policy.checkpoint import encode_checkpoint, read_checkpoint, write_atomically
+from sim2real_ros.core.robot.urdf import RobotModel
 from sim2real_ros.episodes.options import ReplayOptions
 from sim2real_ros.evaluation import evaluate_bag
 from sim2real_ros.finetune.finetune import FinetuneConfig, finetune
 from sim2real_ros.paths import config_path, urdf_path
 from sim2real_ros.training.evaluation import evaluate_in_sim
+from sim2real_ros.training.untrained import init_checkpoint
 from sim2real_ros.validation.gates import RealGate
 from sim2real_ros.validation.validate import evaluate_real_bags
 

@@ -20,8 +20,8 @@ import pytest
 from checkpoint_craft import join_checkpoint, run_measured, split_checkpoint, zero_weights_checkpoint
 from support import REPO_ROOT
 
-from sim2real_ros.core.checkpoint import _MAX_FILE_BYTES, MAGIC, make_policy_spec
-from sim2real_ros.core.preprocess_config import PreprocessConfig
+from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
+from sim2real_ros.core.policy.checkpoint import _MAX_FILE_BYTES, MAGIC, make_policy_spec
 from sim2real_ros.paths import config_path
 
 JOINTS = ["j1", "j2", "j3"]
@@ -34,9 +34,9 @@ GROWTH_LIMIT = 64 << 20
 RUNNER = r"""
 import json, resource, sys, traceback
 resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]),) * 2)
-from sim2real_ros.core.checkpoint import load_checkpoint
+from sim2real_ros.core.policy.checkpoint import load_checkpoint
 from sim2real_ros.core.errors import CheckpointError
-from sim2real_ros.core.preprocess_config import PreprocessConfig
+from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
 
 def peak():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -209,7 +209,7 @@ def test_a_hostile_or_damaged_checkpoint_is_refused_naming_file_and_field(name, 
 
 def test_the_good_file_the_cases_are_made_from_loads(tmp_path):
     """The cases differ from a loadable checkpoint only by what each one breaks."""
-    from sim2real_ros.core.checkpoint import load_checkpoint
+    from sim2real_ros.core.policy.checkpoint import load_checkpoint
 
     path = tmp_path / "good.pt"
     path.write_bytes(CASES["<good>"].data)

@@ -10,7 +10,7 @@ import pytest
 from trajectory_msgs.msg import JointTrajectory
 
 from sim2real_ros import conversions as cv
-from sim2real_ros.core.chunk_buffer import (
+from sim2real_ros.core.control.chunk_buffer import (
     REJECT_EMPTY,
     REJECT_JOINTS,
     REJECT_NON_FINITE,

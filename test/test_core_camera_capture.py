@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import pytest
 
-from sim2real_ros.core.camera_capture import (
+from sim2real_ros.core.errors import ConfigError
+from sim2real_ros.core.perception.camera_capture import (
     CameraNodeConfig,
     CaptureLedger,
     FramePacer,
     load_camera_calibration,
     parse_source,
 )
-from sim2real_ros.core.errors import ConfigError
 from sim2real_ros.paths import config_path
 
 MS = 1_000_000

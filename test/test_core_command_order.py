@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim2real_ros.core.command_order import CommandForwarding, CommandOrder
+from sim2real_ros.core.control.command_order import CommandForwarding, CommandOrder
 
 PERIOD_NS = 10_000_000  # 100 Hz
 

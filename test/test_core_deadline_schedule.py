@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from sim2real_ros.core.deadline_schedule import DeadlineSchedule
+from sim2real_ros.core.control.deadline_schedule import DeadlineSchedule
+from sim2real_ros.core.control.tick_phase import TickPhaseLock
 from sim2real_ros.core.errors import ConfigError
-from sim2real_ros.core.tick_phase import TickPhaseLock
 
 P = 10_000_000  # [ns] 100 Hz
 T0 = 5_000_000_000

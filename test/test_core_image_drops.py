@@ -5,7 +5,7 @@ import pytest
 from sensor_msgs.msg import Image
 
 from sim2real_ros import conversions as msgconv
-from sim2real_ros.core.image_drops import DropLedger, ImageDropReason, classify_image_layout
+from sim2real_ros.core.perception.image_drops import DropLedger, ImageDropReason, classify_image_layout
 
 R = ImageDropReason
 

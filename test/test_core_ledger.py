@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim2real_ros.core.observation_pairing import DropReason
-from sim2real_ros.core.policy_ledger import ImageLedger
+from sim2real_ros.core.control.observation_pairing import DropReason
+from sim2real_ros.core.policy.ledger import ImageLedger
 from sim2real_ros.core.report import Level
 
 D = DropReason

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sim2real_ros.core.errors import ConfigError
-from sim2real_ros.core.sim_schedule import (
+from sim2real_ros.sim.schedule import (
     Due,
     MultiRateSchedule,
     Pace,

@@ -2,7 +2,7 @@
 import numpy as np
 import pybullet_data
 
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.robot.urdf import RobotModel
 from sim2real_ros.sim.expert import ReachExpert
 
 PANDA = f"{pybullet_data.getDataPath()}/franka_panda/panda.urdf"

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from feetech_support import SO101_MOTORS, SO101_URDF, emulated_bus, so101_calibration
 
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.robot.urdf import RobotModel
 from sim2real_ros.hardware import protocol as p
 from sim2real_ros.hardware.bus import BusError, FeetechBus
 from sim2real_ros.hardware.calibration import RAD_PER_TICK, CalibrationError, joint_maps, load_calibration

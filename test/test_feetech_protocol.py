@@ -9,7 +9,7 @@ from feetech_support import SO101_MOTORS, SO101_URDF, so101_calibration
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.robot.urdf import RobotModel
 from sim2real_ros.hardware import protocol as p
 from sim2real_ros.hardware.calibration import RAD_PER_TICK, CalibrationError, joint_maps, load_calibration
 

@@ -22,8 +22,11 @@ from sim2real_ros.conversions import (
     make_position_command,
     ns_to_stamp,
 )
-from sim2real_ros.core.camera_model import load_calibration_yaml
-from sim2real_ros.core.checkpoint import (
+from sim2real_ros.core.errors import CheckpointError, ConfigError
+from sim2real_ros.core.perception.camera_model import load_calibration_yaml
+from sim2real_ros.core.perception.preprocess import ImagePipeline
+from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
+from sim2real_ros.core.policy.checkpoint import (
     checkpoint_hash,
     encode_checkpoint,
     load_checkpoint,
@@ -31,15 +34,12 @@ from sim2real_ros.core.checkpoint import (
     save_checkpoint,
     write_atomically,
 )
-from sim2real_ros.core.errors import CheckpointError, ConfigError
-from sim2real_ros.core.policy_model import build_model
-from sim2real_ros.core.preprocess import ImagePipeline
-from sim2real_ros.core.preprocess_config import PreprocessConfig
-from sim2real_ros.core.provenance import absolute_paths
+from sim2real_ros.core.policy.model import build_model
 from sim2real_ros.core.stats import wilson_interval
 from sim2real_ros.episodes.dataset import LabelConfig, build_dataset, default_actuation_latency_s
 from sim2real_ros.finetune.finetune import FinetuneConfig, finetune, split_episodes
 from sim2real_ros.paths import config_path
+from sim2real_ros.provenance import absolute_paths
 
 S = 1_000_000_000
 MS = 1_000_000

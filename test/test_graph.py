@@ -72,7 +72,7 @@ def test_robot_supervisor_requires_a_live_stop_source_and_the_sim_one_does_not()
 def test_robot_graph_realtime_knobs():
     """Issue 36: supervisor above actuator above the camera path; no real-time priority on a process
     that can spin (policy, camera path); the sim and replay graphs ask for nothing."""
-    from sim2real_ros.core.realtime import RealtimeRequest
+    from sim2real_ros.core.control.realtime import RealtimeRequest
 
     robot = by_name("robot")
     request = {name: RealtimeRequest.from_values(decl.parameters, name) for name, decl in robot.items()}

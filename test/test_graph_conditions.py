@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from sim2real_ros.core.errors import ConfigError
-from sim2real_ros.core.preprocess import ImagePipeline
-from sim2real_ros.core.preprocess_config import PreprocessConfig
+from sim2real_ros.core.perception.preprocess import ImagePipeline
+from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
 from sim2real_ros.paths import config_path, urdf_path
 from sim2real_ros.sim.params import load_sim_params
 from sim2real_ros.sim.world import SimWorld

@@ -10,8 +10,8 @@ import pytest
 from support import node_decl, running_nodes, wait_until
 
 from sim2real_ros.core.errors import ConfigError
-from sim2real_ros.core.joint_list import resolve_joint_list
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.robot.joint_list import resolve_joint_list
+from sim2real_ros.core.robot.urdf import RobotModel
 from sim2real_ros.paths import urdf_path
 
 MODEL = RobotModel.from_file(urdf_path())

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sim2real_ros.core.control.latency_estimator import LatencyEstimator, LatencyEstimatorConfig
 from sim2real_ros.core.errors import ConfigError
-from sim2real_ros.core.latency_estimator import LatencyEstimator, LatencyEstimatorConfig
 
 NS = 1_000_000_000
 

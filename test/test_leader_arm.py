@@ -17,9 +17,9 @@ from std_srvs.srv import Trigger
 from support import node_decl, running_nodes, wait_until
 
 from sim2real_ros import conversions as cv
-from sim2real_ros.core.joystick import load_joystick_mapping
 from sim2real_ros.core.report import Level
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.robot.urdf import RobotModel
+from sim2real_ros.core.safety.joystick import load_joystick_mapping
 from sim2real_ros.hardware import protocol as p
 from sim2real_ros.hardware.bus import FeetechBus
 from sim2real_ros.hardware.calibration import RAD_PER_TICK, CalibrationError, MotorCalibration, write_calibration

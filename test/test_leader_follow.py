@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from feetech_support import SO101_MOTORS, SO101_URDF
 
-from sim2real_ros.core.safety import limits_from_urdf
-from sim2real_ros.core.supervision.leader_follow import LeaderFollow
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.robot.urdf import RobotModel
+from sim2real_ros.core.safety.limits import limits_from_urdf
+from sim2real_ros.core.safety.supervision.leader_follow import LeaderFollow
 
 JOINTS = list(SO101_MOTORS)
 LIMITS = limits_from_urdf(RobotModel.from_file(SO101_URDF), JOINTS)

@@ -12,7 +12,7 @@ import pytest
 
 from sim2real_ros.bags.reader import BagReader
 from sim2real_ros.cli.main import main as cli_main
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.robot.urdf import RobotModel
 from sim2real_ros.datasets.lerobot import COMMAND_TOPIC, STATE_TOPIC, import_dataset
 from sim2real_ros.datasets.lerobot_export import export_bag
 from sim2real_ros.hardware.calibration import MotorCalibration, write_calibration

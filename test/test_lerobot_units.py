@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.robot.urdf import RobotModel
 from sim2real_ros.datasets.lerobot_units import UnitsError, dataset_units
 from sim2real_ros.hardware.calibration import (
     CalibrationError,

@@ -16,13 +16,13 @@ from support import REPO_ROOT, node_decl, wait_until
 from trajectory_msgs.msg import JointTrajectory
 
 from sim2real_ros.conversions import array_to_image, make_joint_state, stamp_to_ns
-from sim2real_ros.core.checkpoint import load_checkpoint
 from sim2real_ros.core.errors import CheckpointError
-from sim2real_ros.core.onnx_export import export_onnx
-from sim2real_ros.core.onnx_policy import MAX_ONNX_BYTES, load_onnx_policy
-from sim2real_ros.core.policy_backend import file_backend, load_policy, resolve_backend
-from sim2real_ros.core.preprocess import ImagePipeline
-from sim2real_ros.core.preprocess_config import PreprocessConfig
+from sim2real_ros.core.perception.preprocess import ImagePipeline
+from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
+from sim2real_ros.core.policy.backend import file_backend, load_policy, resolve_backend
+from sim2real_ros.core.policy.checkpoint import load_checkpoint
+from sim2real_ros.core.policy.onnx_export import export_onnx
+from sim2real_ros.core.policy.onnx_policy import MAX_ONNX_BYTES, load_onnx_policy
 from sim2real_ros.nodes.common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS
 from sim2real_ros.paths import config_path, default_policy_path, urdf_path
 from sim2real_ros.runtime.launcher import GraphLauncher

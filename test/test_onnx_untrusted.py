@@ -15,10 +15,10 @@ from onnx import TensorProto, helper, numpy_helper
 from support import REPO_ROOT, run_measured
 
 from sim2real_ros.core.errors import CheckpointError
-from sim2real_ros.core.onnx_export import export_onnx
-from sim2real_ros.core.onnx_graph_check import MAX_PROTO_ITEMS
-from sim2real_ros.core.onnx_policy import load_onnx_policy
-from sim2real_ros.core.policy_backend import load_policy
+from sim2real_ros.core.policy.backend import load_policy
+from sim2real_ros.core.policy.onnx_export import export_onnx
+from sim2real_ros.core.policy.onnx_graph_check import MAX_PROTO_ITEMS
+from sim2real_ros.core.policy.onnx_policy import load_onnx_policy
 from sim2real_ros.paths import default_policy_path
 
 PEAK_RSS_LIMIT = 600 * 2**20  # [bytes] the acceptance

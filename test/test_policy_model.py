@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from sim2real_ros.core.checkpoint import make_policy_spec
 from sim2real_ros.core.errors import ConfigError
-from sim2real_ros.core.policy_model import (
+from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
+from sim2real_ros.core.policy.checkpoint import make_policy_spec
+from sim2real_ros.core.policy.model import (
     ARCHITECTURES,
     MAX_ACTIVATIONS,
     MAX_CHUNK_LENGTH,
@@ -24,7 +25,6 @@ from sim2real_ros.core.policy_model import (
     build_model,
     plan_model,
 )
-from sim2real_ros.core.preprocess_config import PreprocessConfig
 from sim2real_ros.paths import config_path
 
 JOINTS = ("j1", "j2", "j3")

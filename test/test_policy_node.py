@@ -23,9 +23,7 @@ from sim2real_ros.conversions import (
     make_joint_state,
     stamp_to_ns,
 )
-from sim2real_ros.core.checkpoint import init_checkpoint, load_checkpoint, make_policy_spec
-from sim2real_ros.core.errors import ConfigError
-from sim2real_ros.core.observation_pairing import (
+from sim2real_ros.core.control.observation_pairing import (
     DropCounter,
     DropReason,
     ObservationPairer,
@@ -33,11 +31,14 @@ from sim2real_ros.core.observation_pairing import (
     PairingConfig,
     RollingStats,
 )
-from sim2real_ros.core.preprocess_config import PreprocessConfig
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.errors import ConfigError
+from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
+from sim2real_ros.core.policy.checkpoint import load_checkpoint, make_policy_spec
+from sim2real_ros.core.robot.urdf import RobotModel
 from sim2real_ros.nodes.common import JOINT_STATE_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS
 from sim2real_ros.nodes.policy_node import PolicyNodeConfig
 from sim2real_ros.paths import config_path
+from sim2real_ros.training.untrained import init_checkpoint
 
 PANDA_URDF = Path(pybullet_data.getDataPath()) / "franka_panda" / "panda.urdf"
 MS = 1_000_000  # [ns]
@@ -404,7 +405,7 @@ def test_node_warns_naming_both_sim_params_versions_and_runs_on(tmp_path):
     import signal
     import time
 
-    from sim2real_ros.core.provenance import sim_params_version
+    from sim2real_ros.provenance import sim_params_version
 
     checkpoint = tmp_path / "panda.pt"
     init_checkpoint(checkpoint, RobotModel.from_file(PANDA_URDF).joint_names,

@@ -9,10 +9,15 @@ import cv2
 import numpy as np
 import pytest
 
-from sim2real_ros.core.camera_model import CameraModel
-from sim2real_ros.core.image_geometry import field_of_view_deg, fold_radius, project_normalized, undistort_pixels
-from sim2real_ros.core.preprocess import ImageError, ImagePipeline, crop_window, to_rgb
-from sim2real_ros.core.preprocess_config import PreprocessConfig
+from sim2real_ros.core.perception.camera_model import CameraModel
+from sim2real_ros.core.perception.image_geometry import (
+    field_of_view_deg,
+    fold_radius,
+    project_normalized,
+    undistort_pixels,
+)
+from sim2real_ros.core.perception.preprocess import ImageError, ImagePipeline, crop_window, to_rgb
+from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
 from sim2real_ros.paths import config_path
 
 PLUMB_BOB = CameraModel(640, 480, 500.0, 505.0, 331.0, 236.0, "plumb_bob", (-0.28, 0.09, 0.0012, -0.0009, -0.012))

@@ -13,8 +13,9 @@ import pytest
 import yaml
 
 from sim2real_ros.cli.main import main as sim2real
-from sim2real_ros.core.checkpoint import read_checkpoint
-from sim2real_ros.core.provenance import (
+from sim2real_ros.core.policy.checkpoint import read_checkpoint
+from sim2real_ros.paths import config_path, share_dir
+from sim2real_ros.provenance import (
     ReusedTrainingEpisodeError,
     absolute_paths,
     assert_unseen_episodes,
@@ -24,7 +25,6 @@ from sim2real_ros.core.provenance import (
     sim_params_version,
     training_git_state,
 )
-from sim2real_ros.paths import config_path, share_dir
 from sim2real_ros.rl.ppo import TeacherConfig, TeacherTrainer
 from sim2real_ros.rl.teacher_checkpoint import is_teacher_file, load_teacher
 

@@ -15,8 +15,8 @@ from support import REPO_ROOT, wait_until
 
 from sim2real_ros import conversions as cv
 from sim2real_ros.cli.topics_cmd import format_realtime, measure_graph
+from sim2real_ros.core.control.realtime import UNLIMITED, Permissions, RealtimeRequest, plan_knobs
 from sim2real_ros.core.errors import ConfigError
-from sim2real_ros.core.realtime import UNLIMITED, Permissions, RealtimeRequest, plan_knobs
 from sim2real_ros.nodes.common import LATCHED_QOS
 from sim2real_ros.nodes.realtime import read_permissions
 

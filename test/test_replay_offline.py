@@ -18,11 +18,11 @@ from support import TALKER_BAGS
 from sim2real_ros.bags import BagReader
 from sim2real_ros.cli.main import main as cli_main
 from sim2real_ros.conversions import stamp_to_ns
-from sim2real_ros.core.checkpoint import init_checkpoint
-from sim2real_ros.core.preprocess_config import PreprocessConfig
+from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
 from sim2real_ros.episodes.topics import MissingTopicsError
 from sim2real_ros.evaluation import ReplayOptions, evaluate_bag
 from sim2real_ros.paths import config_path
+from sim2real_ros.training.untrained import init_checkpoint
 
 ALL_COMMANDS = ReplayOptions(human_modes=(), progress=False, plots=False)
 
@@ -133,7 +133,7 @@ def test_batched_replay_gives_the_predictions_of_one_at_a_time(sim_recording):
     """Issue 36: observations evaluated in batches (one forward pass each) predict what one at a
     time does: the same frames, stamps, observed joints and skips; targets equal up to the
     network's float32 rounding (a batched matrix product sums in another order)."""
-    from sim2real_ros.core.policy_backend import load_policy
+    from sim2real_ros.core.policy.backend import load_policy
     from sim2real_ros.evaluation.replay_offline import replay_offline
 
     policy = load_policy(sim_recording.checkpoint, num_threads=1)
@@ -152,7 +152,7 @@ def test_batched_replay_gives_the_predictions_of_one_at_a_time(sim_recording):
 
 
 def test_select_actions_matches_select_action_and_refuses_a_bad_observation(sim_recording):
-    from sim2real_ros.core.policy_backend import load_policy
+    from sim2real_ros.core.policy.backend import load_policy
 
     policy = load_policy(sim_recording.checkpoint, num_threads=1)
     spec = policy.spec

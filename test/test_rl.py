@@ -269,7 +269,7 @@ def test_train_with_a_ppo_teacher_labels_the_student_from_it(small_teacher, tmp_
         assert trainer.pool.labels_made() > 0
     finally:
         trainer.close()
-    from sim2real_ros.core.checkpoint import read_checkpoint
+    from sim2real_ros.core.policy.checkpoint import read_checkpoint
 
     spec, _, _ = read_checkpoint(result["checkpoint"])
     assert spec.provenance["teacher"]["kind"] == "ppo"

@@ -8,21 +8,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim2real_ros.core.errors import ConfigError
-from sim2real_ros.core.joystick import (
+from sim2real_ros.core.robot.urdf import RobotModel
+from sim2real_ros.core.safety.joystick import (
     JoyMessageError,
     decode_joy,
     load_joystick_mapping,
     mapping_from_dict,
 )
-from sim2real_ros.core.safety import (
+from sim2real_ros.core.safety.limits import (
     InvalidInputError,
     SafetyLimits,
     clamp_command,
     limits_from_urdf,
     order_positions,
 )
-from sim2real_ros.core.teleop import Jogger, default_ee_link
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.safety.teleop import Jogger, default_ee_link
 from sim2real_ros.paths import config_path
 
 PANDA = f"{pybullet_data.getDataPath()}/franka_panda/panda.urdf"

@@ -16,8 +16,8 @@ from std_srvs.srv import Trigger
 from support import REPO_ROOT, node_decl, running_nodes, wait_until
 
 from sim2real_ros import conversions as cv
-from sim2real_ros.core.camera_model import load_calibration_yaml
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.perception.camera_model import load_calibration_yaml
+from sim2real_ros.core.robot.urdf import RobotModel
 from sim2real_ros.nodes.common import (
     EVENTS_QOS,
     JOINT_STATE_QOS,

@@ -6,10 +6,10 @@ import pybullet_data
 import pytest
 import yaml
 
-from sim2real_ros.core.camera_model import CameraModel
 from sim2real_ros.core.errors import ConfigError
 from sim2real_ros.core.hashing import content_hash
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.perception.camera_model import CameraModel
+from sim2real_ros.core.robot.urdf import RobotModel
 from sim2real_ros.paths import config_path, urdf_path
 from sim2real_ros.sim.expert import ReachExpert
 from sim2real_ros.sim.params import load_sim_params, sim_params_from_dict

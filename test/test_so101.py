@@ -16,11 +16,10 @@ from std_msgs.msg import Float64MultiArray
 from support import node_decl, running_nodes, wait_until
 
 from sim2real_ros import conversions as cv
-from sim2real_ros.core.checkpoint import init_checkpoint
 from sim2real_ros.core.errors import CheckpointError, ConfigError
-from sim2real_ros.core.preprocess_config import PreprocessConfig
-from sim2real_ros.core.supervisor import COMMAND_MARGIN_RAD
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
+from sim2real_ros.core.robot.urdf import RobotModel
+from sim2real_ros.core.safety.supervisor import COMMAND_MARGIN_RAD
 from sim2real_ros.graph import GraphArgs, declare_graph
 from sim2real_ros.nodes.common import JOINT_STATE_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS, SENSOR_QOS
 from sim2real_ros.paths import config_path, share_dir
@@ -28,6 +27,7 @@ from sim2real_ros.robots import ROBOTS, check_checkpoint_robot, get_robot, robot
 from sim2real_ros.sim.params import load_sim_params
 from sim2real_ros.sim.world import SimWorld
 from sim2real_ros.training.config import load_train_config
+from sim2real_ros.training.untrained import init_checkpoint
 
 SO101 = get_robot("so101")
 UPSTREAM = share_dir() / "urdf" / "so101" / "so101_new_calib.urdf"
@@ -178,7 +178,7 @@ def test_sysid_excite_and_policy_init_take_the_robot_name(tmp_path):
     result = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "policy", "init", "--robot", "so101",
                              "--out", str(ckpt)], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr
-    from sim2real_ros.core.checkpoint import read_checkpoint
+    from sim2real_ros.core.policy.checkpoint import read_checkpoint
 
     spec = read_checkpoint(ckpt)[0]
     assert spec.joint_names == SO101.joints and spec.provenance["robot"] == "so101"

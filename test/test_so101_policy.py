@@ -9,8 +9,8 @@ import sys
 import pytest
 from support import REPO_ROOT
 
-from sim2real_ros.core.checkpoint import load_checkpoint
 from sim2real_ros.core.errors import CheckpointError
+from sim2real_ros.core.policy.checkpoint import load_checkpoint
 from sim2real_ros.paths import config_path, default_policy_path
 from sim2real_ros.robots import get_robot, robot_for_checkpoint
 

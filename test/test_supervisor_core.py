@@ -6,12 +6,12 @@ import pybullet_data
 import pytest
 
 from sim2real_ros.core.errors import ConfigError
-from sim2real_ros.core.joystick import load_joystick_mapping
-from sim2real_ros.core.safety import limits_from_urdf
-from sim2real_ros.core.supervision.estop import ABSENT_POLLS as ESTOP_ABSENT_POLLS
-from sim2real_ros.core.supervisor import COMMAND_MARGIN_RAD, Mode, Supervisor, SupervisorConfig
-from sim2real_ros.core.teleop import Jogger
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.robot.urdf import RobotModel
+from sim2real_ros.core.safety.joystick import load_joystick_mapping
+from sim2real_ros.core.safety.limits import limits_from_urdf
+from sim2real_ros.core.safety.supervision.estop import ABSENT_POLLS as ESTOP_ABSENT_POLLS
+from sim2real_ros.core.safety.supervisor import COMMAND_MARGIN_RAD, Mode, Supervisor, SupervisorConfig
+from sim2real_ros.core.safety.teleop import Jogger
 from sim2real_ros.paths import config_path, urdf_path
 
 MS = 1_000_000

@@ -30,11 +30,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim2real_ros.core.joystick import load_joystick_mapping
-from sim2real_ros.core.safety import limits_from_urdf
-from sim2real_ros.core.supervisor import Mode, Supervisor, SupervisorConfig
-from sim2real_ros.core.teleop import Jogger
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.robot.urdf import RobotModel
+from sim2real_ros.core.safety.joystick import load_joystick_mapping
+from sim2real_ros.core.safety.limits import limits_from_urdf
+from sim2real_ros.core.safety.supervisor import Mode, Supervisor, SupervisorConfig
+from sim2real_ros.core.safety.teleop import Jogger
 from sim2real_ros.paths import config_path, urdf_path
 
 MS = 1_000_000

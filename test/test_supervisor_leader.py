@@ -8,7 +8,7 @@ import pytest
 from test_supervisor_core import HOME, LIMITS, MAPPING, MS, NAMES, T0, armed, feed, joy, make
 
 from sim2real_ros.core.errors import ConfigError
-from sim2real_ros.core.supervisor import Mode
+from sim2real_ros.core.safety.supervisor import Mode
 
 STEP = LIMITS.velocity * 0.01  # the most a command moves in one 10 ms control period [rad]
 

@@ -16,11 +16,11 @@ from std_srvs.srv import Trigger
 from support import node_decl, running_nodes, wait_until
 
 from sim2real_ros import conversions as cv
-from sim2real_ros.core.command_order import CommandOrder
-from sim2real_ros.core.joystick import load_joystick_mapping
-from sim2real_ros.core.safety import limits_from_urdf
-from sim2real_ros.core.supervisor import COMMAND_MARGIN_RAD, CONFIG_RANGES
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.control.command_order import CommandOrder
+from sim2real_ros.core.robot.urdf import RobotModel
+from sim2real_ros.core.safety.joystick import load_joystick_mapping
+from sim2real_ros.core.safety.limits import limits_from_urdf
+from sim2real_ros.core.safety.supervisor import COMMAND_MARGIN_RAD, CONFIG_RANGES
 from sim2real_ros.graph import declare_graph
 from sim2real_ros.nodes.common import EVENTS_QOS, JOINT_STATE_QOS, JOY_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS
 from sim2real_ros.paths import config_path, urdf_path

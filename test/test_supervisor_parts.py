@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 
 from sim2real_ros.core.errors import ConfigError
-from sim2real_ros.core.joystick import JoystickMapping
-from sim2real_ros.core.safety import SafetyLimits
-from sim2real_ros.core.supervision.command_output import StepLimiter
-from sim2real_ros.core.supervision.config import SupervisorConfig
-from sim2real_ros.core.supervision.coordinator import Supervisor
-from sim2real_ros.core.supervision.estop import ABSENT_POLLS, EStopSources
-from sim2real_ros.core.supervision.handover import HandoverRamp, gap_refusal, ramp_duration_ns
-from sim2real_ros.core.supervision.interventions import InterventionLog
-from sim2real_ros.core.supervision.modes import (
+from sim2real_ros.core.safety.joystick import JoystickMapping
+from sim2real_ros.core.safety.limits import SafetyLimits
+from sim2real_ros.core.safety.supervision.command_output import StepLimiter
+from sim2real_ros.core.safety.supervision.config import SupervisorConfig
+from sim2real_ros.core.safety.supervision.coordinator import Supervisor
+from sim2real_ros.core.safety.supervision.estop import ABSENT_POLLS, EStopSources
+from sim2real_ros.core.safety.supervision.handover import HandoverRamp, gap_refusal, ramp_duration_ns
+from sim2real_ros.core.safety.supervision.interventions import InterventionLog
+from sim2real_ros.core.safety.supervision.modes import (
     EVENT_FIELDS,
     MOVING_MODES,
     POLICY_MODES,
@@ -33,9 +33,9 @@ from sim2real_ros.core.supervision.modes import (
     template_fields,
     transition_table_markdown,
 )
-from sim2real_ros.core.supervision.plausibility import COMMAND_MARGIN_RAD, beyond_limits
-from sim2real_ros.core.supervision.shared_control import SharedCorrection
-from sim2real_ros.core.supervision.watchdogs import (
+from sim2real_ros.core.safety.supervision.plausibility import COMMAND_MARGIN_RAD, beyond_limits
+from sim2real_ros.core.safety.supervision.shared_control import SharedCorrection
+from sim2real_ros.core.safety.supervision.watchdogs import (
     ClockWatch,
     InputTimes,
     age_text,
@@ -43,7 +43,7 @@ from sim2real_ros.core.supervision.watchdogs import (
     missing_inputs,
     watchdog_problem,
 )
-from sim2real_ros.core.teleop import Jogger
+from sim2real_ros.core.safety.teleop import Jogger
 
 MS = 1_000_000
 T0 = 7_000 * MS  # any fixed time [ns]
@@ -130,7 +130,7 @@ def test_docs_show_the_codes_table():
     start = text.index("\n", begin) + 1
     end = text.index("<!-- transition-table:end -->")
     assert text[start:end] == transition_table_markdown(), (
-        "docs/safety.md's transition table is out of date: run `python -m sim2real_ros.core.supervision.modes`")
+        "docs/safety.md's transition table is out of date: run `python -m sim2real_ros.core.safety.supervision.modes`")
 
 
 def test_table_renders_one_row_per_event():

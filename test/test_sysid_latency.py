@@ -18,7 +18,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from support import REPO_ROOT, SERVO_BAG, needs_servo_bag
 
-from sim2real_ros.core.urdf import JointLimits
+from sim2real_ros.core.robot.urdf import JointLimits
 from sim2real_ros.sysid.bag_io import load_streams
 from sim2real_ros.sysid.excite import ExciteOptions, excitation, excitation_for_robot, write_sequence
 from sim2real_ros.sysid.latency import LatencyOptions, SysidError, estimate_latency

@@ -118,7 +118,7 @@ def test_bad_plans_and_outputs_are_refused_naming_the_field(tmp_path):
         record_teleop_episodes(tmp_path / "new", 0)
     # The operator's joystick jogs every joint at once, within the URDF velocity limits.
     path = operator_joystick_config(tmp_path, TeleopPlan(jog_speed_fraction=0.5), len(JOINTS))
-    from sim2real_ros.core.joystick import load_joystick_mapping
+    from sim2real_ros.core.safety.joystick import load_joystick_mapping
 
     mapping = load_joystick_mapping(path)
     assert mapping.groups_for(len(JOINTS)) == (tuple(range(len(JOINTS))),)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sim2real_ros.core.control.tick_phase import TickPhaseLock
 from sim2real_ros.core.errors import ConfigError
-from sim2real_ros.core.tick_phase import TickPhaseLock
 
 MS = 1_000_000
 PERIOD = 10 * MS

@@ -6,10 +6,10 @@ import pytest
 import yaml
 
 from sim2real_ros.cli.main import main as sim2real
-from sim2real_ros.core.checkpoint import load_checkpoint
 from sim2real_ros.core.errors import ConfigError
-from sim2real_ros.core.preprocess import ImagePipeline
-from sim2real_ros.core.preprocess_config import PreprocessConfig
+from sim2real_ros.core.perception.preprocess import ImagePipeline
+from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
+from sim2real_ros.core.policy.checkpoint import load_checkpoint
 from sim2real_ros.core.stats import wilson_interval
 from sim2real_ros.paths import config_path, urdf_path
 from sim2real_ros.sim.params import load_sim_params

@@ -4,7 +4,7 @@ import pybullet_data
 import pytest
 
 from sim2real_ros.core.errors import UrdfError
-from sim2real_ros.core.urdf import RobotModel, damped_least_squares
+from sim2real_ros.core.robot.urdf import RobotModel, damped_least_squares
 
 PANDA = f"{pybullet_data.getDataPath()}/franka_panda/panda.urdf"
 

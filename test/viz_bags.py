@@ -11,7 +11,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from sim2real_ros.bags.writer import BagWriter
 from sim2real_ros.conversions import ns_to_stamp
-from sim2real_ros.core.urdf import RobotModel
+from sim2real_ros.core.robot.urdf import RobotModel
 from sim2real_ros.paths import urdf_path
 
 MS = 1_000_000

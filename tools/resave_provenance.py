@@ -18,9 +18,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sim2real_ros.core.checkpoint import _LENGTH, checkpoint_hash, encode_checkpoint, read_checkpoint, write_atomically
-from sim2real_ros.core.provenance import absolute_paths, portable_provenance
+from sim2real_ros.core.policy.checkpoint import (
+    _LENGTH,
+    checkpoint_hash,
+    encode_checkpoint,
+    read_checkpoint,
+    write_atomically,
+)
 from sim2real_ros.paths import share_dir
+from sim2real_ros.provenance import absolute_paths, portable_provenance
 from sim2real_ros.rl.teacher_checkpoint import encode_teacher, is_teacher_file, read_teacher
 
 

@@ -86,7 +86,7 @@ def _checkpoint_robot_problem(graph_args: GraphArgs) -> str | None:
     from pathlib import Path
 
     from ..core.errors import CheckpointError, Sim2RealError
-    from ..core.policy_backend import load_policy
+    from ..core.policy.backend import load_policy
     from ..robots import check_checkpoint_robot
 
     if not Path(graph_args.checkpoint).is_file():

@@ -96,12 +96,12 @@ def describe_teacher(spec_dict: dict[str, Any], digest: str, path: str) -> str:
 def run(args: argparse.Namespace) -> int:
     # torch is imported where a checkpoint needs it, not at module import (`sim2real --help` stays
     # fast) nor for an ONNX file (`policy info` on one runs without torch, as the policy node does).
-    from ..core.preprocess_config import PreprocessConfig
-    from ..core.urdf import RobotModel
+    from ..core.perception.preprocess_config import PreprocessConfig
+    from ..core.robot.urdf import RobotModel
 
     try:
         if args.action == "info":
-            from ..core.policy_backend import file_backend
+            from ..core.policy.backend import file_backend
             from ..rl.teacher_checkpoint import is_teacher_file, read_teacher, teacher_spec_dict
 
             parent = None
@@ -115,11 +115,11 @@ def run(args: argparse.Namespace) -> int:
                     print(describe_teacher(teacher_dict, digest, args.checkpoint))
                 return 0
             if file_backend(args.checkpoint) == "onnxruntime":
-                from ..core.onnx_policy import read_onnx_policy
+                from ..core.policy.onnx_policy import read_onnx_policy
 
                 spec, digest, parent, _session = read_onnx_policy(args.checkpoint)
             else:
-                from ..core.checkpoint import read_checkpoint
+                from ..core.policy.checkpoint import read_checkpoint
 
                 spec, _state, digest = read_checkpoint(args.checkpoint)
             if args.json:
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
                 print(describe(spec.to_dict(), digest, args.checkpoint, parent))
             return 0
         if args.action == "export":
-            from ..core.onnx_export import export_onnx
+            from ..core.policy.onnx_export import export_onnx
 
             result = export_onnx(args.checkpoint, args.onnx)
             if args.json:
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
                       f"from checkpoint {result['parent_hash']}; onnxruntime vs torch: "
                       f"{result['max_abs_difference_rad']:.2g} rad at most")
             return 0
-        from ..core.checkpoint import init_checkpoint
+        from ..training.untrained import init_checkpoint
 
         named = args.robot in ROBOTS
         robot = RobotModel.from_description(robot_description_for(args.robot) if named else args.robot)

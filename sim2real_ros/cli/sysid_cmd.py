@@ -175,7 +175,7 @@ def _run_fit_servo(args: argparse.Namespace) -> int:
 def _run_fit(args: argparse.Namespace) -> int:
     if args.model == "servo":
         return _run_fit_servo(args)
-    from ..core.urdf import RobotModel
+    from ..core.robot.urdf import RobotModel
     from ..sim.params import load_sim_params
     from ..sysid.bag_io import load_streams
     from ..sysid.fit import FitOptions, fit

@@ -669,7 +669,7 @@ class ImportSummary:
 
 def _load_calibrations(paths: list[str] | None, keys: list[str]) -> dict[str, Any]:
     """Calibration YAML per camera key: one YAML for every camera, or KEY=PATH items."""
-    from ..core.camera_model import load_calibration_yaml
+    from ..core.perception.camera_model import load_calibration_yaml
 
     out: dict[str, Any] = {}
     for item in paths or []:

@@ -131,7 +131,7 @@ def dataset_units(calibration: str | Path, names: list[str] | tuple[str, ...], l
 
 def robot_lower_limits(robot: str) -> dict[str, float]:
     """URDF lower limit [rad] of each movable joint of a registered robot (the gripper's closed end)."""
-    from ..core.urdf import RobotModel
+    from ..core.robot.urdf import RobotModel
     from ..robots import get_robot
 
     model = RobotModel.from_file(get_robot(robot, "--robot").urdf_path())

@@ -28,9 +28,9 @@ import yaml
 
 from ..bags import BagReader
 from ..conversions import MessageError, camera_info_to_model, image_to_array, stamp_to_ns
-from ..core.camera_model import CameraModel
 from ..core.errors import ConfigError
-from ..core.preprocess import ImageError, ImagePipeline
+from ..core.perception.camera_model import CameraModel
+from ..core.perception.preprocess import ImageError, ImagePipeline
 from ..core.timebase import NS_PER_S
 from ..paths import config_path
 from .actions import sample_actions

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..bags import BagReader
-from ..core.policy_backend import load_policy
+from ..core.policy.backend import load_policy
 from ..episodes.bag_source import find_topics
 from ..episodes.options import MODES, ReplayOptions
 from .metrics import NS_PER_S, compare

@@ -20,12 +20,12 @@ import numpy as np
 
 from ..bags import BagReader
 from ..conversions import MessageError, camera_info_to_model, image_to_array, stamp_to_ns
-from ..core.camera_model import CameraModel
-from ..core.checkpoint import LoadedPolicy
-from ..core.observation_pairing import DropReason, ObservationPairer, PairingConfig
-from ..core.policy_spec import check_against_data
-from ..core.preprocess import ImageError, ImagePipeline
-from ..core.preprocess_config import PreprocessConfig
+from ..core.control.observation_pairing import DropReason, ObservationPairer, PairingConfig
+from ..core.perception.camera_model import CameraModel
+from ..core.perception.preprocess import ImageError, ImagePipeline
+from ..core.perception.preprocess_config import PreprocessConfig
+from ..core.policy.checkpoint import LoadedPolicy
+from ..core.policy.spec import check_against_data
 from ..core.progress import progress
 from ..episodes.bag_source import BagTopics, feed, find_topics, make_collector, recorded_joint_names
 from ..episodes.options import ReplayOptions

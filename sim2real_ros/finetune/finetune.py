@@ -32,17 +32,17 @@ import numpy as np
 import torch
 
 from ..bags import BagReader
-from ..core.checkpoint import nonfinite_tensors, read_checkpoint, save_checkpoint
 from ..core.errors import CheckpointError, ConfigError
-from ..core.policy_model import PolicyModel, build_model
-from ..core.policy_spec import abbreviate, check_against_data
-from ..core.preprocess import ImagePipeline
-from ..core.preprocess_config import PreprocessConfig
+from ..core.perception.preprocess import ImagePipeline
+from ..core.perception.preprocess_config import PreprocessConfig
+from ..core.policy.checkpoint import nonfinite_tensors, read_checkpoint, save_checkpoint
+from ..core.policy.model import PolicyModel, build_model
+from ..core.policy.spec import abbreviate, check_against_data
 from ..core.progress import progress
-from ..core.provenance import git_state, portable_path, portable_provenance
 from ..episodes.bag_source import find_topics, recorded_joint_names
 from ..episodes.dataset import EpisodeFrames, LabelConfig, RealDataset, build_dataset, expand_bags
 from ..paths import share_dir
+from ..provenance import git_state, portable_path, portable_provenance
 from .sim_data import SimFrames, collect_sim_frames
 
 SOURCE = "finetune"

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core.checkpoint import read_checkpoint
+from ..core.policy.checkpoint import read_checkpoint
 from ..training.evaluation import evaluate_in_sim
 from .sim_data import training_distribution
 

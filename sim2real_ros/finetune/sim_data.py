@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from ..core.checkpoint import PolicySpec
-from ..core.policy_model import PolicyModel
-from ..core.provenance import resolve_recorded_path
+from ..core.policy.checkpoint import PolicySpec
+from ..core.policy.model import PolicyModel
 from ..paths import config_path, share_dir
+from ..provenance import resolve_recorded_path
 from ..robots import get_robot, robot_for_checkpoint
 from ..sim.world import episode_seed
 from ..training.parallel import EpisodeJob, EpisodePool, counting_progress

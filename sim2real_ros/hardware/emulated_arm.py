@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import Sim2RealError
-from ..core.urdf import RobotModel
+from ..core.robot.urdf import RobotModel
 from ..sim.params import load_sim_params
 from .calibration import calibration_covering, joint_maps, write_calibration
 

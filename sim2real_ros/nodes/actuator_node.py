@@ -35,14 +35,14 @@ from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 
 from .. import conversions as msgconv
-from ..core.actuator import HISTORY, ActuatorConfig, ActuatorCore, Rejection, percentiles_ms
-from ..core.deadline_schedule import DeadlineSchedule
+from ..core.control.actuator import HISTORY, ActuatorConfig, ActuatorCore, Rejection, percentiles_ms
+from ..core.control.deadline_schedule import DeadlineSchedule
+from ..core.control.tick_phase import TickPhaseLock
 from ..core.errors import ConfigError, Sim2RealError
-from ..core.joint_list import resolve_joint_list
 from ..core.report import Level
-from ..core.safety import limits_from_urdf
-from ..core.tick_phase import TickPhaseLock
-from ..core.urdf import RobotModel
+from ..core.robot.joint_list import resolve_joint_list
+from ..core.robot.urdf import RobotModel
+from ..core.safety.limits import limits_from_urdf
 from .common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS, now_ns, run_node
 from .parameters import ACTUATOR_NODE, declare_table
 

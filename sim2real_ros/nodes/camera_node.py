@@ -29,7 +29,8 @@ from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image
 
 from .. import conversions as msgconv
-from ..core.camera_capture import (
+from ..core.errors import ConfigError
+from ..core.perception.camera_capture import (
     CameraCalibration,
     CameraNodeConfig,
     CameraSource,
@@ -39,7 +40,6 @@ from ..core.camera_capture import (
     load_camera_calibration,
     parse_source,
 )
-from ..core.errors import ConfigError
 from ..core.report import Level
 from ..core.timebase import NS_PER_S
 from .common import RELIABLE_LATEST_QOS, SENSOR_QOS, now_ns, run_node

@@ -28,11 +28,11 @@ from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image
 
 from .. import conversions as msgconv
-from ..core.camera_model import CameraModel
 from ..core.errors import ConfigError
-from ..core.image_drops import DropLedger, ImageDropReason, classify_image_layout
-from ..core.preprocess import CoverageReport, ImageError, ImagePipeline
-from ..core.preprocess_config import PreprocessConfig
+from ..core.perception.camera_model import CameraModel
+from ..core.perception.image_drops import DropLedger, ImageDropReason, classify_image_layout
+from ..core.perception.preprocess import CoverageReport, ImageError, ImagePipeline
+from ..core.perception.preprocess_config import PreprocessConfig
 from ..core.report import Level
 from .common import RELIABLE_LATEST_QOS, SENSOR_QOS, now_ns, run_node
 from .parameters import CAMERA_PREPROCESSOR, declare_table

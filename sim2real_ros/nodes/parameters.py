@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.supervisor import CONFIG_RANGES
+from ..core.safety.supervisor import CONFIG_RANGES
 from ..paths import share_dir
 from ..robots import DEFAULT_ROBOT, ROBOT_NAMES
-from ..viz.server import DEFAULT_BACKLOG, DEFAULT_HOST, DEFAULT_PORT
+from ..viz.defaults import DEFAULT_BACKLOG, DEFAULT_HOST, DEFAULT_PORT
 
 TYPES = ("string", "double", "integer", "bool", "string_array", "double_array", "integer_array",
          "string_or_string_array")

@@ -49,10 +49,8 @@ from ..conversions import (
     reorder,
     stamp_to_ns,
 )
-from ..core.action_chunk import ActionChunk
-from ..core.errors import ConfigError
-from ..core.joint_list import resolve_joint_list
-from ..core.observation_pairing import (
+from ..core.control.action_chunk import ActionChunk
+from ..core.control.observation_pairing import (
     NS_PER_S,
     DropCounter,
     DropReason,
@@ -60,11 +58,13 @@ from ..core.observation_pairing import (
     ObservationThrottle,
     PairingConfig,
 )
-from ..core.policy_backend import BACKENDS, load_policy
-from ..core.policy_ledger import ImageLedger
-from ..core.preprocess_config import PreprocessConfig
-from ..core.provenance import sim_params_mismatch, sim_params_version
-from ..core.urdf import RobotModel
+from ..core.errors import ConfigError
+from ..core.perception.preprocess_config import PreprocessConfig
+from ..core.policy.backend import BACKENDS, load_policy
+from ..core.policy.ledger import ImageLedger
+from ..core.robot.joint_list import resolve_joint_list
+from ..core.robot.urdf import RobotModel
+from ..provenance import sim_params_mismatch, sim_params_version
 from .common import LATCHED_QOS, RELIABLE_LATEST_QOS, now_ns, run_node
 from .parameters import POLICY_NODE, declare_table
 from .polled_subscription import PolledSubscription

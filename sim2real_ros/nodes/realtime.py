@@ -19,7 +19,7 @@ from pathlib import Path
 
 from diagnostic_msgs.msg import DiagnosticArray
 
-from ..core.realtime import (
+from ..core.control.realtime import (
     CAP_IPC_LOCK_BIT,
     CAP_SYS_NICE_BIT,
     UNLIMITED,

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import ConfigError, Sim2RealError
-from ..core.joint_list import resolve_joint_list
-from ..core.urdf import RobotModel
+from ..core.robot.joint_list import resolve_joint_list
+from ..core.robot.urdf import RobotModel
 from ..hardware.calibration import JointMap, joint_maps, load_calibration
 
 

@@ -23,8 +23,8 @@ from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image, JointState
 
 from .. import conversions as msgconv
-from ..core.camera_model import load_calibration_yaml
 from ..core.errors import ConfigError
+from ..core.perception.camera_model import load_calibration_yaml
 from ..robots import get_robot, robot_description_for, sim_params_for
 from ..sim.params import load_sim_params
 from ..sim.world import SimWorld

@@ -42,14 +42,14 @@ from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
 from .. import conversions as msgconv
-from ..core.camera_model import load_calibration_yaml
 from ..core.errors import ConfigError
-from ..core.joint_list import resolve_joint_list
+from ..core.perception.camera_model import load_calibration_yaml
 from ..core.report import Level
-from ..core.sim_schedule import MultiRateSchedule, RateReporter, RealtimePacer, period_ns
-from ..core.urdf import RobotModel
+from ..core.robot.joint_list import resolve_joint_list
+from ..core.robot.urdf import RobotModel
 from ..robots import get_robot, robot_description_for, sim_params_for
 from ..sim.params import load_sim_params
+from ..sim.schedule import MultiRateSchedule, RateReporter, RealtimePacer, period_ns
 from ..sim.world import SimWorld
 from .common import (
     EVENTS_QOS,

@@ -48,13 +48,14 @@ from std_msgs.msg import Bool, Float64MultiArray
 from std_srvs.srv import Trigger
 
 from .. import conversions as msgconv
-from ..core.command_order import CommandForwarding, CommandOrder
+from ..core.control.command_order import CommandForwarding, CommandOrder
 from ..core.errors import ConfigError
-from ..core.joint_list import resolve_joint_list
-from ..core.joystick import load_joystick_mapping
 from ..core.report import Level
-from ..core.safety import limits_from_urdf
-from ..core.supervisor import (
+from ..core.robot.joint_list import resolve_joint_list
+from ..core.robot.urdf import RobotModel
+from ..core.safety.joystick import load_joystick_mapping
+from ..core.safety.limits import limits_from_urdf
+from ..core.safety.supervisor import (
     InterventionEvent,
     Mode,
     SentCommand,
@@ -62,8 +63,7 @@ from ..core.supervisor import (
     SupervisorConfig,
     SupervisorStatus,
 )
-from ..core.teleop import Jogger
-from ..core.urdf import RobotModel
+from ..core.safety.teleop import Jogger
 from ..robots import robot_description_for
 from .common import (
     EVENTS_QOS,

@@ -24,7 +24,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile
 
 from ..core.errors import ConfigError, UrdfError
-from ..core.urdf import RobotModel
+from ..core.robot.urdf import RobotModel
 from ..viz.channels import VizPublisher
 from ..viz.kinematics import ArmKinematics
 from ..viz.router import INPUTS, VizRouter

@@ -25,13 +25,12 @@ import numpy as np
 import torch
 import yaml
 
-from ..core.checkpoint import sim_params_version
 from ..core.errors import ConfigError
 from ..core.hashing import content_hash
-from ..core.provenance import assert_unseen_episodes, portable_provenance, training_git_state
+from ..core.policy.training_log import TrainingLog
 from ..core.stats import wilson_interval
-from ..core.training_log import TrainingLog
 from ..paths import share_dir
+from ..provenance import assert_unseen_episodes, portable_provenance, sim_params_version, training_git_state
 from ..robots import DEFAULT_ROBOT, get_robot, robot_description_for, sim_params_for
 from ..sim.params import load_sim_params
 from .batch import EnvSpec

@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from ..core.checkpoint import (  # the bounded parser and writer shared with vision checkpoints
+from ..core.errors import CheckpointError
+from ..core.policy.checkpoint import (  # the bounded parser and writer shared with vision checkpoints
     _LENGTH,
     _hash_bytes,
     _parse_header,
@@ -21,7 +22,6 @@ from ..core.checkpoint import (  # the bounded parser and writer shared with vis
     encode_tensors,
     write_atomically,
 )
-from ..core.errors import CheckpointError
 
 TEACHER_MAGIC = b"SIM2REAL-TEACHR\n"
 TEACHER_FORMAT_VERSION = 1
@@ -173,6 +173,6 @@ def read_teacher(path: str | Path) -> tuple[TeacherSpec, torch.nn.Module, str]:
     except RuntimeError as err:
         raise CheckpointError(f"{source}: cannot load the teacher weights: {err}") from err
     actor.eval()
-    from ..core.checkpoint import checkpoint_hash
+    from ..core.policy.checkpoint import checkpoint_hash
 
     return spec, actor, checkpoint_hash(path)

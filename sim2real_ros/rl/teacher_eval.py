@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import ConfigError
-from ..core.provenance import assert_unseen_episodes, sim_params_mismatch
 from ..core.stats import success_by_pushes, summary, wilson_interval
+from ..provenance import assert_unseen_episodes, sim_params_mismatch
 from ..robots import robot_description_for, robot_for_checkpoint, sim_params_for
 from ..sim.params import load_sim_params
 from .batch import EnvSpec

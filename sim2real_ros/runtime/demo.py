@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core.joystick import load_joystick_mapping
+from ..core.robot.urdf import RobotModel
+from ..core.safety.joystick import load_joystick_mapping
 from ..core.stats import summary, wilson_interval
-from ..core.urdf import RobotModel
 from ..graph import GraphArgs
 from ..paths import config_path, default_policy_path
 from ..sim.expert import ReachExpert

@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 
-from ..core.policy_backend import load_policy
+from ..core.policy.backend import load_policy
 from ..core.progress import progress
-from ..core.provenance import sim_params_mismatch
 from ..core.stats import summary, wilson_interval
 from ..graph import GraphArgs
 from ..nodes.common import LATCHED_QOS
+from ..provenance import sim_params_mismatch
 from ..robots import robot_for_checkpoint, sim_params_for
 from ..sim.params import load_sim_params
 from .graph_session import EpisodeOutcome, SimGraphSession, diagnostic_values

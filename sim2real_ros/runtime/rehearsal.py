@@ -68,8 +68,8 @@ def drifting_so101_checkpoint(path: Path, pan_drift_rad: float = 0.03) -> Path:
     at the supervisor's velocity limit. A policy that moves, without a trained SO-101 one."""
     import numpy as np
 
-    from ..core.checkpoint import read_checkpoint, save_checkpoint
-    from ..core.policy_model import build_model
+    from ..core.policy.checkpoint import read_checkpoint, save_checkpoint
+    from ..core.policy.model import build_model
 
     subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "policy", "init", "--robot", "so101",
                     "--out", str(path)], check=True, capture_output=True, text=True, timeout=300)

@@ -30,8 +30,8 @@ from trajectory_msgs.msg import JointTrajectory
 from ..bags import BagReader
 from ..conversions import MessageError, joint_state_to_sample, reorder, trajectory_to_chunk
 from ..conversions import merged_diagnostic_values as _diagnostic_values
-from ..core.checkpoint import LoadedPolicy
 from ..core.errors import Sim2RealError
+from ..core.policy.checkpoint import LoadedPolicy
 from ..core.progress import progress
 from ..episodes.actions import sample_actions
 from ..episodes.bag_source import BagTopics, feed, find_topics, make_collector

@@ -13,7 +13,7 @@ import numpy as np
 from sensor_msgs.msg import Joy
 
 from ..conversions import ns_to_stamp
-from ..core.joystick import JoystickMapping
+from ..core.safety.joystick import JoystickMapping
 
 
 class ScriptedJoystick:

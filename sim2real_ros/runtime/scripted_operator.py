@@ -19,9 +19,9 @@ import yaml
 
 from ..conversions import stamp_to_ns
 from ..core.errors import ConfigError
-from ..core.joystick import load_joystick_mapping
+from ..core.robot.urdf import RobotModel
+from ..core.safety.joystick import load_joystick_mapping
 from ..core.timebase import NS_PER_S
-from ..core.urdf import RobotModel
 from ..episodes.dataset import TAKEOVER_GRACE_S
 from ..paths import config_path
 from ..sim.expert import ReachExpert

@@ -35,9 +35,9 @@ from ..bags.info import bag_info
 from ..bags.reader import iter_messages, publish_times
 from ..conversions import chunk_to_trajectory, diagnostic_values, ns_to_stamp, stamp_to_ns
 from ..core import soak as core
-from ..core.action_chunk import ActionChunk
+from ..core.control.action_chunk import ActionChunk
+from ..core.robot.urdf import RobotModel
 from ..core.stats import summary
-from ..core.urdf import RobotModel
 from ..graph import GraphArgs, NodeDecl, declare_graph
 from ..nodes.common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS
 from ..paths import default_policy_path

@@ -24,8 +24,8 @@ from typing import Any
 
 from ..conversions import stamp_to_ns
 from ..core.errors import ConfigError
+from ..core.robot.urdf import RobotModel
 from ..core.timebase import NS_PER_S
-from ..core.urdf import RobotModel
 from ..episodes.episode_split import split_by_episode
 from ..graph import GraphArgs
 from ..paths import config_path, default_policy_path, urdf_path

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.urdf import RobotModel, damped_least_squares
+from ..core.robot.urdf import RobotModel, damped_least_squares
 
 
 @dataclass(frozen=True)

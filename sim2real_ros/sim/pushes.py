@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import ConfigError
+from ..core.robot.urdf import RobotModel
 from ..core.timebase import NS_PER_S
-from ..core.urdf import RobotModel
 from .params import PushParams
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.camera_model import CameraModel
+from ..core.perception.camera_model import CameraModel
 
 # Optical frame (x right, y down, z forward) -> OpenGL camera frame (x right, y up, looking down -z).
 OPTICAL_TO_GL = np.diag([1.0, -1.0, -1.0])

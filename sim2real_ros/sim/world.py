@@ -23,11 +23,11 @@ import numpy as np
 import pybullet
 from pybullet_utils import bullet_client
 
-from ..core.camera_artifacts import ArtifactConfig, apply_artifacts
-from ..core.camera_model import CameraModel, load_calibration_yaml
 from ..core.errors import ConfigError, UrdfError
+from ..core.perception.camera_model import CameraModel, load_calibration_yaml
+from ..core.robot.urdf import RobotModel
 from ..core.timebase import NS_PER_S
-from ..core.urdf import RobotModel
+from .camera_artifacts import ArtifactConfig, apply_artifacts
 from .motor_model import LatencyQueue, ServoLoop, pd_torque
 from .params import SimParams
 from .pushes import ScheduledPush, draw_push_schedule, push_links

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from ..core.urdf import JointLimits, RobotModel
+from ..core.robot.urdf import JointLimits, RobotModel
 from .latency import SysidError
 
 # Used for joints without limits (continuous): a modest range and speed [rad], [rad/s].

@@ -10,15 +10,15 @@ from typing import Any
 import numpy as np
 import yaml
 
-from ..core.checkpoint import LoadedPolicy
 from ..core.errors import ConfigError
-from ..core.policy_backend import load_policy
-from ..core.policy_spec import check_against_data
-from ..core.preprocess_config import PreprocessConfig
-from ..core.provenance import assert_unseen_episodes, sim_params_mismatch
+from ..core.perception.preprocess_config import PreprocessConfig
+from ..core.policy.backend import load_policy
+from ..core.policy.checkpoint import LoadedPolicy
+from ..core.policy.spec import check_against_data
+from ..core.robot.urdf import RobotModel
 from ..core.stats import success_by_pushes, summary, wilson_interval
-from ..core.urdf import RobotModel
 from ..paths import config_path
+from ..provenance import assert_unseen_episodes, sim_params_mismatch
 from ..robots import robot_description_for, robot_for_checkpoint, sim_params_for
 from ..sim.params import load_sim_params
 from ..sim.world import episode_seed

@@ -32,14 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from ..core.action_chunk import ActionChunk
-from ..core.actuator import ActuatorConfig, ActuatorCore
+from ..core.control.action_chunk import ActionChunk
+from ..core.control.actuator import ActuatorConfig, ActuatorCore
+from ..core.control.observation_pairing import ObservationThrottle
 from ..core.errors import ConfigError
-from ..core.joystick import load_joystick_mapping
-from ..core.observation_pairing import ObservationThrottle
-from ..core.safety import limits_from_urdf
-from ..core.supervisor import Supervisor, SupervisorConfig
-from ..core.teleop import Jogger
+from ..core.safety.joystick import load_joystick_mapping
+from ..core.safety.limits import limits_from_urdf
+from ..core.safety.supervisor import Supervisor, SupervisorConfig
+from ..core.safety.teleop import Jogger
 from ..core.timebase import NS_PER_S
 from ..paths import config_path
 from ..sim.world import SimWorld

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.preprocess import ImagePipeline
-from ..core.preprocess_config import PreprocessConfig
+from ..core.perception.preprocess import ImagePipeline
+from ..core.perception.preprocess_config import PreprocessConfig
 from ..sim.params import load_sim_params
 from ..sim.world import SimWorld
 from .rollout import EpisodeRecord, RolloutConfig, run_episode
@@ -109,7 +109,7 @@ class EpisodeRunner:
                 import tempfile
                 from pathlib import Path
 
-                from ..core.policy_backend import load_policy
+                from ..core.policy.backend import load_policy
 
                 with tempfile.TemporaryDirectory(prefix="sim2real_driver_") as folder:
                     path = Path(folder) / driver.name
@@ -118,7 +118,7 @@ class EpisodeRunner:
             return self._policies[driver.digest].select_action
         if isinstance(driver, str):
             if driver not in self._policies:
-                from ..core.policy_backend import load_policy
+                from ..core.policy.backend import load_policy
 
                 self._policies[driver] = load_policy(driver, backend=self.job.backend, num_threads=1)
             return self._policies[driver].select_action

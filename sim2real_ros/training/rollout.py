@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core.action_chunk import ActionChunk
-from ..core.chunk_buffer import ChunkBuffer, ChunkBufferConfig
-from ..core.preprocess import ImagePipeline
+from ..core.control.action_chunk import ActionChunk
+from ..core.control.chunk_buffer import ChunkBuffer, ChunkBufferConfig
+from ..core.perception.preprocess import ImagePipeline
 from ..core.timebase import NS_PER_S
 from ..sim.expert import ReachExpert
 from ..sim.world import SimWorld

@@ -13,16 +13,22 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.checkpoint import make_policy_spec, save_checkpoint, sim_params_version
 from ..core.hashing import content_hash
-from ..core.policy_model import PolicyModel, build_model
-from ..core.preprocess import ImagePipeline
-from ..core.preprocess_config import PreprocessConfig
+from ..core.perception.preprocess import ImagePipeline
+from ..core.perception.preprocess_config import PreprocessConfig
+from ..core.policy.checkpoint import make_policy_spec, save_checkpoint
+from ..core.policy.model import PolicyModel, build_model
+from ..core.policy.training_log import TrainingLog
 from ..core.progress import progress
-from ..core.provenance import assert_unseen_episodes, portable_path, portable_provenance, training_git_state
 from ..core.stats import wilson_interval
-from ..core.training_log import TrainingLog
 from ..paths import share_dir
+from ..provenance import (
+    assert_unseen_episodes,
+    portable_path,
+    portable_provenance,
+    sim_params_version,
+    training_git_state,
+)
 from ..sim.expert import ReachExpert
 from ..sim.params import load_sim_params
 from ..sim.world import SimWorld, episode_seed

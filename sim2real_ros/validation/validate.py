@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from ..core.checkpoint import checkpoint_hash, load_checkpoint, read_checkpoint
 from ..core.errors import BagError, Sim2RealError
+from ..core.policy.checkpoint import checkpoint_hash, load_checkpoint, read_checkpoint
 from ..core.stats import summary
 from ..episodes.dataset import default_actuation_latency_s, expand_bags
 from ..episodes.options import ReplayOptions

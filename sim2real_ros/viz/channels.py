@@ -60,7 +60,7 @@ from foxglove.messages import (
     Vector3,
 )
 
-from ..core.urdf import rpy_to_matrix
+from ..core.robot.urdf import rpy_to_matrix
 from .kinematics import WORLD_FRAME, LinkTransform, matrix_to_quaternion
 from .model import RobotVisuals
 

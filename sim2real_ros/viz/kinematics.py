@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.urdf import RobotModel, UrdfJoint, _axis_angle, rpy_to_matrix
+from ..core.robot.urdf import RobotModel, UrdfJoint, _axis_angle, rpy_to_matrix
 
 WORLD_FRAME = "world"
 

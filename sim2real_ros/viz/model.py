@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
 from ..core.errors import UrdfError
-from ..core.urdf import parse_floats
+from ..core.robot.urdf import parse_floats
 
 DEFAULT_RGBA = (0.7, 0.7, 0.72, 1.0)
 

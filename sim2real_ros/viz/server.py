@@ -20,11 +20,8 @@ import foxglove
 from foxglove import Context
 from foxglove.websocket import Capability, ServerListener, WebSocketServer
 
+from .defaults import DEFAULT_BACKLOG, DEFAULT_HOST, DEFAULT_PORT  # noqa: F401 - re-exported
 from .origin_gate import OriginError, OriginGate, make_upstream_tls, origin_allowlist
-
-DEFAULT_PORT = 8765
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_BACKLOG = 256
 
 
 class ServerStartError(RuntimeError):

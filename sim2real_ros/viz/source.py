@@ -6,8 +6,8 @@ from pathlib import Path
 
 from ..bags import BagReader
 from ..core.errors import BagError, ConfigError, UrdfError
-from ..core.teleop import default_ee_link
-from ..core.urdf import RobotModel
+from ..core.robot.urdf import RobotModel
+from ..core.safety.teleop import default_ee_link
 from ..paths import config_path
 from .kinematics import ArmKinematics
 from .router import INPUTS, VizInput
