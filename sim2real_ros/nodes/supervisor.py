@@ -215,6 +215,7 @@ class EstopListener:
         self._subscription = self._node.create_subscription(Bool, topic, callback, LATCHED_QOS)
         self._executor = single_threaded_executor(self._node)
         self._executor.add_node(self._node)
+        self._node.get_logger().info(f"e-stop thread spinning on {type(self._executor).__name__}")
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._spin, name="supervisor-estop", daemon=True)
         self._thread.start()
