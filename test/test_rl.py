@@ -322,3 +322,41 @@ def test_a_pool_that_cannot_get_its_cpus_fails_instead_of_waiting(ray_local):
         assert time.monotonic() - start < 20
     finally:
         holder.close()
+
+
+def test_ppo_labels_do_not_leak_a_push_that_starts_after_the_observation(small_teacher):
+    """Issue 32: from the same state, a world whose next push starts within the chunk's horizon and
+    the same world without pushes get the same labels: the look-ahead withholds the push the student
+    could not have seen coming (before the fix the labels answered it)."""
+    from sim2real_ros.rl.labeller import PPOChunkTeacher
+    from sim2real_ros.sim.params import load_sim_params
+    from sim2real_ros.sim.world import SimWorld
+
+    teacher = load_teacher(small_teacher)
+    params = load_sim_params(config_path("sim_params.yaml"))
+    worlds = {on: SimWorld(params, str(urdf_path()), seed=3, render=False, pushes=on) for on in (True, False)}
+    try:
+        for seed in range(11, 40):
+            schedule = worlds[True].reset(randomize=True, seed=seed).get("pushes", [])
+            if schedule and schedule[0]["start_s"] >= 0.3:
+                break
+        else:
+            pytest.fail("no episode with a push after 0.3 s in seeds 11-39")
+        worlds[False].reset(randomize=True, seed=seed)
+        # up to 0.1 s before the push: both worlds are in the same state (pushes draw from their own RNG)
+        steps = int((schedule[0]["start_s"] - 0.1) * 1e9) // worlds[True].dt_ns
+        for world in worlds.values():
+            world.set_command(world.joint_positions() + 0.05)
+            world.step(steps)
+        np.testing.assert_array_equal(worlds[True].joint_positions(), worlds[False].joint_positions())
+        assert worlds[True].pushes_applied() == 0
+        # a 10-point chunk at 0.05 s looks 0.5 s ahead: past the push's start
+        chunks = {on: PPOChunkTeacher(teacher, w, compensated_latency_s=0.02).chunk(w.joint_positions(), None, 10, 0.05)
+                  for on, w in worlds.items()}
+        np.testing.assert_array_equal(chunks[True], chunks[False])
+        # the push itself still happens when the episode gets there
+        worlds[True].step(int(0.2e9) // worlds[True].dt_ns)
+        assert worlds[True].pushes_applied() == 1
+    finally:
+        for world in worlds.values():
+            world.close()

@@ -5,7 +5,9 @@ decision at a time from the privileged state, so its chunk for the state the stu
 found by letting it act: snapshot the world (SimWorld.save_state), run the teacher's deterministic
 policy for K decisions of dt (no rendering), take the targets it commanded, restore the world
 exactly. The labels thus include what the teacher does about latency, soft gains and pushes, which
-the IK teacher's kinematic plan cannot.
+the IK teacher's kinematic plan cannot. Only pushes already acting at the observation take part in
+the look-ahead: one that starts later is withheld (SimWorld.unstarted_pushes_withheld), so no label
+leaks a future the student could not have seen.
 
 Latency: the deployed actuator sends the chunk's point for time s at s - L (L: the latency it
 compensates), so label point j is the teacher's command at t + j dt - L (the nearest decision;
@@ -58,23 +60,33 @@ class PPOChunkTeacher:
         command = w._queue.newest()  # noqa: SLF001 - the last target the arm was sent
         sent_before = command.copy()
         shift = min(self.latency_steps, chunk_length)
-        last_action = np.zeros(len(w.joint_names))
-        commands = []
+        commands: list[np.ndarray] = []
         snapshot = w.save_state()
         try:
-            for k in range(chunk_length - shift):
-                time_left = max(0.0, 1.0 - (steps_done + k) / max_steps)
-                obs = privileged_observation(w, self.home_q, base_inverse, command, last_action, time_left)
-                with torch.inference_mode():
-                    action = self.teacher.policy(torch.from_numpy(obs)[None])[0].double().numpy()
-                action = np.clip(np.nan_to_num(action, nan=0.0), -1.0, 1.0)
-                command = np.clip(command + self.env.action_scale_rad * action, w.lower, w.upper)
-                commands.append(command.copy())
-                last_action = action
-                w.set_command(command)
-                w.step(self.physics_per_decision)
+            # No label may answer a push that starts after this observation (the student cannot see
+            # it coming): pushes not yet started are withheld from the look-ahead; those acting now go on.
+            with w.unstarted_pushes_withheld():
+                self._roll_out(chunk_length - shift, steps_done, max_steps, base_inverse, command, commands)
         finally:
             w.restore_state(snapshot, discard=True)
         self.labels_made += 1
         # point j is sent at t + j dt - L: the decision j - shift (before t: the command last sent)
         return np.stack([sent_before] * shift + commands)
+
+    def _roll_out(self, decisions: int, steps_done: int, max_steps: int, base_inverse: np.ndarray,
+                  command: np.ndarray, commands: list[np.ndarray]) -> None:
+        """Let the teacher act `decisions` times from the world's state, appending each target [rad]
+        it commands to `commands` (the world moves on: the caller restores it)."""
+        w = self.world
+        last_action = np.zeros(len(w.joint_names))
+        for k in range(decisions):
+            time_left = max(0.0, 1.0 - (steps_done + k) / max_steps)
+            obs = privileged_observation(w, self.home_q, base_inverse, command, last_action, time_left)
+            with torch.inference_mode():
+                action = self.teacher.policy(torch.from_numpy(obs)[None])[0].double().numpy()
+            action = np.clip(np.nan_to_num(action, nan=0.0), -1.0, 1.0)
+            command = np.clip(command + self.env.action_scale_rad * action, w.lower, w.upper)
+            commands.append(command.copy())
+            last_action = action
+            w.set_command(command)
+            w.step(self.physics_per_decision)

@@ -427,6 +427,19 @@ class SimWorld:
         """This episode's pushes (as reset's info lists them; empty when pushes were off at reset)."""
         return [push.summary() for push in self._push_schedule]
 
+    @contextlib.contextmanager
+    def unstarted_pushes_withheld(self):
+        """Within this block the pushes that have not started yet do not happen (those acting now go
+        on). For a look-ahead from the present, as the PPO labeller's rollout: a label must not react
+        to a push that starts after the observation it answers, which the student could not see
+        coming. Leaves the schedule as it was (restore the world's state after such a rollout)."""
+        schedule = self._push_schedule
+        self._push_schedule = schedule[:self._pushes_started]
+        try:
+            yield
+        finally:
+            self._push_schedule = schedule
+
     def pushes_applied(self) -> int:
         """Pushes of this episode that have started so far."""
         return self._pushes_started
