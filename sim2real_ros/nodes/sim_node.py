@@ -17,13 +17,15 @@ Services    sim/reset (std_srvs/Trigger): new episode (robot home, new target, n
             pose: the commands still in flight aim at the pose before the teleport.
 
 Physics runs in its own thread, paced to wall-clock time by default (`pacing`: realtime, lockstep:
-each camera frame waits for a command, fast: as fast as the CPU allows). Lens distortion and noise
-are applied in a camera thread so rendering artifacts do not stall physics.
+each camera frame waits for a command, fast: as fast as the CPU allows). The camera renders in a
+twin world of its own process (sim/render_process.py): the physics thread only hands it the frame's
+visual state, once the previous frame is out (a machine too slow to render at the camera rate slows
+the real-time factor rather than dropping frames).
+Lens distortion and noise are applied in a camera thread, so neither stalls physics.
 """
 from __future__ import annotations
 
 import math
-import queue
 import sys
 import threading
 import time
@@ -49,6 +51,7 @@ from ..core.robot.joint_list import resolve_joint_list
 from ..core.robot.urdf import RobotModel
 from ..robots import get_robot, robot_description_for, sim_params_for
 from ..sim.params import load_sim_params
+from ..sim.render_process import RenderProcess, RenderProcessError
 from ..sim.schedule import MultiRateSchedule, RateReporter, RealtimePacer, period_ns
 from ..sim.world import SimWorld
 from .common import (
@@ -70,6 +73,7 @@ RTF_LOG_PERIOD_NS = 10_000_000_000  # int [ns] wall time between real-time facto
 # [rad] how near the arm a command must come after an episode reset that moved it to be followed
 # again: the supervisor's hold converges on the measured position, a stale policy command does not.
 RESYNC_TOLERANCE_RAD = 0.1
+RENDER_WAIT_S = 10.0  # [s] longest wait for the previous frame's render before the next frame is dropped
 
 
 @dataclass(frozen=True)
@@ -129,9 +133,14 @@ class SimNode(Node):
         params = load_sim_params(cfg.sim_params_file or None)
         camera_file = cfg.camera_calibration or str(params.camera.calibration_path())
         camera = load_calibration_yaml(camera_file)
-        self.world = SimWorld(params, cfg.robot_description, seed=cfg.seed, render=cfg.camera_enabled,
-                              joints=list(cfg.joints) or None, ee_link=cfg.ee_link or None, camera=camera,
-                              randomize=cfg.randomize, pushes=cfg.pushes)
+        world_kwargs = {"params": params, "robot_description": cfg.robot_description, "seed": cfg.seed,
+                        "joints": list(cfg.joints) or None, "ee_link": cfg.ee_link or None, "camera": camera,
+                        "randomize": cfg.randomize}
+        self.world = SimWorld(**world_kwargs, render=cfg.camera_enabled, pushes=cfg.pushes)
+        # The camera renders in a twin world of its own process, off the physics loop (render_process.py)
+        self._renderer = RenderProcess(world_kwargs) if cfg.camera_enabled else None
+        if self._renderer is not None:
+            self._renderer.start_episode(self.world.episode_seed, cfg.randomize)
         self.params = params
         rates = params.rates
         self._js_period_ns = period_ns(cfg.joint_state_rate_hz or rates.joint_states_hz)
@@ -142,7 +151,7 @@ class SimNode(Node):
         self._command_after_frame = threading.Event()
         self._counters = {"commands_accepted": 0, "commands_rejected": 0, "frames_published": 0,
                           "frames_dropped": 0, "wall_lag_resets": 0, "episodes_finished": 0,
-                          "commands_ignored_after_reset": 0}
+                          "commands_ignored_after_reset": 0, "render_errors": 0}
         self._resync = False  # an episode reset moved the arm; commands wait until one rejoins it
         self._last_rejection = ""
         self._last_command_ns = -1
@@ -170,7 +179,6 @@ class SimNode(Node):
                  f"{camera.width}x{camera.height}; pacing {cfg.pacing}; randomize {cfg.randomize}; "
                  f"pushes {cfg.pushes}; seed {cfg.seed}")
         self._publish_target()
-        self._frames: queue.Queue = queue.Queue(maxsize=2)
         self._threads = [threading.Thread(target=self._physics_loop, name="sim_physics", daemon=True)]
         if cfg.camera_enabled:
             self._threads.append(threading.Thread(target=self._camera_loop, name="sim_camera", daemon=True))
@@ -238,6 +246,8 @@ class SimNode(Node):
         before = self.world.joint_positions()
         reset = self.world.restart if restart else self.world.reset
         info = reset(randomize=self.config.randomize)
+        if self._renderer is not None:  # under the lock: the twin starts it before the next frame
+            self._renderer.start_episode(self.world.episode_seed, self.config.randomize)
         self._resync = float(np.max(np.abs(before - self.world.joint_positions()))) > RESYNC_TOLERANCE_RAD
         return info
 
@@ -331,12 +341,17 @@ class SimNode(Node):
     def _capture_frame(self) -> None:
         # Lockstep: a command that arrives while this frame renders already answers it.
         self._command_after_frame.clear()
+        # The previous frame must be out first (frames keep the camera's sim-time period); a machine
+        # that renders within the period never waits here. A render process gone silent drops frames.
+        if not self._renderer.wait_idle(RENDER_WAIT_S):
+            self._counters["frames_dropped"] += 1
+            return
         with self._lock:
             stamp = self.world.time_ns
-            image = self.world.render(artifacts=False)
-        try:
-            self._frames.put_nowait((stamp, image))
-        except queue.Full:
+            q_all, bodies = self.world.visual_state()
+            # sent under the lock, so an episode reset is always sent before or after the whole frame
+            sent = self._renderer.request(stamp, q_all, bodies)
+        if not sent:
             self._counters["frames_dropped"] += 1
 
     def _handle_episode(self) -> None:
@@ -388,11 +403,20 @@ class SimNode(Node):
         frame_id = self.config.camera_frame_id
         while not self._stop.is_set():
             try:
-                stamp, raw = self._frames.get(timeout=0.1)
-            except queue.Empty:
+                frame = self._renderer.receive(timeout_s=0.1)
+            except RenderProcessError as err:
+                if self._stop.is_set() or not self.context.ok():
+                    return
+                self._counters["render_errors"] += 1
+                self.get_logger().error(f"camera: {err}", throttle_duration_sec=5.0)
+                if "exited" in str(err) or "went away" in str(err):
+                    return  # no camera any more: the policy's image watchdog holds the arm
                 continue
+            if frame is None:
+                continue
+            stamp = frame.stamp_ns
             try:
-                image = self.world.finish_image(raw)
+                image = self.world.finish_image(frame.image)
                 self._image_pub.publish(msgconv.array_to_image(image, "rgb8", stamp, frame_id))
                 self._info_pub.publish(msgconv.camera_model_to_info(model, stamp, frame_id))
                 self._counters["frames_published"] += 1
@@ -408,6 +432,8 @@ class SimNode(Node):
             self._command_after_frame.set()
         for thread in getattr(self, "_threads", []):
             thread.join(timeout=5.0)
+        if getattr(self, "_renderer", None) is not None:
+            self._renderer.close()
         if hasattr(self, "world"):
             self.world.close()
         super().destroy_node()

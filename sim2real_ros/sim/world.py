@@ -602,6 +602,25 @@ class SimWorld:
         image = np.ascontiguousarray(np.asarray(rgba, dtype=np.uint8).reshape(cam.height, cam.width, 4)[:, :, :3])
         return self.finish_image(image) if artifacts else image
 
+    def visual_state(self) -> tuple[np.ndarray, list[tuple[int, tuple, tuple]]]:
+        """What a render shows that moves within an episode: the positions [rad] of all_joint_names
+        and every other body's base pose (id, position [m], quaternion xyzw). With the episode's seed
+        (appearance, camera jitter, objects), a world of the same construction renders the same image
+        from it (sim/render_process.py)."""
+        c = self.client
+        bodies = [(body, *c.getBasePositionAndOrientation(body))
+                  for body in (c.getBodyUniqueId(i) for i in range(c.getNumBodies())) if body != self.robot]
+        return self.joint_positions(all_joints=True), bodies
+
+    def show_visual_state(self, q_all: np.ndarray, bodies: list[tuple[int, tuple, tuple]]) -> None:
+        """Put the robot and the other bodies where visual_state() of a twin world found them (no
+        physics step: for rendering only; velocities are zeroed)."""
+        c = self.client
+        for index, q in zip(self._all_idx, q_all, strict=True):
+            c.resetJointState(self.robot, index, float(q), 0.0)
+        for body, position, orientation in bodies:
+            c.resetBasePositionAndOrientation(body, position, orientation)
+
     def finish_image(self, image_rgb: np.ndarray) -> np.ndarray:
         """Apply this episode's camera artifacts (distortion, noise, blur, JPEG) to a pinhole render.
 
