@@ -243,7 +243,7 @@ def test_generated_config_class_is_typed_frozen_and_validates():
         config.fps = 10.0
     with pytest.raises(ConfigError, match=r"field 'fps' = 0.0: must be in \[0.1, 1000\]"):
         cls(fps=0.0)
-    with pytest.raises(ConfigError, match=r"field 'reopen_after_failures' = 2.5: must be a integer"):
+    with pytest.raises(ConfigError, match=r"field 'reopen_after_failures' = 2.5: must be an integer"):
         cls(reopen_after_failures=2.5)
     assert cls(fps=60).fps == 60.0 and isinstance(cls(fps=60).fps, float)
     assert cls(source="1").source == "1"  # a parameter may be called `source`

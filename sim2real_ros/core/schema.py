@@ -104,15 +104,16 @@ def problem_with(value: Any, validation: Mapping[str, Any]) -> str | None:
 
 def check_type(kind: str, value: Any) -> str | None:
     """Why `value` is not a `kind` parameter value, or None."""
+    what = f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
     if isinstance(value, bool) and bool not in TYPES[kind]:
-        return f"must be a {kind}, not a bool"
+        return f"must be {what}, not a bool"
     if not isinstance(value, TYPES[kind]) or (kind == "double" and not math.isfinite(value)):
-        return f"must be a {kind}"
+        return f"must be {what}" + (" (finite)" if kind == "double" else "")
     if kind in _ELEMENT and not isinstance(value, str):
         element = _ELEMENT[kind]
         for item in value:
             if not isinstance(item, element) or (isinstance(item, bool) and bool not in element):
-                return f"must be a {kind} (entry {item!r})"
+                return f"must be {what} (entry {item!r})"
     return None
 
 
