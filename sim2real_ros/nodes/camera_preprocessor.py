@@ -34,7 +34,7 @@ from ..core.perception.preprocess import CoverageReport, ImageError, ImagePipeli
 from ..core.perception.preprocess_config import PreprocessConfig
 from ..core.report import Level
 from .common import RELIABLE_LATEST_QOS, SENSOR_QOS, now_ns, run_node
-from .parameters import CONFIG_CLASSES, declare_config
+from .parameters import config_class_of, declare_config
 
 NODE_NAME = "camera_preprocessor"
 # Why an image was dropped: core.image_drops.ImageDropReason (every reason is always reported).
@@ -44,7 +44,7 @@ TIMING_HISTORY = 300  # processing times kept for the diagnostics' percentiles
 
 # The node's parameters as a frozen dataclass generated from config/parameters/camera_preprocessor.yaml
 # (fields preprocess_config, diagnostics_period_s [s], log_throttle_s [s]; the file's rules checked).
-CameraPreprocessorConfig = CONFIG_CLASSES[NODE_NAME]
+CameraPreprocessorConfig = config_class_of(NODE_NAME)
 
 
 class CameraPreprocessor(Node):

@@ -7,7 +7,7 @@ docs/parameters.md) is read at import into
   `bounds<>` as FloatingPointRange/IntegerRange so rclpy refuses a value outside them, every other
   rule checked right after; a wrongly typed, out-of-range or refused value is one ConfigError line
   naming the parameter and the value), and
-- a frozen dataclass of the node's parameters (CONFIG_CLASSES, core.schema.frozen_config_class):
+- a frozen dataclass of the node's parameters (config_class_of, core.schema.frozen_config_class):
   fields, types and defaults from the file; constructing one validates every field.
 docs/parameters.md is generated from the same files:
 
@@ -23,6 +23,7 @@ import argparse
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +122,8 @@ def load_schema(name: str, path: Path | None = None) -> tuple[ParameterSchema, .
     ConfigError naming the file when it is unreadable or malformed, or declares another node."""
     path = path or parameter_file(name)
     try:
-        data = yaml.safe_load(path.read_text())
+        # libyaml's loader where PyYAML has it: every node process reads its file at start-up.
+        data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (OSError, yaml.YAMLError) as err:
         raise ConfigError(str(path), "(file)", None, f"cannot read the parameter file: {err}") from err
     schemas = parse_schema(data, str(path))
@@ -142,26 +144,48 @@ def config_class(name: str, schema: tuple[ParameterSchema, ...]) -> type:
     return frozen_config_class(class_name, schema, f"{name} parameter", defaults=resolved)
 
 
-SCHEMAS: dict[str, tuple[ParameterSchema, ...]] = {name: load_schema(name) for name in NODE_NAMES}
-# Node name -> its table, in the order of the graph (docs/parameters.md follows it).
-NODES: dict[str, tuple[ParamSpec, ...]] = {
-    name: tuple(ParamSpec.from_schema(entry) for entry in schema) for name, schema in SCHEMAS.items()}
-REALTIME_SCHEMA = load_schema(REALTIME_NAME)
-REALTIME: tuple[ParamSpec, ...] = tuple(ParamSpec.from_schema(entry) for entry in REALTIME_SCHEMA)
-# Node name -> the frozen dataclass of its parameters (built from the same file).
-CONFIG_CLASSES: dict[str, type] = {name: config_class(name, schema) for name, schema in SCHEMAS.items()}
+@cache
+def schema(name: str) -> tuple[ParameterSchema, ...]:
+    """Node `name`'s parameters from its file, read once per process (a node reads only its own
+    file and realtime.yaml)."""
+    return load_schema(name)
 
-SIM_NODE = NODES["sim_node"]
-CAMERA_NODE = NODES["camera_node"]
-CAMERA_PREPROCESSOR = NODES["camera_preprocessor"]
-POLICY_NODE = NODES["policy_node"]
-ACTUATOR_NODE = NODES["actuator_node"]
-SUPERVISOR = NODES["supervisor"]
-RECORDER = NODES["recorder"]
-VIZ_NODE = NODES["viz_node"]
-FEETECH_DRIVER = NODES["feetech_driver"]
-LEADER_ARM = NODES["leader_arm"]
-SIM_CAMERA = NODES["sim_camera"]
+
+@cache
+def table(name: str) -> tuple[ParamSpec, ...]:
+    """Node `name`'s declaration table (`realtime`: every node's real-time knobs)."""
+    return tuple(ParamSpec.from_schema(entry) for entry in schema(name))
+
+
+@cache
+def config_class_of(name: str) -> type:
+    """The frozen dataclass of node `name`'s parameters, built from its file."""
+    return config_class(name, schema(name))
+
+
+# Module attributes read lazily (PEP 562), so importing one table reads one file.
+_TABLES = {"SIM_NODE": "sim_node", "CAMERA_NODE": "camera_node", "CAMERA_PREPROCESSOR": "camera_preprocessor",
+           "POLICY_NODE": "policy_node", "ACTUATOR_NODE": "actuator_node", "SUPERVISOR": "supervisor",
+           "RECORDER": "recorder", "VIZ_NODE": "viz_node", "FEETECH_DRIVER": "feetech_driver",
+           "LEADER_ARM": "leader_arm", "SIM_CAMERA": "sim_camera", "REALTIME": REALTIME_NAME}
+
+
+def __getattr__(attribute: str) -> Any:
+    if attribute in _TABLES:
+        return table(_TABLES[attribute])
+    if attribute == "NODES":  # node name -> its table, in the order of the graph (docs/parameters.md's)
+        return {name: table(name) for name in NODE_NAMES}
+    if attribute == "SCHEMAS":
+        return {name: schema(name) for name in NODE_NAMES}
+    if attribute == "REALTIME_SCHEMA":
+        return schema(REALTIME_NAME)
+    if attribute == "CONFIG_CLASSES":  # node name -> the frozen dataclass of its parameters
+        return {name: config_class_of(name) for name in NODE_NAMES}
+    if attribute in ("SUPERVISOR_CONTROL_RATE_RANGE", "SUPERVISOR_STATE_RATE_RANGE"):
+        # [Hz] the supervisor's control_rate_hz and state_rate_hz bounds
+        name = "control_rate_hz" if attribute == "SUPERVISOR_CONTROL_RATE_RANGE" else "state_rate_hz"
+        return spec(table("supervisor"), name).value_range
+    raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
 
 
 def spec(table: tuple[ParamSpec, ...], name: str) -> ParamSpec:
@@ -170,11 +194,6 @@ def spec(table: tuple[ParamSpec, ...], name: str) -> ParamSpec:
         if entry.name == name:
             return entry
     raise KeyError(f"no parameter {name!r} in the table")
-
-
-# [Hz] supervisor control_rate_hz and state_rate_hz bounds (config/parameters/supervisor.yaml).
-SUPERVISOR_CONTROL_RATE_RANGE = spec(SUPERVISOR, "control_rate_hz").value_range
-SUPERVISOR_STATE_RATE_RANGE = spec(SUPERVISOR, "state_rate_hz").value_range
 
 
 # ----------------------------------------------------------------------------------------------
@@ -219,10 +238,10 @@ def declare_table(node: Any, table: tuple[ParamSpec, ...], range_source: str | N
 
 def declare_config(node: Any, name: str, range_source: str | None = None) -> Any:
     """Declare node `name`'s parameters (declare_table) and return them as its frozen dataclass
-    (CONFIG_CLASSES[name]: typed, every rule of its file checked; errors name `range_source`, default
+    (config_class_of(name): typed, every rule of its file checked; errors name `range_source`, default
     "<node name> parameter")."""
-    values = declare_table(node, NODES[name], range_source)
-    return CONFIG_CLASSES[name](**values, config_source=range_source or f"{node.get_name()} parameter")
+    values = declare_table(node, table(name), range_source)
+    return config_class_of(name)(**values, config_source=range_source or f"{node.get_name()} parameter")
 
 
 _WARNED: set[tuple[str, str]] = set()  # (node, deprecated name) already warned about in this process
@@ -306,8 +325,8 @@ def render_markdown(nodes: Mapping[str, tuple[ParamSpec, ...]] | None = None,
                     realtime: tuple[ParamSpec, ...] | None = None) -> str:
     """docs/parameters.md: one table per node, from its file under config/parameters/ (`nodes`,
     `realtime`: other tables, e.g. in a test)."""
-    nodes = NODES if nodes is None else nodes
-    realtime = REALTIME if realtime is None else realtime
+    nodes = {name: table(name) for name in NODE_NAMES} if nodes is None else nodes
+    realtime = table(REALTIME_NAME) if realtime is None else realtime
     lines = [
         "# Node parameters",
         "",
@@ -328,7 +347,7 @@ def render_markdown(nodes: Mapping[str, tuple[ParamSpec, ...]] | None = None,
         "`unique<>`, `not_empty<>`, `size_gt<>`, `size_lt<>`, `fixed_size<>`, `element_bounds<>`.",
         "",
         "From a file come, at import (`sim2real_ros/nodes/parameters.py`): the node's declarations, and a",
-        "frozen dataclass of its parameters (`CONFIG_CLASSES[node]`, built by `core.schema.frozen_config_class`:",
+        "frozen dataclass of its parameters (`config_class_of(node)`, built by `core.schema.frozen_config_class`:",
         "fields, types and defaults from the file; constructing one checks every field and names the field and",
         "the value it refuses). Dataclasses and a small validator rather than pydantic: no new dependency, the",
         "core stays importable without ROS or extra packages, and the rule names stay generate_parameter_library's.",
@@ -337,9 +356,9 @@ def render_markdown(nodes: Mapping[str, tuple[ParamSpec, ...]] | None = None,
         "loops); `test/test_parameter_files.py` fails when one differs from its file, or this page from the files.",
         "",
     ]
-    for node, table in nodes.items():
+    for node, entries in nodes.items():
         lines += [f"## {node}", "", *HEADER]
-        lines += [_row(entry) for entry in table]
+        lines += [_row(entry) for entry in entries]
         lines.append("")
     lines += ["## every node: real-time knobs", "",
               "Declared on every node by `common.run_node` (docs/deployment.md) from",
