@@ -86,9 +86,14 @@ def default_mismatches(cls, defaults: dict, mapping: dict, not_parameters: set) 
     return problems
 
 
-@pytest.mark.parametrize("index", range(8))
+CORE_CONFIG_NAMES = ["ActuatorConfig", "ChunkBufferConfig", "LatencyEstimatorConfig", "JointJumpConfig",
+                     "SupervisorConfig", "CameraNodeConfig", "DriverConfig", "RealtimeRequest"]
+
+
+@pytest.mark.parametrize("index", range(len(CORE_CONFIG_NAMES)), ids=CORE_CONFIG_NAMES)
 def test_core_config_defaults_equal_the_node_files(index):
     cls, node, mapping, not_parameters = _core_configs()[index]
+    assert cls.__name__ == CORE_CONFIG_NAMES[index]
     assert default_mismatches(cls, _defaults(node), mapping, not_parameters) == []
 
 
