@@ -265,6 +265,10 @@ def test_generated_config_class_is_typed_frozen_and_validates():
                   "validation": {"between<>": [0.0, 1.0]}}}}, "n.x.validation", "must be one of"),
     ({"n": {"x": {"type": "integer", "default_value": True, "description": ""}}}, "n.x.default_value",
      "not a bool"),
+    ({"n": {"x": {"type": "double", "default_value": 0.5, "description": "",
+                  "validation": {"bounds<>": [0.0]}}}}, "n.x.validation", "wrong arguments"),
+    ({"n": {"x": {"type": "double", "default_value": 0.5, "description": "",
+                  "validation": {"gt<>": 0.0}}}}, "n.x.validation.gt<>", "must be a list"),
     ([1, 2], "(file)", "must map a node name"),
 ])
 def test_a_malformed_file_names_the_file_and_the_parameter(declaration, field, problem):

@@ -169,9 +169,11 @@ def parse_schema(data: Any, source: str) -> dict[str, tuple[ParameterSchema, ...
             if kind not in TYPES:
                 raise ConfigError(source, f"{where}.type", kind, f"must be one of {', '.join(TYPES)}")
             validation = dict(declaration.get("validation") or {})
-            for key in validation:
+            for key, arguments in validation.items():
                 if rule_name(key) not in VALIDATORS:
                     raise ConfigError(source, f"{where}.validation", key, f"must be one of {', '.join(VALIDATORS)}")
+                if arguments is not None and not isinstance(arguments, list):
+                    raise ConfigError(source, f"{where}.validation.{key}", arguments, "must be a list of arguments")
             default = declaration["default_value"]
             if isinstance(default, list):
                 default = tuple(default)
@@ -183,7 +185,10 @@ def parse_schema(data: Any, source: str) -> dict[str, tuple[ParameterSchema, ...
                 package_file=bool(declaration.get("package_file", False)),
                 deprecated_names=tuple(declaration.get("deprecated_names") or ()), validation=validation)
             # The file's own default must pass its rules (a package file's path as text).
-            problem = check_type(kind, default) or problem_with(default, validation)
+            try:
+                problem = check_type(kind, default) or problem_with(default, validation)
+            except TypeError as err:  # a rule given the wrong number of arguments
+                raise ConfigError(source, f"{where}.validation", validation, f"wrong arguments: {err}") from err
             if problem is not None:
                 raise ConfigError(source, f"{where}.default_value", default, problem)
             entries.append(entry)
