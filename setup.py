@@ -16,6 +16,7 @@ setup(
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
         (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.xml")),
+        (f"share/{PACKAGE}/config/parameters", glob("config/parameters/*.yaml")),
         (f"share/{PACKAGE}/urdf", glob("urdf/*.urdf")),
         (f"share/{PACKAGE}/urdf/so101", glob("urdf/so101/*.urdf") + glob("urdf/so101/*.md")
          + ["urdf/so101/LICENSE"]),

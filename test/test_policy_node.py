@@ -310,7 +310,7 @@ def test_bad_parameters_are_refused_naming_them():
     good = {"checkpoint": "p.pt", "backend": "auto", "preprocess_config": "pre.yaml", "robot_description": "arm.urdf",
             "joints": (),
             "device": "cpu", "num_threads": 1, "pairing_tolerance_s": 0.05, "max_observation_age_s": 0.25,
-            "observation_period_s": -1.0, "diagnostics_period_s": 1.0}
+            "observation_period_s": -1.0, "diagnostics_period_s": 1.0, "sim_params_file": ""}
     PolicyNodeConfig(**good)
     cases = {"max_observation_age_s": -1.0, "pairing_tolerance_s": float("nan"), "device": "tpu",
              "num_threads": -2, "joints": ("a", "a"), "checkpoint": "", "observation_period_s": float("inf"),

@@ -19,7 +19,6 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter, deque
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +34,7 @@ from ..core.perception.preprocess import CoverageReport, ImageError, ImagePipeli
 from ..core.perception.preprocess_config import PreprocessConfig
 from ..core.report import Level
 from .common import RELIABLE_LATEST_QOS, SENSOR_QOS, now_ns, run_node
-from .parameters import CAMERA_PREPROCESSOR, declare_table
+from .parameters import config_class_of, declare_config
 
 NODE_NAME = "camera_preprocessor"
 # Why an image was dropped: core.image_drops.ImageDropReason (every reason is always reported).
@@ -43,30 +42,9 @@ DROP_REASONS = tuple(reason.value for reason in ImageDropReason)
 TIMING_HISTORY = 300  # processing times kept for the diagnostics' percentiles
 
 
-@dataclass(frozen=True)
-class CameraPreprocessorConfig:
-    """Validated parameters of the camera preprocessor.
-
-    preprocess_config: path of the preprocessing YAML (core.preprocess_config.PreprocessConfig).
-    diagnostics_period_s: period of the diagnostics report [s].
-    log_throttle_s: at most one log line per drop reason per this period [s].
-    """
-
-    preprocess_config: str
-    diagnostics_period_s: float = 1.0
-    log_throttle_s: float = 5.0
-    source: str = NODE_NAME
-
-    def __post_init__(self) -> None:
-        if not self.preprocess_config:
-            raise ConfigError(self.source, "preprocess_config", self.preprocess_config, "must be a file path")
-        if not Path(self.preprocess_config).is_file():
-            raise ConfigError(self.source, "preprocess_config", self.preprocess_config, "file does not exist")
-        if not (np.isfinite(self.diagnostics_period_s) and 0.01 <= self.diagnostics_period_s <= 3600.0):
-            raise ConfigError(self.source, "diagnostics_period_s", self.diagnostics_period_s,
-                              "must be in [0.01, 3600] s")
-        if not (np.isfinite(self.log_throttle_s) and self.log_throttle_s >= 0.0):
-            raise ConfigError(self.source, "log_throttle_s", self.log_throttle_s, "must be >= 0 s")
+# The node's parameters as a frozen dataclass generated from config/parameters/camera_preprocessor.yaml
+# (fields preprocess_config, diagnostics_period_s [s], log_throttle_s [s]; the file's rules checked).
+CameraPreprocessorConfig = config_class_of(NODE_NAME)
 
 
 class CameraPreprocessor(Node):
@@ -98,12 +76,12 @@ class CameraPreprocessor(Node):
         )
 
     def _read_parameters(self) -> CameraPreprocessorConfig:
-        """Declare parameters.CAMERA_PREPROCESSOR (docs/parameters.md) and validate them."""
-        v = declare_table(self, CAMERA_PREPROCESSOR)
-        return CameraPreprocessorConfig(preprocess_config=str(v["preprocess_config"]),
-                                        diagnostics_period_s=float(v["diagnostics_period_s"]),
-                                        log_throttle_s=float(v["log_throttle_s"]),
-                                        source=f"{self.get_name()} parameter")
+        """Declare config/parameters/camera_preprocessor.yaml (docs/parameters.md) and validate them."""
+        config = declare_config(self, NODE_NAME)
+        if not Path(config.preprocess_config).is_file():
+            raise ConfigError(config.config_source, "preprocess_config", config.preprocess_config,
+                              "file does not exist")
+        return config
 
     # ------------------------------------------------------------------------------------------
     def _on_camera_info(self, msg: CameraInfo) -> None:

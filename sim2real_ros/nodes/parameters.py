@@ -1,32 +1,46 @@
-"""Every node's parameters, declared once: one table of ParamSpec per node.
+"""Every node's parameters, declared once: one YAML file per node under config/parameters/.
 
-A node declares its parameters from its table (`declare_table`: descriptions, read-only, numeric
-ranges as FloatingPointRange/IntegerRange so rclpy refuses a value outside them, a wrongly typed
-or out-of-range override as one ConfigError line), then validates the values into its config
-dataclass. docs/parameters.md is generated from the same tables:
+Each file (generate_parameter_library's style: per parameter `type`, `default_value`, `unit`,
+`description`, `validation` rules such as `bounds<>`, `one_of<>`; format in core/schema.py and
+docs/parameters.md) is read at import into
+- the node's table of ParamSpec, which the node declares (`declare_table`: descriptions, read-only,
+  `bounds<>` as FloatingPointRange/IntegerRange so rclpy refuses a value outside them, every other
+  rule checked right after; a wrongly typed, out-of-range or refused value is one ConfigError line
+  naming the parameter and the value), and
+- a frozen dataclass of the node's parameters (config_class_of, core.schema.frozen_config_class):
+  fields, types and defaults from the file; constructing one validates every field.
+docs/parameters.md is generated from the same files:
 
     python -m sim2real_ros.nodes.parameters            # writes docs/parameters.md
     python -m sim2real_ros.nodes.parameters --check    # exit 1 when the committed file differs
 
-A renamed parameter keeps its old name for one release (ParamSpec.deprecated_names): given, it is
+A renamed parameter keeps its old name for one release (`deprecated_names`): given, it is
 used (unless the new name is given too) and a warning naming the new name is logged once.
 """
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..core.safety.supervisor import CONFIG_RANGES
-from ..paths import share_dir
-from ..robots import DEFAULT_ROBOT, ROBOT_NAMES
-from ..viz.defaults import DEFAULT_BACKLOG, DEFAULT_HOST, DEFAULT_PORT
+import yaml
+
+from ..core.errors import ConfigError
+from ..core.schema import ParameterSchema, frozen_config_class, parse_schema, problem_with, rule_name
+from ..paths import config_path, share_dir
 
 TYPES = ("string", "double", "integer", "bool", "string_array", "double_array", "integer_array",
          "string_or_string_array")
 DOC_PATH = Path(__file__).resolve().parent.parent.parent / "docs" / "parameters.md"
+PARAMETER_DIR = "parameters"  # under config/
+# Node name -> its file under config/parameters/, in the order of the graph (docs/parameters.md follows it).
+NODE_NAMES = ("sim_node", "camera_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor",
+              "recorder", "viz_node", "feetech_driver", "leader_arm", "sim_camera")
+REALTIME_NAME = "realtime"  # every node's real-time knobs (core.realtime; nodes/realtime.py via common.run_node)
 
 
 @dataclass(frozen=True)
@@ -42,13 +56,13 @@ class ShareFile:
 
 @dataclass(frozen=True)
 class ParamSpec:
-    """One node parameter.
+    """One node parameter, as its file under config/parameters/ declares it.
 
     name; type: one of TYPES; default: the value (a ShareFile for a package file; () for an empty
     array); description: what `ros2 param describe` shows; unit: e.g. "s", "Hz", "rad" ("" for
-    none); value_range: inclusive (low, high) bounds enforced by rclpy (None: the node's config
-    validates the value); read_only: set at start-up only; deprecated_names: earlier names still
-    accepted (with a warning) for one release.
+    none); value_range: inclusive (low, high) bounds enforced by rclpy (the file's `bounds<>`);
+    validation: every rule of the file ({rule<>: arguments}); read_only: set at start-up only;
+    deprecated_names: earlier names still accepted (with a warning) for one release.
     """
 
     name: str
@@ -59,12 +73,20 @@ class ParamSpec:
     value_range: tuple[float, float] | None = None
     read_only: bool = True
     deprecated_names: tuple[str, ...] = ()
+    validation: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.type not in TYPES:
             raise ValueError(f"parameter {self.name}: type {self.type!r} is not one of {TYPES}")
         if self.value_range is not None and self.type not in ("double", "integer"):
             raise ValueError(f"parameter {self.name}: only a double or integer parameter has a range")
+
+    @classmethod
+    def from_schema(cls, entry: ParameterSchema) -> ParamSpec:
+        default = ShareFile(entry.default_value) if entry.package_file else entry.default_value
+        return cls(entry.name, entry.type, default, entry.description, entry.unit, value_range=entry.bounds,
+                   read_only=entry.read_only, deprecated_names=entry.deprecated_names,
+                   validation=dict(entry.validation))
 
     def default_value(self) -> Any:
         """The default as the node declares it (a package file as its full path)."""
@@ -85,328 +107,85 @@ class ParamSpec:
             return value if value else "''"
         return repr(value)
 
-
-def _bounded(name: str, default: float, description: str, unit: str = "") -> ParamSpec:
-    """A supervisor timing or limit parameter with its core.supervisor.CONFIG_RANGES bounds."""
-    kind = "integer" if isinstance(default, int) else "double"
-    return ParamSpec(name, kind, default, description, unit, value_range=CONFIG_RANGES[name])
+    def other_rules(self) -> dict[str, Any]:
+        """The rules rclpy does not enforce itself (all but `bounds<>`), checked after declaring."""
+        return {key: args for key, args in self.validation.items() if rule_name(key) != "bounds"}
 
 
-URDF = ShareFile("urdf/arm6.urdf")
-PREPROCESS_YAML = ShareFile("config/preprocess.yaml")
+def parameter_file(name: str) -> Path:
+    """config/parameters/<name>.yaml."""
+    return config_path(f"{PARAMETER_DIR}/{name}.yaml")
 
-ROBOT_PARAM = ParamSpec("robot", "string", DEFAULT_ROBOT,
-                        f"robot ({' | '.join(ROBOT_NAMES)}, docs/robots.md): its URDF is the default "
-                        "robot_description")
 
-SIM_NODE: tuple[ParamSpec, ...] = (
-    ParamSpec("robot", "string", DEFAULT_ROBOT,
-              f"robot ({' | '.join(ROBOT_NAMES)}, docs/robots.md): its URDF and sim params are the defaults "
-              "of robot_description and sim_params_file"),
-    ParamSpec("robot_description", "string", "",
-              "URDF XML or URDF file path of the simulated robot; empty = the robot's URDF"),
-    ParamSpec("sim_params_file", "string", "",
-              "sim parameters YAML (dynamics, latency, task, randomization); empty = the robot's "
-              "(config/sim_params.yaml for arm6, config/sim_params_so101.yaml for so101)"),
-    ParamSpec("camera_calibration", "string", "",
-              "camera calibration YAML (ROS format); empty = the sim params' file"),
-    ParamSpec("ee_link", "string", "", "end-effector (tool point) link; empty = the sim params' ee_link"),
-    ParamSpec("joints", "string_array", (),
-              "command joint order (Float64MultiArray layout); empty = all movable URDF joints"),
-    ParamSpec("seed", "integer", 0, "random seed of targets and randomization (reproducible episodes)"),
-    ParamSpec("randomize", "bool", False, "domain randomization per episode (false = nominal)"),
-    ParamSpec("pushes", "bool", False, "random pushes on the arm's links per episode "
-              "(the sim params' randomization.pushes ranges; false = none)"),
-    ParamSpec("auto_reset", "bool", True, "start a new episode after each outcome"),
-    ParamSpec("pacing", "string", "realtime", "realtime | lockstep | fast"),
-    ParamSpec("real_time_factor", "double", 1.0, "target sim speed / wall speed for realtime pacing"),
-    ParamSpec("joint_state_rate_hz", "double", 0.0, "joint_states rate [Hz]; 0 = sim params rates.joint_states_hz",
-              "Hz"),
-    ParamSpec("camera_rate_hz", "double", 0.0, "camera rate [Hz] (sim time); 0 = sim params rates.camera_hz", "Hz"),
-    ParamSpec("clock_rate_hz", "double", 0.0, "clock rate [Hz] (sim time); 0 = sim params rates.clock_hz", "Hz"),
-    ParamSpec("camera_enabled", "bool", True, "render and publish the camera"),
-    ParamSpec("lockstep_timeout_s", "double", 1.0, "lockstep: longest wall wait for a command after a frame [s]",
-              "s"),
-    ParamSpec("world_frame_id", "string", "world", "frame of sim/target (robot base)"),
-    ParamSpec("camera_frame_id", "string", "camera_link", "frame_id of the camera topics"),
-)
+def load_schema(name: str, path: Path | None = None) -> tuple[ParameterSchema, ...]:
+    """The parameters of node `name` from its file (`path`: another file, e.g. in a test);
+    ConfigError naming the file when it is unreadable or malformed, or declares another node."""
+    path = path or parameter_file(name)
+    try:
+        # libyaml's loader where PyYAML has it: every node process reads its file at start-up.
+        data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(str(path), "(file)", None, f"cannot read the parameter file: {err}") from err
+    schemas = parse_schema(data, str(path))
+    if list(schemas) != [name]:
+        raise ConfigError(str(path), "(file)", list(schemas), f"must declare exactly the node {name!r}")
+    return schemas[name]
 
-CAMERA_PREPROCESSOR: tuple[ParamSpec, ...] = (
-    ParamSpec("preprocess_config", "string", PREPROCESS_YAML,
-              "Preprocessing YAML: policy camera intrinsics and size, center_crop, fill_rgb, interpolation. Its "
-              "content hash must match the checkpoint's."),
-    ParamSpec("diagnostics_period_s", "double", 1.0, "Period of the ~/diagnostics report [s].", "s"),
-    ParamSpec("log_throttle_s", "double", 5.0,
-              "At most one warning per drop reason per this period [s] (counters are exact).", "s"),
-)
 
-POLICY_NODE: tuple[ParamSpec, ...] = (
-    ParamSpec("joints", "string_or_string_array", "",
-              "graph joint names (string array or comma-separated); empty: movable joints of the URDF"),
-    ParamSpec("checkpoint", "string", ShareFile("policies/reach_default.pt"),
-              "policy checkpoint file (create one with `sim2real policy init`) or exported .onnx policy "
-              "(`sim2real policy export`)"),
-    ParamSpec("backend", "string", "auto",
-              "what runs the policy: auto (by the file: checkpoint -> torch, .onnx -> onnxruntime), torch or "
-              "onnxruntime"),
-    ParamSpec("preprocess_config", "string", PREPROCESS_YAML,
-              "preprocessing YAML the graph runs; the checkpoint must match its hash"),
-    ParamSpec("robot_description", "string", URDF, "URDF XML or file path; the graph's joint names come from it"),
-    ParamSpec("device", "string", "cpu", "inference device: cpu or cuda[:index]"),
-    ParamSpec("num_threads", "integer", 1,
-              "torch (or onnxruntime) intra-op threads (0: its default); 1 leaves a core to the executor"),
-    ParamSpec("pairing_tolerance_s", "double", 0.05, "largest |image stamp - joint state stamp| paired [s]", "s"),
-    ParamSpec("max_observation_age_s", "double", 0.25,
-              "observations older than this on the node clock are dropped [s]", "s"),
-    ParamSpec("observation_period_s", "double", -1.0,
-              "least time between observations used [s]; 0: every image; -1: the checkpoint's training "
-              "observation period", "s"),
-    ParamSpec("diagnostics_period_s", "double", 1.0, "diagnostics period [s]", "s"),
-    ParamSpec("sim_params_file", "string", "",
-              "sim params YAML of the sim this graph runs (empty: none, e.g. on a robot); when its version differs "
-              "from the one the checkpoint was trained on, a warning names both"),
-)
+def load_table(name: str, path: Path | None = None) -> tuple[ParamSpec, ...]:
+    """Node `name`'s table of ParamSpec, from its file."""
+    return tuple(ParamSpec.from_schema(entry) for entry in load_schema(name, path))
 
-ACTUATOR_NODE: tuple[ParamSpec, ...] = (
-    ParamSpec("robot_description", "string", URDF,
-              "URDF XML or a URDF file path; its movable joints are the default `joints`"),
-    ParamSpec("joints", "string_array", (),
-              "joint names of the commands, in order (default: the URDF's movable joints); each a movable joint "
-              "of robot_description, named once"),
-    ParamSpec("control_rate_hz", "double", 100.0, "command publication rate [Hz]", "Hz",
-              deprecated_names=("control_rate",)),
-    ParamSpec("actuation_latency_s", "double", 0.0,
-              "delay from sending a command to the joints acting on it [s]; the command at tick t is the chunk "
-              "target for t + actuation_latency_s", "s", deprecated_names=("actuation_latency",)),
-    ParamSpec("interpolation", "string", "cubic", "between chunk points: linear | cubic (C1 Hermite)"),
-    ParamSpec("blending", "string", "crossfade", "overlapping chunks: crossfade (newest wins) | temporal_ensemble "
-              "(ACT)"),
-    ParamSpec("crossfade_s", "double", 0.05, "fade-in time of a new chunk [s] (0: switch at once)", "s"),
-    ParamSpec("ensemble_decay", "double", 0.01,
-              "temporal_ensemble: m in w_i = exp(-m i), i = 0 the oldest chunk (m > 0 favours older chunks, as ACT)"),
-    ParamSpec("estimate_latency", "bool", True,
-              "estimate the actuation latency from commands vs joint_states and report it"),
-    ParamSpec("use_estimated_latency", "bool", False,
-              "compensate with the estimated latency instead of actuation_latency_s once its confidence reaches "
-              "latency_min_confidence"),
-    ParamSpec("latency_window_s", "double", 4.0, "history used by the latency estimate [s]", "s"),
-    ParamSpec("latency_max_s", "double", 0.25, "largest latency the estimate searches [s]", "s"),
-    ParamSpec("latency_min_confidence", "double", 0.8,
-              "confidence (normalized correlation) needed to use the estimate [0..1]"),
-    ParamSpec("max_joint_jump_rad", "double", 0.2,
-              "a measured step beyond 2 x URDF velocity limit x dt plus this is a jump (teleported sim robot, "
-              "re-homed encoder): buffered chunks are dropped, chunks observed before it refused [rad]", "rad"),
-    ParamSpec("tick_phase_lock", "bool", True,
-              "wall clock: nudge the control schedule (at most 10% of a period per chunk) so the first tick after "
-              "a typical chunk arrival comes 15% of a period after it; the rate is unchanged"),
-    ParamSpec("tick_on_chunk", "bool", True,
-              "wall clock: an accepted chunk brings the next tick forward to its arrival (no sooner than "
-              "min_command_interval_s after the last one) and the fixed-rate schedule goes on from there, so a chunk "
-              "never waits for the next fixed tick; false: it waits (up to a period)"),
-    ParamSpec("min_command_interval_s", "double", 0.002,
-              "tick_on_chunk: shortest time between two commands [s] (less than a control period); the supervisor's "
-              "step limiter scales each step with the time since the last command", "s", value_range=(0.0, 1.0)),
-)
 
-# [Hz] supervisor control_rate_hz bounds: the core's control period bounds, inverted.
-SUPERVISOR_CONTROL_RATE_RANGE = (1.0 / CONFIG_RANGES["control_period_s"][1],
-                                 1.0 / CONFIG_RANGES["control_period_s"][0])
-SUPERVISOR_STATE_RATE_RANGE = (0.1, 100.0)  # [Hz]
+def config_class(name: str, schema: tuple[ParameterSchema, ...]) -> type:
+    """The frozen dataclass of node `name`'s parameters (package files resolved to full paths)."""
+    class_name = "".join(part.title() for part in name.split("_")) + "Parameters"
+    resolved = {entry.name: str(share_dir() / entry.default_value) for entry in schema if entry.package_file}
+    return frozen_config_class(class_name, schema, f"{name} parameter", defaults=resolved)
 
-SUPERVISOR: tuple[ParamSpec, ...] = (
-    ROBOT_PARAM,
-    ParamSpec("robot_description", "string", "",
-              "URDF XML or URDF file path: joints, limits, Jacobian; empty = the robot's URDF"),
-    ParamSpec("joints", "string_array", (),
-              "command joint order (default: the URDF's movable joints); each a movable joint of the URDF, named "
-              "once"),
-    ParamSpec("ee_link", "string", "", "end-effector link for Cartesian jogging ('' = the arm's tip)"),
-    ParamSpec("joystick_config", "string", ShareFile("config/joystick.yaml"),
-              "joystick mapping YAML (buttons, axes, scales, deadzone)"),
-    ParamSpec("control_rate_hz", "double", 100.0, "robot command rate [Hz]", "Hz",
-              value_range=SUPERVISOR_CONTROL_RATE_RANGE),
-    ParamSpec("state_rate_hz", "double", 5.0, "supervisor/state rate when nothing changes [Hz]", "Hz",
-              value_range=SUPERVISOR_STATE_RATE_RANGE),
-    ParamSpec("forward_policy_commands", "bool", True,
-              "AUTONOMOUS: send each command/policy as it arrives (at most one per half control period) instead "
-              "of at the next control tick"),
-    _bounded("policy_timeout_s", 0.1, "command/policy silence -> HOLD [s]", "s"),
-    _bounded("joy_timeout_s", 0.5,
-             "joy silence while the human is in control -> HOLD; with require_stop_source, how recent the "
-             "joystick's e-stop button must be to count as a live stop source [s]", "s"),
-    _bounded("joint_state_timeout_s", 0.2, "joint_states silence -> HOLD [s]", "s"),
-    _bounded("teleop_timeout_s", 0.1,
-             "TELEOP with a leader arm: command/teleop silence -> hold (the leader must be aligned again) [s]", "s"),
-    ParamSpec("servo_diagnostics_topic", "string", "feetech_driver/diagnostics",
-              "the servo-bus driver's diagnostics: an `overload` or `overheat` ERROR latches ESTOP, and the reset "
-              "is refused while it persists ('' = not watched)"),
-    _bounded("estop_heartbeat_timeout_s", 0.0, "estop silence -> ESTOP [s]; 0 = no heartbeat required", "s"),
-    ParamSpec("auto_arm", "bool", False, "arm automatically once joint states and policy commands are fresh"),
-    ParamSpec("require_stop_source", "bool", False,
-              "arming needs a live stop source (estop messages within estop_heartbeat_timeout_s when that is > 0, "
-              "or a joystick whose e-stop button was read within joy_timeout_s); losing it while moving latches "
-              "ESTOP (true in the robot graph)"),
-    _bounded("handover_ramp_s", 1.0, "ramp time for a gap of handover_max_gap_rad; smaller gaps ramp faster [s]",
-             "s"),
-    _bounded("handover_max_gap_rad", 0.5, "largest policy-vs-measured gap a handover accepts; in TELEOP, the "
-             "largest leader-vs-measured gap at which following the leader arm starts [rad]", "rad"),
-    _bounded("max_joint_jump_rad", 0.2,
-             "measured step beyond 2 x velocity limit x dt plus this -> hold at the new position (re-homed "
-             "encoder, teleported sim robot) [rad]", "rad"),
-    _bounded("joint_jump_confirm_samples", 3,
-             "consecutive joint states a measured jump must persist over before the hold moves to it; a shorter "
-             "excursion is rejected as outliers"),
-    _bounded("joint_state_limit_margin_rad", 0.5,
-             "a measured position beyond the URDF position limits by more than this is rejected as implausible "
-             "[rad]", "rad"),
-    _bounded("shared_authority", 0.5, "SHARED: fraction of the human's jog velocity added to the policy [0..1]"),
-    _bounded("shared_max_offset_rad", 0.3, "SHARED: largest human correction per joint [rad]", "rad"),
-    ParamSpec("position_lower_limits", "double_array", (),
-              "tighter lower position limits per joint [rad] (empty: URDF)", "rad"),
-    ParamSpec("position_upper_limits", "double_array", (),
-              "tighter upper position limits per joint [rad] (empty: URDF)", "rad"),
-    ParamSpec("velocity_limits", "double_array", (), "tighter velocity limits per joint [rad/s] (empty: URDF)",
-              "rad/s"),
-    ParamSpec("velocity_scale", "double", 1.0, "scale of the velocity limits, in (0, 1]"),
-)
 
-RECORDER: tuple[ParamSpec, ...] = (
-    ParamSpec("output", "string", "", "bag folder to create (empty: rosbag2_<date> in the working directory)"),
-    ParamSpec("topics", "string_array", ("",), "topics to record; empty = every topic, discovered continuously"),
-    ParamSpec("storage", "string", "mcap", "storage plugin: mcap (default) or sqlite3"),
-    ParamSpec("flush_period_s", "double", 1.0,
-              "the longest a received message waits to be handed to the OS [s]: the most a killed recorder loses "
-              "(a flush is no fsync: a power loss loses more)", "s"),
-    ParamSpec("discovery_period_s", "double", 0.5, "how often to look for new topics [s]", "s"),
-    ParamSpec("max_file_size_mb", "double", 0.0, "split into a new file past this size [MB]; 0 = never", "MB"),
-    ParamSpec("max_file_duration_s", "double", 0.0, "split into a new file past this duration [s]; 0 = never", "s"),
-    ParamSpec("robot_description", "string", URDF,
-              "URDF (file path or XML) stored as robot_description in the bag; '' = none"),
-)
+@cache
+def schema(name: str) -> tuple[ParameterSchema, ...]:
+    """Node `name`'s parameters from its file, read once per process (a node reads only its own
+    file and realtime.yaml)."""
+    return load_schema(name)
 
-VIZ_NODE: tuple[ParamSpec, ...] = (
-    ParamSpec("robot_description", "string", URDF, "URDF file path or XML"),
-    ParamSpec("ee_link", "string", "", "tool point link ('' = the sim params' ee_link, else the arm's tip)"),
-    ParamSpec("host", "string", DEFAULT_HOST,
-              "address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface, see docs/viz.md)"),
-    ParamSpec("port", "integer", DEFAULT_PORT, "Foxglove WebSocket port (0 = any free port)",
-              value_range=(0, 65535)),
-    ParamSpec("jpeg_quality", "integer", 80, "camera JPEG quality (0 = raw images)", value_range=(0, 100)),
-    ParamSpec("client_backlog", "integer", DEFAULT_BACKLOG, "messages queued per client before the oldest is dropped",
-              value_range=(1, 100000)),
-    ParamSpec("stats_period_s", "double", 1.0, "period of /viz/stats [s]", "s", value_range=(0.05, 60.0)),
-    ParamSpec("allowed_origins", "string_array", (),
-              "browser origins (scheme://host[:port]) let in besides Foxglove's app (https://app.foxglove.dev); a "
-              "web page of any other origin is refused, clients that send no Origin are let in (docs/viz.md)"),
-)
 
-CAMERA_NODE: tuple[ParamSpec, ...] = (
-    ParamSpec("source", "string", "0",
-              "what to open: a device index (0), a V4L2 path (/dev/video0), a video file (played at fps), or a "
-              "network stream URL (rtsp://, http://...) only with allow_url; playlists are refused"),
-    ParamSpec("allow_url", "bool", False, "open a network stream URL as source (off: a URL fails at start)"),
-    ParamSpec("camera_calibration", "string", "",
-              "the camera's calibration YAML (ROS camera_calibration format): camera_info and the image size the "
-              "source must give (required)"),
-    ParamSpec("fps", "double", 30.0, "frame rate [Hz]: a video file plays at it (late frames are skipped and "
-              "counted); a device is asked for it", "Hz", value_range=(0.1, 1000.0)),
-    ParamSpec("loop", "bool", False, "a video file restarts at its end (off: publishing stops, diagnostics WARN)"),
-    ParamSpec("frame_id", "string", "camera_link", "frame_id of camera/image_raw and camera/camera_info"),
-    ParamSpec("reopen_after_failures", "integer", 30,
-              "consecutive failed reads of a live source before it is closed and opened again (0: never)",
-              value_range=(0, 100000)),
-    ParamSpec("diagnostics_period_s", "double", 1.0, "period of ~/diagnostics [s]", "s", value_range=(0.01, 3600.0)),
-)
+@cache
+def table(name: str) -> tuple[ParamSpec, ...]:
+    """Node `name`'s declaration table (`realtime`: every node's real-time knobs)."""
+    return tuple(ParamSpec.from_schema(entry) for entry in schema(name))
 
-FEETECH_DRIVER: tuple[ParamSpec, ...] = (
-    ParamSpec("port", "string", "/dev/ttyACM0", "serial port of the servo bus (a pty from `sim2real emulate-bus`)"),
-    ParamSpec("baudrate", "integer", 1000000, "bus baud rate [bit/s]", "bit/s", value_range=(9600, 1000000)),
-    ParamSpec("calibration", "string", "", "LeRobot calibration JSON of this arm (required)"),
-    ParamSpec("robot_description", "string", ShareFile("urdf/so101/so101_new_calib.urdf"),
-              "URDF (file path or XML): joint limits; motor names = joint names"),
-    ParamSpec("joints", "string_array", (),
-              "joint order of joint_states and the command array; empty = all movable URDF joints"),
-    ParamSpec("rate_hz", "double", 100.0, "joint_states rate: one sync read per period [Hz]", "Hz",
-              value_range=(1.0, 1000.0)),
-    ParamSpec("bus_timeout_s", "double", 0.02, "slack beyond a reply's wire time before it counts as lost [s]",
-              "s", value_range=(0.0005, 1.0)),
-    ParamSpec("stall_torque_nm", "double", 1.9, "torque at 100 % load, for efforts [N*m]", "N*m",
-              value_range=(0.01, 100.0)),
-    ParamSpec("overload_fraction", "double", 0.9, "|load| (fraction of max torque) that counts as overload",
-              value_range=(0.05, 1.0)),
-    ParamSpec("overheat_c", "double", 65.0, "servo temperature that counts as overheat [degC]", "degC",
-              value_range=(20.0, 100.0)),
-    ParamSpec("alarm_samples", "integer", 50, "consecutive samples past a threshold before the alarm (ERROR)",
-              value_range=(1, 10000)),
-    ParamSpec("check_homing_offset", "bool", True,
-              "refuse to start when a servo's homing offset differs from the calibration file"),
-    ParamSpec("torque_off_on_shutdown", "bool", False,
-              "release the servos at shutdown (false: hold the last measured position; the arm may fall)"),
-    ParamSpec("diagnostics_period_s", "double", 1.0, "period of ~/diagnostics [s]", "s", value_range=(0.05, 60.0)),
-)
 
-LEADER_ARM: tuple[ParamSpec, ...] = (
-    ParamSpec("port", "string", "/dev/ttyACM1", "serial port of the leader arm's servo bus (a pty from "
-              "`sim2real emulate-bus`)"),
-    ParamSpec("baudrate", "integer", 1000000, "bus baud rate [bit/s]", "bit/s", value_range=(9600, 1000000)),
-    ParamSpec("calibration", "string", "", "LeRobot calibration JSON of the leader arm (required; not the "
-              "follower's)"),
-    ParamSpec("follower_calibration", "string", "",
-              "the follower's LeRobot calibration JSON: the gripper maps by fraction of travel, as LeRobot does "
-              "(empty: by angle from the closed end)"),
-    ParamSpec("robot_description", "string", ShareFile("urdf/so101/so101_new_calib.urdf"),
-              "the follower's URDF (file path or XML): its joint limits clamp the leader; motor names = joint names"),
-    ParamSpec("joints", "string_array", (),
-              "joint order of command/teleop; empty = all movable URDF joints"),
-    ParamSpec("rate_hz", "double", 100.0, "command/teleop rate: one sync read per period [Hz]", "Hz",
-              value_range=(1.0, 1000.0)),
-    ParamSpec("bus_timeout_s", "double", 0.02, "slack beyond a reply's wire time before it counts as lost [s]",
-              "s", value_range=(0.0005, 1.0)),
-    ParamSpec("check_homing_offset", "bool", True,
-              "refuse to start when a servo's homing offset differs from the calibration file"),
-    ParamSpec("diagnostics_period_s", "double", 1.0, "period of ~/diagnostics [s]", "s", value_range=(0.05, 60.0)),
-)
+@cache
+def config_class_of(name: str) -> type:
+    """The frozen dataclass of node `name`'s parameters, built from its file."""
+    return config_class(name, schema(name))
 
-# Every node's real-time knobs (core.realtime; applied by nodes/realtime.py through common.run_node).
-REALTIME: tuple[ParamSpec, ...] = (
-    ParamSpec("sched_policy", "string", "other",
-              "scheduling policy of the whole process: other (SCHED_OTHER, as before) | fifo (SCHED_FIFO) | rr "
-              "(SCHED_RR); fifo/rr only for event-driven nodes with bounded work (docs/deployment.md)"),
-    ParamSpec("sched_priority", "integer", 0, "real-time priority for fifo/rr, 1..99 (0 for other)",
-              value_range=(0, 99)),
-    ParamSpec("cpu_affinity", "integer_array", (),
-              "CPU indices the process may run on, e.g. [1] (empty: all)"),
-    ParamSpec("lock_memory", "bool", False,
-              "mlockall(MCL_CURRENT | MCL_FUTURE): no page of the process is swapped out or faulted in from disk"),
-)
 
-SIM_CAMERA: tuple[ParamSpec, ...] = (
-    ParamSpec("robot", "string", DEFAULT_ROBOT,
-              f"robot ({' | '.join(ROBOT_NAMES)}): its URDF and sim params (scene, camera) are the defaults"),
-    ParamSpec("robot_description", "string", "", "URDF XML or file path; empty = the robot's URDF"),
-    ParamSpec("sim_params_file", "string", "", "sim parameters YAML (scene, camera, artifacts); empty = the robot's"),
-    ParamSpec("camera_calibration", "string", "", "camera calibration YAML (ROS format); empty = the sim params' file"),
-    ParamSpec("seed", "integer", 0, "seed of the scene (episode 0's target and appearance)"),
-    ParamSpec("rate_hz", "double", 0.0, "frame rate [Hz]; 0 = sim params rates.camera_hz", "Hz",
-              value_range=(0.0, 1000.0)),
-    ParamSpec("artifacts", "bool", True, "apply the sim params' camera artifacts (distortion, noise, blur, JPEG)"),
-    ParamSpec("frame_id", "string", "camera_link", "frame_id of the camera topics"),
-)
+# Module attributes read lazily (PEP 562), so importing one table reads one file.
+_TABLES = {"SIM_NODE": "sim_node", "CAMERA_NODE": "camera_node", "CAMERA_PREPROCESSOR": "camera_preprocessor",
+           "POLICY_NODE": "policy_node", "ACTUATOR_NODE": "actuator_node", "SUPERVISOR": "supervisor",
+           "RECORDER": "recorder", "VIZ_NODE": "viz_node", "FEETECH_DRIVER": "feetech_driver",
+           "LEADER_ARM": "leader_arm", "SIM_CAMERA": "sim_camera", "REALTIME": REALTIME_NAME}
 
-# Node name -> its table, in the order of the graph (docs/parameters.md follows it).
-NODES: dict[str, tuple[ParamSpec, ...]] = {
-    "sim_node": SIM_NODE,
-    "camera_node": CAMERA_NODE,
-    "camera_preprocessor": CAMERA_PREPROCESSOR,
-    "policy_node": POLICY_NODE,
-    "actuator_node": ACTUATOR_NODE,
-    "supervisor": SUPERVISOR,
-    "recorder": RECORDER,
-    "viz_node": VIZ_NODE,
-    "feetech_driver": FEETECH_DRIVER,
-    "leader_arm": LEADER_ARM,
-    "sim_camera": SIM_CAMERA,
-}
+
+def __getattr__(attribute: str) -> Any:
+    if attribute in _TABLES:
+        return table(_TABLES[attribute])
+    if attribute == "NODES":  # node name -> its table, in the order of the graph (docs/parameters.md's)
+        return {name: table(name) for name in NODE_NAMES}
+    if attribute == "SCHEMAS":
+        return {name: schema(name) for name in NODE_NAMES}
+    if attribute == "REALTIME_SCHEMA":
+        return schema(REALTIME_NAME)
+    if attribute == "CONFIG_CLASSES":  # node name -> the frozen dataclass of its parameters
+        return {name: config_class_of(name) for name in NODE_NAMES}
+    if attribute in ("SUPERVISOR_CONTROL_RATE_RANGE", "SUPERVISOR_STATE_RATE_RANGE"):
+        # [Hz] the supervisor's control_rate_hz and state_rate_hz bounds
+        name = "control_rate_hz" if attribute == "SUPERVISOR_CONTROL_RATE_RANGE" else "state_rate_hz"
+        return spec(table("supervisor"), name).value_range
+    raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
 
 
 def spec(table: tuple[ParamSpec, ...], name: str) -> ParamSpec:
@@ -450,7 +229,19 @@ def declare_table(node: Any, table: tuple[ParamSpec, ...], range_source: str | N
             value = _declare_deprecated(node, entry, old)
             if value is not None and entry.name not in getattr(node, "_parameter_overrides", {}):
                 values[entry.name] = value
+        rules = entry.other_rules()
+        problem = problem_with(values[entry.name], rules) if rules else None
+        if problem is not None:
+            raise ConfigError(range_source or f"{node.get_name()} parameter", entry.name, values[entry.name], problem)
     return values
+
+
+def declare_config(node: Any, name: str, range_source: str | None = None) -> Any:
+    """Declare node `name`'s parameters (declare_table) and return them as its frozen dataclass
+    (config_class_of(name): typed, every rule of its file checked; errors name `range_source`, default
+    "<node name> parameter")."""
+    values = declare_table(node, table(name), range_source)
+    return config_class_of(name)(**values, config_source=range_source or f"{node.get_name()} parameter")
 
 
 _WARNED: set[tuple[str, str]] = set()  # (node, deprecated name) already warned about in this process
@@ -496,44 +287,84 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _range(entry: ParamSpec) -> str:
-    if entry.value_range is None:
+def _args(arguments: Any) -> str:
+    if arguments is None or arguments == []:
         return ""
-    low, high = entry.value_range
-    return f"[{low:g}, {high:g}]"
+    items = arguments[0] if len(arguments) == 1 and isinstance(arguments[0], list) else arguments
+    return ", ".join(f"{item:g}" if isinstance(item, float) else str(item) for item in items)
 
 
-def render_markdown() -> str:
-    """docs/parameters.md: one table per node, from NODES."""
+def _validation(entry: ParamSpec) -> str:
+    """The rules as the docs show them: `[low, high]` for bounds, `rule: arguments` for the others."""
+    shown = []
+    for key, arguments in entry.validation.items():
+        rule = rule_name(key)
+        if rule == "bounds":
+            shown.append(f"[{_args(arguments)}]")
+        else:
+            text = _args(arguments)
+            shown.append(f"{rule}: {text}" if text else rule)
+    return "; ".join(shown)
+
+
+HEADER = ["| parameter | type | default | unit | validation | description |", "|---|---|---|---|---|---|"]
+
+
+def _row(entry: ParamSpec) -> str:
+    description = entry.description
+    if entry.deprecated_names:
+        olds = ", ".join(f"`{old}`" for old in entry.deprecated_names)
+        description += f" (formerly {olds}: still accepted, with a warning, for one release)"
+    if not entry.read_only:
+        description += " (can be changed at run time)"
+    return (f"| `{entry.name}` | {entry.type} | `{_cell(entry.shown_default())}` | {entry.unit} | "
+            f"{_cell(_validation(entry))} | {_cell(description)} |")
+
+
+def render_markdown(nodes: Mapping[str, tuple[ParamSpec, ...]] | None = None,
+                    realtime: tuple[ParamSpec, ...] | None = None) -> str:
+    """docs/parameters.md: one table per node, from its file under config/parameters/ (`nodes`,
+    `realtime`: other tables, e.g. in a test)."""
+    nodes = {name: table(name) for name in NODE_NAMES} if nodes is None else nodes
+    realtime = table(REALTIME_NAME) if realtime is None else realtime
     lines = [
         "# Node parameters",
         "",
-        "Generated from the declaration tables in `sim2real_ros/nodes/parameters.py` (each node declares",
-        "its parameters from them); do not edit by hand: run `python -m sim2real_ros.nodes.parameters`.",
-        "A `range` is enforced by rclpy (the node exits 2 naming a value outside it); every other value",
-        "is validated by the node at start-up. All parameters are read-only (set at start-up).",
+        "Generated from the parameter files `config/parameters/<node>.yaml` (each node declares its",
+        "parameters from its file); do not edit by hand: run `python -m sim2real_ros.nodes.parameters`.",
+        "A `[low, high]` range is enforced by rclpy (the node exits 2 naming a value outside it); the other",
+        "rules are checked right after the parameters are declared, and every other value is validated by",
+        "the node at start-up. All parameters are read-only (set at start-up).",
+        "",
+        "## The parameter files",
+        "",
+        "One YAML file per node, in the style of generate_parameter_library (ros2_controllers): the node",
+        "name, then per parameter `type` (string, double, integer, bool, string_array, double_array,",
+        "integer_array, string_or_string_array), `default_value`, `description`, optional `unit`,",
+        "`package_file: true` (the default is a path under the package's share directory, given to the node",
+        "in full), `deprecated_names` and `validation` with generate_parameter_library's rule names: `bounds<>:",
+        "[low, high]` (inclusive), `gt<>`, `gt_eq<>`, `lt<>`, `lt_eq<>`, `one_of<>: [[a, b]]`, `subset_of<>`,",
+        "`unique<>`, `not_empty<>`, `size_gt<>`, `size_lt<>`, `fixed_size<>`, `element_bounds<>`.",
+        "",
+        "From a file come, at import (`sim2real_ros/nodes/parameters.py`): the node's declarations, and a",
+        "frozen dataclass of its parameters (`config_class_of(node)`, built by `core.schema.frozen_config_class`:",
+        "fields, types and defaults from the file; constructing one checks every field and names the field and",
+        "the value it refuses). Dataclasses and a small validator rather than pydantic: no new dependency, the",
+        "core stays importable without ROS or extra packages, and the rule names stay generate_parameter_library's.",
+        "The core's own configs (ActuatorConfig, SupervisorConfig and its CONFIG_RANGES, CameraNodeConfig,",
+        "DriverConfig, PairingConfig, RealtimeConfig) keep defaults for callers without a node (tests, sim",
+        "loops); `test/test_parameter_files.py` fails when one differs from its file, or this page from the files.",
         "",
     ]
-    for node, table in NODES.items():
-        lines += [f"## {node}", "", "| parameter | type | default | unit | range | description |",
-                  "|---|---|---|---|---|---|"]
-        for entry in table:
-            description = entry.description
-            if entry.deprecated_names:
-                olds = ", ".join(f"`{old}`" for old in entry.deprecated_names)
-                description += f" (formerly {olds}: still accepted, with a warning, for one release)"
-            if not entry.read_only:
-                description += " (can be changed at run time)"
-            lines.append(f"| `{entry.name}` | {entry.type} | `{_cell(entry.shown_default())}` | {entry.unit} | "
-                         f"{_range(entry)} | {_cell(description)} |")
+    for node, entries in nodes.items():
+        lines += [f"## {node}", "", *HEADER]
+        lines += [_row(entry) for entry in entries]
         lines.append("")
     lines += ["## every node: real-time knobs", "",
-              "Declared on every node by `common.run_node` (docs/deployment.md): applied at start-up where the",
-              "process may, otherwise one warning and the node runs as before; reported on `~/realtime`.", "",
-              "| parameter | type | default | unit | range | description |", "|---|---|---|---|---|---|"]
-    for entry in REALTIME:
-        lines.append(f"| `{entry.name}` | {entry.type} | `{_cell(entry.shown_default())}` | {entry.unit} | "
-                     f"{_range(entry)} | {_cell(entry.description)} |")
+              "Declared on every node by `common.run_node` (docs/deployment.md) from",
+              "`config/parameters/realtime.yaml`: applied at start-up where the process may, otherwise one",
+              "warning and the node runs as before; reported on `~/realtime`.", "", *HEADER]
+    lines += [_row(entry) for entry in realtime]
     lines.append("")
     return "\n".join(lines)
 

@@ -110,7 +110,7 @@ class PolicyNodeConfig:
     max_observation_age_s: float
     observation_period_s: float
     diagnostics_period_s: float
-    sim_params_file: str = ""
+    sim_params_file: str
 
     def __post_init__(self) -> None:
         source = f"{NODE_NAME} parameter"
@@ -238,15 +238,8 @@ class PolicyNode(Node):
     # -- parameters -------------------------------------------------------------------------------
     def _read_parameters(self) -> PolicyNodeConfig:
         """Declare parameters.POLICY_NODE (docs/parameters.md) and validate them."""
-        v = declare_table(self, POLICY_NODE)
-        return PolicyNodeConfig(
-            checkpoint=str(v["checkpoint"]), backend=str(v["backend"]), preprocess_config=str(v["preprocess_config"]),
-            robot_description=str(v["robot_description"]), joints=_joint_list(v["joints"]), device=str(v["device"]),
-            num_threads=int(v["num_threads"]), pairing_tolerance_s=float(v["pairing_tolerance_s"]),
-            max_observation_age_s=float(v["max_observation_age_s"]),
-            observation_period_s=float(v["observation_period_s"]),
-            diagnostics_period_s=float(v["diagnostics_period_s"]), sim_params_file=str(v["sim_params_file"]),
-        )
+        v = declare_table(self, POLICY_NODE)  # typed by rclpy: a double given as 1 is refused there
+        return PolicyNodeConfig(**{**v, "joints": _joint_list(v["joints"])})
 
     @property
     def drops(self) -> DropCounter:

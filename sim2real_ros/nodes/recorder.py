@@ -50,15 +50,15 @@ from .parameters import RECORDER, declare_table
 
 @dataclass(frozen=True)
 class RecorderConfig:
-    """Validated recorder parameters."""
+    """Validated recorder parameters (no defaults: they are config/parameters/recorder.yaml's)."""
 
     output: str
-    topics: tuple[str, ...] = ()
-    storage: str = "mcap"
-    flush_period_s: float = 1.0
-    discovery_period_s: float = 0.5
-    max_file_size_mb: float = 0.0
-    max_file_duration_s: float = 0.0
+    topics: tuple[str, ...]
+    storage: str
+    flush_period_s: float
+    discovery_period_s: float
+    max_file_size_mb: float
+    max_file_duration_s: float
     source: str = "recorder parameters"
 
     def __post_init__(self) -> None:

@@ -99,7 +99,7 @@ class SimNodeConfig:
     lockstep_timeout_s: float
     world_frame_id: str
     camera_frame_id: str
-    pushes: bool = False
+    pushes: bool
     source: str = NODE_NAME
 
     def __post_init__(self) -> None:
@@ -197,17 +197,11 @@ class SimNode(Node):
         v = declare_table(self, SIM_NODE)
         source = f"{NODE_NAME} parameter"
         robot = str(v["robot"])
-        return SimNodeConfig(
-            robot=robot, robot_description=robot_description_for(robot, v["robot_description"], source),
-            sim_params_file=sim_params_for(robot, v["sim_params_file"], source),
-            camera_calibration=v["camera_calibration"], ee_link=v["ee_link"],
-            joints=tuple(str(name) for name in v["joints"]), seed=int(v["seed"]), randomize=bool(v["randomize"]),
-            pushes=bool(v["pushes"]), auto_reset=bool(v["auto_reset"]), pacing=str(v["pacing"]),
-            real_time_factor=float(v["real_time_factor"]), joint_state_rate_hz=float(v["joint_state_rate_hz"]),
-            camera_rate_hz=float(v["camera_rate_hz"]), clock_rate_hz=float(v["clock_rate_hz"]),
-            camera_enabled=bool(v["camera_enabled"]), lockstep_timeout_s=float(v["lockstep_timeout_s"]),
-            world_frame_id=str(v["world_frame_id"]), camera_frame_id=str(v["camera_frame_id"]),
-        )
+        # The parameters are the config's fields (typed by rclpy); an empty robot_description or
+        # sim_params_file becomes the robot's file.
+        return SimNodeConfig(**{
+            **v, "robot_description": robot_description_for(robot, v["robot_description"], source),
+            "sim_params_file": sim_params_for(robot, v["sim_params_file"], source), "joints": tuple(v["joints"])})
 
     # ------------------------------------------------------------------------------------------
     # callbacks (executor threads)

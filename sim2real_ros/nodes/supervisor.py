@@ -92,7 +92,8 @@ STATE_RATE_RANGE = SUPERVISOR_STATE_RATE_RANGE  # [Hz]
 
 @dataclass(frozen=True)
 class SupervisorNodeParams:
-    """Node-level parameters (the core's timing lives in SupervisorConfig)."""
+    """Node-level parameters (the core's timing lives in SupervisorConfig); no defaults: they are
+    config/parameters/supervisor.yaml's, declared by declare_parameters."""
 
     robot_description: str
     joints: tuple[str, ...]
@@ -100,8 +101,8 @@ class SupervisorNodeParams:
     joystick_config: str
     control_rate_hz: float
     state_rate_hz: float
-    forward_policy_commands: bool = True
-    servo_diagnostics_topic: str = ""
+    forward_policy_commands: bool
+    servo_diagnostics_topic: str
 
     def __post_init__(self) -> None:
         for name, (low, high) in (("control_rate_hz", CONTROL_RATE_RANGE), ("state_rate_hz", STATE_RATE_RANGE)):

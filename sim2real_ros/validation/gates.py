@@ -23,6 +23,7 @@ import numpy as np
 import yaml
 
 from ..core.errors import ConfigError
+from ..core.schema import validate
 from ..core.stats import wilson_interval
 from ..paths import config_path
 
@@ -93,24 +94,23 @@ class Gates:
                 "robot_closed_loop": asdict(self.robot_closed_loop)}
 
 
+# Gate field -> (type, rules) for core.schema's validator (the node parameter files use the same);
+# every other field is a finite number >= 0.
+_FIELD_RULES: dict[str, tuple[str, dict[str, list]]] = {
+    "episodes": ("integer", {"gt<>": [0]}),
+    "bootstrap_block_frames": ("integer", {"gt<>": [0]}),
+    "bootstrap_samples": ("integer", {"gt<>": [0]}),
+    "min_frames": ("integer", {"gt_eq<>": [1]}),
+    "min_success_rate": ("double", {"bounds<>": [0.0, 1.0]}),
+    "max_action_mae_rad": ("double", {"gt<>": [0.0]}),
+}
+_OTHER_FIELDS = ("double", {"gt_eq<>": [0.0]})
+
+
 def _check(source: str, section: str, gate: Any) -> None:
     for name, value in asdict(gate).items():
-        where = f"{section}.{name}"
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ConfigError(source, where, value, "must be a finite number")
-        if name in ("episodes", "bootstrap_block_frames", "bootstrap_samples"):
-            if not isinstance(value, int) or value <= 0:
-                raise ConfigError(source, where, value, "must be an integer > 0")
-        elif name == "min_frames":
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(source, where, value, "must be an integer >= 1")
-        elif name == "min_success_rate":
-            if not 0.0 <= value <= 1.0:
-                raise ConfigError(source, where, value, "must be a rate in [0, 1]")
-        elif value < 0:
-            raise ConfigError(source, where, value, "must be >= 0")
-        if name == "max_action_mae_rad" and value <= 0:
-            raise ConfigError(source, where, value, "must be > 0 [rad]")
+        kind, rules = _FIELD_RULES.get(name, _OTHER_FIELDS)
+        validate(source, f"{section}.{name}", kind, value, rules)
 
 
 def gates_from_dict(data: Any, source: str) -> Gates:
