@@ -283,3 +283,17 @@ def test_lockstep_waits_for_a_command_after_each_frame_and_exits_cleanly(ros, tm
         assert not wait_until(lambda: any(cv.stamp_to_ns(m.header.stamp) > 100_000_000 for m in list(states)), 2.0)
         assert max(frame_stamps()) == 100_000_000
     assert launcher.nodes[0].process.returncode == 0
+
+
+def test_the_inline_camera_render_still_serves_frames(ros, tmp_path):
+    """camera_render: inline (the old path, kept for comparison in benchmarks) renders in the physics
+    thread and publishes the same 30 Hz sim-time frames; the node logs which path it uses."""
+    # its own namespace: the module's arm6 node may still publish camera/image_raw
+    images = ros.collect(Image, "/inline/camera/image_raw", SENSOR_QOS)
+    decl = node_decl("sim_node", {"seed": 4, "camera_render": "inline"})
+    with running_nodes([decl], tmp_path, namespace="inline"):
+        ros.wait_for_messages(images, 6, timeout_s=90)
+    stamps = np.array([cv.stamp_to_ns(m.header.stamp) for m in list(images)])
+    assert np.all(np.diff(stamps) > 0) and np.all(np.diff(stamps) % 1_000_000 == 0)
+    assert cv.image_to_array(images[-1]).shape == (240, 320, 3)
+    assert "rendered inline" in (tmp_path / "graph.log").read_text()

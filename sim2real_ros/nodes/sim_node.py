@@ -26,6 +26,7 @@ Lens distortion and noise are applied in a camera thread, so neither stalls phys
 from __future__ import annotations
 
 import math
+import queue
 import sys
 import threading
 import time
@@ -51,7 +52,7 @@ from ..core.robot.joint_list import resolve_joint_list
 from ..core.robot.urdf import RobotModel
 from ..robots import get_robot, robot_description_for, sim_params_for
 from ..sim.params import load_sim_params
-from ..sim.render_process import RenderProcess, RenderProcessError
+from ..sim.render_process import RenderedFrame, RenderProcess, RenderProcessError
 from ..sim.schedule import MultiRateSchedule, RateReporter, RealtimePacer, period_ns
 from ..sim.world import SimWorld
 from .common import (
@@ -91,6 +92,7 @@ class SimNodeConfig:
     randomize: bool
     auto_reset: bool
     pacing: str
+    camera_render: str
     real_time_factor: float
     joint_state_rate_hz: float
     camera_rate_hz: float
@@ -138,7 +140,8 @@ class SimNode(Node):
                         "randomize": cfg.randomize}
         self.world = SimWorld(**world_kwargs, render=cfg.camera_enabled, pushes=cfg.pushes)
         # The camera renders in a twin world of its own process, off the physics loop (render_process.py)
-        self._renderer = RenderProcess(world_kwargs) if cfg.camera_enabled else None
+        self._renderer = RenderProcess(world_kwargs) if cfg.camera_enabled and cfg.camera_render == "process" else None
+        self._inline_frames: queue.Queue = queue.Queue(maxsize=2)  # camera_render inline: physics -> camera
         if self._renderer is not None:
             self._renderer.start_episode(self.world.episode_seed, cfg.randomize)
         self.params = params
@@ -176,7 +179,8 @@ class SimNode(Node):
         log = self.get_logger()
         log.info(f"sim params {params.source} version {params.version}; robot {cfg.robot} {self.world.model.source} "
                  f"joints {self.world.joint_names} ee_link {self.world.ee_link}; camera {camera_file} "
-                 f"{camera.width}x{camera.height}; pacing {cfg.pacing}; randomize {cfg.randomize}; "
+                 f"{camera.width}x{camera.height} rendered {cfg.camera_render}; pacing {cfg.pacing}; "
+                 f"randomize {cfg.randomize}; "
                  f"pushes {cfg.pushes}; seed {cfg.seed}")
         self._publish_target()
         self._threads = [threading.Thread(target=self._physics_loop, name="sim_physics", daemon=True)]
@@ -335,6 +339,15 @@ class SimNode(Node):
     def _capture_frame(self) -> None:
         # Lockstep: a command that arrives while this frame renders already answers it.
         self._command_after_frame.clear()
+        if self._renderer is None:  # camera_render inline: in this thread, under the world lock
+            with self._lock:
+                stamp = self.world.time_ns
+                image = self.world.render(artifacts=False)
+            try:
+                self._inline_frames.put_nowait(RenderedFrame(stamp, image))
+            except queue.Full:
+                self._counters["frames_dropped"] += 1
+            return
         # The previous frame must be out first (frames keep the camera's sim-time period); a machine
         # that renders within the period never waits here. A render process gone silent drops frames.
         if not self._renderer.wait_idle(RENDER_WAIT_S):
@@ -397,7 +410,7 @@ class SimNode(Node):
         frame_id = self.config.camera_frame_id
         while not self._stop.is_set():
             try:
-                frame = self._renderer.receive(timeout_s=0.1)
+                frame = self._next_frame(timeout_s=0.1)
             except RenderProcessError as err:
                 if self._stop.is_set() or not self.context.ok():
                     return
@@ -420,6 +433,15 @@ class SimNode(Node):
                 self.get_logger().error(f"camera thread: {err!r}", throttle_duration_sec=5.0)
 
     # ------------------------------------------------------------------------------------------
+    def _next_frame(self, timeout_s: float) -> RenderedFrame | None:
+        """The next rendered frame (from the render process, or inline from the physics thread)."""
+        if self._renderer is not None:
+            return self._renderer.receive(timeout_s)
+        try:
+            return self._inline_frames.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+
     def destroy_node(self) -> None:
         if hasattr(self, "_stop"):
             self._stop.set()
