@@ -28,7 +28,7 @@ For each action chunk (stamped with its image's capture time, docs/design.md §3
 first command/policy tick after the chunk arrived, then the first robot command after that tick:
 the first command that can carry the new observation.
 
-    .venv/bin/python benchmarks/bench_e2e.py [--json OUT] [--quick] [--robot-graph-only]
+    .venv/bin/python benchmarks/bench_e2e.py [--json OUT] [--quick] [--robot-graph-only | --sim-graph-only]
 """
 from __future__ import annotations
 
@@ -281,10 +281,27 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
     return out
 
 
-def run_sim_graph(checkpoint: Path, duration_s: float, tmp: Path) -> dict:
-    """The full sim graph on sim time (see the module docstring)."""
-    args = GraphArgs(checkpoint=str(checkpoint))
-    with SimGraphSession(args, tmp / "sim_graph.log") as session:
+def _so101_checkpoint(tmp: Path) -> Path:
+    """The shipped SO-101 policy, else an untrained one with its joints (latency needs no skill)."""
+    from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
+    from sim2real_ros.core.robot.urdf import RobotModel
+    from sim2real_ros.robots import get_robot
+    from sim2real_ros.training.untrained import init_checkpoint
+
+    path = tmp / "untrained_so101.pt"
+    if not path.is_file():
+        init_checkpoint(path, RobotModel.from_file(get_robot("so101").urdf_path()).joint_names,
+                        PreprocessConfig.from_yaml(config_path("preprocess.yaml")))
+    return path
+
+
+def run_sim_graph(checkpoint: Path, duration_s: float, tmp: Path, robot: str = "arm6",
+                  camera_render: str = "process") -> dict:
+    """The full sim graph on sim time (see the module docstring); camera_render: the sim node's
+    (process: off the physics loop; inline: in it, the old way)."""
+    args = GraphArgs(checkpoint=str(checkpoint), robot=robot,
+                     extra_parameters={"sim_node": {"camera_render": camera_render}})
+    with SimGraphSession(args, tmp / f"sim_graph_{robot}_{camera_render}.log") as session:
         probe = session.probe
         assert probe is not None
         clocks = probe.collect(Clock, "clock", 50, stamped=True)
@@ -311,6 +328,25 @@ def run_sim_graph(checkpoint: Path, duration_s: float, tmp: Path) -> dict:
             "sim_realtime_factor_during": round(rtf, 3)}
 
 
+def run_sim_graphs(checkpoint: Path, duration_s: float, tmp: Path, rounds: int) -> dict:
+    """The sim graph for arm6 and the SO-101 with the camera rendered off the physics loop
+    (`process`, shipped) and in it (`inline`, the old way), in interleaved rounds of one run.
+    Headline `e2e_latency_sim_graph_ms`: arm6, process, the last round."""
+    checkpoints = {"arm6": checkpoint, "so101": _so101_checkpoint(tmp)}
+    out: dict = {}
+    for _ in range(rounds):
+        for robot in ("arm6", "so101"):
+            for camera_render in ("inline", "process"):
+                figures = run_sim_graph(checkpoints[robot], duration_s, tmp, robot, camera_render)
+                key = f"sim_graph_{robot}_{camera_render}"
+                out.setdefault(key, []).append({"e2e_ms": figures["e2e_latency_sim_graph_ms"],
+                                                "real_time_factor": figures["sim_realtime_factor_during"],
+                                                "load_average_1min": round(os.getloadavg()[0], 2)})
+    last = out["sim_graph_arm6_process"][-1]
+    return {"e2e_latency_sim_graph_ms": last["e2e_ms"], "sim_realtime_factor_during": last["real_time_factor"],
+            "sim_graphs": out}
+
+
 def run(quick: bool = False, sim_graph: bool = True) -> dict:
     """Robot graph with the real-time knobs off, then on (as shipped), each quiet and loaded
     (interleaved), then the sim graph (sim_graph=False: skip it)."""
@@ -323,7 +359,7 @@ def run(quick: bool = False, sim_graph: bool = True) -> dict:
         checkpoint = _checkpoint(tmp)
         robot = {**run_robot_graph(checkpoint, duration_s, tmp, knobs=False, load=load),
                  **run_robot_graph(checkpoint, duration_s, tmp, knobs=True, load=load)}
-        sim = run_sim_graph(checkpoint, duration_s / 2, tmp) if sim_graph else {}
+        sim = run_sim_graphs(checkpoint, duration_s / 2, tmp, rounds=1 if quick else 2) if sim_graph else {}
     return {**robot, **sim, "load": {**load.report(), "load_average_1min_before": round(load_before, 2)},
             "checkpoint": str(checkpoint), "duration_s": duration_s, "camera_hz": CAMERA_HZ}
 
@@ -331,6 +367,16 @@ def run(quick: bool = False, sim_graph: bool = True) -> dict:
 if __name__ == "__main__":
     if "--robot" in sys.argv[1:]:
         raise SystemExit(robot_main())
+    if "--sim-graph-only" in sys.argv[1:]:  # only the sim graphs: arm6 and SO-101, render process vs inline
+        def sim_only(quick: bool) -> dict:
+            os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+            os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randrange(150, 230)))
+            load_before = os.getloadavg()[0]
+            with tempfile.TemporaryDirectory(prefix="bench_e2e_") as tmp_name:
+                tmp = Path(tmp_name)
+                out = run_sim_graphs(_checkpoint(tmp), 4.0 if quick else 20.0, tmp, rounds=1 if quick else 2)
+            return {**out, "load_average_1min_before": round(load_before, 2)}
+        raise SystemExit(bench_main(sim_only, __doc__, [a for a in sys.argv[1:] if a != "--sim-graph-only"]))
     if "--robot-graph-only" in sys.argv[1:]:  # skip the sim graph (a shorter run)
         raise SystemExit(bench_main(lambda quick: run(quick, sim_graph=False), __doc__,
                                     [a for a in sys.argv[1:] if a != "--robot-graph-only"]))
