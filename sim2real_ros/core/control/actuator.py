@@ -42,15 +42,14 @@ from .chunk_buffer import (
     CommandSample,
     classify_message_error,
 )
-from .latency_estimator import LatencyEstimate, LatencyEstimator, LatencyEstimatorConfig
+from .latency_estimator import MIN_LAG_STEPS, LatencyEstimate, LatencyEstimator, LatencyEstimatorConfig
 
 DEFAULT_SOURCE = "actuator_node"
 CLOCK_JUMP_NS = 1_000_000_000  # [ns] a backwards clock step larger than this is a restart, not jitter
 HISTORY = 2000  # tick periods and chunk ages kept for the statistics (20 s at 100 Hz, 4 s at 500 Hz)
 
 # Fields of the core configs that carry another name as node parameters.
-_CORE_FIELD_TO_PARAMETER = {"window_s": "latency_window_s", "max_lag_s": "latency_max_s",
-                            "grid_dt_s": "control_rate_hz"}
+_CORE_FIELD_TO_PARAMETER = {"window_s": "latency_window_s", "max_lag_s": "latency_max_s"}
 
 
 @dataclass(frozen=True)
@@ -103,6 +102,11 @@ class ActuatorConfig:
             raise bad("use_estimated_latency", "needs estimate_latency = true")
         if self.latency_max_s > 1.0:
             raise bad("latency_max_s", "must be <= 1 s")
+        # The latency correlation's grid step is at most half a command period; the search range
+        # needs several steps to place a peak.
+        if self.control_period_s / 2 > self.latency_max_s / MIN_LAG_STEPS:
+            raise bad("control_rate_hz", f"must be >= {MIN_LAG_STEPS / 2} / latency_max_s = "
+                                         f"{MIN_LAG_STEPS / (2 * self.latency_max_s):g} Hz (latency estimate)")
         # The core configs check their own fields; re-raise their errors under this config's names.
         try:
             self.buffer_config()
@@ -130,11 +134,8 @@ class ActuatorConfig:
                                slack_rad=self.max_joint_jump_rad, source=self.source)
 
     def estimator_config(self) -> LatencyEstimatorConfig:
-        return LatencyEstimatorConfig(
-            window_s=self.latency_window_s, max_lag_s=self.latency_max_s, source=self.source,
-            # Resample at least as finely as the control period, so one tick is several grid steps.
-            grid_dt_s=min(0.002, 0.5 / self.control_rate_hz),
-        )
+        return LatencyEstimatorConfig(window_s=self.latency_window_s, max_lag_s=self.latency_max_s,
+                                      source=self.source)
 
 
 @dataclass(frozen=True)
