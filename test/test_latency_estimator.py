@@ -107,6 +107,18 @@ def test_too_few_samples():
     assert estimator.estimate().confidence == 0.0
 
 
+def test_streams_too_slow_for_the_lag_range_give_no_estimate():
+    # 10 Hz commands and joint states: a 50 ms grid leaves 3 steps in 0..0.15 s, too few for a peak.
+    estimator = LatencyEstimator(LatencyEstimatorConfig(max_lag_s=0.15))
+    for i in range(40):
+        t = 100 * NS + i * 100_000_000
+        estimator.add_command(t, signal(np.array([t / NS]))[0])
+        estimator.add_measurement(t + 1, signal(np.array([t / NS - 0.05]))[0])
+    estimate = estimator.estimate()
+    assert estimate.latency_s is None and estimate.confidence == 0.0
+    assert "too coarse" in estimate.reason
+
+
 def recorded(delay_s: float, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A 4 s recording: 100 Hz commands [ns], (N, 3) [rad]; 250 Hz joint states with stamp jitter and
     noise, each holding the command sent `delay_s` earlier. The states start just over max_lag_s
