@@ -6,6 +6,8 @@ import pytest
 
 from sim2real_ros.core.control.latency_estimator import LatencyEstimator, LatencyEstimatorConfig
 from sim2real_ros.core.errors import ConfigError
+from sim2real_ros.sysid.latency import LatencyOptions, estimate_latency
+from sim2real_ros.sysid.signals import JointStream
 
 NS = 1_000_000_000
 
@@ -52,15 +54,13 @@ def test_recovers_a_known_delay_with_high_confidence(delay_s):
     assert estimate.latency_s == pytest.approx(delay_s, abs=0.002)  # sub-sample: well inside a 10 ms tick
     assert estimate.confidence > 0.9 and estimate.reason == "ok"
     assert estimate.excitation > 0.5
-    assert estimate.hold_s == pytest.approx(0.005)
 
 
-def test_without_hold_correction_the_lag_of_a_smooth_follower_is_recovered():
-    estimator = LatencyEstimator(LatencyEstimatorConfig(hold_correction=False))
+def test_a_smooth_follower_of_interpolated_commands_is_recovered():
+    estimator = LatencyEstimator(LatencyEstimatorConfig(commands_held=False))
     feed(estimator, 0.031, held=False, noise=1e-4)
     estimate = estimator.estimate()
     assert estimate.latency_s == pytest.approx(0.031, abs=0.001) and estimate.confidence > 0.95
-    assert estimate.hold_s == 0.0
 
 
 def test_constant_signal_has_no_excitation_and_no_confidence():
@@ -107,9 +107,64 @@ def test_too_few_samples():
     assert estimator.estimate().confidence == 0.0
 
 
+def test_streams_too_slow_for_the_lag_range_give_no_estimate():
+    # 10 Hz commands and joint states: a 50 ms grid leaves 3 steps in 0..0.15 s, too few for a peak.
+    estimator = LatencyEstimator(LatencyEstimatorConfig(max_lag_s=0.15))
+    for i in range(40):
+        t = 100 * NS + i * 100_000_000
+        estimator.add_command(t, signal(np.array([t / NS]))[0])
+        estimator.add_measurement(t + 1, signal(np.array([t / NS - 0.05]))[0])
+    estimate = estimator.estimate()
+    assert estimate.latency_s is None and estimate.confidence == 0.0
+    assert "too coarse" in estimate.reason
+
+
+def recorded(delay_s: float, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A 4 s recording: 100 Hz commands [ns], (N, 3) [rad]; 250 Hz joint states with stamp jitter and
+    noise, each holding the command sent `delay_s` earlier. The states start just over max_lag_s
+    (0.25 s) after the first command, so the online estimate's window (which skips the first
+    max_lag_s of commands) and `sysid latency`'s (the overlap of both topics) are the same samples."""
+    rng = np.random.default_rng(seed)
+    start_ns = 1_700_000_000 * NS
+    cmd_t = np.arange(0.0, 4.0, 0.01)
+    meas_t = np.arange(0.251, 4.0, 0.004) + rng.uniform(-0.0005, 0.0005, len(np.arange(0.251, 4.0, 0.004)))
+    held = np.clip(np.searchsorted(cmd_t, meas_t - delay_s, side="right") - 1, 0, None)
+    meas = signal(cmd_t[held]) + 0.02 + rng.normal(scale=1e-4, size=(len(meas_t), 3))
+    return (start_ns + np.round(cmd_t * NS).astype(np.int64), signal(cmd_t),
+            start_ns + np.round(meas_t * NS).astype(np.int64), meas)
+
+
+@pytest.mark.parametrize(("delay_s", "seed"), [(0.013, 1), (0.047, 2), (0.12, 3)])
+def test_online_estimate_and_sysid_latency_give_the_same_figure(delay_s, seed):
+    """One correlation (core/control/lag_correlation.py): the same series through the actuator's
+    online estimator and through `sysid latency` (same lag range) give the same latency and
+    confidence, and both recover the injected delay within one joint-state sample (4 ms)."""
+    cmd_ns, cmd_q, meas_ns, meas_q = recorded(delay_s, seed)
+    config = LatencyEstimatorConfig()
+    estimator = LatencyEstimator(config)
+    events = [(t, 0, q) for t, q in zip(cmd_ns, cmd_q, strict=True)]
+    events += [(t, 1, q) for t, q in zip(meas_ns, meas_q, strict=True)]
+    for t, kind, q in sorted(events, key=lambda e: e[0]):
+        (estimator.add_command if kind == 0 else estimator.add_measurement)(int(t), q)
+    online = estimator.estimate()
+    names = ("j1", "j2", "j3")
+    command = JointStream("command/policy", "sensor_msgs/msg/JointState", cmd_ns, cmd_ns, cmd_q, names)
+    state = JointStream("joint_states", "sensor_msgs/msg/JointState", meas_ns, meas_ns, meas_q, names)
+    options = LatencyOptions(method="correlation", min_lag_s=0.0, max_lag_s=config.max_lag_s)
+    offline = estimate_latency(command, state, options)
+    assert online.reason == "ok" and offline.time_source == "header"
+    assert online.latency_s == pytest.approx(offline.latency_s, abs=1e-12)
+    assert online.confidence == pytest.approx(offline.confidence, abs=1e-12)
+    assert online.confidence > 0.9
+    assert abs(online.latency_s - delay_s) <= 0.004
+    # What the default run (method 'model', a servo fit on top) reports as its bulk lag.
+    assert offline.bulk_lag_s == offline.latency_s
+
+
 @pytest.mark.parametrize(
     "kwargs, field",
-    [(dict(window_s=0.0), "window_s"), (dict(max_lag_s=3.0), "max_lag_s"), (dict(grid_dt_s=0.1), "grid_dt_s")],
+    [(dict(window_s=0.0), "window_s"), (dict(max_lag_s=3.0), "max_lag_s"),
+     (dict(min_velocity_rms=-1.0), "min_velocity_rms")],
 )
 def test_bad_config_names_field(kwargs, field):
     with pytest.raises(ConfigError) as info:

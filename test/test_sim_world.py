@@ -11,6 +11,7 @@ from sim2real_ros.core.hashing import content_hash
 from sim2real_ros.core.perception.camera_model import CameraModel
 from sim2real_ros.core.robot.urdf import RobotModel
 from sim2real_ros.paths import config_path, urdf_path
+from sim2real_ros.robots import get_robot
 from sim2real_ros.sim.expert import ReachExpert
 from sim2real_ros.sim.params import load_sim_params, sim_params_from_dict
 from sim2real_ros.sim.rendering import project_points
@@ -18,6 +19,7 @@ from sim2real_ros.sim.world import SimWorld
 
 PANDA = f"{pybullet_data.getDataPath()}/franka_panda/panda.urdf"
 ARM6 = str(urdf_path())
+SO101 = get_robot("so101")
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +104,33 @@ def test_urdf_forward_kinematics_agrees_with_pybullet(robot, ee_link):
             fk = model.forward_kinematics(q, ee_link, w.joint_names)[0]
             assert np.allclose(fk[:3, 3], w.ee_position(), atol=1e-6)
             assert np.allclose(fk, w.link_pose(ee_link), atol=1e-6)
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize("robot", ["arm6", "so101"])
+def test_every_link_pose_agrees_with_pybullet(robot):
+    """core/robot/urdf.py is the stack's one forward kinematics (jogging, the scripted teacher, the
+    viewers' frame transforms): every link frame, not only the tool, lands where PyBullet puts it."""
+    urdf, params = (ARM6, load_sim_params()) if robot == "arm6" else (
+        str(SO101.urdf_path()), load_sim_params(SO101.sim_params_path()))
+    w = SimWorld(params, urdf, render=False)
+    try:
+        model = RobotModel.from_file(urdf)
+        root = model.root_link()
+        base = w.link_pose(root)  # the arm's base in the world (identity for both arms)
+        links = model.link_names()
+        assert len(links) >= 6 and root not in links
+        rng = np.random.default_rng(7)
+        for _ in range(4):
+            q = rng.uniform(w.lower, w.upper)
+            for index, value in zip(w._all_idx, q, strict=True):
+                w.client.resetJointState(w.robot, index, float(value))
+            for link in links:
+                fk = base @ model.forward_kinematics(q, link, w.joint_names)[0]
+                pybullet_pose = w.link_pose(link)
+                assert np.linalg.norm(fk[:3, 3] - pybullet_pose[:3, 3]) < 1e-6, link
+                assert np.allclose(fk[:3, :3], pybullet_pose[:3, :3], atol=1e-6), link
     finally:
         w.close()
 

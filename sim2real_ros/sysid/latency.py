@@ -1,5 +1,9 @@
 """Model-free actuation latency from commanded vs measured joint positions (pure numpy, no rclpy).
 
+Steps 1-3 and 5 (grid, correlation, lobe, confidence) and the combination over joints are
+core/control/lag_correlation.py, the same code the actuator's online estimate runs: on the same
+samples, window and lag range, `--method correlation` and the online estimate give the same figure.
+
 Method, per joint:
 1. Both streams onto one uniform grid: the command held (zero-order hold: it acts from the moment
    it is sent until replaced), the measurement linearly interpolated. Wrapped measurements
@@ -34,8 +38,15 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from scipy.ndimage import gaussian_filter1d
 
+from ..core.control.lag_correlation import (
+    LagGrid,
+    combine_joints,
+    correlate_joint,
+    cross_correlation,
+    lag_grid,
+    parabolic_peak,
+)
 from ..core.errors import Sim2RealError
 from . import servo_response
 from .signals import (
@@ -51,13 +62,8 @@ from .signals import (
     zero_order_hold,
 )
 
-# A lobe wider than this many times the command's autocorrelation lobe is a spread response.
-SPREAD_LOBE_RATIO = 1.5
 # Below this R^2 the scale/offset fit is flagged as unreliable.
 POOR_FIT_R2 = 0.5
-# The grid is never finer than this [s], and never has more points than MAX_GRID_POINTS.
-MIN_GRID_STEP_S = 1e-4
-MAX_GRID_POINTS = 2_000_000
 
 
 class SysidError(Sim2RealError, ValueError):
@@ -203,62 +209,6 @@ def _finite_or_none(value: Any) -> Any:
     return value
 
 
-# ----------------------------------------------------------------------------------------------
-# Correlation helpers
-def _cross_correlation(a: np.ndarray, b: np.ndarray, k_min: int, k_max: int) -> np.ndarray:
-    """r[k] = sum_t a[t] b[t+k] / sqrt(sum a^2 * sum b^2), both sums over the samples that overlap
-    at lag k, for k = k_min..k_max (FFT, zero padded). Normalizing over the overlap keeps a broad
-    lobe from being pulled toward lag 0 by the shrinking overlap."""
-    n = len(a)
-    size = 1 << int(math.ceil(math.log2(2 * n + abs(k_min) + abs(k_max) + 1)))
-    spectrum = np.conj(np.fft.rfft(a, size)) * np.fft.rfft(b, size)
-    full = np.fft.irfft(spectrum, size)
-    lags = np.arange(k_min, k_max + 1)
-    # Energy of a[0:j] and b[0:j] for every j, to get each lag's overlap energy.
-    energy_a = np.concatenate([[0.0], np.cumsum(a * a)])
-    energy_b = np.concatenate([[0.0], np.cumsum(b * b)])
-    shift = np.clip(np.abs(lags), 0, n)
-    positive = lags >= 0
-    overlap_a = np.where(positive, energy_a[n - shift], energy_a[n] - energy_a[shift])
-    overlap_b = np.where(positive, energy_b[n] - energy_b[shift], energy_b[n - shift])
-    norm = np.sqrt(overlap_a * overlap_b)
-    values = full[lags % size]
-    return np.divide(values, norm, out=np.zeros(len(lags)), where=norm > 0)
-
-
-def _crossing(values: np.ndarray, start: int, level: float, step: int) -> tuple[float, bool]:
-    """Walk from index `start` in direction `step` until values drop below `level`; the crossing
-    position (fractional index, linear interpolation) and whether it was found inside the array."""
-    i = start
-    while 0 <= i + step < len(values):
-        j = i + step
-        if values[j] < level:
-            frac = (values[i] - level) / (values[i] - values[j])
-            return i + step * frac, True
-        i = j
-    return float(i), False
-
-
-def _descent_end(values: np.ndarray, start: int, step: int) -> int:
-    """Index where values stop decreasing, walking from `start` in direction `step`: the foot of
-    the lobe whose top is at `start`."""
-    i = start
-    while 0 <= i + step < len(values) and values[i + step] < values[i]:
-        i += step
-    return i
-
-
-def _parabolic_peak(values: np.ndarray, k: int) -> float:
-    """Sub-sample position of the maximum at index k (parabola through k-1, k, k+1)."""
-    if k <= 0 or k >= len(values) - 1:
-        return float(k)
-    left, mid, right = values[k - 1], values[k], values[k + 1]
-    denom = left - 2 * mid + right
-    if denom >= 0:
-        return float(k)
-    return k + 0.5 * (left - right) / denom
-
-
 def _fit_scale_offset(command: np.ndarray, measured: np.ndarray) -> tuple[float, float, float]:
     """Least squares measured ~ scale * command + offset; returns (scale, offset, R^2)."""
     design = np.column_stack([command, np.ones_like(command)])
@@ -270,24 +220,13 @@ def _fit_scale_offset(command: np.ndarray, measured: np.ndarray) -> tuple[float,
 
 
 # ----------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Grid:
-    t: np.ndarray  # (N,) [s] relative to origin
-    step_s: float
-    k_min: int
-    k_max: int
-
-    def lag_s(self, k: float) -> float:
-        return (self.k_min + k) * self.step_s
-
-
-def _position_delay(grid: _Grid, c: np.ndarray, m: np.ndarray) -> float:
+def _position_delay(grid: LagGrid, c: np.ndarray, m: np.ndarray) -> float:
     """The pure delay [s] at which the positions correlate best (|rho|, parabola refined)."""
-    r = np.abs(_cross_correlation(c - c.mean(), m - m.mean(), grid.k_min, grid.k_max))
-    return grid.lag_s(_parabolic_peak(r, int(np.argmax(r))))
+    r = np.abs(cross_correlation(c - c.mean(), m - m.mean(), grid.k_min, grid.k_max))
+    return grid.lag_s(parabolic_peak(r, int(np.argmax(r))))
 
 
-def _fit_at(grid: _Grid, tc: np.ndarray, xc: np.ndarray, m: np.ndarray, delay_s: float) -> tuple[float, float, float]:
+def _fit_at(grid: LagGrid, tc: np.ndarray, xc: np.ndarray, m: np.ndarray, delay_s: float) -> tuple[float, float, float]:
     """scale, offset, R^2 of measured ~ scale * command(t - delay) + offset, over grid points where
     the delayed command is known."""
     query = grid.t - delay_s
@@ -298,7 +237,7 @@ def _fit_at(grid: _Grid, tc: np.ndarray, xc: np.ndarray, m: np.ndarray, delay_s:
 
 
 def _estimate_joint(
-    name: str, grid: _Grid, tc: np.ndarray, xc: np.ndarray, tm: np.ndarray, xm: np.ndarray, command_period_s: float,
+    name: str, grid: LagGrid, tc: np.ndarray, xc: np.ndarray, tm: np.ndarray, xm: np.ndarray, command_period_s: float,
     options: LatencyOptions,
 ) -> JointLatency:
     notes: list[str] = []
@@ -325,74 +264,11 @@ def _estimate_joint(
             command_range, measured_range, tuple(notes),
         )
 
-    if command_range < options.min_excitation:
-        return unexcited(f"no excitation: command range {command_range:.3g} < {options.min_excitation:g}")
-    if measured_range == 0.0:
-        return unexcited("the measurement never changes: the joint did not respond")
-
-    # Velocities, smoothed as wide as the slower stream really refreshes (sample-and-hold servos
-    # refresh each joint far slower than the topic rate; anything finer is aliasing).
-    sigma_s = max(command_period_s, update_s, grid.step_s)
-    sigma = sigma_s / grid.step_s
-    dc = gaussian_filter1d(np.gradient(c, grid.step_s), sigma, mode="nearest")
-    dm = gaussian_filter1d(np.gradient(m, grid.step_s), sigma, mode="nearest")
-    dc -= dc.mean()
-    dm -= dm.mean()
-    r = _cross_correlation(dc, dm, grid.k_min, grid.k_max)
-    k_peak = int(np.argmax(np.abs(r)))
-    sign = 1.0 if r[k_peak] >= 0 else -1.0
-    rs = sign * r
-    peak = float(rs[k_peak])
-    if peak <= 0:
-        return unexcited("command and measurement do not correlate")
-
-    # Lobe of the command's own velocity autocorrelation: the shape a pure delay would give.
-    half_ref_samples = max(1, int(4 * sigma) + 2)
-    auto = _cross_correlation(dc, dc, 0, min(len(dc) - 1, int(10 * half_ref_samples)))
-    ref_half, _ = _crossing(auto, 0, 0.5 * float(auto[0]), +1)
-    # Before the response the correlation sits at a baseline: ~0 when the joint was at rest
-    # before each command change, negative when it was still moving the other way (a slewing joint
-    # that never settles). The response's edge is half way from that baseline to the peak.
-    baseline = min(0.0, float(rs[: k_peak + 1].min()))
-    level = 0.5 * (peak + baseline)
-    left, left_found = _crossing(rs, k_peak, level, -1)
-    right, right_found = _crossing(rs, k_peak, 0.5 * peak, +1)
-    if not left_found and not right_found:
-        notes.append(
-            "the command is too slow to resolve the latency (its correlation lobe is wider than the lag range): "
-            "excite faster (sysid excite)"
-        )
-    elif not left_found:
-        notes.append("the correlation peak reaches the low end of the lag range: widen --min-lag")
-    elif not right_found:
-        notes.append("the response lasts past the high end of the lag range")
-    # A lobe cut by the end of the lag range is taken as symmetric about its peak.
-    width = right - left if right_found else 2 * (k_peak - left)
-    spread = width > SPREAD_LOBE_RATIO * 2 * ref_half
-    if spread:
-        k_latency = left
-        notes.append("the joint lags or slews: latency is the dead time before its response starts")
-    else:
-        k_latency = _parabolic_peak(rs, k_peak)
-    latency_s = grid.lag_s(k_latency)
-
-    # Confidence: correlation strength times prominence of the lobe over everything else.
-    lobe = np.zeros(len(rs), bool)
-    lobe[_descent_end(rs, k_peak, -1): _descent_end(rs, k_peak, +1) + 1] = True
-    outside = rs[~lobe]
-    duration_s = grid.t[-1] - grid.t[0]
-    floor_noise = 1.0 / math.sqrt(max(1.0, duration_s / (2 * sigma_s)))
-    noise = max(float(np.std(np.abs(r[~lobe]))) if len(outside) > 3 else 0.0, floor_noise * (1 - min(peak, 1.0)))
-    competitor = max(float(outside.max()) if len(outside) else 0.0, noise)
-    prominence = (peak - competitor) / (peak - baseline)
-    confidence = float(np.clip(peak, 0, 1) * np.clip(prominence, 0, 1))
-    if not left_found and not right_found:
-        confidence *= 0.5
-
-    # Uncertainty: correlation noise over the lobe's slope, plus the timing lost to the refresh
-    # periods (each sample is known only to within its period).
-    slope = (peak - level) / max((k_peak - left) * grid.step_s, grid.step_s)
-    uncertainty = math.sqrt((noise / slope) ** 2 + (max(command_period_s, update_s) ** 2 + grid.step_s**2) / 12)
+    lag = correlate_joint(grid, c, m, command_period_s, update_s, options.min_excitation)
+    if lag.lag_s is None:
+        return unexcited(lag.reason)
+    notes.extend(lag.notes)
+    latency_s, sign = lag.lag_s, lag.sign
 
     # Units and zero: fit at the latency, and at the position delay (for a lagging or slewing
     # joint the positions line up there); keep the better fit.
@@ -407,17 +283,16 @@ def _estimate_joint(
             "targets within a command period, so scale and offset are unreliable"
         )
     joint = JointLatency(
-        name, latency_s, confidence, uncertainty, offset, scale, r2, fit_delay, float(sign * peak),
-        "spread" if spread else "sharp", max(0.0, (width - 2 * ref_half) * grid.step_s), position_delay,
-        unwrap_period, update_s, command_range, measured_range, tuple(notes),
-        bulk_lag_s=latency_s, bulk_lag_uncertainty_s=uncertainty,
+        name, latency_s, lag.confidence, lag.uncertainty_s, offset, scale, r2, fit_delay, lag.correlation,
+        lag.response, lag.response_spread_s, position_delay, unwrap_period, update_s, command_range,
+        measured_range, tuple(notes), bulk_lag_s=latency_s, bulk_lag_uncertainty_s=lag.uncertainty_s,
     )
     if options.method == "correlation":
         return joint
     return _with_model(joint, grid, tc, xc, tm, xm, sign, options)
 
 
-def _with_model(joint: JointLatency, grid: _Grid, tc: np.ndarray, xc: np.ndarray, tm: np.ndarray, xm: np.ndarray,
+def _with_model(joint: JointLatency, grid: LagGrid, tc: np.ndarray, xc: np.ndarray, tm: np.ndarray, xm: np.ndarray,
                 sign: float, options: LatencyOptions) -> JointLatency:
     """Dead time (response onset), slew rate and time constant from the servo response model, fitted
     to the whole window and to each command step (servo_response). latency_s becomes the dead time:
@@ -556,9 +431,8 @@ def estimate_latency(command: JointStream, state: JointStream, options: LatencyO
             f"{command.topic} and {state.topic} overlap for {max(0.0, end - start):.3f} s in the window; need >= 1 s"
         )
     command_period, state_period = median_period_s(tc), median_period_s(tm)
-    step = max(min(command_period, state_period) / 2, MIN_GRID_STEP_S, (end - start) / MAX_GRID_POINTS)
-    t = np.arange(start, end, step)
-    grid = _Grid(t, step, int(math.floor(options.min_lag_s / step)), int(math.ceil(options.max_lag_s / step)))
+    grid = lag_grid(start, end, command_period, state_period, options.min_lag_s, options.max_lag_s)
+    step = grid.step_s
 
     names, command_cols, state_cols, by_index, notes = match_joints(command, state)
     in_window = (tm >= start - state_period) & (tm <= end + state_period)
@@ -570,18 +444,12 @@ def estimate_latency(command: JointStream, state: JointStream, options: LatencyO
                 command_period, options,
             )
         )
-    usable = [j for j in joints if j.latency_s is not None and j.confidence > 0]
-    if usable:
-        weights = np.array([j.confidence for j in usable])
-        latencies = np.array([j.latency_s for j in usable])
-        overall = float(np.dot(weights, latencies) / weights.sum())
-        confidence = float(np.dot(weights, weights) / weights.sum())
-        spread = float(np.sqrt(np.dot(weights, (latencies - overall) ** 2) / weights.sum()))
-        combined = float(np.sqrt(np.dot(weights**2, np.array([j.uncertainty_s for j in usable]) ** 2))) / weights.sum()
-        uncertainty: float | None = math.hypot(combined, spread)
-    else:
-        overall, confidence, uncertainty = None, 0.0, None
+    combined = combine_joints([j.latency_s for j in joints], [j.confidence for j in joints],
+                              [j.uncertainty_s for j in joints])
+    overall, confidence, uncertainty = combined.lag_s, combined.confidence, combined.uncertainty_s
+    if not combined.used:
         notes.append("no joint was excited: the commands never changed enough to measure a latency")
+    usable = [j for j in joints if j.latency_s is not None and j.confidence > 0]
     bulk = [j for j in usable if j.bulk_lag_s is not None]
     bulk_lag = bulk_uncertainty = None
     if bulk:

@@ -14,7 +14,12 @@ from typing import Any
 
 import numpy as np
 
+# The resampling helpers are the latency correlation's (core), named here for the sysid modules.
+from ..core.control.lag_correlation import linear, median_period_s, update_period_s, zero_order_hold
 from ..core.timebase import NS_PER_S
+
+__all__ = ["NS_PER_S", "JointStream", "choose_time_source", "linear", "median_period_s", "stamps_sane",
+           "stream_from_messages", "times_s", "unwrap", "update_period_s", "wrap_period", "zero_order_hold"]
 
 # Header stamps further than this from the recorder's log time are not trusted [s].
 MAX_STAMP_LOG_OFFSET_S = 2.0
@@ -143,25 +148,6 @@ def times_s(stream: JointStream, source: str, origin_ns: int) -> np.ndarray:
     return (base - origin_ns).astype(float) / NS_PER_S
 
 
-def median_period_s(t: np.ndarray) -> float:
-    """Median sample period [s] (inf for fewer than 2 samples)."""
-    if len(t) < 2:
-        return math.inf
-    d = np.diff(t)
-    d = d[d > 0]
-    return float(np.median(d)) if len(d) else math.inf
-
-
-def update_period_s(t: np.ndarray, x: np.ndarray) -> float:
-    """Median interval [s] between changes of value of one joint: the rate at which the joint is
-    really measured. Servo buses often refresh each joint slower than the topic is published and
-    repeat the last value in between (sample and hold)."""
-    changed = np.flatnonzero(np.diff(x) != 0) + 1
-    if len(changed) < 3:
-        return median_period_s(t)
-    return max(median_period_s(t), float(np.median(np.diff(t[changed]))))
-
-
 # Wrap periods a joint encoder plausibly folds positions into [rad]; none folds into less than this.
 MIN_WRAP_PERIOD = 0.5
 _NICE_PERIODS = (2 * math.pi, math.pi, math.pi / 2)
@@ -215,15 +201,3 @@ def wrap_period(x: np.ndarray) -> float | None:
 def unwrap(x: np.ndarray, period: float) -> np.ndarray:
     """Remove jumps of about one period (numpy's unwrap with a custom period)."""
     return np.unwrap(x, period=period)
-
-
-def zero_order_hold(t: np.ndarray, x: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Value of the latest sample at or before each query time (a command holds until replaced);
-    before the first sample, the first value."""
-    index = np.searchsorted(t, query, side="right") - 1
-    return x[np.clip(index, 0, len(x) - 1)]
-
-
-def linear(t: np.ndarray, x: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Linear interpolation of measurements, held constant outside their time range."""
-    return np.interp(query, t, x)

@@ -1,8 +1,9 @@
 """Frame transforms of every URDF joint from joint positions, and the tool point's planned path.
 
-Pure numpy on core/urdf.py's RobotModel: the same kinematics the supervisor's jogging and the
-scripted teacher use. Each joint gives one parent -> child transform (its origin, then its motion
-for the joint position), so a viewer composes the whole tree; the root link hangs off `world` by an
+The kinematics are core/robot/urdf.py's (`joint_transform`, `RobotModel.forward_kinematics`): the
+same the supervisor's jogging and the scripted teacher use. This module only keeps the viewers'
+state (the last joint positions) and turns each joint's parent -> child matrix into a frame transform
+(translation, quaternion), so a viewer composes the whole tree; the root link hangs off `world` by an
 identity transform (the sim loads the arm's base at the world origin).
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.robot.urdf import RobotModel, UrdfJoint, _axis_angle, rpy_to_matrix
+from ..core.robot.urdf import RobotModel, joint_transform
 
 WORLD_FRAME = "world"
 
@@ -58,31 +59,6 @@ def quaternion_to_matrix(q: tuple[float, float, float, float]) -> np.ndarray:
     ])
 
 
-def joint_matrix(joint: UrdfJoint, value: float) -> np.ndarray:
-    """Homogeneous transform (4, 4) parent link -> child link of `joint` at position `value`
-    [rad, or m for a prismatic joint; ignored for a fixed joint]."""
-    origin = np.eye(4)
-    origin[:3, :3] = rpy_to_matrix(*joint.origin_rpy)
-    origin[:3, 3] = joint.origin_xyz
-    if not joint.movable:
-        return origin
-    axis = np.asarray(joint.axis, dtype=float)
-    axis = axis / np.linalg.norm(axis)
-    motion = np.eye(4)
-    if joint.type == "prismatic":
-        motion[:3, 3] = axis * value
-    else:
-        motion[:3, :3] = _axis_angle(axis, value)
-    return origin @ motion
-
-
-def root_link(model: RobotModel) -> str:
-    """The URDF's root link: a parent that is no joint's child."""
-    children = {j.child for j in model.joints}
-    roots = [j.parent for j in model.joints if j.parent not in children]
-    return roots[0] if roots else model.joints[0].parent
-
-
 class ArmKinematics:
     """Forward kinematics of a URDF for the viewers: per-joint transforms and tool-point positions.
 
@@ -96,8 +72,7 @@ class ArmKinematics:
                              f"(links: {model.link_names()})")
         self.model = model
         self.tool_link = tool_link
-        self.root = root_link(model)
-        self._chain = model.chain(tool_link)
+        self.root = model.root_link()
         self._last: dict[str, float] = {j.name: 0.0 for j in model.movable_joints}
 
     def update(self, names: list[str] | tuple[str, ...], positions: np.ndarray) -> None:
@@ -110,7 +85,7 @@ class ArmKinematics:
         """world -> root (identity), then parent -> child for every URDF joint, at the last positions."""
         out = [LinkTransform(WORLD_FRAME, self.root, (0.0, 0.0, 0.0), (0.0, 0.0, 0.0, 1.0))]
         for joint in self.model.joints:
-            matrix = joint_matrix(joint, self._last.get(joint.name, 0.0))
+            matrix = joint_transform(joint, self._last.get(joint.name, 0.0))
             out.append(LinkTransform(joint.parent, joint.child, tuple(float(v) for v in matrix[:3, 3]),
                                      matrix_to_quaternion(matrix[:3, :3])))
         return out
@@ -122,9 +97,9 @@ class ArmKinematics:
         if names is not None and positions is not None:
             values.update({n: float(v) for n, v in zip(names, np.asarray(positions, dtype=float), strict=False)
                            if n in values})
-        transform = np.eye(4)
-        for joint in self._chain:
-            transform = transform @ joint_matrix(joint, values.get(joint.name, 0.0))
+        names_in_order = list(values)
+        transform, _ = self.model.forward_kinematics(np.array([values[n] for n in names_in_order]),
+                                                     self.tool_link, names_in_order)
         return transform[:3, 3].copy()
 
     def tool_path(self, names: list[str] | tuple[str, ...], positions: np.ndarray) -> np.ndarray:

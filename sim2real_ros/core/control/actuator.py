@@ -49,8 +49,7 @@ CLOCK_JUMP_NS = 1_000_000_000  # [ns] a backwards clock step larger than this is
 HISTORY = 2000  # tick periods and chunk ages kept for the statistics (20 s at 100 Hz, 4 s at 500 Hz)
 
 # Fields of the core configs that carry another name as node parameters.
-_CORE_FIELD_TO_PARAMETER = {"window_s": "latency_window_s", "max_lag_s": "latency_max_s",
-                            "grid_dt_s": "control_rate_hz"}
+_CORE_FIELD_TO_PARAMETER = {"window_s": "latency_window_s", "max_lag_s": "latency_max_s"}
 
 
 @dataclass(frozen=True)
@@ -130,11 +129,8 @@ class ActuatorConfig:
                                slack_rad=self.max_joint_jump_rad, source=self.source)
 
     def estimator_config(self) -> LatencyEstimatorConfig:
-        return LatencyEstimatorConfig(
-            window_s=self.latency_window_s, max_lag_s=self.latency_max_s, source=self.source,
-            # Resample at least as finely as the control period, so one tick is several grid steps.
-            grid_dt_s=min(0.002, 0.5 / self.control_rate_hz),
-        )
+        return LatencyEstimatorConfig(window_s=self.latency_window_s, max_lag_s=self.latency_max_s,
+                                      source=self.source)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """Read what the stack needs from a URDF: joints, limits, and the kinematic chain.
 
 Joint names and limits always come from the URDF (docs/design.md §4), so nothing is wired to one robot.
-Forward kinematics and the Jacobian are computed here (pure numpy) for the supervisor's Cartesian
-jogging and the scripted teacher's inverse kinematics.
+Forward kinematics and the Jacobian are computed here (pure numpy), the one implementation in the
+stack: the supervisor's Cartesian jogging, the scripted teacher's inverse kinematics and the viewers'
+frame transforms (viz/kinematics.py only turns `joint_transform` into Foxglove frame transforms).
 """
 from __future__ import annotations
 
@@ -79,6 +80,39 @@ def parse_floats(text: str | None, default: tuple[float, ...], where: str) -> tu
     if len(values) != len(default):
         raise UrdfError(f"{where}: expected {len(default)} numbers, got {text!r}")
     return values
+
+
+def joint_origin(joint: UrdfJoint) -> np.ndarray:
+    """Homogeneous transform (4, 4) parent link -> joint frame: the joint's <origin> [m, rad]."""
+    origin = np.eye(4)
+    origin[:3, :3] = rpy_to_matrix(*joint.origin_rpy)
+    origin[:3, 3] = joint.origin_xyz
+    return origin
+
+
+def joint_axis(joint: UrdfJoint) -> np.ndarray:
+    """Unit motion axis (3,) of `joint` in its own frame."""
+    axis = np.asarray(joint.axis, dtype=float)
+    return axis / np.linalg.norm(axis)
+
+
+def joint_motion(joint: UrdfJoint, value: float) -> np.ndarray:
+    """Homogeneous transform (4, 4) joint frame -> child link for position `value` [rad, or m for a
+    prismatic joint]; the identity for a fixed joint."""
+    motion = np.eye(4)
+    if not joint.movable:
+        return motion
+    if joint.type == "prismatic":
+        motion[:3, 3] = joint_axis(joint) * value
+    else:
+        motion[:3, :3] = _axis_angle(joint_axis(joint), value)
+    return motion
+
+
+def joint_transform(joint: UrdfJoint, value: float) -> np.ndarray:
+    """Homogeneous transform (4, 4) parent link -> child link of `joint` at position `value`
+    [rad, or m for a prismatic joint; ignored for a fixed joint]: its origin, then its motion."""
+    return joint_origin(joint) @ joint_motion(joint, value)
 
 
 class RobotModel:
@@ -188,7 +222,14 @@ class RobotModel:
         return chain[::-1]
 
     def link_names(self) -> list[str]:
+        """Every link that is a joint's child (the root link is not one), in URDF order."""
         return [j.child for j in self.joints]
+
+    def root_link(self) -> str:
+        """The root link: a parent that is no joint's child."""
+        children = {j.child for j in self.joints}
+        roots = [j.parent for j in self.joints if j.parent not in children]
+        return roots[0] if roots else self.joints[0].parent
 
     def forward_kinematics(
         self, q: np.ndarray, tip_link: str, names: list[str] | None = None
@@ -203,22 +244,10 @@ class RobotModel:
         transform = np.eye(4)
         movable = []
         for joint in self.chain(tip_link):
-            origin = np.eye(4)
-            origin[:3, :3] = rpy_to_matrix(*joint.origin_rpy)
-            origin[:3, 3] = joint.origin_xyz
-            transform = transform @ origin
+            transform = transform @ joint_origin(joint)
             if joint.movable:
-                axis_local = np.asarray(joint.axis, dtype=float)
-                axis_local = axis_local / np.linalg.norm(axis_local)
-                axis_world = transform[:3, :3] @ axis_local
-                movable.append((joint, transform[:3, 3].copy(), axis_world))
-                value = q_by_name.get(joint.name, 0.0)
-                motion = np.eye(4)
-                if joint.type == "prismatic":
-                    motion[:3, 3] = axis_local * value
-                else:
-                    motion[:3, :3] = _axis_angle(axis_local, value)
-                transform = transform @ motion
+                movable.append((joint, transform[:3, 3].copy(), transform[:3, :3] @ joint_axis(joint)))
+                transform = transform @ joint_motion(joint, q_by_name.get(joint.name, 0.0))
         return transform, movable
 
     def jacobian(self, q: np.ndarray, tip_link: str, names: list[str] | None = None) -> np.ndarray:
