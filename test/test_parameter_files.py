@@ -46,7 +46,7 @@ def _core_configs():
         (ChunkBufferConfig, "actuator_node", same("interpolation", "blending", "crossfade_s", "ensemble_decay"),
          {"max_chunks", "source"}),
         (LatencyEstimatorConfig, "actuator_node", {"window_s": "latency_window_s", "max_lag_s": "latency_max_s"},
-         {"grid_dt_s", "min_velocity_rms", "hold_correction", "max_command_gap_s", "source"}),
+         {"min_velocity_rms", "commands_held", "max_command_gap_s", "source"}),
         (JointJumpConfig, "supervisor", {"slack_rad": "max_joint_jump_rad",
                                          "confirm_samples": "joint_jump_confirm_samples"}, {"max_dt_s", "source"}),
         (SupervisorConfig, "supervisor", {
