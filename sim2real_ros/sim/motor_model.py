@@ -33,6 +33,25 @@ class LatencyQueue:
             self.active = self._pending.popleft()[1]
         return self.active
 
+    def average(self, start_ns: int, span_ns: int) -> np.ndarray:
+        """The time average (n,) [rad] of the target in effect over [start_ns, start_ns + span_ns) [ns],
+        leaving the queue as update() would at the end of that span: a physics step longer than the
+        command resolution (the fast loop) still sees a command from its due time on, in proportion.
+        Returns the active target itself (do not modify it) when no command falls due inside the span."""
+        current = self.update(start_ns)
+        end_ns = start_ns + span_ns
+        if not self._pending or self._pending[0][0] >= end_ns:
+            return current
+        total = np.zeros_like(current)
+        since = start_ns
+        while self._pending and self._pending[0][0] < end_ns:
+            due, target = self._pending.popleft()
+            total += current * (due - since)
+            since, current = due, target
+        self.active = current
+        total += current * (end_ns - since)
+        return total / span_ns
+
     def newest(self) -> np.ndarray:
         """The last target received (n,) [rad], due or not (the active one when none is queued)."""
         return (self._pending[-1][1] if self._pending else self.active).copy()
@@ -53,6 +72,25 @@ def pd_torque(q: np.ndarray, qd: np.ndarray, q_target: np.ndarray, kp: np.ndarra
     (kd (qd_target - qd) when a target speed [rad/s] is given: the servo model), clipped to
     +/- effort_limit. q [rad], qd [rad/s], kp [N*m/rad], kd [N*m*s/rad]."""
     tau = kp * (q_target - q) - kd * qd if qd_target is None else kp * (q_target - q) + kd * (qd_target - qd)
+    if feed_forward is not None:
+        tau = tau + feed_forward
+    return np.clip(tau, -effort_limit, effort_limit)
+
+
+def implicit_pd_torque(q: np.ndarray, qd: np.ndarray, q_target: np.ndarray, qd_target: np.ndarray | None,
+                       kp: np.ndarray, kd: np.ndarray, inertia: np.ndarray, dt: float,
+                       effort_limit: np.ndarray, feed_forward: np.ndarray | None = None) -> np.ndarray:
+    """Motor torque (n,) [N*m] of the same position loop as pd_torque, evaluated on the state at the end
+    of a physics step of dt [s] instead of at its start (a linearly implicit, "stable" PD, per joint).
+
+    With semi-implicit Euler, qd' = qd + dt tau / I and q' = q + dt qd'; solving
+    tau = kp (q_target - q') + kd (qd_target - qd') for tau gives
+    [kp (q_target - q - dt qd) + kd (qd_target - qd)] / (1 + (kp dt + kd) dt / I). The explicit PD is
+    unstable once kd dt / I > 2 (the SO-101 jaw at 5 ms: 2.2); this one is stable at any dt and
+    converges to it as dt -> 0. inertia (n,) [kg m^2] > 0: each joint's own inertia (the mass
+    matrix's diagonal); qd_target None = 0 (the pd model)."""
+    velocity_error = -qd if qd_target is None else qd_target - qd
+    tau = (kp * (q_target - q - dt * qd) + kd * velocity_error) / (1.0 + (kp * dt + kd) * dt / inertia)
     if feed_forward is not None:
         tau = tau + feed_forward
     return np.clip(tau, -effort_limit, effort_limit)
