@@ -29,7 +29,7 @@ from ..core.perception.camera_model import CameraModel, load_calibration_yaml
 from ..core.robot.urdf import RobotModel
 from ..core.timebase import NS_PER_S
 from .camera_artifacts import ArtifactConfig, apply_artifacts
-from .motor_model import LatencyQueue, ServoLoop, implicit_pd_torque, pd_torque
+from .motor_model import ImplicitPd, LatencyQueue, ServoLoop, pd_torque
 from .params import SimParams
 from .pushes import ScheduledPush, draw_push_schedule, push_links
 from .quiet_stdout import stdout_to_stderr
@@ -186,7 +186,11 @@ class SimWorld:
         self._raw_torques = functools.partial(pybullet.setJointMotorControlArray, self.robot, self._all_idx,
                                               pybullet.TORQUE_CONTROL, physicsClientId=cid)
         self._raw_step = functools.partial(pybullet.stepSimulation, physicsClientId=cid)
+        self._raw_ee_state = functools.partial(pybullet.getLinkState, self.robot, self._ee_index,
+                                               computeForwardKinematics=True, physicsClientId=cid)
         self._dof_inverse = np.argsort(self._dof_order)  # URDF order -> PyBullet dof order
+        self._dof_identity = bool(np.array_equal(self._dof_order, np.arange(len(self._dof_order))))
+        self._cmd_identity = bool(np.array_equal(self._cmd_pos, np.arange(len(self.all_joint_names))))
         self._dof_zeros = [0.0] * len(self._dof_idx)
 
     def _build_table(self) -> None:
@@ -245,6 +249,7 @@ class SimWorld:
         latency = rand.actuation_latency_s if self.randomized else nominal["actuation_latency_s"]
         self.actuation_latency_s = float(latency)
         self._latency_ns = int(round(self.actuation_latency_s * NS_PER_S))
+        self._implicit_pd = ImplicitPd(self._kp, self._kd, self._effort_limit, self.params.physics.dt_s)
         if self._servo is not None:
             self._servo_max_speed = nominal["servo_max_speed"] * rand.servo_speed_scale
             self._servo_max_acceleration = nominal["servo_max_acceleration"] * rand.servo_acceleration_scale
@@ -342,6 +347,7 @@ class SimWorld:
             self.params.randomization.pushes, np.random.default_rng([self.episode_seed, 2]), self._push_links,
             self.params.task.timeout_s, self.dt_ns)
         self._push_first = self._pushes_started = 0
+        self._push_summaries: list[dict[str, Any]] | None = None
         self._episode_serial += 1
         self.episode_start_ns = self.time_ns
         self._outcome = None
@@ -435,30 +441,48 @@ class SimWorld:
         the same latency queue, servo loop, PD gains, effort limits, gravity feed-forward, damping and
         friction as the reference loop, with three differences. A command due inside a step acts on it
         in proportion to the part of the step left (LatencyQueue.average: the dead time keeps its
-        resolution); the PD acts on the state at the end of the step (implicit_pd_torque, with each
-        joint's inertia from the mass matrix: stable where the explicit PD is not); and the
-        PyBullet calls go through pre-bound functions, one of each kind per step."""
+        resolution); the PD acts on the state at the end of the step (ImplicitPd, with each
+        joint's inertia from the mass matrix: stable where the explicit PD is not); and the PyBullet
+        calls go through pre-bound functions, one of each kind per step, with no reordering where
+        PyBullet's degree-of-freedom order is already the URDF's."""
         dt = self.params.physics.dt_s
         target_all = self._home_all.copy()
-        dof_inverse, zeros = self._dof_inverse, self._dof_zeros
+        commands_all = self._cmd_identity  # the commanded joints are all joints, in order
+        zeros = self._dof_zeros
+        identity = self._dof_identity
+        dof_order, dof_inverse = self._dof_order, self._dof_inverse
+        pd = self._implicit_pd
+        servo = self._servo
+        unbranched = servo is not None and not np.any(self._servo_deadband > 0.0) \
+            and float(np.max(self._servo_gain)) * dt < 0.5
+        speed_step = None if servo is None else self._servo_max_acceleration * dt
         for _ in range(n):
-            target_all[self._cmd_pos] = self._queue.average(self.time_ns, self.dt_ns)
-            q, qd = (np.array(column) for column in tuple(zip(*self._raw_joint_states(), strict=True))[:2])
-            q_dof = q[dof_inverse].tolist()
+            if commands_all:
+                target_all = self._queue.average(self.time_ns, self.dt_ns)
+            else:
+                target_all[self._cmd_pos] = self._queue.average(self.time_ns, self.dt_ns)
+            states = self._raw_joint_states()
+            q_list = [state[0] for state in states]
+            q = np.array(q_list)
+            qd = np.array([state[1] for state in states])
+            q_dof = q_list if identity else q[dof_inverse].tolist()
+            mass = self._raw_mass_matrix(q_dof)
+            inertia = np.array([row[k] for k, row in enumerate(mass)])
             feed_forward = None
             if self._gravity_compensation > 0.0:
-                gravity = np.asarray(self._raw_inverse_dynamics(q_dof, zeros, zeros))
-                feed_forward = self._gravity_compensation * gravity[self._dof_order]
-            # Each joint's own inertia in this pose (PyBullet dof order -> URDF order).
-            inertia = np.diagonal(np.asarray(self._raw_mass_matrix(q_dof)))[self._dof_order]
-            if self._servo is None:
+                feed_forward = self._gravity_compensation * np.array(self._raw_inverse_dynamics(q_dof, zeros, zeros))
+            if not identity:
+                inertia = inertia[dof_order]
+                feed_forward = None if feed_forward is None else feed_forward[dof_order]
+            if servo is None:
                 reference, speed = target_all, None
+            elif unbranched:
+                reference, speed = servo.update_unbranched(target_all, dt, self._servo_max_speed, speed_step,
+                                                           self._servo_gain)
             else:
-                reference, speed = self._servo.update(
-                    target_all, dt, self._servo_max_speed, self._servo_max_acceleration, self._servo_gain,
-                    self._servo_deadband)
-            tau_motor = implicit_pd_torque(q, qd, reference, speed, self._kp, self._kd, inertia, dt,
-                                           self._effort_limit, feed_forward)
+                reference, speed = servo.update(target_all, dt, self._servo_max_speed, self._servo_max_acceleration,
+                                                self._servo_gain, self._servo_deadband)
+            tau_motor = pd.torque(q, qd, reference, speed, inertia, feed_forward)
             self._last_effort = tau_motor
             self._raw_torques(forces=(tau_motor - self._damping * qd).tolist())
             if self._push_schedule:
@@ -489,7 +513,10 @@ class SimWorld:
 
     def push_schedule(self) -> list[dict[str, Any]]:
         """This episode's pushes (as reset's info lists them; empty when pushes were off at reset)."""
-        return [push.summary() for push in self._push_schedule]
+        # Summaries made once per episode (the privileged env asks every decision); copies handed out.
+        if self._push_summaries is None:
+            self._push_summaries = [push.summary() for push in self._push_schedule]
+        return [{**push, "force_n": list(push["force_n"])} for push in self._push_summaries]
 
     @contextlib.contextmanager
     def unstarted_pushes_withheld(self):
@@ -626,8 +653,8 @@ class SimWorld:
 
     def ee_position(self) -> np.ndarray:
         """Tool point (ee_link frame origin) (3,) [m], world frame."""
-        state = self.client.getLinkState(self.robot, self._ee_index, computeForwardKinematics=True) \
-            if self._ee_index >= 0 else None
+        # Pre-bound PyBullet call: the task asks every physics step.
+        state = self._raw_ee_state() if self._ee_index >= 0 else None
         return np.asarray(state[4]) if state is not None else self.link_pose(self.ee_link)[:3, 3]
 
     def target_position(self) -> np.ndarray:
