@@ -1,9 +1,11 @@
 """Sim loop benchmark (issue 32): privileged reach-env decisions per second on one core with the
-reference loop (explicit PD at 1 kHz) and the fast loop (physics.loop: fast at --fast-dt), measured
-in the same run, alternating, per robot; and how far the fast loop's response is from the reference
-loop's on a step and a chirp command (sim/loop_check.py).
+reference loop (explicit PD at 1 kHz) and the fast loop (physics.loop: fast at the robot's stated
+physics step, sim/loop_check.STATED_BOUNDS, or --fast-dt), measured in the same run, alternating,
+per robot; and how far the fast loop's response is from the reference loop's on a step and a chirp
+command, nominal and one randomized draw (sim/loop_check.py), against the stated bound.
 
-    .venv/bin/python benchmarks/bench_sim_loop.py [--quick] [--robot arm6|so101 ...] [--json OUT]
+    .venv/bin/python benchmarks/bench_sim_loop.py [--quick] [--robot arm6|so101 ...] [--fast-dt S] [--json OUT]
+    sim2real bench --only sim_loop
 
 Rates are decisions per CPU second of this process (time.process_time: what one core gives, less
 sensitive to other work on a shared machine than wall time, which is reported beside it); the load
@@ -25,11 +27,11 @@ from sim2real_ros.rl.env import EnvConfig, ReachEnv
 from sim2real_ros.rl.ppo import load_teacher_config
 from sim2real_ros.rl.rewards import RewardConfig
 from sim2real_ros.robots import ROBOT_NAMES, get_robot
-from sim2real_ros.sim.loop_check import COMMANDS, response_error
+from sim2real_ros.sim.loop_check import COMMANDS, STATED_BOUNDS, response_error
 from sim2real_ros.sim.params import SimParams, load_sim_params, with_sim_loop
 from sim2real_ros.sim.quiet_stdout import stdout_to_stderr
 
-FAST_DT_S = 0.005
+RANDOMIZED_SEED = 1
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -56,8 +58,10 @@ def decision_rate(params: SimParams, robot: str, decisions: int, seed: int) -> t
         env.close()
 
 
-def robot_figures(robot: str, decisions: int, repeats: int, fast_dt_s: float) -> dict[str, Any]:
+def robot_figures(robot: str, decisions: int, repeats: int, fast_dt_s: float | None) -> dict[str, Any]:
     info = get_robot(robot)
+    bound = STATED_BOUNDS[robot]
+    fast_dt_s = bound.fast_dt_s if fast_dt_s is None else fast_dt_s
     reference = load_sim_params(info.sim_params_path())
     loops = {"reference": with_sim_loop(reference, "reference", reference.physics.dt_s),
              "fast": with_sim_loop(reference, "fast", fast_dt_s)}
@@ -69,21 +73,27 @@ def robot_figures(robot: str, decisions: int, repeats: int, fast_dt_s: float) ->
             cpu[name].append(per_cpu)
             wall[name].append(per_wall)
     ratios = [f / r for r, f in zip(cpu["reference"], cpu["fast"], strict=True)]
+    errors: dict[str, Any] = {}
     with stdout_to_stderr():
-        errors = {kind: response_error(reference, str(info.urdf_path()), kind, fast_dt_s).summary()
-                  for kind in COMMANDS}
+        for seed in (None, RANDOMIZED_SEED):
+            for kind in COMMANDS:
+                error = response_error(reference, str(info.urdf_path()), kind, fast_dt_s, randomized_seed=seed)
+                name = kind if seed is None else f"{kind}_randomized_seed_{seed}"
+                errors[name] = {**error.summary(), "within_stated_bound": bound.holds(error)}
     return {
         "reference_dt_s": reference.physics.dt_s, "fast_dt_s": fast_dt_s, "decisions_per_repeat": decisions,
         "repeats": repeats,
         "decisions_per_cpu_s": {name: _spread(values) for name, values in cpu.items()},
         "decisions_per_wall_s": {name: _spread(values) for name, values in wall.items()},
-        "ratio_fast_to_reference": {k: round(v, 2) for k, v in _spread(ratios).items()} | {
-            "median": round(float(np.median(ratios)), 2)},
+        "ratio_fast_to_reference": {"median": round(float(np.median(ratios)), 2),
+                                    "min": round(float(min(ratios)), 2), "max": round(float(max(ratios)), 2)},
+        "stated_bound": {"max_abs_rad": bound.max_abs_rad, "rms_rad": bound.rms_rad, "tool_m": bound.tool_m,
+                         "for_fast_dt_s": bound.fast_dt_s},
         "response_error": errors,
     }
 
 
-def run(quick: bool = False, robots: tuple[str, ...] = ROBOT_NAMES, fast_dt_s: float = FAST_DT_S) -> dict[str, Any]:
+def run(quick: bool = False, robots: tuple[str, ...] = ROBOT_NAMES, fast_dt_s: float | None = None) -> dict[str, Any]:
     load_before = os.getloadavg()
     result: dict[str, Any] = {"robots": {robot: robot_figures(robot, 100 if quick else 300, 2 if quick else 3,
                                                               fast_dt_s) for robot in robots}}
@@ -97,7 +107,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--robot", action="append", choices=ROBOT_NAMES, default=None,
                         help="robot(s) to measure (default: all)")
-    parser.add_argument("--fast-dt", type=float, default=FAST_DT_S, help="physics step of the fast loop [s]")
+    parser.add_argument("--fast-dt", type=float, default=None,
+                        help="physics step of the fast loop [s] (default: each robot's, sim/loop_check.STATED_BOUNDS)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     result = run(args.quick, tuple(args.robot or ROBOT_NAMES), args.fast_dt)
