@@ -118,3 +118,20 @@ def test_sim_loop_is_validated_and_defaults_to_reference():
     fast = with_sim_loop(params, "fast", 0.005)
     assert (fast.physics.loop, fast.physics.dt_s) == ("fast", 0.005)
     assert fast.version != params.version  # a checkpoint trained on it records another version
+
+
+def test_push_schedule_follows_the_withheld_schedule():
+    # push_schedule() keeps its summaries between calls: they must follow unstarted_pushes_withheld.
+    params, urdf = _robot("arm6")
+    with stdout_to_stderr():
+        world = SimWorld(params, urdf, seed=0, render=False, pushes=True)
+    try:
+        full = world.push_schedule()
+        assert len(full) >= 2 and world.pushes_applied() == 0
+        with world.unstarted_pushes_withheld():
+            assert world.push_schedule() == []
+        assert world.push_schedule() == full
+        full[0]["force_n"][0] = 1e9  # a caller's copy: the world's schedule is untouched
+        assert world.push_schedule()[0]["force_n"][0] != 1e9
+    finally:
+        world.close()

@@ -347,7 +347,7 @@ class SimWorld:
             self.params.randomization.pushes, np.random.default_rng([self.episode_seed, 2]), self._push_links,
             self.params.task.timeout_s, self.dt_ns)
         self._push_first = self._pushes_started = 0
-        self._push_summaries: list[dict[str, Any]] | None = None
+        self._push_summaries: tuple[list[ScheduledPush], list[dict[str, Any]]] | None = None
         self._episode_serial += 1
         self.episode_start_ns = self.time_ns
         self._outcome = None
@@ -513,10 +513,11 @@ class SimWorld:
 
     def push_schedule(self) -> list[dict[str, Any]]:
         """This episode's pushes (as reset's info lists them; empty when pushes were off at reset)."""
-        # Summaries made once per episode (the privileged env asks every decision); copies handed out.
-        if self._push_summaries is None:
-            self._push_summaries = [push.summary() for push in self._push_schedule]
-        return [{**push, "force_n": list(push["force_n"])} for push in self._push_summaries]
+        # Summaries made once per schedule (the privileged env asks every decision); copies handed out.
+        # Keyed on the schedule list itself: unstarted_pushes_withheld swaps in a shorter one.
+        if self._push_summaries is None or self._push_summaries[0] is not self._push_schedule:
+            self._push_summaries = (self._push_schedule, [push.summary() for push in self._push_schedule])
+        return [{**push, "force_n": list(push["force_n"])} for push in self._push_summaries[1]]
 
     @contextlib.contextmanager
     def unstarted_pushes_withheld(self):
