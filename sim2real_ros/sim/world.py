@@ -4,7 +4,9 @@ Time is sim time in integer nanoseconds (`time_ns`), advanced only by `step`. Co
 latency queue at the current sim time; each physics step the PD loop torque is computed here in
 Python and applied with TORQUE_CONTROL (PyBullet's velocity motors are reused, with target velocity
 0 and max force = Coulomb friction, as the joints' dry friction), so every dynamics parameter has a
-physical meaning that system identification can fit.
+physical meaning that system identification can fit. That is the reference loop (physics.loop:
+reference, made for 1 kHz); physics.loop: fast runs the same actuator model at a coarser step with an
+implicit PD (SimWorld._step_fast; docs/benchmarks.md, "The sim loop").
 
 Random pushes (randomization.pushes, sim/pushes.py) are off unless enabled (`pushes=True` or
 `pushes_enabled`); save_state / restore_state snapshot the world within an episode (sim/snapshot.py).
@@ -175,8 +177,8 @@ class SimWorld:
             c.changeDynamics(self.robot, link, linearDamping=0.0, angularDamping=0.0, jointDamping=0.0)
 
     def _bind_fast_calls(self) -> None:
-        """PyBullet functions bound to this client for the fast loop: BulletClient's attribute lookup
-        costs about 1.3 us a call, a third of a getJointStates."""
+        """PyBullet functions bound to this client for the fast loop and the task's per-step tool point:
+        BulletClient's attribute lookup costs about 1.3 us a call, a third of a getJointStates."""
         cid = self.client._client  # noqa: SLF001 - the physics client id BulletClient wraps
         self._raw_joint_states = functools.partial(pybullet.getJointStates, self.robot, self._all_idx,
                                                    physicsClientId=cid)
@@ -429,12 +431,7 @@ class SimWorld:
             c.stepSimulation()
             self.time_ns += self.dt_ns
             if self._outcome is None:
-                result = self.task.evaluate(self)
-                if result is not None:
-                    self._outcome = {"episode": self.episode_index, "seed": self.episode_seed,
-                                     "duration_s": self.episode_elapsed_s(), **result}
-                    if self._episode_pushes:
-                        self._outcome["pushes_applied"] = self._pushes_started
+                self._check_outcome()
 
     def _step_fast(self, n: int) -> None:
         """The fast loop (physics.loop: fast), made for a physics step of a few ms (docs/benchmarks.md):
@@ -453,6 +450,7 @@ class SimWorld:
         dof_order, dof_inverse = self._dof_order, self._dof_inverse
         pd = self._implicit_pd
         servo = self._servo
+        # No deadband and no step that could overshoot: ServoLoop.update's branches cannot act.
         unbranched = servo is not None and not np.any(self._servo_deadband > 0.0) \
             and float(np.max(self._servo_gain)) * dt < 0.5
         speed_step = None if servo is None else self._servo_max_acceleration * dt
@@ -490,12 +488,16 @@ class SimWorld:
             self._raw_step()
             self.time_ns += self.dt_ns
             if self._outcome is None:
-                result = self.task.evaluate(self)
-                if result is not None:
-                    self._outcome = {"episode": self.episode_index, "seed": self.episode_seed,
-                                     "duration_s": self.episode_elapsed_s(), **result}
-                    if self._episode_pushes:
-                        self._outcome["pushes_applied"] = self._pushes_started
+                self._check_outcome()
+
+    def _check_outcome(self) -> None:
+        """After a physics step of a running episode: ask the task whether it is over, and keep the outcome."""
+        result = self.task.evaluate(self)
+        if result is not None:
+            self._outcome = {"episode": self.episode_index, "seed": self.episode_seed,
+                             "duration_s": self.episode_elapsed_s(), **result}
+            if self._episode_pushes:
+                self._outcome["pushes_applied"] = self._pushes_started
 
     def _apply_pushes(self) -> None:
         """Apply the forces of the pushes active in this physics step (PyBullet clears external
