@@ -30,6 +30,7 @@ HEADLINES: dict[str, tuple[str, str]] = {
     "replay_read_ratio": ("replay", "replay_read_ratio"),
     "sim_realtime_factor": ("sim", "sim_realtime_factor"),
     "rollout_ratio_2_to_1": ("rollout", "rollout_ratio_2_to_1"),
+    "sim_loop_speedup": ("sim_loop", "sim_loop_speedup"),  # fast : reference loop, decisions per core (issue 32)
     "soak_violations": ("soak", "soak_violations"),
 }
 

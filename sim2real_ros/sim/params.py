@@ -44,13 +44,21 @@ class JointValues:
         return {"default": self.default, **dict(self.by_name)}
 
 
+SIM_LOOPS = ("reference", "fast")
+
+
 @dataclass(frozen=True)
 class PhysicsParams:
-    """dt_s: physics step [s]; gravity (3,) [m/s^2]; solver_iterations of the constraint solver."""
+    """dt_s: physics step [s]; gravity (3,) [m/s^2]; solver_iterations of the constraint solver;
+    loop: how SimWorld.step runs the actuator model each physics step (docs/benchmarks.md, "The sim loop"):
+    'reference' (the default: explicit PD, made for a 1 kHz dt_s) or 'fast' (implicit PD on fewer
+    PyBullet calls, latency-queue commands weighted by the part of the step they act in, made for a
+    coarser dt_s such as 0.005 s; SimWorld._step_fast)."""
 
     dt_s: float
     gravity: tuple[float, float, float]
     solver_iterations: int
+    loop: str = "reference"
 
 
 @dataclass(frozen=True)
@@ -392,7 +400,10 @@ def sim_params_from_dict(data: dict, source: str) -> SimParams:
         dt_s=r.number("physics.dt_s", 1e-5, 0.02),
         gravity=r.vector("physics.gravity", 3),
         solver_iterations=r.integer("physics.solver_iterations", 1),
+        loop=r.get("physics.loop", "reference"),
     )
+    if physics.loop not in SIM_LOOPS:
+        raise r.error("physics.loop", physics.loop, f"unknown sim loop (known: {', '.join(SIM_LOOPS)})")
     rates = RateParams(
         joint_states_hz=r.number("rates.joint_states_hz", 0.0, strict_low=True),
         camera_hz=r.number("rates.camera_hz", 0.0, strict_low=True),
@@ -493,6 +504,14 @@ def sim_params_from_dict(data: dict, source: str) -> SimParams:
         camera=camera, lighting=lighting, artifacts=dict(artifacts), randomization=rand,
         version=content_hash(data), source=source, raw=dict(data),
     )
+
+
+def with_sim_loop(params: SimParams, loop: str, dt_s: float) -> SimParams:
+    """`params` with physics.loop = `loop` and physics.dt_s = `dt_s` [s], validated as a file would be
+    (a new version hash: what a checkpoint trained on it records); source says what changed."""
+    data = dict(params.raw)
+    data["physics"] = {**dict(data.get("physics") or {}), "loop": loop, "dt_s": dt_s}
+    return sim_params_from_dict(data, f"{params.source} (physics.loop {loop}, dt_s {dt_s})")
 
 
 def load_sim_params(path: str | Path | None = None) -> SimParams:

@@ -4,7 +4,9 @@ Time is sim time in integer nanoseconds (`time_ns`), advanced only by `step`. Co
 latency queue at the current sim time; each physics step the PD loop torque is computed here in
 Python and applied with TORQUE_CONTROL (PyBullet's velocity motors are reused, with target velocity
 0 and max force = Coulomb friction, as the joints' dry friction), so every dynamics parameter has a
-physical meaning that system identification can fit.
+physical meaning that system identification can fit. That is the reference loop (physics.loop:
+reference, made for 1 kHz); physics.loop: fast runs the same actuator model at a coarser step with an
+implicit PD (SimWorld._step_fast; docs/benchmarks.md, "The sim loop").
 
 Random pushes (randomization.pushes, sim/pushes.py) are off unless enabled (`pushes=True` or
 `pushes_enabled`); save_state / restore_state snapshot the world within an episode (sim/snapshot.py).
@@ -12,6 +14,7 @@ Random pushes (randomization.pushes, sim/pushes.py) are off unless enabled (`pus
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import tempfile
 import weakref
@@ -28,7 +31,7 @@ from ..core.perception.camera_model import CameraModel, load_calibration_yaml
 from ..core.robot.urdf import RobotModel
 from ..core.timebase import NS_PER_S
 from .camera_artifacts import ArtifactConfig, apply_artifacts
-from .motor_model import LatencyQueue, ServoLoop, pd_torque
+from .motor_model import ImplicitPd, LatencyQueue, ServoLoop, pd_torque
 from .params import SimParams
 from .pushes import ScheduledPush, draw_push_schedule, push_links
 from .quiet_stdout import stdout_to_stderr
@@ -104,6 +107,8 @@ class SimWorld:
         self.task.build(self)
 
         self.dt_ns = int(round(params.physics.dt_s * NS_PER_S))
+        self.loop = params.physics.loop
+        self._bind_fast_calls()
         self.time_ns = 0
         self.base_seed = int(seed)
         self.episode_index = -1
@@ -171,6 +176,25 @@ class SimWorld:
             # Damping is computed in Python (a fit-able parameter); switch off PyBullet's own.
             c.changeDynamics(self.robot, link, linearDamping=0.0, angularDamping=0.0, jointDamping=0.0)
 
+    def _bind_fast_calls(self) -> None:
+        """PyBullet functions bound to this client for the fast loop and the task's per-step tool point:
+        BulletClient's attribute lookup costs about 1.3 us a call, a third of a getJointStates."""
+        cid = self.client._client  # noqa: SLF001 - the physics client id BulletClient wraps
+        self._raw_joint_states = functools.partial(pybullet.getJointStates, self.robot, self._all_idx,
+                                                   physicsClientId=cid)
+        self._raw_inverse_dynamics = functools.partial(pybullet.calculateInverseDynamics, self.robot,
+                                                       physicsClientId=cid)
+        self._raw_mass_matrix = functools.partial(pybullet.calculateMassMatrix, self.robot, physicsClientId=cid)
+        self._raw_torques = functools.partial(pybullet.setJointMotorControlArray, self.robot, self._all_idx,
+                                              pybullet.TORQUE_CONTROL, physicsClientId=cid)
+        self._raw_step = functools.partial(pybullet.stepSimulation, physicsClientId=cid)
+        self._raw_ee_state = functools.partial(pybullet.getLinkState, self.robot, self._ee_index,
+                                               computeForwardKinematics=True, physicsClientId=cid)
+        self._dof_inverse = np.argsort(self._dof_order)  # URDF order -> PyBullet dof order
+        self._dof_identity = bool(np.array_equal(self._dof_order, np.arange(len(self._dof_order))))
+        self._cmd_identity = bool(np.array_equal(self._cmd_pos, np.arange(len(self.all_joint_names))))
+        self._dof_zeros = [0.0] * len(self._dof_idx)
+
     def _build_table(self) -> None:
         c = self.client
         t = self.params.table
@@ -227,6 +251,7 @@ class SimWorld:
         latency = rand.actuation_latency_s if self.randomized else nominal["actuation_latency_s"]
         self.actuation_latency_s = float(latency)
         self._latency_ns = int(round(self.actuation_latency_s * NS_PER_S))
+        self._implicit_pd = ImplicitPd(self._kp, self._kd, self._effort_limit, self.params.physics.dt_s)
         if self._servo is not None:
             self._servo_max_speed = nominal["servo_max_speed"] * rand.servo_speed_scale
             self._servo_max_acceleration = nominal["servo_max_acceleration"] * rand.servo_acceleration_scale
@@ -324,6 +349,7 @@ class SimWorld:
             self.params.randomization.pushes, np.random.default_rng([self.episode_seed, 2]), self._push_links,
             self.params.task.timeout_s, self.dt_ns)
         self._push_first = self._pushes_started = 0
+        self._push_summaries: tuple[list[ScheduledPush], list[dict[str, Any]]] | None = None
         self._episode_serial += 1
         self.episode_start_ns = self.time_ns
         self._outcome = None
@@ -372,7 +398,10 @@ class SimWorld:
         return len(self._queue)
 
     def step(self, n: int = 1) -> None:
-        """Advance n physics steps (n * physics dt of sim time)."""
+        """Advance n physics steps (n * physics dt of sim time), with the sim params' physics.loop."""
+        if self.loop == "fast":
+            self._step_fast(int(n))
+            return
         c = self.client
         target_all = self._home_all.copy()
         zeros = [0.0] * len(self._dof_idx)
@@ -402,12 +431,73 @@ class SimWorld:
             c.stepSimulation()
             self.time_ns += self.dt_ns
             if self._outcome is None:
-                result = self.task.evaluate(self)
-                if result is not None:
-                    self._outcome = {"episode": self.episode_index, "seed": self.episode_seed,
-                                     "duration_s": self.episode_elapsed_s(), **result}
-                    if self._episode_pushes:
-                        self._outcome["pushes_applied"] = self._pushes_started
+                self._check_outcome()
+
+    def _step_fast(self, n: int) -> None:
+        """The fast loop (physics.loop: fast), made for a physics step of a few ms (docs/benchmarks.md):
+        the same latency queue, servo loop, PD gains, effort limits, gravity feed-forward, damping and
+        friction as the reference loop, with three differences. A command due inside a step acts on it
+        in proportion to the part of the step left (LatencyQueue.average: the dead time keeps its
+        resolution); the PD acts on the state at the end of the step (ImplicitPd, with each
+        joint's inertia from the mass matrix: stable where the explicit PD is not); and the PyBullet
+        calls go through pre-bound functions, one of each kind per step, with no reordering where
+        PyBullet's degree-of-freedom order is already the URDF's."""
+        dt = self.params.physics.dt_s
+        target_all = self._home_all.copy()
+        commands_all = self._cmd_identity  # the commanded joints are all joints, in order
+        zeros = self._dof_zeros
+        identity = self._dof_identity
+        dof_order, dof_inverse = self._dof_order, self._dof_inverse
+        pd = self._implicit_pd
+        servo = self._servo
+        # No deadband and no step that could overshoot: ServoLoop.update's branches cannot act.
+        unbranched = servo is not None and not np.any(self._servo_deadband > 0.0) \
+            and float(np.max(self._servo_gain)) * dt < 0.5
+        speed_step = None if servo is None else self._servo_max_acceleration * dt
+        for _ in range(n):
+            if commands_all:
+                target_all = self._queue.average(self.time_ns, self.dt_ns)
+            else:
+                target_all[self._cmd_pos] = self._queue.average(self.time_ns, self.dt_ns)
+            states = self._raw_joint_states()
+            q_list = [state[0] for state in states]
+            q = np.array(q_list)
+            qd = np.array([state[1] for state in states])
+            q_dof = q_list if identity else q[dof_inverse].tolist()
+            mass = self._raw_mass_matrix(q_dof)
+            inertia = np.array([row[k] for k, row in enumerate(mass)])
+            feed_forward = None
+            if self._gravity_compensation > 0.0:
+                feed_forward = self._gravity_compensation * np.array(self._raw_inverse_dynamics(q_dof, zeros, zeros))
+            if not identity:
+                inertia = inertia[dof_order]
+                feed_forward = None if feed_forward is None else feed_forward[dof_order]
+            if servo is None:
+                reference, speed = target_all, None
+            elif unbranched:
+                reference, speed = servo.update_unbranched(target_all, dt, self._servo_max_speed, speed_step,
+                                                           self._servo_gain)
+            else:
+                reference, speed = servo.update(target_all, dt, self._servo_max_speed, self._servo_max_acceleration,
+                                                self._servo_gain, self._servo_deadband)
+            tau_motor = pd.torque(q, qd, reference, speed, inertia, feed_forward)
+            self._last_effort = tau_motor
+            self._raw_torques(forces=(tau_motor - self._damping * qd).tolist())
+            if self._push_schedule:
+                self._apply_pushes()
+            self._raw_step()
+            self.time_ns += self.dt_ns
+            if self._outcome is None:
+                self._check_outcome()
+
+    def _check_outcome(self) -> None:
+        """After a physics step of a running episode: ask the task whether it is over, and keep the outcome."""
+        result = self.task.evaluate(self)
+        if result is not None:
+            self._outcome = {"episode": self.episode_index, "seed": self.episode_seed,
+                             "duration_s": self.episode_elapsed_s(), **result}
+            if self._episode_pushes:
+                self._outcome["pushes_applied"] = self._pushes_started
 
     def _apply_pushes(self) -> None:
         """Apply the forces of the pushes active in this physics step (PyBullet clears external
@@ -425,7 +515,11 @@ class SimWorld:
 
     def push_schedule(self) -> list[dict[str, Any]]:
         """This episode's pushes (as reset's info lists them; empty when pushes were off at reset)."""
-        return [push.summary() for push in self._push_schedule]
+        # Summaries made once per schedule (the privileged env asks every decision); copies handed out.
+        # Keyed on the schedule list itself: unstarted_pushes_withheld swaps in a shorter one.
+        if self._push_summaries is None or self._push_summaries[0] is not self._push_schedule:
+            self._push_summaries = (self._push_schedule, [push.summary() for push in self._push_schedule])
+        return [{**push, "force_n": list(push["force_n"])} for push in self._push_summaries[1]]
 
     @contextlib.contextmanager
     def unstarted_pushes_withheld(self):
@@ -562,8 +656,8 @@ class SimWorld:
 
     def ee_position(self) -> np.ndarray:
         """Tool point (ee_link frame origin) (3,) [m], world frame."""
-        state = self.client.getLinkState(self.robot, self._ee_index, computeForwardKinematics=True) \
-            if self._ee_index >= 0 else None
+        # Pre-bound PyBullet call: the task asks every physics step.
+        state = self._raw_ee_state() if self._ee_index >= 0 else None
         return np.asarray(state[4]) if state is not None else self.link_pose(self.ee_link)[:3, 3]
 
     def target_position(self) -> np.ndarray:

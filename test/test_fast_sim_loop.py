@@ -1,0 +1,137 @@
+"""The fast sim loop (physics.loop: fast, issue 32): it follows the reference loop's response within
+the stated bounds on a step and a chirp command for arm6 and the SO-101 (nominal and one randomized
+draw), the bounds mean something (the reference loop's own explicit PD at the same coarse step
+breaks them), its pieces (the averaged latency queue, the implicit PD) do what they say, and a
+snapshot replays bit-identically. Real PyBullet, sim time only: no wall-clock asserts."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim2real_ros.core.errors import ConfigError
+from sim2real_ros.robots import get_robot
+from sim2real_ros.sim.loop_check import COMMANDS, STATED_BOUNDS, response_error
+from sim2real_ros.sim.motor_model import ImplicitPd, LatencyQueue, pd_torque
+from sim2real_ros.sim.params import load_sim_params, sim_params_from_dict, with_sim_loop
+from sim2real_ros.sim.quiet_stdout import stdout_to_stderr
+from sim2real_ros.sim.world import SimWorld
+
+
+def _robot(name: str):
+    info = get_robot(name)
+    return load_sim_params(info.sim_params_path()), str(info.urdf_path())
+
+
+@pytest.mark.parametrize("robot", sorted(STATED_BOUNDS))
+@pytest.mark.parametrize("kind", COMMANDS)
+@pytest.mark.parametrize("randomized_seed", [None, 1])
+def test_fast_loop_tracks_the_reference_loop_within_the_stated_bound(robot, kind, randomized_seed):
+    params, urdf = _robot(robot)
+    bound = STATED_BOUNDS[robot]
+    with stdout_to_stderr():
+        error = response_error(params, urdf, kind, bound.fast_dt_s, randomized_seed=randomized_seed)
+    assert bound.holds(error), (robot, kind, randomized_seed, error.summary(), bound)
+    # The loops really moved the arm: the comparison is not of two arms at rest.
+    assert error.amplitude_rad == pytest.approx(0.3)
+    assert error.rms_rad > 1e-5
+
+
+@pytest.mark.parametrize("robot", sorted(STATED_BOUNDS))
+def test_the_bound_fails_the_explicit_pd_at_the_same_coarse_step(robot):
+    # The reference loop's explicit PD at the fast loop's step: what the implicit PD is there for.
+    params, urdf = _robot(robot)
+    bound = STATED_BOUNDS[robot]
+    with stdout_to_stderr():
+        error = response_error(params, urdf, "step", bound.fast_dt_s, loop="reference")
+    assert not bound.holds(error), error.summary()
+
+
+def test_latency_queue_average_weights_a_command_by_the_part_of_the_step_it_acts_in():
+    queue = LatencyQueue(np.zeros(2))
+    queue.push(received_ns=0, latency_ns=3_000_000, q_target=np.array([1.0, -2.0]))
+    # A 5 ms step from 0: the command acts for the last 2 ms of it.
+    np.testing.assert_allclose(queue.average(0, 5_000_000), [0.4, -0.8])
+    assert len(queue) == 0
+    np.testing.assert_array_equal(queue.active, [1.0, -2.0])  # as update() leaves it after the span
+    # Two commands inside one step, and nothing due: the active target itself.
+    queue.push(5_000_000, 1_000_000, np.array([3.0, 0.0]))
+    queue.push(5_000_000, 4_000_000, np.array([5.0, 0.0]))
+    np.testing.assert_allclose(queue.average(5_000_000, 5_000_000), [(1 * 1 + 3 * 3 + 5 * 1) / 5, -2.0 / 5])
+    np.testing.assert_array_equal(queue.average(10_000_000, 5_000_000), [5.0, 0.0])
+
+
+def test_implicit_pd_tends_to_the_explicit_pd_and_stays_stable_where_it_diverges():
+    kp, kd, inertia, limit = np.array([2.0]), np.array([0.025]), np.array([9.2e-5]), np.array([100.0])
+    q, qd = np.array([0.1]), np.array([0.5])
+    explicit = pd_torque(q, qd, np.zeros(1), kp, kd, limit)
+    small = ImplicitPd(kp, kd, limit, 1e-7).torque(q, qd, np.zeros(1), None, inertia)
+    np.testing.assert_allclose(small, explicit, rtol=1e-3)
+
+    def settle(dt: float, implicit: bool) -> float:
+        """|q| after 0.5 s of a 1-DOF joint from 0.1 rad (semi-implicit Euler, as PyBullet)."""
+        pd = ImplicitPd(kp, kd, limit, dt)
+        position, speed = np.array([0.1]), np.zeros(1)
+        for _ in range(int(0.5 / dt)):
+            tau = pd.torque(position, speed, np.zeros(1), None, inertia) if implicit \
+                else pd_torque(position, speed, np.zeros(1), kp, kd, limit)
+            speed = speed + dt * tau / inertia
+            position = position + dt * speed
+        return float(abs(position[0]))
+
+    assert 0.025 * 0.01 / 9.2e-5 > 2.0  # kd dt / I: the explicit PD's stability limit is passed
+    assert settle(0.01, implicit=False) > 1.0
+    assert settle(0.01, implicit=True) < 1e-3
+    assert settle(0.001, implicit=True) < 1e-3
+
+
+def test_fast_loop_snapshot_replays_bit_identically():
+    params, urdf = _robot("so101")
+    fast = with_sim_loop(params, "fast", STATED_BOUNDS["so101"].fast_dt_s)
+    with stdout_to_stderr():
+        world = SimWorld(fast, urdf, seed=3, render=False, randomize=True, pushes=True)
+    try:
+        world.reset(randomize=True)
+        home = world.joint_positions()
+        world.set_command(home + 0.2)
+        world.step(7)
+        state = world.save_state()
+        runs = []
+        for _ in range(2):
+            world.restore_state(state)
+            world.set_command(home - 0.1)
+            world.step(13)
+            runs.append((world.joint_positions(), world.joint_velocities(), world.time_ns))
+        np.testing.assert_array_equal(runs[0][0], runs[1][0])
+        np.testing.assert_array_equal(runs[0][1], runs[1][1])
+        assert runs[0][2] == runs[1][2] == state.time_ns + 13 * world.dt_ns
+    finally:
+        world.close()
+
+
+def test_sim_loop_is_validated_and_defaults_to_reference():
+    params, _ = _robot("arm6")
+    assert params.physics.loop == "reference"
+    data = dict(params.raw)
+    data["physics"] = {**data["physics"], "loop": "turbo"}
+    with pytest.raises(ConfigError, match=r"physics\.loop.*turbo"):
+        sim_params_from_dict(data, "test.yaml")
+    fast = with_sim_loop(params, "fast", 0.005)
+    assert (fast.physics.loop, fast.physics.dt_s) == ("fast", 0.005)
+    assert fast.version != params.version  # a checkpoint trained on it records another version
+
+
+def test_push_schedule_follows_the_withheld_schedule():
+    # push_schedule() keeps its summaries between calls: they must follow unstarted_pushes_withheld.
+    params, urdf = _robot("arm6")
+    with stdout_to_stderr():
+        world = SimWorld(params, urdf, seed=0, render=False, pushes=True)
+    try:
+        full = world.push_schedule()
+        assert len(full) >= 2 and world.pushes_applied() == 0
+        with world.unstarted_pushes_withheld():
+            assert world.push_schedule() == []
+        assert world.push_schedule() == full
+        full[0]["force_n"][0] = 1e9  # a caller's copy: the world's schedule is untouched
+        assert world.push_schedule()[0]["force_n"][0] != 1e9
+    finally:
+        world.close()
