@@ -134,9 +134,9 @@ class PickLiftParams:
     at least lift_height_m [m] above the table (its lowest point) while touching both jaws, for
     hold_s [s] without a break."""
 
-    size_m: tuple[float, float] = (0.025, 0.035)
+    size_m: tuple[float, float] = (0.02, 0.03)
     mass_kg: tuple[float, float] = (0.03, 0.12)
-    friction: tuple[float, float] = (0.6, 1.0)
+    friction: tuple[float, float] = (0.8, 1.2)
     rgb: tuple[float, float] = (0.1, 0.9)
     yaw_rad: tuple[float, float] = (-0.7854, 0.7854)
     region: tuple[tuple[float, float], tuple[float, float]] = ((0.16, 0.25), (-0.08, 0.08))
