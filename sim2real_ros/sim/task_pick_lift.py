@@ -18,8 +18,16 @@ from ..robots import robot_for_joints
 from .objects import CubeSpec, body_position, links_touching, remove_body, spawn_cube
 from .params import TaskParams
 from .pick_expert import PickLiftExpert
-from .task_base import COLLISION, SUCCESS, TIMEOUT, HoldTimer, ScriptedExpert, arm_touches, moving_link_indices, \
-    target_in_base_frame
+from .task_base import (
+    COLLISION,
+    SUCCESS,
+    TIMEOUT,
+    HoldTimer,
+    ScriptedExpert,
+    arm_touches,
+    moving_link_indices,
+    target_in_base_frame,
+)
 
 if TYPE_CHECKING:
     from .world import SimWorld

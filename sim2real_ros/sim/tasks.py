@@ -13,8 +13,18 @@ import numpy as np
 
 from .expert import ReachExpert
 from .params import TaskParams
-from .task_base import COLLISION, SUCCESS, TIMEOUT, HoldTimer, ScriptedExpert, Task, arm_touches, \
-    moving_link_indices, target_in_base_frame, tool_speed
+from .task_base import (
+    COLLISION,
+    SUCCESS,
+    TIMEOUT,
+    HoldTimer,
+    ScriptedExpert,
+    Task,
+    arm_touches,
+    moving_link_indices,
+    target_in_base_frame,
+    tool_speed,
+)
 
 if TYPE_CHECKING:
     from .world import SimWorld
