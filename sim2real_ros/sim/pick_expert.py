@@ -28,8 +28,8 @@ class PickExpertConfig:
     top edge, where it slips off). fixed_jaw_slant [m/m]: horizontal inset of the fixed jaw's inner
     face per metre above its tip with the tool vertical (its collision hull is a wedge).
     clearance_m [m]: gap kept between the fixed jaw and the cube while descending.
-    orientation_weight [m/rad]: IK weight of the orientation error against the position error. line_step_m [m]: IK spacing along the
-    vertical descent and lift."""
+    orientation_weight [m/rad]: IK weight of the orientation error against the position error.
+    line_step_m [m]: IK spacing along the vertical descent and lift."""
 
     approach_s: float = 1.5
     descend_s: float = 1.0
