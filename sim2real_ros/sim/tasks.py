@@ -147,6 +147,7 @@ class ReachHoldTask(ReachTask):
         self.hold = params.reach_hold
         self._timer = HoldTimer()
         self._collided = False
+        self._reached = False
         self._arm_links: set[int] = set()
         self._held_s = 0.0
 
@@ -156,13 +157,15 @@ class ReachHoldTask(ReachTask):
 
     def reset(self, world: SimWorld, rng: np.random.Generator) -> dict[str, Any]:
         self._timer.reset()
-        self._collided = False
+        self._collided = self._reached = False
         self._held_s = 0.0
         return super().reset(world, rng)
 
     def evaluate(self, world: SimWorld) -> dict[str, Any] | None:
         distance = float(np.linalg.norm(world.ee_position() - self._target))
-        steady = distance <= self.hold.radius_m and tool_speed(world) < self.hold.max_speed_m_s
+        inside = distance <= self.hold.radius_m
+        self._reached = self._reached or inside
+        steady = inside and tool_speed(world) < self.hold.max_speed_m_s
         self._held_s = self._timer.update(steady, world.time_ns)
         if not self._collided and arm_touches(world, world.table, self._arm_links):
             self._collided = True
@@ -179,7 +182,7 @@ class ReachHoldTask(ReachTask):
             return SUCCESS
         if self._collided:
             return COLLISION
-        return "unsteady" if self._timer.ever else TIMEOUT
+        return "unsteady" if self._reached else TIMEOUT
 
     def privileged_observation(self, world: SimWorld) -> dict[str, np.ndarray]:
         """target_pos, tool_pos (3,) [m] world frame; hold_progress (1,): held time / hold_s."""
@@ -192,10 +195,10 @@ class ReachHoldTask(ReachTask):
                 "holding": 1.0 if self._timer.since_ns is not None else 0.0}
 
     def state(self) -> Any:
-        return self._timer.state(), self._collided, self._held_s
+        return self._timer.state(), self._collided, self._held_s, self._reached
 
     def restore(self, state: Any) -> None:
-        timer, self._collided, self._held_s = state
+        timer, self._collided, self._held_s, self._reached = state
         self._timer.restore(timer)
 
 
