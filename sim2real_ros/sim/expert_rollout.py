@@ -35,24 +35,27 @@ def run_expert_episode(world: SimWorld, randomize: bool = False, seed: int | Non
 def evaluate_expert(params: SimParams, robot_description: str, episodes: int, seed: int = 1000,
                     randomize: bool = False, pushes: bool = False,
                     control_hz: float = DEFAULT_CONTROL_HZ) -> dict[str, Any]:
-    """`episodes` episodes of the scripted expert on one world (episode k has seed
-    episode_seed(seed, k), as eval-sim's); success rate with its Wilson 95 % interval, failure
-    categories and the per-episode rows."""
-    world = SimWorld(params, robot_description, seed=seed, render=False, randomize=False, pushes=pushes)
+    """`episodes` episodes of the scripted expert (episode k has seed episode_seed(seed, k), as
+    eval-sim's), each on a fresh world: a PyBullet world's next episode depends slightly on what it
+    simulated before, so a row is reproducible from its seed alone. Success rate with its Wilson
+    95 % interval, failure categories and the per-episode rows."""
     rows = []
-    try:
-        for k in range(int(episodes)):
+    categories: tuple[str, ...] = ()
+    for k in range(int(episodes)):
+        world = SimWorld(params, robot_description, seed=seed, render=False, randomize=False, pushes=pushes)
+        try:
+            categories = tuple(world.task.failure_categories)
             outcome = run_expert_episode(world, randomize=randomize, seed=episode_seed(seed, k), control_hz=control_hz)
-            rows.append({"episode": k, "seed": int(outcome["seed"]), "success": bool(outcome["success"]),
-                         "duration_s": float(outcome["duration_s"]),
-                         "final_distance_m": float(outcome.get("final_distance_m", np.nan)),
-                         "failure": outcome["failure"],
-                         **({"pushes_applied": int(outcome["pushes_applied"])} if "pushes_applied" in outcome else {})})
-    finally:
-        world.close()
+        finally:
+            world.close()
+        rows.append({"episode": k, "seed": int(outcome["seed"]), "success": bool(outcome["success"]),
+                     "duration_s": float(outcome["duration_s"]),
+                     "final_distance_m": float(outcome.get("final_distance_m", np.nan)),
+                     "failure": outcome["failure"],
+                     **({"pushes_applied": int(outcome["pushes_applied"])} if "pushes_applied" in outcome else {})})
     wins = sum(r["success"] for r in rows)
     return {"driver": "scripted_expert", "task": params.task.name, "episodes": len(rows), "successes": wins,
             "success_rate": wins / max(1, len(rows)), "ci95": list(wilson_interval(wins, len(rows))),
             "failures": dict(sorted(Counter(r["failure"] for r in rows).items())),
-            "failure_categories": list(world.task.failure_categories), "perturb": bool(randomize),
+            "failure_categories": list(categories), "perturb": bool(randomize),
             "pushes": bool(pushes), "seed": int(seed), "sim_params_version": params.version, "per_episode": rows}
