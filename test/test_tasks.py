@@ -265,5 +265,10 @@ def test_eval_sim_expert_reports_task_failures(tmp_path):
     assert result["failures"] == {"success": 2}
     assert "outcomes (reach_hold): success 2" in proc.stdout
     proc = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "eval-sim", "--expert", "--task",
+                           "reach_hold", "--pushes", "--episodes", "1", "--seed", "3"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "pushes on" in proc.stdout and "outcomes (reach_hold)" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "eval-sim", "--expert", "--task",
                            "pick_lift", "--episodes", "1"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "gripper" in proc.stderr

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.stats import wilson_interval
+from ..core.stats import success_by_pushes, wilson_interval
 from .params import SimParams
 from .world import SimWorld, episode_seed
 
@@ -54,8 +54,13 @@ def evaluate_expert(params: SimParams, robot_description: str, episodes: int, se
                      "failure": outcome["failure"],
                      **({"pushes_applied": int(outcome["pushes_applied"])} if "pushes_applied" in outcome else {})})
     wins = sum(r["success"] for r in rows)
+    push_info = {} if not pushes else {
+        "pushes_applied_total": sum(r.get("pushes_applied", 0) for r in rows),
+        "by_pushes": success_by_pushes([{"success": r["success"], "pushes_applied": r.get("pushes_applied", 0)}
+                                        for r in rows])}
     return {"driver": "scripted_expert", "task": params.task.name, "episodes": len(rows), "successes": wins,
             "success_rate": wins / max(1, len(rows)), "ci95": list(wilson_interval(wins, len(rows))),
             "failures": dict(sorted(Counter(r["failure"] for r in rows).items())),
             "failure_categories": list(categories), "perturb": bool(randomize),
-            "pushes": bool(pushes), "seed": int(seed), "sim_params_version": params.version, "per_episode": rows}
+            "pushes": bool(pushes), **push_info, "seed": int(seed), "sim_params_version": params.version,
+            "per_episode": rows}
