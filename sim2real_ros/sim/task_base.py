@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from ..core.timebase import NS_PER_S
+
 if TYPE_CHECKING:
     from .world import SimWorld
 
@@ -60,6 +62,12 @@ class Task(Protocol):
     def make_expert(self, world: SimWorld) -> ScriptedExpert:
         """The scripted expert for this world's robot."""
 
+    def state(self) -> Any:
+        """The task's own progress within the episode (hold timers, flags), for world snapshots."""
+
+    def restore(self, state: Any) -> None:
+        """Go back to a state() of this episode."""
+
 
 class HoldTimer:
     """How long a condition has held without a break, in sim time [ns] (success over time, not on
@@ -81,7 +89,7 @@ class HoldTimer:
         self.ever = True
         if self.since_ns is None:
             self.since_ns = now_ns
-        return (now_ns - self.since_ns) / 1e9
+        return (now_ns - self.since_ns) / NS_PER_S
 
     def state(self) -> tuple[int | None, bool]:
         return self.since_ns, self.ever

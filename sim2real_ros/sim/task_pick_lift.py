@@ -53,7 +53,7 @@ class PickLiftTask:
         self.rgba = (0.5, 0.5, 0.5, 1.0)
         self._jaws: set[int] = set()
         self._arm_links: set[int] = set()
-        self._gripper = ""
+        self.gripper_joint = ""
         self._timer = HoldTimer()
         self._was_up_in_hand = False
         self._collided = False
@@ -69,7 +69,7 @@ class PickLiftTask:
         if missing:
             raise ConfigError(world.params.source, "task.name", self.name,
                               f"jaw links {missing} not in {world.model.source}")
-        self._gripper = robot.gripper
+        self.gripper_joint = robot.gripper
         self._jaws = {index[n] for n in robot.jaw_links}
         self._arm_links = moving_link_indices(world, exclude=(*robot.jaw_links, world.ee_link))
 
@@ -177,7 +177,7 @@ class PickLiftScriptedExpert:
         home = world.params.home_pose(world.joint_names)
         home_q = np.clip([home.get(n, 0.0) for n in world.joint_names], world.lower, world.upper)
         self.task = task
-        self.expert = PickLiftExpert(world.model, world.joint_names, task._gripper, world.ee_link, home_q)  # noqa: SLF001
+        self.expert = PickLiftExpert(world.model, world.joint_names, task.gripper_joint, world.ee_link, home_q)
 
     def start(self, world: SimWorld) -> None:
         spec = self.task.spec
