@@ -20,7 +20,8 @@ class RobotInfo:
     """One robot. urdf: path under the package share dir (urdf/...); joints: the movable joints in
     command order (what joint_states, command arrays and checkpoints list); gripper: the jaw joint (a
     position-commanded joint like the others) or None; tool_link: the tool point (sim task, Cartesian
-    jogging); camera_link: the URDF link the sim camera is mounted on; sim_params: file under config/."""
+    jogging); camera_link: the URDF link the sim camera is mounted on; sim_params: file under config/;
+    jaw_links: the links whose collision shapes grip (the pick tasks' grasp test), () without a gripper."""
 
     name: str
     urdf: str
@@ -30,6 +31,7 @@ class RobotInfo:
     camera_link: str
     sim_params: str
     summary: str
+    jaw_links: tuple[str, ...] = ()
 
     def urdf_path(self) -> Path:
         return share_dir() / self.urdf
@@ -49,7 +51,9 @@ ROBOTS: dict[str, RobotInfo] = {
         joints=("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"),
         gripper="gripper", tool_link="gripper_frame_link", camera_link="camera_link",
         sim_params="sim_params_so101.yaml",
-        summary="LeRobot's SO-101 follower arm: 5 joints + gripper jaw, Feetech STS3215 servos"),
+        summary="LeRobot's SO-101 follower arm: 5 joints + gripper jaw, Feetech STS3215 servos",
+        # the fixed jaw is part of gripper_link's collision shapes
+        jaw_links=("gripper_link", "moving_jaw_so101_v1_link")),
 }
 DEFAULT_ROBOT = "arm6"
 ROBOT_NAMES = tuple(ROBOTS)

@@ -7,20 +7,21 @@ import numpy as np
 import pytest
 
 from sim2real_ros.robots import get_robot
-from sim2real_ros.sim.params import load_sim_params
+from sim2real_ros.sim.params import load_sim_params, with_task
 from sim2real_ros.sim.render_process import RenderProcess, RenderProcessError
 from sim2real_ros.sim.world import SimWorld
 
 
-def _kwargs(robot: str) -> dict:
+def _kwargs(robot: str, task: str | None = None) -> dict:
     spec = get_robot(robot)
-    return {"params": load_sim_params(spec.sim_params_path()), "robot_description": str(spec.urdf_path()),
+    params = load_sim_params(spec.sim_params_path())
+    return {"params": params if task is None else with_task(params, task), "robot_description": str(spec.urdf_path()),
             "seed": 7, "randomize": True}
 
 
-@pytest.mark.parametrize("robot", ["arm6", "so101"])
-def test_the_twin_renders_what_the_world_renders(robot):
-    kwargs = _kwargs(robot)
+@pytest.mark.parametrize("robot, task", [("arm6", None), ("so101", None), ("so101", "pick_lift")])
+def test_the_twin_renders_what_the_world_renders(robot, task):
+    kwargs = _kwargs(robot, task)
     world = SimWorld(**kwargs, render=True)
     renderer = RenderProcess(kwargs)
     try:

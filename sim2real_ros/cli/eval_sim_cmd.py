@@ -1,5 +1,9 @@
-"""`sim2real eval-sim [--checkpoint CKPT] [--robot arm6|so101] --episodes N [--perturb] [--pushes]
-[--sim-config YAML] [--graph] [--actuation-latency S] --json OUT`.
+"""`sim2real eval-sim [--checkpoint CKPT | --expert] [--robot arm6|so101] [--task reach|reach_hold|pick_lift]
+--episodes N [--perturb] [--pushes] [--sim-config YAML] [--graph] [--actuation-latency S] --json OUT`.
+
+--task runs another task than the sim params' task.name (sim/tasks.py); --expert lets the task's
+scripted expert drive (privileged state, no policy): how solvable the task is. Each episode's
+failure category is the task's own (docs/learning.md, "Tasks"), counted in `failures`.
 
 The core path's actuator compensates the deployment's configured latency (config/params.yaml), as
 the graph's actuator node does, unless --actuation-latency overrides it; the JSON says which
@@ -13,6 +17,7 @@ from pathlib import Path
 
 from ..paths import default_policy_path
 from ..robots import ROBOT_NAMES
+from ..sim.params import TASK_NAMES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,6 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "default: the shipped policy)")
     parser.add_argument("--backend", choices=("auto", "torch", "onnxruntime"), default="auto",
                         help="core path: what runs the policy; auto picks by the file (docs/onnx.md)")
+    parser.add_argument("--task", choices=TASK_NAMES, default=None,
+                        help="sim task (default: the sim params' task.name; docs/learning.md, Tasks)")
+    parser.add_argument("--expert", action="store_true",
+                        help="the task's scripted expert drives (privileged state) instead of a checkpoint")
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--perturb", action="store_true", help="apply the sim params' randomization ranges")
     parser.add_argument("--pushes", action="store_true",
@@ -63,7 +72,18 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from ..rl.teacher_checkpoint import is_teacher_file
 
-    if is_teacher_file(args.checkpoint):
+    if args.expert:
+        if args.graph or args.actuation_latency is not None or args.workers:
+            print("--expert runs in this process on privileged state: no --graph, --actuation-latency or --workers",
+                  file=sys.stderr)
+            return 2
+        result = _evaluate_expert(args)
+        if result is None:
+            return 2
+    elif args.task is not None and (args.graph or is_teacher_file(args.checkpoint)):
+        print("--task applies to the core path with a policy checkpoint (or --expert)", file=sys.stderr)
+        return 2
+    elif is_teacher_file(args.checkpoint):
         if args.graph or args.backend == "onnxruntime" or args.actuation_latency is not None:
             print("a teacher checkpoint runs on privileged observations only: no --graph, --backend onnxruntime "
                   "or --actuation-latency", file=sys.stderr)
@@ -103,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
                                      robot_description=args.robot_description, seed=args.seed,
                                      graph_conditions=not args.no_graph_conditions, pushes=args.pushes,
                                      workers=workers, backend=args.backend,
-                                     actuation_latency_s=args.actuation_latency, robot=args.robot)
+                                     actuation_latency_s=args.actuation_latency, robot=args.robot,
+                                     task=args.task)
         except Sim2RealError as err:
             print(f"sim2real eval-sim: {err}", file=sys.stderr)
             return 2
@@ -119,6 +140,9 @@ def run(args: argparse.Namespace) -> int:
     lo, hi = result["ci95"]
     pushes = f"; pushes on, {result['pushes_applied_total']} applied" if result.get("pushes") else ""
     print(f"success {result['success_rate']:.0%} (95% CI {lo:.2f}-{hi:.2f}) over {result['episodes']} episodes{pushes}")
+    failures = ", ".join(f"{name} {count}" for name, count in (result.get("failures") or {}).items())
+    if failures:
+        print(f"  outcomes ({result.get('task', 'reach')}): {failures}")
     for group, row in (result.get("by_pushes") or {}).items():
         rate = "n/a" if row["success_rate"] is None else f"{row['success_rate']:.0%}"
         print(f"  {group}: {row['successes']}/{row['episodes']} ({rate})")
@@ -142,3 +166,23 @@ def _evaluate_teacher(args: argparse.Namespace) -> dict | None:
     except Sim2RealError as err:
         print(f"sim2real eval-sim: {err}", file=sys.stderr)
         return None
+
+
+def _evaluate_expert(args: argparse.Namespace) -> dict | None:
+    """eval-sim with the task's scripted expert driving (sim/expert_rollout.py); None after an error."""
+    from ..core.errors import Sim2RealError
+    from ..robots import DEFAULT_ROBOT, robot_description_for, sim_params_for
+    from ..sim.expert_rollout import evaluate_expert
+    from ..sim.params import load_sim_params, with_task
+
+    robot = args.robot or DEFAULT_ROBOT
+    try:
+        params = load_sim_params(sim_params_for(robot, args.sim_config))
+        if args.task is not None:
+            params = with_task(params, args.task)
+        result = evaluate_expert(params, robot_description_for(robot, args.robot_description), args.episodes,
+                                 seed=args.seed, randomize=args.perturb, pushes=args.pushes)
+    except Sim2RealError as err:
+        print(f"sim2real eval-sim: {err}", file=sys.stderr)
+        return None
+    return {"robot": robot, **result}

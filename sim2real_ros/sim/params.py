@@ -121,9 +121,42 @@ class ActuatorParams:
     servo: ServoParams | None = None
 
 
+TASK_NAMES = ("reach", "reach_hold", "pick_lift")
+
+
+@dataclass(frozen=True)
+class ReachHoldParams:
+    """reach_hold (task.reach_hold, optional): the tool point must stay within radius_m [m] of the
+    target with a speed under max_speed_m_s [m/s] for hold_s [s] without a break."""
+
+    radius_m: float = 0.02
+    max_speed_m_s: float = 0.05
+    hold_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class PickLiftParams:
+    """pick_lift (task.pick_lift, optional): a cube drawn per episode, uniformly: edge size_m [m],
+    mass_kg [kg], lateral friction coefficient, colour (each RGB channel in rgb), yaw_rad [rad] about
+    the vertical, center x, y [m] in region (world frame, resting on the table). Success: the cube
+    at least lift_height_m [m] above the table (its lowest point) while touching both jaws, for
+    hold_s [s] without a break."""
+
+    size_m: tuple[float, float] = (0.02, 0.03)
+    mass_kg: tuple[float, float] = (0.03, 0.12)
+    friction: tuple[float, float] = (0.8, 1.2)
+    rgb: tuple[float, float] = (0.1, 0.9)
+    yaw_rad: tuple[float, float] = (-0.7854, 0.7854)
+    region: tuple[tuple[float, float], tuple[float, float]] = ((0.16, 0.25), (-0.08, 0.08))
+    lift_height_m: float = 0.05
+    hold_s: float = 1.0
+
+
 @dataclass(frozen=True)
 class TaskParams:
-    """The reach task: success radius [m], timeout [s] (sim time), target sphere and sampling box [m]."""
+    """The task (name: reach | reach_hold | pick_lift, sim/tasks.py): success radius [m] (reach),
+    timeout [s] (sim time), target sphere and sampling box [m] (reach, reach_hold), and the
+    settings of the other tasks (defaults unless the file has task.reach_hold / task.pick_lift)."""
 
     name: str
     success_radius_m: float
@@ -131,6 +164,8 @@ class TaskParams:
     target_radius_m: float
     target_rgba: tuple[float, float, float, float]
     target_region: tuple[tuple[float, float], tuple[float, float], tuple[float, float]]
+    reach_hold: ReachHoldParams = field(default_factory=ReachHoldParams)
+    pick_lift: PickLiftParams = field(default_factory=PickLiftParams)
 
 
 @dataclass(frozen=True)
@@ -393,6 +428,59 @@ def _push_params(r: _Reader, dt_s: float) -> PushParams | None:
                       links=tuple(links))
 
 
+def _known_keys(r: _Reader, path: str, known: Sequence[str]) -> Mapping[str, Any]:
+    """The optional mapping at `path` ({} when absent); ConfigError for a non-mapping or an unknown key."""
+    value = r.get(path, None)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise r.error(path, value, f"must be a mapping with keys {', '.join(known)}")
+    for key in value:
+        if key not in known:
+            raise r.error(f"{path}.{key}", value[key], f"unknown key (known: {', '.join(known)})")
+    return value
+
+
+def _reach_hold_params(r: _Reader) -> ReachHoldParams:
+    """task.reach_hold (optional, defaults of ReachHoldParams)."""
+    path = "task.reach_hold"
+    default = ReachHoldParams()
+    given = _known_keys(r, path, tuple(ReachHoldParams.__dataclass_fields__))
+    values = {key: r.number(f"{path}.{key}", 0.0, strict_low=True) if key in given else getattr(default, key)
+              for key in ReachHoldParams.__dataclass_fields__}
+    return ReachHoldParams(**values)
+
+
+def _pick_lift_params(r: _Reader) -> PickLiftParams:
+    """task.pick_lift (optional, defaults of PickLiftParams); ranges [low, high]."""
+    path = "task.pick_lift"
+    default = PickLiftParams()
+    given = _known_keys(r, path, tuple(PickLiftParams.__dataclass_fields__))
+    bounds = {"size_m": (0.01, 0.05), "mass_kg": (1e-3, 1.0), "friction": (0.0, 5.0), "rgb": (0.0, 1.0),
+              "yaw_rad": (-math.pi, math.pi)}
+    values: dict[str, Any] = {}
+    for key, (low, high) in bounds.items():
+        values[key] = r.interval(f"{path}.{key}", low, high) if key in given else getattr(default, key)
+    if "region" in given:
+        values["region"] = (r.interval(f"{path}.region.x"), r.interval(f"{path}.region.y"))
+    for key in ("lift_height_m", "hold_s"):
+        if key in given:
+            values[key] = r.number(f"{path}.{key}", 0.0, strict_low=True)
+    return replace(default, **values)
+
+
+def with_task(params: SimParams, task_name: str, source: str = "--task") -> SimParams:
+    """The same sim params with task.name = task_name (validated again, so the version is the hash
+    of what runs). ConfigError naming `source` for an unknown task."""
+    if task_name not in TASK_NAMES:
+        raise ConfigError(source, "task", task_name, f"unknown task (known: {', '.join(TASK_NAMES)})")
+    if task_name == params.task.name:
+        return params
+    data = dict(params.raw)
+    data["task"] = {**dict(data.get("task", {})), "name": task_name}
+    return sim_params_from_dict(data, params.source)
+
+
 def sim_params_from_dict(data: dict, source: str) -> SimParams:
     """Validate a sim params mapping (as yaml.safe_load returns it); ConfigError on bad fields."""
     r = _Reader(data, source)
@@ -441,8 +529,8 @@ def sim_params_from_dict(data: dict, source: str) -> SimParams:
             and math.isinf(actuator.effort_limit.default):
         actuator = replace(actuator, effort_limit=None)
     task_name = r.text("task.name")
-    if task_name != "reach":
-        raise r.error("task.name", task_name, "unknown task (known: reach)")
+    if task_name not in TASK_NAMES:
+        raise r.error("task.name", task_name, f"unknown task (known: {', '.join(TASK_NAMES)})")
     task = TaskParams(
         name=task_name,
         success_radius_m=r.number("task.success_radius_m", 0.0, strict_low=True),
@@ -451,6 +539,8 @@ def sim_params_from_dict(data: dict, source: str) -> SimParams:
         target_rgba=r.vector("task.target_rgba", 4, 0.0, 1.0),
         target_region=(r.interval("task.target_region.x"), r.interval("task.target_region.y"),
                        r.interval("task.target_region.z")),
+        reach_hold=_reach_hold_params(r),
+        pick_lift=_pick_lift_params(r),
     )
     table = TableParams(
         size=r.vector("table.size", 3, 1e-3),

@@ -30,6 +30,7 @@ class WorldState:
     push_first, pushes_started: the push schedule's progress.
     target (3,) [m], target_rgba: the task's goal and its color (None if the task has none).
     image_rng_state: the bit generator state of the camera noise.
+    task_state: the task's own progress (Task.state(): hold timers, grasp flags), None if it keeps none.
     """
 
     world_serial: int
@@ -48,3 +49,4 @@ class WorldState:
     target: np.ndarray
     target_rgba: tuple[float, ...] | None
     image_rng_state: dict[str, Any]
+    task_state: Any = None

@@ -562,6 +562,7 @@ class SimWorld:
             push_first=self._push_first, pushes_started=self._pushes_started, target=target,
             target_rgba=None if rgba is None else tuple(rgba),
             image_rng_state=self._image_rng.bit_generator.state,
+            task_state=self.task.state() if hasattr(self.task, "state") else None,
         )
         self._live_states[state_id] = weakref.finalize(state, _remove_bullet_state, self.client, state_id,
                                                        self._live_states)
@@ -595,6 +596,8 @@ class SimWorld:
                 and tuple(getattr(self.task, "rgba", ())) != state.target_rgba:
             self.task.set_color(self, state.target_rgba)
         self._image_rng.bit_generator.state = state.image_rng_state
+        if hasattr(self.task, "restore"):
+            self.task.restore(state.task_state)
         if discard:
             self.discard_state(state)
 

@@ -20,7 +20,7 @@ from ..core.stats import success_by_pushes, summary, wilson_interval
 from ..paths import config_path
 from ..provenance import assert_unseen_episodes, sim_params_mismatch
 from ..robots import robot_description_for, robot_for_checkpoint, sim_params_for
-from ..sim.params import load_sim_params
+from ..sim.params import load_sim_params, with_task
 from ..sim.world import episode_seed
 from .graph_conditions import GraphConditions
 from .parallel import EpisodeJob, EpisodePool, counting_progress
@@ -120,7 +120,8 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
                     graph_conditions: GraphConditions | bool | None = True, pushes: bool = False,
                     workers: int = 0, backend: str = "auto", robot: str | None = None,
                     timeout_s: float | None = None, log: Callable[[str], None] | None = None,
-                    on_block: Callable[[int], None] | None = None, block: int = 4) -> dict[str, Any]:
+                    on_block: Callable[[int], None] | None = None, block: int = 4,
+                    task: str | None = None) -> dict[str, Any]:
     """Run `episodes` sim episodes with the policy driving (core path: preprocessing pipeline,
     policy, actuator; with graph_conditions (default) the graph's timing and supervisor, see
     training.graph_conditions). perturb: sample the sim params' randomization ranges each episode.
@@ -135,10 +136,13 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     name (None: the checkpoint's); its URDF and sim params are the defaults of robot_description and
     sim_config; a checkpoint trained for another robot raises CheckpointError naming both.
     timeout_s [s] / log: a Ray worker silent on one block of `block` episodes for longer is replaced
-    (named in log); on_block(n): called after each finished block of n episodes."""
+    (named in log); on_block(n): called after each finished block of n episodes. task: the sim task
+    (sim/tasks.py: reach | reach_hold | pick_lift) instead of the sim params' task.name."""
     policy = load_policy(checkpoint, backend=backend, num_threads=num_threads)
     robot = robot_for_checkpoint(robot, policy.spec.joint_names, policy.spec.provenance, str(checkpoint))
     params = load_sim_params(sim_params_for(robot, sim_config))
+    if task is not None:
+        params = with_task(params, task)
     preprocess = PreprocessConfig.from_dict(policy.spec.preprocess, source=f"{checkpoint} preprocess")
     description = robot_description_for(robot, robot_description)
     # The sim drives the checkpoint's joints by name: each must be in the robot, and the
@@ -159,7 +163,7 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     config = rollout_config_from(policy, latency, graph_conditions)
     job = EpisodeJob(str(params.source), description, preprocess.to_dict(),
                      list(policy.spec.joint_names), config.to_dict(), policy.spec.chunk_length, policy.spec.dt_s,
-                     pushes=pushes, record_images=False, backend=policy.backend)
+                     pushes=pushes, record_images=False, backend=policy.backend, task=task)
     assert_unseen_episodes(seed, range(episodes), student_training_episodes(policy.spec.provenance), str(checkpoint))
     pool = EpisodePool(job, workers, num_threads=num_threads, timeout_s=timeout_s, log=log)
     progress_bar = counting_progress(episodes, f"[{label}] episodes")
@@ -182,7 +186,7 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
                                                       "pushes_applied": int(r.outcome.get("pushes_applied", 0))}
                                                      for r in records])}
     return {"checkpoint": str(checkpoint), "checkpoint_hash": policy.checkpoint_hash, "backend": policy.backend,
-            "robot": robot,
+            "robot": robot, "task": params.task.name,
             "perturb": perturb,
             "pushes": bool(pushes), **push_info, "sim_params_version": params.version,
             "trained_sim_params_version": policy.spec.sim_params_version,

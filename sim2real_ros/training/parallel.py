@@ -21,7 +21,7 @@ import numpy as np
 
 from ..core.perception.preprocess import ImagePipeline
 from ..core.perception.preprocess_config import PreprocessConfig
-from ..sim.params import load_sim_params
+from ..sim.params import load_sim_params, with_task
 from ..sim.world import SimWorld
 from .rollout import EpisodeRecord, RolloutConfig, run_episode
 
@@ -34,7 +34,8 @@ class EpisodeJob:
     commanded joints; rollout: RolloutConfig.to_dict(); chunk_length (K), dt_s [s]; randomize;
     pushes; teacher: None (the student drives, no labels) | "ik" | "ppo" with teacher_checkpoint;
     record_images: keep the policy images (training data) or not (evaluation); backend: what runs
-    a checkpoint-path driver (core/policy_backend.py: auto, torch or onnxruntime)."""
+    a checkpoint-path driver (core/policy_backend.py: auto, torch or onnxruntime); task: the sim
+    task to run instead of the sim params' task.name (sim/tasks.py; None: the file's)."""
 
     sim_params: str
     robot_description: str
@@ -48,6 +49,7 @@ class EpisodeJob:
     teacher_checkpoint: str | None = None
     record_images: bool = True
     backend: str = "auto"
+    task: str | None = None
 
 
 # A driver: a PolicyModel (DAgger student), a checkpoint path (evaluation), or None (the teacher drives).
@@ -95,6 +97,8 @@ class EpisodeRunner:
                 teacher_checkpoint=self.unpacked.path("teacher") if job.teacher_checkpoint else None)
         self.job = job
         self.params = load_sim_params(job.sim_params)
+        if job.task is not None:
+            self.params = with_task(self.params, job.task)
         self.pipeline = ImagePipeline(PreprocessConfig.from_dict(job.preprocess, source="episode job preprocess"))
         self.rollout = RolloutConfig.from_dict(job.rollout, "episode job rollout")
         self._teacher = None

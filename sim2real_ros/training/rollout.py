@@ -79,18 +79,9 @@ def target_in_base(world: SimWorld) -> np.ndarray:
 
 
 def classify_failure(world: SimWorld, outcome: dict[str, Any]) -> str:
-    """Failure category of a finished episode: success | timeout_near | timeout_far | joint_limit
-    | table_contact."""
-    if outcome.get("success"):
-        return "success"
-    q = world.joint_positions()
-    span = world.upper - world.lower
-    if np.any((q - world.lower < 0.01 * span) | (world.upper - q < 0.01 * span)):
-        return "joint_limit"
-    if world.ee_position()[2] < 0.005:
-        return "table_contact"
-    distance = float(outcome.get("final_distance_m", np.inf))
-    return "timeout_near" if distance < 0.10 else "timeout_far"
+    """Failure category of a finished (or cut) episode, as the world's task names them
+    (sim/tasks.py; reach: success | timeout_near | timeout_far | joint_limit | table_contact)."""
+    return world.task.classify_failure(world, outcome)
 
 
 def run_episode(world: SimWorld, pipeline: ImagePipeline, expert: ReachExpert | None, controller: Controller | None,

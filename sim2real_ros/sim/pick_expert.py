@@ -1,0 +1,213 @@
+"""The scripted pick-and-lift teacher for arms with a position-commanded jaw (SO-101).
+
+It knows the cube's true pose and size (privileged), and plays four phases on sim time from the
+episode start: open the jaw and move above the cube, descend around it, close, lift. The joint goals
+come from a damped-least-squares pose IK on the project's own kinematics (core/robot/urdf.py): tool
+z axis pointing down, jaws closing across two opposite cube faces (the pair nearest the arm's radial
+direction, so the wrist rolls least).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core.robot.urdf import RobotModel, damped_least_squares
+
+
+@dataclass(frozen=True)
+class PickExpertConfig:
+    """Phase durations [s]: approach (home -> above the cube), descend, close, squeeze (the jaw
+    settles on the cube before the arm moves), lift (then hold).
+    approach_height_m [m]: tool point above the cube top before descending. grasp_height_m [m]: tool
+    point (the jaw tips) above the table when closing. lift_height_m [m]: tool point above the table
+    at the end of the lift. jaw_open_rad / jaw_closed_rad [rad]: jaw commands (closed lies past the
+    smallest cube, so the jaw squeezes). tilt_rad [rad]: the tool tips this much from vertical
+    toward the moving jaw (0: straight down; tipping it raises the moving jaw's tip onto the cube's
+    top edge, where it slips off). fixed_jaw_slant [m/m]: horizontal inset of the fixed jaw's inner
+    face per metre above its tip with the tool vertical (its collision hull is a wedge).
+    clearance_m [m]: gap kept between the fixed jaw and the cube while descending.
+    orientation_weight [m/rad]: IK weight of the orientation error against the position error.
+    line_step_m [m]: IK spacing along the vertical descent and lift."""
+
+    approach_s: float = 1.5
+    descend_s: float = 1.0
+    close_s: float = 0.8
+    squeeze_s: float = 0.4
+    lift_s: float = 1.2
+    approach_height_m: float = 0.035
+    grasp_height_m: float = 0.006
+    lift_height_m: float = 0.085
+    jaw_open_rad: float = 1.2
+    jaw_closed_rad: float = -0.15
+    tilt_rad: float = 0.2
+    fixed_jaw_slant: float = 0.43
+    clearance_m: float = 0.004
+    orientation_weight: float = 0.1
+    line_step_m: float = 0.01
+    ik_iterations: int = 200
+    ik_damping: float = 0.01
+
+
+def rotation_error(current: np.ndarray, desired: np.ndarray) -> np.ndarray:
+    """Rotation vector (3,) [rad] turning `current` (3, 3) into `desired` (3, 3), both in one frame."""
+    delta = desired @ current.T
+    cos = float(np.clip((np.trace(delta) - 1.0) / 2.0, -1.0, 1.0))
+    angle = math.acos(cos)
+    axis = np.array([delta[2, 1] - delta[1, 2], delta[0, 2] - delta[2, 0], delta[1, 0] - delta[0, 1]])
+    norm = float(np.linalg.norm(axis))
+    if norm < 1e-9:
+        return np.zeros(3)
+    return angle * axis / norm
+
+
+def tool_down_rotation(closing_direction: np.ndarray, tilt_rad: float = 0.0) -> np.ndarray:
+    """Tool frame (3, 3), base frame: z pointing down, tipped by tilt_rad [rad] toward
+    `closing_direction` (the horizontal unit vector from the fixed jaw toward the moving jaw), and x
+    opposite the closing direction (tilted alike)."""
+    closing = np.array([closing_direction[0], closing_direction[1], 0.0])
+    closing /= max(1e-9, float(np.linalg.norm(closing)))
+    up = np.array([0.0, 0.0, 1.0])
+    z_axis = math.sin(tilt_rad) * closing - math.cos(tilt_rad) * up
+    x_axis = -(math.cos(tilt_rad) * closing + math.sin(tilt_rad) * up)
+    y_axis = np.cross(z_axis, x_axis)
+    return np.column_stack([x_axis, y_axis, z_axis])
+
+
+class PickLiftExpert:
+    """Joint targets for a top-down pick of a cube; `command(t, q_now)` is a pure function of the
+    plan made by `plan` (cube pose and size) and the time t [s] since the episode start."""
+
+    def __init__(self, model: RobotModel, joint_names: list[str], gripper: str, tool_link: str,
+                 home_q: np.ndarray, config: PickExpertConfig | None = None) -> None:
+        self.model = model
+        self.joint_names = list(joint_names)
+        self.gripper_index = self.joint_names.index(gripper)
+        self.arm_index = [i for i in range(len(self.joint_names)) if i != self.gripper_index]
+        self.tool_link = tool_link
+        self.home_q = np.asarray(home_q, dtype=float)
+        self.config = config or PickExpertConfig()
+        limits = model.limits_arrays(self.joint_names)
+        margin = 0.02 * (limits["upper"] - limits["lower"])
+        self.lower = limits["lower"] + margin
+        self.upper = limits["upper"] - margin
+        self._waypoints: list[np.ndarray] = []
+        self._descent = np.zeros((0, len(self.joint_names)))
+        self._lift = np.zeros((0, len(self.joint_names)))
+
+    def solve_ik(self, position: np.ndarray, rotation: np.ndarray, *seeds: np.ndarray) -> np.ndarray:
+        """The best of _solve_ik from each seed (smallest weighted pose error)."""
+        best_q, best_error = None, math.inf
+        for seed in seeds:
+            q, error = self._solve_ik(position, rotation, seed)
+            if error < best_error:
+                best_q, best_error = q, error
+        assert best_q is not None, "solve_ik needs a seed"
+        return best_q
+
+    def _solve_ik(self, position: np.ndarray, rotation: np.ndarray, seed: np.ndarray) -> tuple[np.ndarray, float]:
+        """Joints (n,) [rad] (the jaw kept at the seed's) putting the tool at `position` (3,) [m] with
+        `rotation` (3, 3), base frame; damped least squares from `seed`, orientation weighted by
+        orientation_weight [m/rad] (a 5-joint arm cannot match every pose exactly); also the final
+        weighted error norm."""
+        cfg = self.config
+        q = np.clip(np.asarray(seed, dtype=float), self.lower, self.upper)
+        weights = np.array([1.0, 1.0, 1.0, cfg.orientation_weight, cfg.orientation_weight, cfg.orientation_weight])
+        previous = math.inf
+        for _ in range(cfg.ik_iterations):
+            transform = self.model.forward_kinematics(q, self.tool_link, self.joint_names)[0]
+            error = np.concatenate([position - transform[:3, 3], rotation_error(transform[:3, :3], rotation)])
+            size = float(np.linalg.norm(weights * error))
+            # Converged, or stalled where five joints cannot do better (limits, unreachable roll).
+            if size < 5e-4 or previous - size < 1e-7:
+                break
+            previous = size
+            jac = self.model.jacobian(q, self.tool_link, self.joint_names)[:, self.arm_index]
+            step = damped_least_squares(weights[:, None] * jac, weights * error, cfg.ik_damping)
+            scale = min(1.0, 0.2 / max(1e-9, float(np.max(np.abs(step)))))
+            q[self.arm_index] = np.clip(q[self.arm_index] + scale * step, self.lower[self.arm_index],
+                                        self.upper[self.arm_index])
+        transform = self.model.forward_kinematics(q, self.tool_link, self.joint_names)[0]
+        error = np.concatenate([position - transform[:3, 3], rotation_error(transform[:3, :3], rotation)])
+        return q, float(np.linalg.norm(weights * error))
+
+    def plan(self, cube_center: np.ndarray, cube_yaw_rad: float, cube_size_m: float) -> None:
+        """Joint waypoints (above, grasp, lift) for a cube at `cube_center` (3,) [m] (base frame)
+        with edge `cube_size_m` [m] and yaw `cube_yaw_rad` [rad]."""
+        cfg = self.config
+        center = np.asarray(cube_center, dtype=float)
+        radial = math.atan2(center[1], center[0])
+        # The face normal nearest the radial direction: the wrist rolls at most 45 degrees.
+        turns = round((radial - cube_yaw_rad) / (math.pi / 2))
+        closing_angle = cube_yaw_rad + turns * math.pi / 2
+        closing = np.array([math.cos(closing_angle), math.sin(closing_angle), 0.0])
+        rotation = tool_down_rotation(closing, cfg.tilt_rad)
+        table_z = center[2] - cube_size_m / 2.0
+        # The fixed jaw's face leans inward with height: keep it clear of the cube's top edge.
+        slant = max(0.0, math.tan(math.atan(cfg.fixed_jaw_slant) - cfg.tilt_rad))
+        inset = slant * max(0.0, cube_size_m - cfg.grasp_height_m)
+        offset = cube_size_m / 2.0 + inset + cfg.clearance_m
+        grasp = center - offset * closing
+        grasp[2] = table_z + cfg.grasp_height_m
+        above = grasp.copy()
+        above[2] = table_z + cube_size_m + cfg.approach_height_m
+        lift = grasp.copy()
+        lift[2] = table_z + cfg.lift_height_m
+        q_above = self.solve_ik(above, rotation, self.home_q)
+        # Straight vertical lines (IK every few mm): a joint-space line between two poses bulges
+        # sideways, enough for a jaw to hit the cube on the way down or shake it loose on the way up.
+        self._descent = self._vertical_line(q_above, above, grasp, rotation)
+        self._lift = self._vertical_line(self._descent[-1], grasp, lift, rotation)
+        self._waypoints = [q_above, self._descent[-1], self._lift[-1]]
+
+    def _vertical_line(self, seed: np.ndarray, start: np.ndarray, end: np.ndarray,
+                       rotation: np.ndarray) -> np.ndarray:
+        """Joint waypoints (m, n) [rad] along the straight line start -> end (3,) [m], every
+        line_step_m or closer, each IK solution seeding the next."""
+        count = max(2, int(math.ceil(float(np.linalg.norm(end - start)) / self.config.line_step_m)) + 1)
+        points = [seed]
+        for fraction in np.linspace(0.0, 1.0, count)[1:]:
+            points.append(self.solve_ik(start + fraction * (end - start), rotation, points[-1]))
+        return np.array(points)
+
+    def command(self, t_s: float, q_now: np.ndarray) -> np.ndarray:
+        """The joint targets (n,) [rad] for time t_s [s] after the episode start (plan first)."""
+        if not self._waypoints:
+            raise RuntimeError("PickLiftExpert.command before plan")
+        cfg = self.config
+        q_above, q_grasp, _ = self._waypoints
+        t_descend = cfg.approach_s
+        t_close = t_descend + cfg.descend_s
+        t_squeeze = t_close + cfg.close_s
+        t_lift = t_squeeze + cfg.squeeze_s
+        if t_s < t_descend:
+            fraction = min(1.0, t_s / cfg.approach_s)
+            target = self.home_q + _smooth(fraction) * (q_above - self.home_q)
+            jaw = cfg.jaw_open_rad
+        elif t_s < t_close:
+            target = _along(self._descent, _smooth((t_s - t_descend) / cfg.descend_s))
+            jaw = cfg.jaw_open_rad
+        elif t_s < t_lift:
+            target = q_grasp.copy()
+            fraction = min(1.0, (t_s - t_close) / cfg.close_s)
+            jaw = cfg.jaw_open_rad + _smooth(fraction) * (cfg.jaw_closed_rad - cfg.jaw_open_rad)
+        else:
+            target = _along(self._lift, _smooth(min(1.0, (t_s - t_lift) / cfg.lift_s)))
+            jaw = cfg.jaw_closed_rad
+        target = target.copy()
+        target[self.gripper_index] = jaw
+        return target
+
+
+def _along(points: np.ndarray, fraction: float) -> np.ndarray:
+    """The point at `fraction` in [0, 1] of the piecewise-linear path through points (m, n)."""
+    position = min(1.0, max(0.0, fraction)) * (len(points) - 1)
+    k = min(int(position), len(points) - 2)
+    return points[k] + (position - k) * (points[k + 1] - points[k])
+
+
+def _smooth(fraction: float) -> float:
+    """Smoothstep of fraction in [0, 1] (zero speed at both ends)."""
+    f = min(1.0, max(0.0, float(fraction)))
+    return f * f * (3.0 - 2.0 * f)
