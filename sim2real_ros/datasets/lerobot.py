@@ -35,6 +35,7 @@ import numpy as np
 
 from ..core.errors import ConfigError, Sim2RealError
 from ..core.timebase import NS_PER_S
+from ..topics import DATASET_EPISODE, JOINT_STATES, SUPERVISOR_STATE, TELEOP_COMMAND
 from .lerobot_limits import (
     MAX_CAMERAS,
     MAX_EPISODE_FRAMES,
@@ -69,10 +70,10 @@ __all__ = ["DatasetError", "LeRobotDataset", "import_dataset"]
 STATE_KEY = "observation.state"
 ACTION_KEY = "action"
 IMAGE_PREFIX = "observation.images."
-STATE_TOPIC = "/joint_states"
-COMMAND_TOPIC = "/command/teleop"
-EPISODE_TOPIC = "/dataset/episode"
-SUPERVISOR_TOPIC = "/supervisor/state"
+STATE_TOPIC = JOINT_STATES.absolute
+COMMAND_TOPIC = TELEOP_COMMAND.absolute
+EPISODE_TOPIC = DATASET_EPISODE.absolute
+SUPERVISOR_TOPIC = SUPERVISOR_STATE.absolute
 DEFAULT_START_NS = 1_700_000_000 * NS_PER_S  # the imported time line's origin [ns]
 EPISODE_GAP_S = 1.0  # between the last frame of an episode and the first of the next [s]
 V2 = ("v2.0", "v2.1")

@@ -32,9 +32,10 @@ from ..conversions import stamp_to_ns
 from ..episodes.actions import sample_actions
 from ..episodes.recording import RecordingCollector
 from ..episodes.topics import resolve_topic
+from ..topics import DATASET_EPISODE, JOINT_STATES, ROBOT_COMMAND, SIM_EPISODE, SUPERVISOR_STATE, TELEOP_COMMAND
 from .lerobot import ACTION_KEY, IMAGE_PREFIX, NS_PER_S, STATE_KEY, DatasetError
 
-ACTION_TOPICS = ("command/teleop", "forward_position_controller/commands")
+ACTION_TOPICS = (TELEOP_COMMAND.name, ROBOT_COMMAND.name)
 CODECS = {"h264": ("libx264", "h264"), "av1": ("libsvtav1", "av1")}
 HUMAN_MODES = ("TELEOP", "SHARED")
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -85,7 +86,7 @@ class _BagPlan:
 def _plan(bag: Path, fps: float, latency_s: float, task: str) -> _BagPlan:
     with BagReader(bag) as reader:
         types = reader.topic_types()
-        state_topic, _ = resolve_topic("joint_states", types)
+        state_topic, _ = resolve_topic(JOINT_STATES.name, types)
         if state_topic is None:
             raise DatasetError(f"{bag}: topic 'joint_states' (observation.state) is not in the bag "
                                f"(it has {sorted(types)})")
@@ -95,9 +96,9 @@ def _plan(bag: Path, fps: float, latency_s: float, task: str) -> _BagPlan:
                                f"(it has {sorted(types)})")
         images = {camera_key(t): t for t, ty in sorted(types.items())
                   if ty == "sensor_msgs/msg/Image" and not t.strip("/").startswith("policy/")}
-        episode_topic = resolve_topic("dataset/episode", types)[0]
-        sim_topic = resolve_topic("sim/episode", types)[0]
-        sup_topic = resolve_topic("supervisor/state", types)[0]
+        episode_topic = resolve_topic(DATASET_EPISODE.name, types)[0]
+        sim_topic = resolve_topic(SIM_EPISODE.name, types)[0]
+        sup_topic = resolve_topic(SUPERVISOR_STATE.name, types)[0]
         joint_names: tuple[str, ...] | None = None
         collector = None
         image_stamps: dict[str, list[int]] = {k: [] for k in images}

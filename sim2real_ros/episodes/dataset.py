@@ -33,13 +33,21 @@ from ..core.perception.camera_model import CameraModel
 from ..core.perception.preprocess import ImageError, ImagePipeline
 from ..core.timebase import NS_PER_S
 from ..paths import config_path
+from ..topics import (
+    CAMERA_IMAGE,
+    CAMERA_INFO,
+    JOINT_STATES,
+    ROBOT_COMMAND,
+    SIM_EPISODE,
+    SUPERVISOR_STATE,
+    resolve_topic,
+)
 from .actions import sample_actions
 from .bag_source import feed, find_topics, make_collector
 from .options import HUMAN_MODES, ReplayOptions
 from .recording import Recording, modes_at
-from .topics import resolve_topic
 
-EPISODE_TOPIC = "sim/episode"
+EPISODE_TOPIC = SIM_EPISODE.name
 POLICY_MODES = ("AUTONOMOUS", "SHARED")
 # A takeover this soon after an episode starts is a demonstration: the policy had no real turn [s].
 TAKEOVER_GRACE_S = 1.0
@@ -82,11 +90,11 @@ class LabelConfig:
     episode_start_margin_s: float = 0.15
     correct_recorder_delay: bool = True
     human_modes: tuple[str, ...] = HUMAN_MODES
-    image_topic: str = "camera/image_raw"
-    camera_info_topic: str = "camera/camera_info"
-    joint_states_topic: str = "joint_states"
-    action_topic: str = "forward_position_controller/commands"
-    supervisor_state_topic: str = "supervisor/state"
+    image_topic: str = CAMERA_IMAGE.name
+    camera_info_topic: str = CAMERA_INFO.name
+    joint_states_topic: str = JOINT_STATES.name
+    action_topic: str = ROBOT_COMMAND.name
+    supervisor_state_topic: str = SUPERVISOR_STATE.name
 
     def __post_init__(self) -> None:
         for name in ("actuation_latency_s", "action_tolerance_s", "pairing_tolerance_s", "episode_start_margin_s"):

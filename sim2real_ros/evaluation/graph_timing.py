@@ -32,13 +32,14 @@ from ..bags.reader import BagReader
 from ..conversions import diagnostic_values as _values
 from ..core.stats import summary
 from ..core.timebase import NS_PER_S
+from ..topics import ACTION_CHUNK, ROBOT_COMMAND, SIM_EPISODE, SUPERVISOR_STATE
 
 NS_PER_MS = 1_000_000
 
-EPISODE_TOPIC = "/sim/episode"
-CHUNK_TOPIC = "/policy/action_chunk"
-COMMAND_TOPIC = "/forward_position_controller/commands"
-STATE_TOPIC = "/supervisor/state"
+EPISODE_TOPIC = SIM_EPISODE.absolute
+CHUNK_TOPIC = ACTION_CHUNK.absolute
+COMMAND_TOPIC = ROBOT_COMMAND.absolute
+STATE_TOPIC = SUPERVISOR_STATE.absolute
 
 
 def _stamp_ns(header: Any) -> int:

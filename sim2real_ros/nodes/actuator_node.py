@@ -35,6 +35,7 @@ from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 
 from .. import conversions as msgconv
+from .. import topics
 from ..core.control.actuator import HISTORY, ActuatorConfig, ActuatorCore, Rejection, percentiles_ms
 from ..core.control.deadline_schedule import DeadlineSchedule
 from ..core.control.tick_phase import TickPhaseLock
@@ -97,11 +98,11 @@ class ActuatorNode(Node):
         # CPU than a multi-threaded executor's thread pool.
         control_group = MutuallyExclusiveCallbackGroup()
         io_group = MutuallyExclusiveCallbackGroup()
-        self._command_pub = self.create_publisher(JointState, "command/policy", RELIABLE_LATEST_QOS)
+        self._command_pub = self.create_publisher(JointState, topics.POLICY_COMMAND.name, RELIABLE_LATEST_QOS)
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, "~/diagnostics", RELIABLE_LATEST_QOS)
-        self.create_subscription(JointTrajectory, "policy/action_chunk", self._on_chunk, RELIABLE_LATEST_QOS,
+        self.create_subscription(JointTrajectory, topics.ACTION_CHUNK.name, self._on_chunk, RELIABLE_LATEST_QOS,
                                  callback_group=io_group)
-        self.create_subscription(JointState, "joint_states", self._on_joint_state, JOINT_STATE_QOS,
+        self.create_subscription(JointState, topics.JOINT_STATES.name, self._on_joint_state, JOINT_STATE_QOS,
                                  callback_group=io_group)
         self._stop = threading.Event()
         self._control_thread: threading.Thread | None = None

@@ -29,6 +29,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image
 
 from .. import conversions as msgconv
+from .. import topics
 from ..core.errors import ConfigError
 from ..core.perception.camera_capture import (
     CameraCalibration,
@@ -80,8 +81,8 @@ class CameraNode(Node):
         self.ledger = CaptureLedger(self.config.period_ns, live=self.source.live)
         self._lock = threading.Lock()  # the ledger is written by the capture thread, read by diagnostics
         self._capture = self._open_checked(origin)
-        self._image_pub = self.create_publisher(Image, "camera/image_raw", SENSOR_QOS)
-        self._info_pub = self.create_publisher(CameraInfo, "camera/camera_info", SENSOR_QOS)
+        self._image_pub = self.create_publisher(Image, topics.CAMERA_IMAGE.name, SENSOR_QOS)
+        self._info_pub = self.create_publisher(CameraInfo, topics.CAMERA_INFO.name, SENSOR_QOS)
         self._diag_pub = self.create_publisher(DiagnosticArray, "~/diagnostics", RELIABLE_LATEST_QOS)
         self._info = self._camera_info()
         self._stop = threading.Event()

@@ -34,6 +34,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 from .. import conversions as msgconv
+from .. import topics
 from ..core.errors import Sim2RealError
 from ..core.report import Level
 from ..hardware.bus import BusError, FeetechBus
@@ -65,9 +66,9 @@ class FeetechDriverNode(Node):
         except BaseException:
             self._bus.close()
             raise
-        self._joint_pub = self.create_publisher(JointState, "joint_states", JOINT_STATE_QOS)
+        self._joint_pub = self.create_publisher(JointState, topics.JOINT_STATES.name, JOINT_STATE_QOS)
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, "~/diagnostics", RELIABLE_LATEST_QOS)
-        self.create_subscription(Float64MultiArray, "forward_position_controller/commands", self._on_command,
+        self.create_subscription(Float64MultiArray, topics.ROBOT_COMMAND.name, self._on_command,
                                  RELIABLE_LATEST_QOS)
         self._published = 0
         self._failed_cycles = 0

@@ -33,6 +33,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 
 from .. import conversions as msgconv
+from .. import topics
 from ..core.report import Level
 from ..hardware.bus import BusError, FeetechBus
 from ..hardware.calibration import load_calibration
@@ -43,7 +44,7 @@ from .parameters import LEADER_ARM, declare_table
 from .servo_arm import servo_arm_from_parameters, wait_for_next_period
 
 NODE_NAME = "leader_arm"
-TOPIC = "command/teleop"
+TOPIC = topics.TELEOP_COMMAND.name
 
 
 class LeaderArmNode(Node):

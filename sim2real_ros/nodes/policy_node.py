@@ -40,6 +40,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
 from trajectory_msgs.msg import JointTrajectory
 
+from .. import topics
 from ..conversions import (
     MessageError,
     chunk_to_trajectory,
@@ -194,13 +195,13 @@ class PolicyNode(Node):
         # Inference in a thread of its own, woken by an event: a slow inference never delays taking
         # in the next image, and the executor stays single-threaded (cheap).
         receive_group = MutuallyExclusiveCallbackGroup()
-        self._chunk_pub = self.create_publisher(JointTrajectory, "policy/action_chunk", RELIABLE_LATEST_QOS)
+        self._chunk_pub = self.create_publisher(JointTrajectory, topics.ACTION_CHUNK.name, RELIABLE_LATEST_QOS)
         self._diag_pub = self.create_publisher(DiagnosticArray, "~/diagnostics", LATCHED_QOS)
-        self.create_subscription(Image, "policy/image", self._on_image, RELIABLE_LATEST_QOS,
+        self.create_subscription(Image, topics.POLICY_IMAGE.name, self._on_image, RELIABLE_LATEST_QOS,
                                  callback_group=receive_group)
         # Joint states are read when an observation needs them, not taken per message (polled_subscription.py).
-        self._joint_states = PolledSubscription(self, JointState, self.resolve_topic_name("joint_states"),
-                                                JOINT_STATE_POLL_QOS, "joint_states")
+        self._joint_states = PolledSubscription(self, JointState, self.resolve_topic_name(topics.JOINT_STATES.name),
+                                                JOINT_STATE_POLL_QOS, topics.JOINT_STATES.name)
         self._inference_wake = threading.Event()
         self._stop = threading.Event()
         self._inference_thread = threading.Thread(target=self._inference_loop, name="policy_inference", daemon=True)

@@ -23,6 +23,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image, JointState
 
 from .. import conversions as msgconv
+from .. import topics
 from ..core.errors import ConfigError
 from ..core.perception.camera_model import load_calibration_yaml
 from ..robots import get_robot, robot_description_for, sim_params_for
@@ -56,9 +57,9 @@ class SimCameraNode(Node):
         self._positions: dict[str, float] | None = None
         self.frames = 0
         self.rejected = 0
-        self._image_pub = self.create_publisher(Image, "camera/image_raw", SENSOR_QOS)
-        self._info_pub = self.create_publisher(CameraInfo, "camera/camera_info", SENSOR_QOS)
-        self.create_subscription(JointState, "joint_states", self._on_joint_state, JOINT_STATE_QOS)
+        self._image_pub = self.create_publisher(Image, topics.CAMERA_IMAGE.name, SENSOR_QOS)
+        self._info_pub = self.create_publisher(CameraInfo, topics.CAMERA_INFO.name, SENSOR_QOS)
+        self.create_subscription(JointState, topics.JOINT_STATES.name, self._on_joint_state, JOINT_STATE_QOS)
         self.get_logger().info(
             f"robot {robot} joints {self.world.all_joint_names}; camera {camera_file} {camera.width}x{camera.height} "
             f"at {rate_hz:g} Hz; scene of seed {int(v['seed'])}; following joint_states")

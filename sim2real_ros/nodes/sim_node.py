@@ -14,7 +14,7 @@ Services    sim/reset (std_srvs/Trigger): new episode (robot home, new target, n
             episode k of a graph run is the core path's episode k (eval-sim --graph uses it).
             After every episode reset (the service or auto_reset) commands are ignored, and counted
             (`commands_ignored_after_reset`), until one comes within RESYNC_TOLERANCE_RAD of the home
-            pose: the commands still in flight aim at the pose before the teleport.
+            pose: the commands still in flight aim at the pose before the teleport (core.control.reset_gate).
 
 Physics runs in its own thread, paced to wall-clock time by default (`pacing`: realtime, lockstep:
 each camera frame waits for a command, fast: as fast as the CPU allows). Lens distortion and noise
@@ -35,23 +35,26 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PointStamped
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
 from .. import conversions as msgconv
+from .. import topics
+from ..core.control.reset_gate import RESYNC_TOLERANCE_RAD as RESYNC_TOLERANCE_RAD  # re-exported
+from ..core.control.reset_gate import gate_command, reset_moved_arm
 from ..core.errors import ConfigError
 from ..core.perception.camera_model import load_calibration_yaml
-from ..core.report import Level
 from ..core.robot.joint_list import resolve_joint_list
 from ..core.robot.urdf import RobotModel
 from ..robots import get_robot, robot_description_for, sim_params_for
 from ..sim.params import load_sim_params
 from ..sim.schedule import MultiRateSchedule, RateReporter, RealtimePacer, period_ns
 from ..sim.world import SimWorld
+from ..topics import EpisodeOutcome, SimStatus
 from .common import (
+    CLOCK_QOS,
     EVENTS_QOS,
     JOINT_STATE_QOS,
     LATCHED_QOS,
@@ -63,13 +66,9 @@ from .parameters import SIM_NODE, declare_table
 
 NODE_NAME = "sim_node"
 PACINGS = ("realtime", "lockstep", "fast")
-CLOCK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
 MAX_LAG_NS = 250_000_000  # int [ns] behind wall time by more than this: stop catching up (the RTF shows it)
 STATUS_PERIOD_NS = 1_000_000_000  # int [ns] wall time between sim/status messages
 RTF_LOG_PERIOD_NS = 10_000_000_000  # int [ns] wall time between real-time factor log lines
-# [rad] how near the arm a command must come after an episode reset that moved it to be followed
-# again: the supervisor's hold converges on the measured position, a stale policy command does not.
-RESYNC_TOLERANCE_RAD = 0.1
 
 
 @dataclass(frozen=True)
@@ -152,17 +151,17 @@ class SimNode(Node):
         self._published_outcome_serial = -1
         self._rtf = 0.0
 
-        self._clock_pub = self.create_publisher(Clock, "clock", CLOCK_QOS)
-        self._js_pub = self.create_publisher(JointState, "joint_states", JOINT_STATE_QOS)
-        self._image_pub = self.create_publisher(Image, "camera/image_raw", SENSOR_QOS)
-        self._info_pub = self.create_publisher(CameraInfo, "camera/camera_info", SENSOR_QOS)
-        self._target_pub = self.create_publisher(PointStamped, "sim/target", LATCHED_QOS)
-        self._episode_pub = self.create_publisher(DiagnosticArray, "sim/episode", EVENTS_QOS)
-        self._status_pub = self.create_publisher(DiagnosticArray, "sim/status", LATCHED_QOS)
-        self.create_subscription(Float64MultiArray, "forward_position_controller/commands", self._on_command,
+        self._clock_pub = self.create_publisher(Clock, topics.CLOCK.name, CLOCK_QOS)
+        self._js_pub = self.create_publisher(JointState, topics.JOINT_STATES.name, JOINT_STATE_QOS)
+        self._image_pub = self.create_publisher(Image, topics.CAMERA_IMAGE.name, SENSOR_QOS)
+        self._info_pub = self.create_publisher(CameraInfo, topics.CAMERA_INFO.name, SENSOR_QOS)
+        self._target_pub = self.create_publisher(PointStamped, topics.SIM_TARGET.name, LATCHED_QOS)
+        self._episode_pub = self.create_publisher(DiagnosticArray, topics.SIM_EPISODE.name, EVENTS_QOS)
+        self._status_pub = self.create_publisher(DiagnosticArray, topics.SIM_STATUS.name, LATCHED_QOS)
+        self.create_subscription(Float64MultiArray, topics.ROBOT_COMMAND.name, self._on_command,
                                  RELIABLE_LATEST_QOS)
-        self.create_service(Trigger, "sim/reset", self._on_reset)
-        self.create_service(Trigger, "sim/restart", self._on_restart)
+        self.create_service(Trigger, topics.SIM_RESET, self._on_reset)
+        self.create_service(Trigger, topics.SIM_RESTART, self._on_restart)
 
         log = self.get_logger()
         log.info(f"sim params {params.source} version {params.version}; robot {cfg.robot} {self.world.model.source} "
@@ -210,7 +209,9 @@ class SimNode(Node):
             self._reject(str(err))
             return
         with self._lock:
-            if self._awaiting_resync(q):
+            gate = gate_command(self._resync, q, self.world.joint_positions())
+            self._resync = gate.awaiting
+            if not gate.follow:
                 self._counters["commands_ignored_after_reset"] += 1
             else:
                 self.world.set_command(q)
@@ -218,27 +219,13 @@ class SimNode(Node):
                 self._counters["commands_accepted"] += 1
         self._command_after_frame.set()
 
-    def _awaiting_resync(self, q: np.ndarray) -> bool:
-        """After an episode reset that moved the arm, commands are ignored until one comes within
-        RESYNC_TOLERANCE_RAD of where the arm is. Why: the reset teleports the arm, but the commands
-        in flight (and the supervisor's hold, which moves to the new position only through its step
-        limit, docs/design.md §4) still aim at the old pose; followed, they would drag the arm back. A
-        real robot is reset by something that owns the arm until the controller's command has caught
-        up; this is that. Call with the lock held."""
-        if not self._resync:
-            return False
-        if float(np.max(np.abs(q - self.world.joint_positions()))) > RESYNC_TOLERANCE_RAD:
-            return True
-        self._resync = False
-        return False
-
     def _reset_world(self, restart: bool = False) -> dict[str, Any]:
         """A new episode (call with the lock held); restart: episode 0 of the seed again. When it moved
-        the arm, commands wait for the resync (_awaiting_resync)."""
+        the arm, commands wait until one rejoins it (core.control.reset_gate)."""
         before = self.world.joint_positions()
         reset = self.world.restart if restart else self.world.reset
         info = reset(randomize=self.config.randomize)
-        self._resync = float(np.max(np.abs(before - self.world.joint_positions()))) > RESYNC_TOLERANCE_RAD
+        self._resync = reset_moved_arm(before, self.world.joint_positions())
         return info
 
     def _reject(self, reason: str) -> None:
@@ -370,16 +357,12 @@ class SimNode(Node):
 
     def _publish_status(self) -> None:
         world = self.world
-        values = {
-            "real_time_factor": f"{self._rtf:.3f}", "sim_time_s": f"{world.time_ns / 1e9:.3f}",
-            "pacing": self.config.pacing, "episode": str(world.episode_index),
-            "sim_params_version": self.params.version, "actuation_latency_s": f"{world.actuation_latency_s:.4f}",
-            "last_command_sim_ns": str(self._last_command_ns), "last_rejection": self._last_rejection,
-            **{k: str(v) for k, v in self._counters.items()},
-        }
-        level = Level.WARN if self._counters["commands_rejected"] else Level.OK
-        self._status_pub.publish(msgconv.diagnostic_array("sim", values, world.time_ns, level=level,
-                                                          message=f"rtf {self._rtf:.2f}", hardware_id=NODE_NAME))
+        status = SimStatus(
+            real_time_factor=self._rtf, sim_time_s=world.time_ns / 1e9, pacing=self.config.pacing,
+            episode=world.episode_index, sim_params_version=self.params.version,
+            actuation_latency_s=world.actuation_latency_s, last_command_sim_ns=self._last_command_ns,
+            last_rejection=self._last_rejection, counters=dict(self._counters))
+        self._status_pub.publish(msgconv.payload_to_diagnostics(status.to_status(NODE_NAME), world.time_ns))
 
     # ------------------------------------------------------------------------------------------
     # camera thread
@@ -414,15 +397,11 @@ class SimNode(Node):
 
 
 def _episode_message(outcome: dict[str, Any], stamp_ns: int) -> DiagnosticArray:
-    """sim/episode: one DiagnosticStatus "episode", message = reason, values as DESIGN/issue list them."""
-    values = {
-        "episode": str(outcome["episode"]), "success": "true" if outcome["success"] else "false",
-        "duration_s": f"{outcome['duration_s']:.4f}", "reason": outcome["reason"],
-        "final_distance_m": f"{outcome['final_distance_m']:.4f}", "seed": str(outcome["seed"]),
-        **({"pushes_applied": str(outcome["pushes_applied"])} if "pushes_applied" in outcome else {}),
-    }
-    return msgconv.diagnostic_array("episode", values, stamp_ns, level=Level.OK if outcome["success"] else Level.WARN,
-                                    message=outcome["reason"], hardware_id=NODE_NAME)
+    """sim/episode: one DiagnosticStatus "episode" (topics.EpisodeOutcome) from world.episode_outcome()."""
+    typed = EpisodeOutcome(int(outcome["episode"]), bool(outcome["success"]), str(outcome["reason"]),
+                           float(outcome["duration_s"]), float(outcome["final_distance_m"]), int(outcome["seed"]),
+                           int(outcome.get("pushes_applied", -1)))
+    return msgconv.payload_to_diagnostics(typed.to_status(NODE_NAME), stamp_ns)
 
 
 def main(args: Sequence[str] | None = None) -> None:

@@ -41,6 +41,7 @@ from ..evaluation.metrics import NS_PER_S, Predictions, _error_stats
 from ..evaluation.replay_offline import ReplayRun
 from ..graph import GraphArgs, declare_graph
 from ..nodes.common import JOINT_STATE_QOS, SENSOR_QOS
+from ..topics import ACTION_CHUNK, POLICY_COMMAND
 from .launcher import GraphLauncher
 from .player import BagPlayer, PlayedTopic
 
@@ -75,8 +76,8 @@ class _Collector:
         self.commands: list[JointState] = []
         self.diagnostics: dict[str, DiagnosticArray] = {}
         self.last_chunk_wall = time.monotonic()
-        self.chunk_sub = node.create_subscription(JointTrajectory, "policy/action_chunk", self._on_chunk, COLLECT_QOS)
-        self.command_sub = node.create_subscription(JointState, "command/policy", self._on_command, COLLECT_QOS)
+        self.chunk_sub = node.create_subscription(JointTrajectory, ACTION_CHUNK.name, self._on_chunk, COLLECT_QOS)
+        self.command_sub = node.create_subscription(JointState, POLICY_COMMAND.name, self._on_command, COLLECT_QOS)
         for name in ("policy_node", "camera_preprocessor", "actuator_node"):
             # policy_node publishes its diagnostics latched, the others volatile: volatile matches both.
             node.create_subscription(DiagnosticArray, f"{name}/diagnostics",

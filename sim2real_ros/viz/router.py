@@ -15,6 +15,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..topics import (
+    ACTION_CHUNK,
+    CAMERA_IMAGE,
+    CAMERA_INFO,
+    INTERVENTIONS,
+    JOINT_STATES,
+    POLICY_CAMERA_INFO,
+    POLICY_COMMAND,
+    POLICY_IMAGE,
+    ROBOT_COMMAND,
+    SIM_EPISODE,
+    SIM_TARGET,
+    SUPERVISOR_STATE,
+)
 from . import channels as ch
 from .kinematics import ArmKinematics
 from .model import parse_visuals
@@ -30,18 +44,18 @@ class VizInput:
 
 
 INPUTS: tuple[VizInput, ...] = (
-    VizInput("joint_states", "sensor_msgs/msg/JointState", "sensor"),
-    VizInput("camera/image_raw", "sensor_msgs/msg/Image", "sensor"),
-    VizInput("camera/camera_info", "sensor_msgs/msg/CameraInfo", "sensor"),
-    VizInput("policy/image", "sensor_msgs/msg/Image", "sensor"),
-    VizInput("policy/camera_info", "sensor_msgs/msg/CameraInfo", "sensor"),
-    VizInput("policy/action_chunk", "trajectory_msgs/msg/JointTrajectory", "sensor"),
-    VizInput("command/policy", "sensor_msgs/msg/JointState", "sensor"),
-    VizInput("forward_position_controller/commands", "std_msgs/msg/Float64MultiArray", "sensor"),
-    VizInput("supervisor/state", "diagnostic_msgs/msg/DiagnosticArray", "latched"),
-    VizInput("supervisor/interventions", "diagnostic_msgs/msg/DiagnosticArray", "events"),
-    VizInput("sim/episode", "diagnostic_msgs/msg/DiagnosticArray", "events"),
-    VizInput("sim/target", "geometry_msgs/msg/PointStamped", "latched"),
+    VizInput(JOINT_STATES.name, JOINT_STATES.msgtype, "sensor"),
+    VizInput(CAMERA_IMAGE.name, CAMERA_IMAGE.msgtype, "sensor"),
+    VizInput(CAMERA_INFO.name, CAMERA_INFO.msgtype, "sensor"),
+    VizInput(POLICY_IMAGE.name, POLICY_IMAGE.msgtype, "sensor"),
+    VizInput(POLICY_CAMERA_INFO.name, POLICY_CAMERA_INFO.msgtype, "sensor"),
+    VizInput(ACTION_CHUNK.name, ACTION_CHUNK.msgtype, "sensor"),
+    VizInput(POLICY_COMMAND.name, POLICY_COMMAND.msgtype, "sensor"),
+    VizInput(ROBOT_COMMAND.name, ROBOT_COMMAND.msgtype, "sensor"),
+    VizInput(SUPERVISOR_STATE.name, SUPERVISOR_STATE.msgtype, "latched"),
+    VizInput(INTERVENTIONS.name, INTERVENTIONS.msgtype, "events"),
+    VizInput(SIM_EPISODE.name, SIM_EPISODE.msgtype, "events"),
+    VizInput(SIM_TARGET.name, SIM_TARGET.msgtype, "latched"),
     VizInput("robot_description", "std_msgs/msg/String", "latched"),
 )
 INPUT_TOPICS = tuple(i.topic for i in INPUTS)
@@ -110,12 +124,12 @@ class VizRouter:
         self.stats: dict[str, TopicStats] = {t: TopicStats() for t in INPUT_TOPICS}
         self._last_joint_stamp_ns: int | None = None
         self._handlers = {
-            "joint_states": self._joint_states, "camera/image_raw": self._camera,
-            "policy/image": self._policy_image, "camera/camera_info": self._camera_info,
-            "policy/camera_info": self._policy_info, "policy/action_chunk": self._chunk,
-            "command/policy": self._policy_command, "forward_position_controller/commands": self._command,
-            "supervisor/state": self._supervisor, "supervisor/interventions": self._interventions,
-            "sim/episode": self._episode, "sim/target": self._target, "robot_description": self._description,
+            JOINT_STATES.name: self._joint_states, CAMERA_IMAGE.name: self._camera,
+            POLICY_IMAGE.name: self._policy_image, CAMERA_INFO.name: self._camera_info,
+            POLICY_CAMERA_INFO.name: self._policy_info, ACTION_CHUNK.name: self._chunk,
+            POLICY_COMMAND.name: self._policy_command, ROBOT_COMMAND.name: self._command,
+            SUPERVISOR_STATE.name: self._supervisor, INTERVENTIONS.name: self._interventions,
+            SIM_EPISODE.name: self._episode, SIM_TARGET.name: self._target, "robot_description": self._description,
         }
 
     # ------------------------------------------------------------------ entry points
