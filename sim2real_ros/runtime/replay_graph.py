@@ -60,7 +60,7 @@ class GraphReplayError(Sim2RealError):
 def read_recording(bag: Path, topics: BagTopics, joint_names: tuple[str, ...], options: ReplayOptions) -> Recording:
     """Everything but the images, in one pass: joint states, actions, supervisor states."""
     collector = make_collector(topics, joint_names, options)
-    wanted = sorted({t for t in (topics.joint_states, topics.action, topics.supervisor_state) if t})
+    wanted = sorted({t for t in (topics.joint_states, topics.action, *topics.mode_topics) if t})
     with BagReader(bag) as reader:
         for message in reader.messages(wanted):
             feed(collector, topics, message.topic, message.msg, message.log_time_ns)
