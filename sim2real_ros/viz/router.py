@@ -10,6 +10,7 @@ deep). High-rate streams are taken best effort, so a busy viewer never makes a p
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -28,6 +29,9 @@ from ..topics import (
     SIM_EPISODE,
     SIM_TARGET,
     SUPERVISOR_STATE,
+    EpisodeOutcome,
+    Intervention,
+    SupervisorState,
 )
 from . import channels as ch
 from .kinematics import ArmKinematics
@@ -84,12 +88,13 @@ def diagnostic_values(status) -> dict[str, str]:
     return {kv.key: kv.value for kv in status.values}
 
 
-def _number(text: str):
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return None
-    return int(value) if value.is_integer() and "." not in str(text) else value
+# The supervisor state's named values a view shows as text (its counters go apart, as numbers).
+_SHOWN_STATE_VALUES = ("mode", "reason", "estop_sources", "intervention_active", "intervention_start_ns", "jog_mode",
+                       "foreign_publishers", "last_rejection")
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 @dataclass
@@ -245,32 +250,27 @@ class VizRouter:
     def _supervisor(self, msg, t: int):
         if not msg.status:
             raise ValueError("supervisor/state without a status")
-        status = msg.status[0]
-        values = diagnostic_values(status)
-        named = {"mode", "reason", "estop_sources", "intervention_active", "intervention_start_ns", "jog_mode",
-                 "foreign_publishers", "last_rejection"}
-        counters = {k: n for k, v in values.items() if k not in named and (n := _number(v)) is not None}
+        state = SupervisorState.from_msg(msg)
+        if state is None:
+            raise ValueError("supervisor/state without a mode")
+        shown = state.to_status().values
         self.pub.log_json(ch.SUPERVISOR_STATE, {
-            "mode": values.get("mode", ""), "reason": values.get("reason", ""), "level": int(status.level),
-            "values": {k: v for k, v in values.items() if k in named}, "counters": counters}, t)
+            "mode": state.mode, "reason": state.reason, "level": int(msg.status[0].level),
+            "values": {k: shown[k] for k in _SHOWN_STATE_VALUES}, "counters": dict(state.counters)}, t)
         return True
 
     def _interventions(self, msg, t: int):
-        for status in msg.status:
-            values = diagnostic_values(status)
-            self.pub.log_json(ch.INTERVENTIONS, {
-                "event": values.get("event", ""), "start_ns": _number(values.get("start_ns", "0")) or 0,
-                "end_ns": _number(values.get("end_ns", "0")) or 0, "mode": values.get("mode", ""),
-                "reason": values.get("reason", "")}, t)
+        for event in Intervention.all_from_msg(msg):
+            self.pub.log_json(ch.INTERVENTIONS, event.as_dict(), t)
         return True
 
     def _episode(self, msg, t: int):
         for status in msg.status:
-            values = diagnostic_values(status)
+            outcome = EpisodeOutcome.from_values(diagnostic_values(status), str(status.message))
             self.pub.log_json(ch.EPISODES, {
-                "episode": _number(values.get("episode", "")) or 0, "success": values.get("success") == "true",
-                "reason": values.get("reason", status.message), "duration_s": _number(values.get("duration_s", "")),
-                "final_distance_m": _number(values.get("final_distance_m", ""))}, t)
+                "episode": max(outcome.episode, 0), "success": outcome.success, "reason": outcome.reason,
+                "duration_s": _finite_or_none(outcome.duration_s),
+                "final_distance_m": _finite_or_none(outcome.final_distance_m)}, t)
         return True
 
     def _target(self, msg, t: int):
