@@ -66,6 +66,7 @@ from ..core.policy.ledger import ImageLedger
 from ..core.robot.joint_list import resolve_joint_list
 from ..core.robot.urdf import RobotModel
 from ..provenance import sim_params_mismatch, sim_params_version
+from .background import BackgroundLoop
 from .common import LATCHED_QOS, RELIABLE_LATEST_QOS, now_ns, run_node
 from .parameters import POLICY_NODE, declare_table
 from .polled_subscription import PolledSubscription
@@ -203,9 +204,8 @@ class PolicyNode(Node):
         self._joint_states = PolledSubscription(self, JointState, self.resolve_topic_name(topics.JOINT_STATES.name),
                                                 JOINT_STATE_POLL_QOS, topics.JOINT_STATES.name)
         self._inference_wake = threading.Event()
-        self._stop = threading.Event()
-        self._inference_thread = threading.Thread(target=self._inference_loop, name="policy_inference", daemon=True)
-        self._inference_thread.start()
+        self._inference = BackgroundLoop(self, "policy_inference", self._inference_loop)
+        self._inference.start()
         self.create_timer(cfg.diagnostics_period_s, self._on_diagnostics_timer, callback_group=receive_group)
         self.get_logger().info(
             f"policy {cfg.checkpoint} (hash {self.policy.checkpoint_hash}, {spec.architecture}) on "
@@ -308,23 +308,21 @@ class PolicyNode(Node):
             self._pairer.add_joint_state(sample.stamp_ns, positions)
 
     # -- inference ----------------------------------------------------------------------------------
-    def _inference_loop(self) -> None:
+    def _inference_loop(self, stop: threading.Event) -> None:
         waiting = False  # an image waits for its joint state: look again soon, not only on the next image
-        while not self._stop.is_set():
+        while not stop.is_set():
             if not self._inference_wake.wait(JOINT_STATE_POLL_S if waiting else 0.1) and not waiting:
                 continue
             self._inference_wake.clear()
             try:
                 waiting = self._on_inference()
             except Exception as err:  # noqa: BLE001 - the context shutting down under us ends the loop
-                if self._stop.is_set() or not self.context.ok():
+                if self._inference.step_failed(err, "inference thread"):
                     return
-                self.get_logger().error(f"inference thread: {err!r}", throttle_duration_sec=5.0)
 
     def destroy_node(self) -> None:
-        if hasattr(self, "_stop"):
-            self._stop.set()
-            self._inference_thread.join(timeout=5.0)
+        if hasattr(self, "_inference"):
+            self._inference.stop()
         if hasattr(self, "_joint_states"):
             self._joint_states.close()
         super().destroy_node()

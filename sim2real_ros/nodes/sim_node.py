@@ -53,6 +53,7 @@ from ..sim.params import load_sim_params
 from ..sim.schedule import MultiRateSchedule, RateReporter, RealtimePacer, period_ns
 from ..sim.world import SimWorld
 from ..topics import EpisodeOutcome, SimStatus
+from .background import BackgroundLoop
 from .common import (
     CLOCK_QOS,
     EVENTS_QOS,
@@ -170,11 +171,12 @@ class SimNode(Node):
                  f"pushes {cfg.pushes}; seed {cfg.seed}")
         self._publish_target()
         self._frames: queue.Queue = queue.Queue(maxsize=2)
-        self._threads = [threading.Thread(target=self._physics_loop, name="sim_physics", daemon=True)]
+        # Physics and the camera's finishing touches share one stop event.
+        self._loops = [BackgroundLoop(self, "sim_physics", lambda _stop: self._run_physics(), reraise=True,
+                                      stop_event=self._stop).start()]
         if cfg.camera_enabled:
-            self._threads.append(threading.Thread(target=self._camera_loop, name="sim_camera", daemon=True))
-        for thread in self._threads:
-            thread.start()
+            camera = BackgroundLoop(self, "sim_camera", lambda _stop: self._camera_loop(camera), stop_event=self._stop)
+            self._loops.append(camera.start())
 
     # ------------------------------------------------------------------------------------------
     def _declare(self) -> SimNodeConfig:
@@ -254,14 +256,6 @@ class SimNode(Node):
 
     # ------------------------------------------------------------------------------------------
     # physics thread
-    def _physics_loop(self) -> None:
-        try:
-            self._run_physics()
-        except Exception as err:  # noqa: BLE001 - the context shutting down under us ends the loop
-            if not self._stop.is_set() and self.context.ok():
-                self.get_logger().error(f"physics loop stopped: {err!r}")
-                raise
-
     def _run_physics(self) -> None:
         """The multi-rate loop (core.sim_schedule): publish what is due at the world's time, step
         to the next output, pace against the wall clock."""
@@ -366,7 +360,7 @@ class SimNode(Node):
 
     # ------------------------------------------------------------------------------------------
     # camera thread
-    def _camera_loop(self) -> None:
+    def _camera_loop(self, loop: BackgroundLoop) -> None:
         model = self.world.camera
         frame_id = self.config.camera_frame_id
         while not self._stop.is_set():
@@ -379,18 +373,17 @@ class SimNode(Node):
                 self._image_pub.publish(msgconv.array_to_image(image, "rgb8", stamp, frame_id))
                 self._info_pub.publish(msgconv.camera_model_to_info(model, stamp, frame_id))
                 self._counters["frames_published"] += 1
-            except Exception as err:  # noqa: BLE001
-                if self._stop.is_set() or not self.context.ok():
+            except Exception as err:  # noqa: BLE001 - a failed frame is logged, the next one tried
+                if loop.step_failed(err, "camera thread"):
                     return
-                self.get_logger().error(f"camera thread: {err!r}", throttle_duration_sec=5.0)
 
     # ------------------------------------------------------------------------------------------
     def destroy_node(self) -> None:
         if hasattr(self, "_stop"):
             self._stop.set()
             self._command_after_frame.set()
-        for thread in getattr(self, "_threads", []):
-            thread.join(timeout=5.0)
+        for loop in getattr(self, "_loops", []):
+            loop.stop()
         if hasattr(self, "world"):
             self.world.close()
         super().destroy_node()
