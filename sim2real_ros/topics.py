@@ -181,6 +181,40 @@ def _counters(values: Mapping[str, str], named: Iterable[str]) -> dict[str, int]
     return out
 
 
+# DiagnosticStatus level bytes, by name (core.report.Level values).
+LEVEL_NAMES = ("ok", "warn", "error", "stale")
+
+
+def level_name(level: object) -> str:
+    """A DiagnosticStatus level as its name: rclpy gives a byte (b'\x02'), rosbags an int (2)."""
+    number = level[0] if isinstance(level, (bytes, bytearray)) and len(level) == 1 else level
+    try:
+        return LEVEL_NAMES[int(number)]  # type: ignore[call-overload]
+    except (TypeError, ValueError, IndexError):
+        return "stale"
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """One status of any node's report (a driver's feetech_driver/diagnostics, NODE/diagnostics):
+    name, hardware_id, level name, message and its key-values as text."""
+
+    name: str
+    hardware_id: str
+    level: str
+    message: str
+    values: Mapping[str, str]
+
+    @property
+    def is_error(self) -> bool:
+        return self.level == "error"
+
+    @classmethod
+    def all_from_msg(cls, msg: object) -> list[StatusReport]:
+        return [cls(str(s.name), str(s.hardware_id), level_name(s.level), str(s.message),
+                    {str(kv.key): str(kv.value) for kv in s.values}) for s in (getattr(msg, "status", None) or [])]
+
+
 # Supervisor modes (core.safety.supervisor.Mode values) and the level each reports at.
 _MODE_LEVELS = {"ESTOP": "error", "HOLD": "warn"}
 

@@ -37,7 +37,8 @@ def _through_bag_cdr(payload: topics.StatusPayload, stamp_ns: int = 5):
     """The payload as rosbags serializes and deserializes it (what a bag reader hands over)."""
     t = STORE.types
     status = t["diagnostic_msgs/msg/DiagnosticStatus"](
-        level=0, name=payload.name, message=payload.message, hardware_id=payload.hardware_id,
+        level=topics.LEVEL_NAMES.index(payload.level), name=payload.name, message=payload.message,
+        hardware_id=payload.hardware_id,
         values=[t["diagnostic_msgs/msg/KeyValue"](key=k, value=v) for k, v in payload.values.items()])
     header = t["std_msgs/msg/Header"](stamp=t["builtin_interfaces/msg/Time"](sec=0, nanosec=stamp_ns), frame_id="")
     msg = t["diagnostic_msgs/msg/DiagnosticArray"](header=header, status=[status])
@@ -126,6 +127,16 @@ def test_dataset_episode_event_and_its_operator():
     assert end.operator_mode == "HOLD"
     unlabelled = DatasetEpisodeEvent(2, "start", "pick", 0, 45, 30.0, "ds")
     assert "operator" not in unlabelled.to_status().values and unlabelled.operator_mode is None
+
+
+def test_status_reports_of_any_node_with_their_level():
+    msg = msgconv.diagnostic_array("feetech_driver", {"overload": "shoulder_lift"}, 0, level=Level.ERROR,
+                                   message="overload", hardware_id="/dev/ttyACM0")
+    (report,) = topics.StatusReport.all_from_msg(msg)
+    assert report.is_error and report.hardware_id == "/dev/ttyACM0" and report.values == {"overload": "shoulder_lift"}
+    from_bag = topics.StatusReport.all_from_msg(_through_bag_cdr(topics.StatusPayload("x", {}, "warn")))
+    assert [r.level for r in from_bag] == ["warn"]
+    assert topics.level_name(b"\x01") == "warn" and topics.level_name(3) == "stale" and topics.level_name(9) == "stale"
 
 
 # ----------------------------------------------------------------------------------------------

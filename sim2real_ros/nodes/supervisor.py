@@ -36,7 +36,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException
@@ -65,7 +65,7 @@ from ..core.safety.supervisor import (
 )
 from ..core.safety.teleop import Jogger
 from ..robots import robot_description_for
-from ..topics import Intervention, SupervisorState
+from ..topics import Intervention, StatusReport, SupervisorState
 from .common import (
     EVENTS_QOS,
     JOINT_STATE_QOS,
@@ -396,11 +396,9 @@ class SupervisorNode(Node):
         self._after_input()
 
     def _on_servo_diagnostics(self, msg: DiagnosticArray) -> None:
-        for status in msg.status:
-            is_error = status.level == DiagnosticStatus.ERROR
-            values = {kv.key: kv.value for kv in status.values}
-            self._decide(lambda t, s=status, e=is_error, v=values:
-                         self._core.on_servo_diagnostics(s.name, s.hardware_id, e, v, t))
+        for report in StatusReport.all_from_msg(msg):
+            self._decide(lambda t, r=report: self._core.on_servo_diagnostics(r.name, r.hardware_id, r.is_error,
+                                                                             dict(r.values), t))
         self._after_input()
 
     def _on_tick(self) -> None:
