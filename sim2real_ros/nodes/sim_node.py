@@ -211,9 +211,11 @@ class SimNode(Node):
             self._reject(str(err))
             return
         with self._lock:
-            gate = gate_command(self._resync, q, self.world.joint_positions())
-            self._resync = gate.awaiting
-            if not gate.follow:
+            follow = True
+            if self._resync:  # only after a reset that moved the arm: reading the arm is a sim query
+                gate = gate_command(self._resync, q, self.world.joint_positions())
+                self._resync, follow = gate.awaiting, gate.follow
+            if not follow:
                 self._counters["commands_ignored_after_reset"] += 1
             else:
                 self.world.set_command(q)
