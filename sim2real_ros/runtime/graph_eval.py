@@ -43,6 +43,7 @@ from ..topics import (
     SIM_TARGET,
     SUPERVISOR_STATE,
     SimStatus,
+    node_diagnostics,
 )
 from .graph_session import EpisodeOutcome, SimGraphSession
 
@@ -51,8 +52,8 @@ DEFAULT_GRAPH_RTF = 0.3
 # What `record_to` records: every message that shows when the graph observed, planned and commanded
 # (images left out: they would load the machine being measured).
 RECORDED_TOPICS = (JOINT_STATES.name, ACTION_CHUNK.name, POLICY_COMMAND.name, ROBOT_COMMAND.name,
-                   SUPERVISOR_STATE.name, SIM_EPISODE.name, SIM_TARGET.name, "policy_node/diagnostics",
-                   "actuator_node/diagnostics", CAMERA_INFO.name)
+                   SUPERVISOR_STATE.name, SIM_EPISODE.name, SIM_TARGET.name, node_diagnostics("policy_node"),
+                   node_diagnostics("actuator_node"), CAMERA_INFO.name)
 
 
 def failure_category(outcome: EpisodeOutcome) -> str:
@@ -93,7 +94,7 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
         log = log_file or Path(tmp) / "graph.log"
         start = time.monotonic()
         with SimGraphSession(args, log, record_to=record_to, record_topics=RECORDED_TOPICS) as session:
-            policy_reports = session.probe.collect(DiagnosticArray, "policy_node/diagnostics", LATCHED_QOS)
+            policy_reports = session.probe.collect(DiagnosticArray, node_diagnostics("policy_node"), LATCHED_QOS)
             sim_reports = session.probe.collect(DiagnosticArray, SIM_STATUS.name, 10)
             if not session.wait_for_mode("AUTONOMOUS", 180.0):
                 session.check_nodes()

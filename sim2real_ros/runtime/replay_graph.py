@@ -41,7 +41,7 @@ from ..evaluation.metrics import NS_PER_S, Predictions, _error_stats
 from ..evaluation.replay_offline import ReplayRun
 from ..graph import GraphArgs, declare_graph
 from ..nodes.common import JOINT_STATE_QOS, SENSOR_QOS
-from ..topics import ACTION_CHUNK, POLICY_COMMAND
+from ..topics import ACTION_CHUNK, POLICY_COMMAND, node_diagnostics
 from .launcher import GraphLauncher
 from .player import BagPlayer, PlayedTopic
 
@@ -80,7 +80,7 @@ class _Collector:
         self.command_sub = node.create_subscription(JointState, POLICY_COMMAND.name, self._on_command, COLLECT_QOS)
         for name in ("policy_node", "camera_preprocessor", "actuator_node"):
             # policy_node publishes its diagnostics latched, the others volatile: volatile matches both.
-            node.create_subscription(DiagnosticArray, f"{name}/diagnostics",
+            node.create_subscription(DiagnosticArray, node_diagnostics(name),
                                      lambda msg, n=name: self._on_diagnostics(n, msg), DIAGNOSTICS_QOS)
 
     def _on_chunk(self, msg: JointTrajectory) -> None:
