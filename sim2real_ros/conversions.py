@@ -19,6 +19,7 @@ from .core.control.action_chunk import ActionChunk
 from .core.perception.camera_model import CameraModel
 from .core.report import Level
 from .core.timebase import NS_PER_S
+from .topics import StatusPayload, merged_status_values, status_values
 
 # Channels and dtype of each image encoding the stack accepts (real drivers publish all of these).
 ENCODING_CHANNELS = {
@@ -243,18 +244,21 @@ def diagnostic_array(name: str, values: Mapping[str, object], stamp_ns: int, *, 
     return msg
 
 
+def payload_to_diagnostics(payload: StatusPayload, stamp_ns: int) -> DiagnosticArray:
+    """A typed payload (topics.SupervisorState(...).to_status(), ...) as its DiagnosticArray [ns stamp]."""
+    return diagnostic_array(payload.name, payload.values, stamp_ns, level=payload.level, message=payload.message,
+                            hardware_id=payload.hardware_id)
+
+
 def diagnostic_values(msg: DiagnosticArray | None, index: int = 0) -> dict[str, str]:
-    """Key-values of status `index` of a DiagnosticArray ({} for None or a missing status)."""
-    if msg is None or len(msg.status) <= index:
-        return {}
-    return {kv.key: kv.value for kv in msg.status[index].values}
+    """Key-values of status `index` of a DiagnosticArray ({} for None or a missing status): a
+    node's generic report. The stack's own payloads have types in topics.py."""
+    return status_values(msg, index)
 
 
 def merged_diagnostic_values(msg: DiagnosticArray | None) -> dict[str, str]:
     """Key-values of every status of a DiagnosticArray, later statuses winning ({} for None)."""
-    if msg is None:
-        return {}
-    return {kv.key: kv.value for status in msg.status for kv in status.values}
+    return merged_status_values(msg)
 
 
 def diagnostic_level(msg: DiagnosticArray, index: int = 0) -> Level:

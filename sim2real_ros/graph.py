@@ -11,6 +11,7 @@ from typing import Any
 
 from .paths import config_path, default_policy_path
 from .robots import DEFAULT_ROBOT, get_robot, robot_description_for, sim_params_for
+from .topics import CAMERA_IMAGE, CAMERA_INFO, CLOCK, JOINT_STATES, ROBOT_COMMAND
 
 MODES = ("sim", "robot", "replay")
 # Robot graph real-time knobs (core.realtime, docs/deployment.md): the supervisor and the actuator
@@ -40,10 +41,10 @@ class GraphArgs:
     params_file: str = field(default_factory=lambda: str(config_path("params.yaml")))
     checkpoint: str = field(default_factory=lambda: str(default_policy_path()))
     use_sim_time: bool | None = None  # None: true for sim and replay, false on the robot
-    camera_image_topic: str = "camera/image_raw"
-    camera_info_topic: str = "camera/camera_info"
-    joint_states_topic: str = "joint_states"
-    command_topic: str = "forward_position_controller/commands"
+    camera_image_topic: str = CAMERA_IMAGE.name
+    camera_info_topic: str = CAMERA_INFO.name
+    joint_states_topic: str = JOINT_STATES.name
+    command_topic: str = ROBOT_COMMAND.name
     ee_link: str = ""  # tool link for the sim task and Cartesian jogging; "" = the sim params' / the arm's tip
     extra_parameters: dict[str, dict[str, Any]] = field(default_factory=dict)
     viz: bool = False  # add viz_node: a live Foxglove view (docs/viz.md)
@@ -83,11 +84,11 @@ class NodeDecl:
 def _remaps(args: GraphArgs, *, camera: bool = False, joints: bool = False, command: bool = False):
     pairs = []
     if camera:
-        pairs += [("camera/image_raw", args.camera_image_topic), ("camera/camera_info", args.camera_info_topic)]
+        pairs += [(CAMERA_IMAGE.name, args.camera_image_topic), (CAMERA_INFO.name, args.camera_info_topic)]
     if joints:
-        pairs.append(("joint_states", args.joint_states_topic))
+        pairs.append((JOINT_STATES.name, args.joint_states_topic))
     if command:
-        pairs.append(("forward_position_controller/commands", args.command_topic))
+        pairs.append((ROBOT_COMMAND.name, args.command_topic))
     return tuple((a, b) for a, b in pairs if a != b)
 
 
@@ -189,7 +190,7 @@ def declare_graph(mode: str, args: GraphArgs | None = None) -> list[NodeDecl]:
         sim_remaps = _remaps(args, camera=True, joints=True, command=True)
         if args.namespace:
             # Every node's sim-time source listens on /clock, whatever its namespace.
-            sim_remaps += (("clock", "/clock"),)
+            sim_remaps += ((CLOCK.name, CLOCK.absolute),)
         sim = node("sim_node", {"robot": args.robot, **description, **tool}, sim_remaps)
         supervisor = node("supervisor", {"robot": args.robot, **description, **tool, "auto_arm": True},
                           _remaps(args, joints=True, command=True))

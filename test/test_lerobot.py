@@ -23,13 +23,13 @@ from sim2real_ros.datasets.lerobot import (
     EPISODE_TOPIC,
     NS_PER_S,
     STATE_TOPIC,
-    SUPERVISOR_TOPIC,
     DatasetError,
     LeRobotDataset,
     camera_info_topic,
     image_topic,
     import_dataset,
 )
+from sim2real_ros.topics import DatasetEpisodeEvent
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("SIM2REAL_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
@@ -179,8 +179,11 @@ def test_import_synthetic(tmp_path, make):
     starts = [m for m in msgs[EPISODE_TOPIC] if m.msg.status[0].values[1].value == "start"]
     assert [s.msg.status[0].message for s in starts] == [TASK, TASK]
     assert [m.msg.status[0].values[0].value for m in msgs[EPISODE_TOPIC]] == ["0", "0", "1", "1"]
-    modes = [m.msg.status[0].values[0].value for m in msgs[SUPERVISOR_TOPIC]]
-    assert modes == ["TELEOP", "HOLD", "TELEOP", "HOLD"]
+    # the operator label, not a supervisor state: nobody's supervisor ran during a LeRobot recording
+    assert "/supervisor/state" not in msgs
+    events = [DatasetEpisodeEvent.from_msg(m.msg) for m in msgs[EPISODE_TOPIC]]
+    assert [(e.event, e.operator) for e in events] == [("start", "human"), ("end", "human")] * 2
+    assert [e.operator_mode for e in events] == ["TELEOP", "HOLD", "TELEOP", "HOLD"]
     offset = 0
     for e, n in LENGTHS.items():
         state, action = _series(e, n)

@@ -282,8 +282,8 @@ def test_sim_node_pushes_parameter_reports_pushes_applied_on_sim_episode(raw, ro
         # eval-sim --graph waits for when the supervisor arms in episode 1)
         assert ros.call(Trigger, "/pushes/sim/restart", timeout_s=45).success
         assert wait_until(lambda: len(episodes) >= 2, 60), "the restarted episode's outcome never came"
-    outcomes = [EpisodeOutcome.from_message(m) for m in list(episodes)]
+    outcomes = [EpisodeOutcome.from_msg(m) for m in list(episodes)]
     assert [o.episode for o in outcomes] == [0, 0] and outcomes[0].seed == outcomes[1].seed
     assert all(o.reason == "timeout" and o.pushes_applied == 3 for o in outcomes), outcomes
     plain = {"episode": 0, "seed": 1, "success": True, "reason": "success", "duration_s": 1.0, "final_distance_m": 0.01}
-    assert EpisodeOutcome.from_message(_episode_message(plain, 0)).pushes_applied == -1
+    assert EpisodeOutcome.from_msg(_episode_message(plain, 0)).pushes_applied == -1

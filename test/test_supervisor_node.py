@@ -374,3 +374,25 @@ def test_a_joy_message_with_the_estop_pressed_and_a_nan_axis_latches_estop(rig, 
         for q in rig.wait_more_commands(20):
             assert np.allclose(q, HOME, atol=1e-9), q
         assert rig.state()["mode"] == "ESTOP"
+
+
+def test_a_servo_alarm_on_the_driver_report_latches_estop(rig, tmp_path):
+    """feetech_driver/diagnostics, read through topics.StatusReport: a status at level ERROR with an
+    overload latches ESTOP (the same key at level OK does not)."""
+    from sim2real_ros.core.report import Level
+
+    with running_nodes([node_decl("supervisor", AUTO_ARMED)], tmp_path):
+        rig.wait_mode("AUTONOMOUS")
+        node = rig.ros.node
+        driver = node.create_publisher(DiagnosticArray, "feetech_driver/diagnostics", RELIABLE_LATEST_QOS)
+        rig.ros.wait_for_subscribers(driver)
+        warning = cv.diagnostic_array("feetech_driver", {"overload": NAMES[1]}, 0, level=Level.WARN,
+                                      message="overload", hardware_id="/dev/pty")
+        driver.publish(warning)
+        rig.wait_more_commands(10)
+        assert rig.state()["mode"] == "AUTONOMOUS"
+        alarm = cv.diagnostic_array("feetech_driver", {"overload": NAMES[1], f"load.{NAMES[1]}": "1.000"}, 0,
+                                    level=Level.ERROR, message="overload", hardware_id="/dev/pty")
+        driver.publish(alarm)
+        rig.wait_mode("ESTOP")
+        assert f"overload on {NAMES[1]}" in rig.state()["reason"], rig.state()

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..core.errors import Sim2RealError
 from ..robots import DEFAULT_ROBOT, ROBOT_NAMES, robot_description_for, sim_params_for
+from ..topics import JOINT_STATES, ROBOT_COMMAND
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,9 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     fit = sub.add_parser("fit", help="fit sim dynamics (latency, gains, damping, friction) to a recorded bag")
     fit.add_argument("--bag", required=True, type=Path, help="rosbag2 folder (sqlite3 or MCAP)")
-    fit.add_argument("--command-topic", default="forward_position_controller/commands",
+    fit.add_argument("--command-topic", default=ROBOT_COMMAND.name,
                      help="commanded positions: std_msgs/Float64MultiArray or sensor_msgs/JointState")
-    fit.add_argument("--state-topic", default="joint_states", help="measured positions: sensor_msgs/JointState")
+    fit.add_argument("--state-topic", default=JOINT_STATES.name, help="measured positions: sensor_msgs/JointState")
     fit.add_argument("--robot", choices=ROBOT_NAMES, default=DEFAULT_ROBOT,
                      help="robot (docs/robots.md): its URDF and sim params are the defaults (default arm6)")
     fit.add_argument("--params", type=Path, default=None,

@@ -7,9 +7,10 @@ What maps to what (docs/datasets.md): `observation.state` -> /joint_states and `
 `observation.images.<key>` video, decoded with PyAV one frame at a time -> /camera/<key>/image_raw
 (sensor_msgs/Image rgb8) and /camera/<key>/camera_info (from a calibration YAML, else all-zero K,
 D, R, P: ROS's mark for an uncalibrated camera); episode starts and ends (with the task string) ->
-/dataset/episode (diagnostic_msgs/DiagnosticArray, as sim/episode); and /supervisor/state with mode
-TELEOP during an episode and HOLD between episodes (a LeRobot episode is a teleoperated
-demonstration), so the replay evaluator and the fine-tuning dataset count the actions as human.
+/dataset/episode (diagnostic_msgs/DiagnosticArray, as sim/episode, topics.DatasetEpisodeEvent), the
+start labelled `operator: human` (a LeRobot episode is a teleoperated demonstration), so the replay
+evaluator and the fine-tuning dataset count the actions as human (episodes/ reads the label where a
+bag has no supervisor/state; bags imported before the label carry /supervisor/state and read the same).
 
 Frame times: frame i of episode e is stamped start_e + timestamp_i, where the episodes follow each
 other on one time line from `start_ns` with a gap of EPISODE_GAP_S; log time = stamp.
@@ -27,7 +28,7 @@ import os
 import shutil
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
@@ -35,6 +36,7 @@ import numpy as np
 
 from ..core.errors import ConfigError, Sim2RealError
 from ..core.timebase import NS_PER_S
+from ..topics import DATASET_EPISODE, JOINT_STATES, TELEOP_COMMAND, DatasetEpisodeEvent, StatusPayload
 from .lerobot_limits import (
     MAX_CAMERAS,
     MAX_EPISODE_FRAMES,
@@ -69,10 +71,11 @@ __all__ = ["DatasetError", "LeRobotDataset", "import_dataset"]
 STATE_KEY = "observation.state"
 ACTION_KEY = "action"
 IMAGE_PREFIX = "observation.images."
-STATE_TOPIC = "/joint_states"
-COMMAND_TOPIC = "/command/teleop"
-EPISODE_TOPIC = "/dataset/episode"
-SUPERVISOR_TOPIC = "/supervisor/state"
+STATE_TOPIC = JOINT_STATES.absolute
+COMMAND_TOPIC = TELEOP_COMMAND.absolute
+EPISODE_TOPIC = DATASET_EPISODE.absolute
+# Who drove the arm in a LeRobot episode (topics.OPERATOR_MODES): a person, through a leader arm.
+OPERATOR = "human"
 DEFAULT_START_NS = 1_700_000_000 * NS_PER_S  # the imported time line's origin [ns]
 EPISODE_GAP_S = 1.0  # between the last frame of an episode and the first of the next [s]
 V2 = ("v2.0", "v2.1")
@@ -641,9 +644,10 @@ class _Messages:
                          roi=self._roi(x_offset=0, y_offset=0, height=0, width=0, do_rectify=False))
         return bytes(self.store.serialize_cdr(msg, "sensor_msgs/msg/CameraInfo"))
 
-    def diagnostic(self, stamp_ns: int, name: str, message: str, values: dict[str, str]) -> bytes:
-        status = self._status(level=0, name=name, message=message, hardware_id=HARDWARE_ID,
-                              values=[self._kv(key=k, value=v) for k, v in values.items()])
+    def diagnostic(self, stamp_ns: int, payload: StatusPayload) -> bytes:
+        """A typed payload (topics.py) as a DiagnosticArray, level OK, hardware_id HARDWARE_ID."""
+        status = self._status(level=0, name=payload.name, message=payload.message, hardware_id=HARDWARE_ID,
+                              values=[self._kv(key=k, value=v) for k, v in payload.values.items()])
         msg = self._array(header=self.header(stamp_ns), status=[status])
         return bytes(self.store.serialize_cdr(msg, "diagnostic_msgs/msg/DiagnosticArray"))
 
@@ -811,8 +815,7 @@ def _write_bag(dataset: LeRobotDataset, chosen: list[Episode], bag_path: Path, c
         for k in cameras:
             writer.add_topic(image_topic(k), "sensor_msgs/msg/Image")
             writer.add_topic(camera_info_topic(k), "sensor_msgs/msg/CameraInfo")
-        writer.add_topic(EPISODE_TOPIC, "diagnostic_msgs/msg/DiagnosticArray")
-        writer.add_topic(SUPERVISOR_TOPIC, "diagnostic_msgs/msg/DiagnosticArray")
+        writer.add_topic(EPISODE_TOPIC, DATASET_EPISODE.msgtype)
         # the bar counts rows as they are written; an episode shorter than its declared length leaves it short
         ticks = progress_bar(iter(int, 1), total, "import", sys.stderr) if progress_bar and total else None
         episode_start = int(start_ns)
@@ -829,12 +832,12 @@ def _write_bag(dataset: LeRobotDataset, chosen: list[Episode], bag_path: Path, c
                                    f"{_LAST_STAMP_NS} ns")
             task_index = int(rows["task_index"][0]) if "task_index" in rows else -1
             task = dataset.tasks.get(task_index) or (episode.tasks[0] if episode.tasks else "")
-            values = {"episode": str(episode.index), "event": "start", "task": task, "task_index": str(task_index),
-                      "frames": str(count), "fps": f"{dataset.fps:g}", "source": str(dataset.root.name)}
+            # A LeRobot episode is a teleoperated demonstration: the start says so (operator label).
+            start = DatasetEpisodeEvent(episode=episode.index, event="start", task=task, task_index=task_index,
+                                        frames=count, fps=float(dataset.fps), source=str(dataset.root.name),
+                                        operator=OPERATOR)
             first, last = int(stamps[0]), int(stamps[-1])
-            writer.write(SUPERVISOR_TOPIC, first, messages.diagnostic(
-                first, "supervisor", "TELEOP", {"mode": "TELEOP", "reason": "lerobot episode"}))
-            writer.write(EPISODE_TOPIC, first, messages.diagnostic(first, "episode", task, values))
+            writer.write(EPISODE_TOPIC, first, messages.diagnostic(first, start.to_status()))
             videos = {}
             for k in cameras:
                 if dataset.has_video(episode, IMAGE_PREFIX + k):
@@ -863,10 +866,8 @@ def _write_bag(dataset: LeRobotDataset, chosen: list[Episode], bag_path: Path, c
                     pending[k] = next(videos[k], None)
                 if ticks is not None:
                     next(ticks, None)
-            end_values = dict(values, event="end", duration_s=f"{(last - first) / NS_PER_S:.4f}")
-            writer.write(EPISODE_TOPIC, last, messages.diagnostic(last, "episode", task, end_values))
-            writer.write(SUPERVISOR_TOPIC, last, messages.diagnostic(
-                last, "supervisor", "HOLD", {"mode": "HOLD", "reason": "lerobot episode end"}))
+            end = replace(start, event="end", duration_s=(last - first) / NS_PER_S)
+            writer.write(EPISODE_TOPIC, last, messages.diagnostic(last, end.to_status()))
             for v in videos.values():
                 v.close()
             episode_start = max(last, first) + int(round(max(EPISODE_GAP_S * NS_PER_S, frame_ns)))

@@ -27,14 +27,24 @@ from typing import Any
 import numpy as np
 
 from ..bags import BagReader
-from ..conversions import diagnostic_values as _values
 from ..conversions import stamp_to_ns
 from ..episodes.actions import sample_actions
 from ..episodes.recording import RecordingCollector
 from ..episodes.topics import resolve_topic
+from ..topics import (
+    DATASET_EPISODE,
+    JOINT_STATES,
+    ROBOT_COMMAND,
+    SIM_EPISODE,
+    SUPERVISOR_STATE,
+    TELEOP_COMMAND,
+    DatasetEpisodeEvent,
+    EpisodeOutcome,
+    SupervisorState,
+)
 from .lerobot import ACTION_KEY, IMAGE_PREFIX, NS_PER_S, STATE_KEY, DatasetError
 
-ACTION_TOPICS = ("command/teleop", "forward_position_controller/commands")
+ACTION_TOPICS = (TELEOP_COMMAND.name, ROBOT_COMMAND.name)
 CODECS = {"h264": ("libx264", "h264"), "av1": ("libsvtav1", "av1")}
 HUMAN_MODES = ("TELEOP", "SHARED")
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -85,7 +95,7 @@ class _BagPlan:
 def _plan(bag: Path, fps: float, latency_s: float, task: str) -> _BagPlan:
     with BagReader(bag) as reader:
         types = reader.topic_types()
-        state_topic, _ = resolve_topic("joint_states", types)
+        state_topic, _ = resolve_topic(JOINT_STATES.name, types)
         if state_topic is None:
             raise DatasetError(f"{bag}: topic 'joint_states' (observation.state) is not in the bag "
                                f"(it has {sorted(types)})")
@@ -95,14 +105,15 @@ def _plan(bag: Path, fps: float, latency_s: float, task: str) -> _BagPlan:
                                f"(it has {sorted(types)})")
         images = {camera_key(t): t for t, ty in sorted(types.items())
                   if ty == "sensor_msgs/msg/Image" and not t.strip("/").startswith("policy/")}
-        episode_topic = resolve_topic("dataset/episode", types)[0]
-        sim_topic = resolve_topic("sim/episode", types)[0]
-        sup_topic = resolve_topic("supervisor/state", types)[0]
+        episode_topic = resolve_topic(DATASET_EPISODE.name, types)[0]
+        sim_topic = resolve_topic(SIM_EPISODE.name, types)[0]
+        sup_topic = resolve_topic(SUPERVISOR_STATE.name, types)[0]
         joint_names: tuple[str, ...] | None = None
         collector = None
         image_stamps: dict[str, list[int]] = {k: [] for k in images}
-        events: list[tuple[int, dict[str, str]]] = []
-        outcomes: list[tuple[int, dict[str, str]]] = []
+        events: list[tuple[int, DatasetEpisodeEvent]] = []
+        outcomes: list[tuple[int, EpisodeOutcome]] = []
+        modes: list[tuple[int, str]] = []
         wanted = [t for t in (state_topic, action_topic, episode_topic, sim_topic, sup_topic) if t]
         pending_actions = []
         for m in reader.messages(wanted + list(images.values())):
@@ -119,13 +130,13 @@ def _plan(bag: Path, fps: float, latency_s: float, task: str) -> _BagPlan:
                 else:
                     collector.add_action(m.msg, m.log_time_ns)
             elif m.topic == episode_topic:
-                events.append((stamp_to_ns(m.msg.header.stamp), _values(m.msg)))
+                events.append((stamp_to_ns(m.msg.header.stamp), DatasetEpisodeEvent.from_msg(m.msg)))
             elif m.topic == sim_topic:
-                outcomes.append((stamp_to_ns(m.msg.header.stamp), _values(m.msg)))
+                outcomes.append((stamp_to_ns(m.msg.header.stamp), EpisodeOutcome.from_msg(m.msg)))
             elif m.topic == sup_topic:
-                mode = _values(m.msg).get("mode")
-                if mode:
-                    events.append((stamp_to_ns(m.msg.header.stamp) or m.log_time_ns, {"mode": mode}))
+                state = SupervisorState.from_msg(m.msg)
+                if state is not None and state.mode:
+                    modes.append((stamp_to_ns(m.msg.header.stamp) or m.log_time_ns, state.mode))
             else:
                 key = next(k for k, t in images.items() if t == m.topic)
                 image_stamps[key].append(stamp_to_ns(m.msg.header.stamp) or m.log_time_ns)
@@ -140,19 +151,18 @@ def _plan(bag: Path, fps: float, latency_s: float, task: str) -> _BagPlan:
     start_all = int(recording.joint_stamps_ns.min())
     end_all = int(recording.joint_stamps_ns.max())
     spans: list[tuple[int, int, str]] = []
-    starts = {v.get("episode"): (t, v.get("task", task)) for t, v in events if v.get("event") == "start"}
-    for t, v in events:
-        if v.get("event") == "end" and v.get("episode") in starts:
-            s, text = starts[v.get("episode")]
+    starts = {e.episode: (t, e.task) for t, e in events if e.event == "start"}
+    for t, e in events:
+        if e.event == "end" and e.episode in starts:
+            s, text = starts[e.episode]
             spans.append((s, t, text or task))
     if not spans and outcomes:
-        for t, v in outcomes:
-            duration = float(v.get("duration_s", "nan"))
+        for t, o in outcomes:
+            duration = o.duration_s
             spans.append((t - int(round(duration * NS_PER_S)) if np.isfinite(duration) else start_all, t, task))
     if not spans:
-        modes = sorted((t, v["mode"]) for t, v in events if "mode" in v)
         begin = None
-        for t, mode in modes:
+        for t, mode in sorted(modes):
             if mode in HUMAN_MODES and begin is None:
                 begin = t
             elif mode not in HUMAN_MODES and begin is not None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..bags import BagReader
+from ..topics import DATASET_EPISODE
 from .options import ReplayOptions
 from .recording import ACTION_TYPES, RecordingCollector
-from .topics import resolve_topics
+from .topics import resolve_topic, resolve_topics
 
 IMAGE_TYPES = ("sensor_msgs/msg/Image",)
 CAMERA_INFO_TYPES = ("sensor_msgs/msg/CameraInfo",)
@@ -24,10 +25,19 @@ class BagTopics:
     action: str
     action_type: str
     supervisor_state: str | None
+    # dataset/episode of an imported LeRobot bag: its operator labels stand in for the supervisor
+    # state, which such a bag does not have (None when the bag has a supervisor state or no filter).
+    operator_labels: str | None = None
+
+    @property
+    def mode_topics(self) -> tuple[str, ...]:
+        """The topics that say which mode the graph was in (supervisor state or operator labels)."""
+        return tuple(t for t in (self.supervisor_state, self.operator_labels) if t)
 
     def as_dict(self) -> dict[str, str | None]:
-        return {"image": self.image, "camera_info": self.camera_info, "joint_states": self.joint_states,
-                "action": self.action, "action_type": self.action_type, "supervisor_state": self.supervisor_state}
+        out = {"image": self.image, "camera_info": self.camera_info, "joint_states": self.joint_states,
+               "action": self.action, "action_type": self.action_type, "supervisor_state": self.supervisor_state}
+        return {**out, "operator_labels": self.operator_labels} if self.operator_labels else out
 
 
 def find_topics(reader: BagReader, options: ReplayOptions) -> BagTopics:
@@ -39,14 +49,20 @@ def find_topics(reader: BagReader, options: ReplayOptions) -> BagTopics:
     types = {"image": IMAGE_TYPES, "camera_info": CAMERA_INFO_TYPES, "joint_states": JOINT_STATE_TYPES,
              "action": ACTION_TYPES, "supervisor_state": STATE_TYPES}
     hint = ""
+    labels = None
     if options.filters_modes:
-        wanted["supervisor_state"] = options.supervisor_state_topic
+        state, _ = resolve_topic(options.supervisor_state_topic, available)
+        labels, _ = resolve_topic(DATASET_EPISODE.name, available)
+        if state is not None or labels is None or available[labels] != DATASET_EPISODE.msgtype:
+            labels = None
+            wanted["supervisor_state"] = options.supervisor_state_topic
         hint = ("The supervisor state tells which commands a person sent; without it, compare with every "
                 "command (--all-actions)")
     resolved = resolve_topics(str(reader.path), wanted, available, types, hint)
     return BagTopics(image=resolved["image"], camera_info=resolved["camera_info"],
                      joint_states=resolved["joint_states"], action=resolved["action"],
-                     action_type=available[resolved["action"]], supervisor_state=resolved.get("supervisor_state"))
+                     action_type=available[resolved["action"]], supervisor_state=resolved.get("supervisor_state"),
+                     operator_labels=labels)
 
 
 def recorded_joint_names(reader: BagReader, topics: BagTopics, scan: int = 50) -> list[str] | None:
@@ -76,4 +92,6 @@ def feed(collector: RecordingCollector, topics: BagTopics, topic: str, msg, log_
         collector.add_action(msg, log_ns)
     elif topic == topics.supervisor_state:
         collector.add_supervisor_state(msg, log_ns)
+    elif topic == topics.operator_labels:
+        collector.add_operator_label(msg, log_ns)
     return None

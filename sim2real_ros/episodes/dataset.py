@@ -33,13 +33,22 @@ from ..core.perception.camera_model import CameraModel
 from ..core.perception.preprocess import ImageError, ImagePipeline
 from ..core.timebase import NS_PER_S
 from ..paths import config_path
+from ..topics import (
+    CAMERA_IMAGE,
+    CAMERA_INFO,
+    JOINT_STATES,
+    ROBOT_COMMAND,
+    SIM_EPISODE,
+    SUPERVISOR_STATE,
+    EpisodeOutcome,
+)
 from .actions import sample_actions
 from .bag_source import feed, find_topics, make_collector
 from .options import HUMAN_MODES, ReplayOptions
 from .recording import Recording, modes_at
 from .topics import resolve_topic
 
-EPISODE_TOPIC = "sim/episode"
+EPISODE_TOPIC = SIM_EPISODE.name
 POLICY_MODES = ("AUTONOMOUS", "SHARED")
 # A takeover this soon after an episode starts is a demonstration: the policy had no real turn [s].
 TAKEOVER_GRACE_S = 1.0
@@ -82,11 +91,11 @@ class LabelConfig:
     episode_start_margin_s: float = 0.15
     correct_recorder_delay: bool = True
     human_modes: tuple[str, ...] = HUMAN_MODES
-    image_topic: str = "camera/image_raw"
-    camera_info_topic: str = "camera/camera_info"
-    joint_states_topic: str = "joint_states"
-    action_topic: str = "forward_position_controller/commands"
-    supervisor_state_topic: str = "supervisor/state"
+    image_topic: str = CAMERA_IMAGE.name
+    camera_info_topic: str = CAMERA_INFO.name
+    joint_states_topic: str = JOINT_STATES.name
+    action_topic: str = ROBOT_COMMAND.name
+    supervisor_state_topic: str = SUPERVISOR_STATE.name
 
     def __post_init__(self) -> None:
         for name in ("actuation_latency_s", "action_tolerance_s", "pairing_tolerance_s", "episode_start_margin_s"):
@@ -246,12 +255,6 @@ class _Frame:
     image: np.ndarray
 
 
-def _outcome_values(msg) -> dict[str, str]:
-    for status in getattr(msg, "status", []):
-        return {kv.key: kv.value for kv in status.values}
-    return {}
-
-
 def read_bag_episodes(bag: str | Path, pipeline: ImagePipeline, joint_names: tuple[str, ...], chunk_length: int,
                       dt_s: float, config: LabelConfig) -> tuple[list[EpisodeFrames], Counter]:
     """The labelled episodes of one bag and the count of frames left out, by reason."""
@@ -259,7 +262,7 @@ def read_bag_episodes(bag: str | Path, pipeline: ImagePipeline, joint_names: tup
     options = config.replay_options()
     skipped: Counter[str] = Counter()
     frames: list[_Frame] = []
-    outcomes: list[tuple[int, dict[str, str]]] = []
+    outcomes: list[tuple[int, EpisodeOutcome]] = []
     camera: CameraModel | None = None
     camera_key: tuple | None = None
     with BagReader(bag) as reader:
@@ -267,7 +270,7 @@ def read_bag_episodes(bag: str | Path, pipeline: ImagePipeline, joint_names: tup
         collector = make_collector(topics, joint_names, options)
         episode_topic, _ = resolve_topic(EPISODE_TOPIC, reader.topic_types())
         wanted = sorted({t for t in (topics.image, topics.camera_info, topics.joint_states, topics.action,
-                                     topics.supervisor_state, episode_topic) if t})
+                                     *topics.mode_topics, episode_topic) if t})
         for message in reader.messages(wanted):
             topic, msg = message.topic, message.msg
             if topic == topics.image:
@@ -290,7 +293,7 @@ def read_bag_episodes(bag: str | Path, pipeline: ImagePipeline, joint_names: tup
                     except MessageError:
                         skipped["bad_camera_info"] += 1
             elif topic == episode_topic:
-                outcomes.append((stamp_to_ns(msg.header.stamp), _outcome_values(msg)))
+                outcomes.append((stamp_to_ns(msg.header.stamp), EpisodeOutcome.from_msg(msg)))
             else:
                 feed(collector, topics, topic, msg, message.log_time_ns)
         skipped["decode_error"] += int(reader.decode_errors.get(topics.image, 0))
@@ -321,13 +324,13 @@ def read_bag_episodes(bag: str | Path, pipeline: ImagePipeline, joint_names: tup
     spans: list[tuple[int, int, str, dict[str, Any] | None, int]] = []
     if outcomes:
         margin = int(round(config.episode_start_margin_s * NS_PER_S))
-        for stamp, values in outcomes:
-            duration = float(values.get("duration_s", "nan"))
+        for stamp, reported in outcomes:
+            duration = reported.duration_s
             start = stamp - int(round(duration * NS_PER_S)) if math.isfinite(duration) else int(stamps.min())
             kind = episode_kind(recording.mode_times_ns, recording.modes, config.human_modes, start, stamp)
-            outcome = {"success": values.get("success") == "true", "reason": values.get("reason", ""),
-                       "duration_s": duration, "final_distance_m": float(values.get("final_distance_m", "nan")),
-                       "episode": values.get("episode", "")}
+            outcome = {"success": reported.success, "reason": reported.reason, "duration_s": duration,
+                       "final_distance_m": reported.final_distance_m,
+                       "episode": str(reported.episode) if reported.episode >= 0 else ""}
             spans.append((start, stamp, kind, outcome, margin))
     else:
         for start, stop, before in human_spans(recording, config.human_modes, end_ns):

@@ -14,9 +14,10 @@ import numpy as np
 from ..bags import BagReader
 from ..bags.writer import BagWriter
 from ..conversions import stamp_to_ns
+from ..topics import CAMERA_INFO, JOINT_STATES, POLICY_CAMERA_INFO, SIM_TARGET, SUPERVISOR_STATE
 
 # Topics whose last message before an episode is carried into that episode's bag (latched state).
-CARRIED_TOPICS = ("/supervisor/state", "/sim/target", "/camera/camera_info", "/policy/camera_info")
+CARRIED_TOPICS = (SUPERVISOR_STATE.absolute, SIM_TARGET.absolute, CAMERA_INFO.absolute, POLICY_CAMERA_INFO.absolute)
 
 
 def split_by_episode(session_bag: Path, out_dir: Path, start_ns: int, outcome_stamps_ns: list[int]) -> list[Path]:
@@ -60,7 +61,7 @@ def split_by_episode(session_bag: Path, out_dir: Path, start_ns: int, outcome_st
     return bags
 
 
-def recorder_delay_ns(reader: BagReader, topic: str = "/joint_states") -> int:
+def recorder_delay_ns(reader: BagReader, topic: str = JOINT_STATES.absolute) -> int:
     """Median (log time - header stamp) of `topic` [ns]: how late the recorder logs what it hears."""
     if topic not in reader.topic_types():
         return 0

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..core.errors import ConfigError
+from ..topics import CAMERA_IMAGE, CAMERA_INFO, JOINT_STATES, ROBOT_COMMAND, SUPERVISOR_STATE
 
 MODES = ("offline", "graph")
 # Supervisor modes in which the robot commands come from a person (docs/design.md §4).
@@ -50,12 +51,12 @@ class ReplayOptions:
       the node). The same predictions up to the network's float32 rounding.
     """
 
-    image_topic: str = "camera/image_raw"
-    camera_info_topic: str = "camera/camera_info"
-    joint_states_topic: str = "joint_states"
-    action_topic: str = "forward_position_controller/commands"
+    image_topic: str = CAMERA_IMAGE.name
+    camera_info_topic: str = CAMERA_INFO.name
+    joint_states_topic: str = JOINT_STATES.name
+    action_topic: str = ROBOT_COMMAND.name
     action_joints: tuple[str, ...] = ()
-    supervisor_state_topic: str = "supervisor/state"
+    supervisor_state_topic: str = SUPERVISOR_STATE.name
     human_modes: tuple[str, ...] = HUMAN_MODES
     actuation_latency_s: float = 0.02
     pairing_tolerance_s: float = 0.05

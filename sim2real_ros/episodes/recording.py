@@ -16,6 +16,7 @@ import numpy as np
 
 from ..conversions import MessageError, joint_state_to_sample, position_command_to_array, reorder, stamp_to_ns
 from ..core.timebase import NS_PER_S
+from ..topics import DatasetEpisodeEvent, SupervisorState
 
 # |log time - stamp| above this means the recorder's clock is not the stamps' clock [ns].
 CLOCK_MISMATCH_NS = NS_PER_S // 2
@@ -145,16 +146,22 @@ class RecordingCollector:
             self._actions.append((log_ns, True, values))
 
     def add_supervisor_state(self, msg, log_ns: int) -> None:
-        mode = None
-        for status in getattr(msg, "status", []):
-            for item in getattr(status, "values", []):
-                if item.key == "mode":
-                    mode = str(item.value)
-        if mode is None:
+        state = SupervisorState.from_msg(msg)
+        if state is None:
             self.problems["state_without_mode"] += 1
             return
-        stamp = stamp_to_ns(msg.header.stamp)
-        self._modes.append((stamp, False, mode) if stamp > 0 else (log_ns, True, mode))
+        self._add_mode(state.mode, stamp_to_ns(msg.header.stamp), log_ns)
+
+    def add_operator_label(self, msg, log_ns: int) -> None:
+        """A dataset/episode event (an imported LeRobot bag): its operator label puts the mode that
+        operator works in in force at a labelled start, HOLD at the end (topics.DatasetEpisodeEvent).
+        An unlabelled start (a bag imported before the label) changes nothing."""
+        mode = DatasetEpisodeEvent.from_msg(msg).operator_mode
+        if mode is not None:
+            self._add_mode(mode, stamp_to_ns(msg.header.stamp), log_ns)
+
+    def _add_mode(self, mode: str, stamp_ns: int, log_ns: int) -> None:
+        self._modes.append((stamp_ns, False, mode) if stamp_ns > 0 else (log_ns, True, mode))
 
     # ------------------------------------------------------------------ result
     def clock_offset(self) -> ClockOffset:

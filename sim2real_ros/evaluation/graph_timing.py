@@ -29,16 +29,16 @@ from typing import Any
 import numpy as np
 
 from ..bags.reader import BagReader
-from ..conversions import diagnostic_values as _values
 from ..core.stats import summary
 from ..core.timebase import NS_PER_S
+from ..topics import ACTION_CHUNK, ROBOT_COMMAND, SIM_EPISODE, SUPERVISOR_STATE, EpisodeOutcome, SupervisorState
 
 NS_PER_MS = 1_000_000
 
-EPISODE_TOPIC = "/sim/episode"
-CHUNK_TOPIC = "/policy/action_chunk"
-COMMAND_TOPIC = "/forward_position_controller/commands"
-STATE_TOPIC = "/supervisor/state"
+EPISODE_TOPIC = SIM_EPISODE.absolute
+CHUNK_TOPIC = ACTION_CHUNK.absolute
+COMMAND_TOPIC = ROBOT_COMMAND.absolute
+STATE_TOPIC = SUPERVISOR_STATE.absolute
 
 
 def _stamp_ns(header: Any) -> int:
@@ -47,10 +47,10 @@ def _stamp_ns(header: Any) -> int:
 
 @dataclass
 class GraphTrace:
-    """What the recorder received, in sim time [ns]: episodes (start, end, values), chunks
+    """What the recorder received, in sim time [ns]: episodes (start, end, outcome), chunks
     (observation stamp, receive time), command receive times, supervisor modes (stamp, mode)."""
 
-    episodes: list[tuple[int, int, dict[str, str]]] = field(default_factory=list)
+    episodes: list[tuple[int, int, EpisodeOutcome]] = field(default_factory=list)
     chunk_stamps: list[int] = field(default_factory=list)
     chunk_received: list[int] = field(default_factory=list)
     commands: list[int] = field(default_factory=list)
@@ -63,17 +63,18 @@ def read_trace(bag: str | Path) -> GraphTrace:
     with BagReader(bag) as reader:
         for m in reader.messages([EPISODE_TOPIC, CHUNK_TOPIC, COMMAND_TOPIC, STATE_TOPIC]):
             if m.topic == EPISODE_TOPIC:
-                values = _values(m.msg)
+                outcome = EpisodeOutcome.from_msg(m.msg)
                 end = _stamp_ns(m.msg.header)
-                start = end - int(round(float(values.get("duration_s", "nan")) * NS_PER_S))
-                trace.episodes.append((start, end, values))
+                start = end - int(round(outcome.duration_s * NS_PER_S))
+                trace.episodes.append((start, end, outcome))
             elif m.topic == CHUNK_TOPIC:
                 trace.chunk_stamps.append(_stamp_ns(m.msg.header))
                 trace.chunk_received.append(m.log_time_ns)
             elif m.topic == COMMAND_TOPIC:
                 trace.commands.append(m.log_time_ns)
             elif m.topic == STATE_TOPIC:
-                trace.modes.append((_stamp_ns(m.msg.header), _values(m.msg).get("mode", "")))
+                state = SupervisorState.from_msg(m.msg)
+                trace.modes.append((_stamp_ns(m.msg.header), state.mode if state is not None else ""))
     trace.commands.sort()
     trace.modes.sort()
     return trace
@@ -107,7 +108,7 @@ def episode_timing(trace: GraphTrace) -> list[dict[str, Any]]:
     order = np.argsort(trace.chunk_received, kind="stable")
     received = np.asarray(trace.chunk_received, dtype=np.int64)[order]
     stamps = np.asarray(trace.chunk_stamps, dtype=np.int64)[order]
-    for start, end, values in trace.episodes:
+    for start, end, outcome in trace.episodes:
         lo, hi = bisect_left(received.tolist(), start), bisect_right(received.tolist(), end)
         got, seen = received[lo:hi], stamps[lo:hi]
         fresh = seen >= start
@@ -116,9 +117,9 @@ def episode_timing(trace: GraphTrace) -> list[dict[str, Any]]:
         held, armed_at = _not_autonomous_ns(trace.modes, start, end)
         own = np.sort(seen[fresh])
         rows.append({
-            "episode": int(values.get("episode", -1)), "seed": int(values.get("seed", -1)),
-            "success": values.get("success") == "true", "duration_s": (end - start) / NS_PER_S,
-            "final_distance_m": float(values.get("final_distance_m", "nan")),
+            "episode": outcome.episode, "seed": outcome.seed,
+            "success": outcome.success, "duration_s": (end - start) / NS_PER_S,
+            "final_distance_m": outcome.final_distance_m,
             "start_to_first_chunk_ms": None if first is None else (int(got[first]) - start) / NS_PER_MS,
             "first_observation_ms": None if first is None else (int(seen[first]) - start) / NS_PER_MS,
             "start_to_armed_ms": None if armed_at is None else (armed_at - start) / NS_PER_MS,

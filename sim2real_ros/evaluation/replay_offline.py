@@ -175,7 +175,7 @@ def replay_offline(bag: str | Path, policy: LoadedPolicy, options: ReplayOptions
         counts = {t.name: t.count for t in reader.topics()}
         images_in_bag = counts.get(topics.image, 0)
         wanted = [t for t in (topics.image, topics.camera_info, topics.joint_states, topics.action,
-                              topics.supervisor_state) if t]
+                              *topics.mode_topics) if t]
         total = sum(counts.get(t, 0) for t in set(wanted))
         messages = reader.messages(sorted(set(wanted)))
         if options.progress:

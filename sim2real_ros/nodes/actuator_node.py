@@ -35,6 +35,7 @@ from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 
 from .. import conversions as msgconv
+from .. import topics
 from ..core.control.actuator import HISTORY, ActuatorConfig, ActuatorCore, Rejection, percentiles_ms
 from ..core.control.deadline_schedule import DeadlineSchedule
 from ..core.control.tick_phase import TickPhaseLock
@@ -43,6 +44,7 @@ from ..core.report import Level
 from ..core.robot.joint_list import resolve_joint_list
 from ..core.robot.urdf import RobotModel
 from ..core.safety.limits import limits_from_urdf
+from .background import BackgroundLoop
 from .common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS, now_ns, run_node
 from .parameters import ACTUATOR_NODE, declare_table
 
@@ -97,14 +99,14 @@ class ActuatorNode(Node):
         # CPU than a multi-threaded executor's thread pool.
         control_group = MutuallyExclusiveCallbackGroup()
         io_group = MutuallyExclusiveCallbackGroup()
-        self._command_pub = self.create_publisher(JointState, "command/policy", RELIABLE_LATEST_QOS)
+        self._command_pub = self.create_publisher(JointState, topics.POLICY_COMMAND.name, RELIABLE_LATEST_QOS)
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, "~/diagnostics", RELIABLE_LATEST_QOS)
-        self.create_subscription(JointTrajectory, "policy/action_chunk", self._on_chunk, RELIABLE_LATEST_QOS,
+        self.create_subscription(JointTrajectory, topics.ACTION_CHUNK.name, self._on_chunk, RELIABLE_LATEST_QOS,
                                  callback_group=io_group)
-        self.create_subscription(JointState, "joint_states", self._on_joint_state, JOINT_STATE_QOS,
+        self.create_subscription(JointState, topics.JOINT_STATES.name, self._on_joint_state, JOINT_STATE_QOS,
                                  callback_group=io_group)
         self._stop = threading.Event()
-        self._control_thread: threading.Thread | None = None
+        self._control_loop: BackgroundLoop | None = None
         self._period_ns = int(round(cfg.control_period_s * 1e9))
         self._phase_lock: TickPhaseLock | None = None
         self._chunk_arrival_ns: int | None = None  # steady clock of the last chunk accepted, for the phase lock
@@ -126,9 +128,9 @@ class ActuatorNode(Node):
         else:
             # On the wall clock, a thread of its own: an executor timer pays for rebuilding the wait
             # set in Python on every tick, and at 500 Hz that overhead, not the tick, saturates a core.
-            self._control_thread = threading.Thread(target=self._wall_clock_loop, name="actuator_control",
-                                                    daemon=True)
-            self._control_thread.start()
+            self._control_loop = BackgroundLoop(self, "actuator_control", lambda _stop: self._wall_clock_loop(),
+                                                join_timeout_s=2.0, stop_event=self._stop)
+            self._control_loop.start()
         # Diagnostics run on the steady clock: a stalled sim clock must not silence the report.
         self.create_timer(DIAGNOSTICS_PERIOD_S, self._on_diagnostics, callback_group=io_group,
                           clock=Clock(clock_type=ClockType.STEADY_TIME))
@@ -159,9 +161,8 @@ class ActuatorNode(Node):
             try:
                 self._on_tick()
             except Exception as err:  # noqa: BLE001 - during shutdown the context goes away under us
-                if self._stop.is_set() or not self.context.ok():
+                if self._control_loop.step_failed(err, "control tick failed", 1.0):
                     return
-                self.get_logger().error(f"control tick failed: {err!r}", throttle_duration_sec=1.0)
             with self._lock:
                 arrival, self._chunk_arrival_ns = self._chunk_arrival_ns, None
                 schedule.advance(time.monotonic_ns(), arrival)
@@ -172,8 +173,8 @@ class ActuatorNode(Node):
     def destroy_node(self) -> None:
         self._stop.set()
         self._wake.set()
-        if self._control_thread is not None:
-            self._control_thread.join(timeout=2.0)
+        if self._control_loop is not None:
+            self._control_loop.stop()
         super().destroy_node()
 
     def _on_tick(self) -> None:

@@ -29,6 +29,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image
 
 from .. import conversions as msgconv
+from .. import topics
 from ..core.errors import ConfigError
 from ..core.perception.camera_capture import (
     CameraCalibration,
@@ -42,6 +43,7 @@ from ..core.perception.camera_capture import (
 )
 from ..core.report import Level
 from ..core.timebase import NS_PER_S
+from .background import BackgroundLoop
 from .common import RELIABLE_LATEST_QOS, SENSOR_QOS, now_ns, run_node
 from .parameters import CAMERA_NODE, declare_table
 
@@ -80,15 +82,15 @@ class CameraNode(Node):
         self.ledger = CaptureLedger(self.config.period_ns, live=self.source.live)
         self._lock = threading.Lock()  # the ledger is written by the capture thread, read by diagnostics
         self._capture = self._open_checked(origin)
-        self._image_pub = self.create_publisher(Image, "camera/image_raw", SENSOR_QOS)
-        self._info_pub = self.create_publisher(CameraInfo, "camera/camera_info", SENSOR_QOS)
+        self._image_pub = self.create_publisher(Image, topics.CAMERA_IMAGE.name, SENSOR_QOS)
+        self._info_pub = self.create_publisher(CameraInfo, topics.CAMERA_INFO.name, SENSOR_QOS)
         self._diag_pub = self.create_publisher(DiagnosticArray, "~/diagnostics", RELIABLE_LATEST_QOS)
         self._info = self._camera_info()
-        self._stop = threading.Event()
         self._drops_reported = 0
         self.create_timer(self.config.diagnostics_period_s, self._publish_diagnostics)
-        self._thread = threading.Thread(target=self._capture_loop, name="camera_capture", daemon=True)
-        self._thread.start()
+        self._loop = BackgroundLoop(self, "camera_capture", self._capture_loop, join_timeout_s=2.0)
+        self._stop = self._loop.stop_event
+        self._loop.start()
         model = self.calibration.model
         self.get_logger().info(f"camera {self.source.describe()} {model.width}x{model.height} at {self.config.fps:g} "
                                f"Hz{' (looping)' if self.config.loop and not self.source.live else ''}, calibration "
@@ -142,15 +144,12 @@ class CameraNode(Node):
             self.ledger.on_published(stamp_ns)
 
     # ------------------------------------------------------------------------------------------
-    def _capture_loop(self) -> None:
-        try:
-            if self.source.live:
-                self._live_loop()
-            else:
-                self._file_loop()
-        except Exception as err:  # noqa: BLE001 - a context shut down under us at exit; anything else is logged
-            if not self._stop.is_set():
-                self.get_logger().error(f"capture stopped: {err!r}")
+    def _capture_loop(self, _stop: threading.Event) -> None:
+        """(BackgroundLoop logs an error that ends it, unless the node is shutting down.)"""
+        if self.source.live:
+            self._live_loop()
+        else:
+            self._file_loop()
 
     def _read(self) -> tuple[np.ndarray | None, int]:
         """grab, stamp, decode: (frame or None on a failed read, stamp [ns] at grab)."""
@@ -236,10 +235,9 @@ class CameraNode(Node):
                                                         hardware_id=str(self.source.value)))
 
     def destroy_node(self) -> None:
-        stop = getattr(self, "_stop", None)
-        if stop is not None:
-            stop.set()
-            self._thread.join(timeout=2.0)
+        loop = getattr(self, "_loop", None)
+        if loop is not None:
+            loop.stop()
         capture = getattr(self, "_capture", None)
         if capture is not None:
             capture.release()

@@ -27,6 +27,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image
 
 from .. import conversions as msgconv
+from .. import topics
 from ..core.errors import ConfigError
 from ..core.perception.camera_model import CameraModel
 from ..core.perception.image_drops import DropLedger, ImageDropReason, classify_image_layout
@@ -63,11 +64,11 @@ class CameraPreprocessor(Node):
         self._process_ms: deque[float] = deque(maxlen=TIMING_HISTORY)
         self._policy_info = msgconv.camera_model_to_info(self.preprocess.policy_camera, 0)
 
-        self._image_pub = self.create_publisher(Image, "policy/image", RELIABLE_LATEST_QOS)
-        self._info_pub = self.create_publisher(CameraInfo, "policy/camera_info", RELIABLE_LATEST_QOS)
+        self._image_pub = self.create_publisher(Image, topics.POLICY_IMAGE.name, RELIABLE_LATEST_QOS)
+        self._info_pub = self.create_publisher(CameraInfo, topics.POLICY_CAMERA_INFO.name, RELIABLE_LATEST_QOS)
         self._diag_pub = self.create_publisher(DiagnosticArray, "~/diagnostics", RELIABLE_LATEST_QOS)
-        self.create_subscription(CameraInfo, "camera/camera_info", self._on_camera_info, SENSOR_QOS)
-        self.create_subscription(Image, "camera/image_raw", self._on_image, SENSOR_QOS)
+        self.create_subscription(CameraInfo, topics.CAMERA_INFO.name, self._on_camera_info, SENSOR_QOS)
+        self.create_subscription(Image, topics.CAMERA_IMAGE.name, self._on_image, SENSOR_QOS)
         self.create_timer(self.config.diagnostics_period_s, self._publish_diagnostics)
         policy = self.preprocess.policy_camera
         self.get_logger().info(

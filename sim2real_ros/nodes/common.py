@@ -1,4 +1,5 @@
-"""What every node shares: QoS profiles (docs/design.md §2), parameter declaration, a clean main()."""
+"""What every node shares: QoS profiles (topics.py's descriptions as rclpy profiles), parameter
+declaration, a clean main()."""
 from __future__ import annotations
 
 import gc
@@ -26,40 +27,31 @@ from rclpy.qos import (
     ReliabilityPolicy,
 )
 
+from .. import topics
 from ..core.errors import ConfigError, Sim2RealError
 from .executor import EXECUTOR_ENV, executor_choice, make_executor
 from .executor import single_threaded_executor as single_threaded_executor  # re-exported
 from .realtime import apply_realtime_knobs
 
-# Camera topics: best effort depth 5. A best-effort subscription also matches reliable publishers,
-# so real drivers of either kind connect.
-SENSOR_QOS = QoSProfile(
-    history=HistoryPolicy.KEEP_LAST, depth=5, reliability=ReliabilityPolicy.BEST_EFFORT
-)
-# policy/image, policy/action_chunk, command/policy, robot commands: reliable, newest only.
-RELIABLE_LATEST_QOS = QoSProfile(
-    history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE
-)
-# joint_states: as ros2_control's joint_state_broadcaster.
-JOINT_STATE_QOS = QoSProfile(
-    history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE
-)
-# estop, supervisor/state, sim/episode: late joiners get the last value.
-LATCHED_QOS = QoSProfile(
-    history=HistoryPolicy.KEEP_LAST,
-    depth=1,
-    reliability=ReliabilityPolicy.RELIABLE,
-    durability=DurabilityPolicy.TRANSIENT_LOCAL,
-)
-# Event streams that must not lose messages between polls (episode outcomes, interventions).
-EVENTS_QOS = QoSProfile(
-    history=HistoryPolicy.KEEP_LAST,
-    depth=50,
-    reliability=ReliabilityPolicy.RELIABLE,
-    durability=DurabilityPolicy.TRANSIENT_LOCAL,
-)
-# joy: as the ROS joy node publishes it (reliable, depth 10).
-JOY_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE)
+
+def qos_profile(spec: topics.QosSpec) -> QoSProfile:
+    """The rclpy QoSProfile of a topics.QosSpec (KEEP_LAST, its depth, reliability, durability)."""
+    return QoSProfile(
+        history=HistoryPolicy.KEEP_LAST, depth=spec.depth,
+        reliability=ReliabilityPolicy.RELIABLE if spec.reliable else ReliabilityPolicy.BEST_EFFORT,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL if spec.transient_local else DurabilityPolicy.VOLATILE,
+    )
+
+
+# The profiles of topics.py (what each is for is said there), as rclpy profiles.
+SENSOR_QOS = qos_profile(topics.SENSOR_QOS)
+RELIABLE_LATEST_QOS = qos_profile(topics.RELIABLE_LATEST_QOS)
+JOINT_STATE_QOS = qos_profile(topics.JOINT_STATE_QOS)
+LATCHED_QOS = qos_profile(topics.LATCHED_QOS)
+EVENTS_QOS = qos_profile(topics.EVENTS_QOS)
+JOY_QOS = qos_profile(topics.JOY_QOS)
+CLOCK_QOS = qos_profile(topics.CLOCK_QOS)
+SERVO_DIAGNOSTICS_QOS = qos_profile(topics.SERVO_DIAGNOSTICS_QOS)
 
 
 def declare(node: Node, name: str, default: Any, description: str, read_only: bool = True,

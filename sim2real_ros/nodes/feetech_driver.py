@@ -34,10 +34,12 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 from .. import conversions as msgconv
+from .. import topics
 from ..core.errors import Sim2RealError
 from ..core.report import Level
 from ..hardware.bus import BusError, FeetechBus
 from ..hardware.driver import DriverConfig, FeetechDriver
+from .background import BackgroundLoop
 from .common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS, now_ns, run_node
 from .parameters import FEETECH_DRIVER, declare_table
 from .servo_arm import servo_arm_from_parameters, wait_for_next_period
@@ -65,27 +67,27 @@ class FeetechDriverNode(Node):
         except BaseException:
             self._bus.close()
             raise
-        self._joint_pub = self.create_publisher(JointState, "joint_states", JOINT_STATE_QOS)
+        self._joint_pub = self.create_publisher(JointState, topics.JOINT_STATES.name, JOINT_STATE_QOS)
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, "~/diagnostics", RELIABLE_LATEST_QOS)
-        self.create_subscription(Float64MultiArray, "forward_position_controller/commands", self._on_command,
+        self.create_subscription(Float64MultiArray, topics.ROBOT_COMMAND.name, self._on_command,
                                  RELIABLE_LATEST_QOS)
         self._published = 0
         self._failed_cycles = 0
         self._overruns = 0
         self._reported: tuple = (False, ())  # (bus failing, alarms) last reported at once
-        self._running = True
         held = [round(float(q), 4) for q in feedback.positions]
         self.get_logger().info(
             f"{len(self.joints)} servos {self.driver.ids} on {v['port']} at {v['baudrate']} baud, joints "
             f"{list(self.joints)}; holding the present positions {held} rad")
         self.create_timer(v["diagnostics_period_s"], self._publish_diagnostics)
-        self._thread = threading.Thread(target=self._bus_loop, name="feetech_bus", daemon=True)
-        self._thread.start()
+        # An error out of the bus loop is logged and re-raised (the thread's excepthook prints it).
+        self._bus_thread = BackgroundLoop(self, "feetech_bus", self._bus_loop, join_timeout_s=1.0, reraise=True)
+        self._bus_thread.start()
 
     # ------------------------------------------------------------------ bus loop
-    def _bus_loop(self) -> None:
+    def _bus_loop(self, stop: threading.Event) -> None:
         deadline = time.monotonic() + self._period_s
-        while self._running:
+        while not stop.is_set():
             with self._lock:
                 try:
                     feedback = self.driver.read()
@@ -163,9 +165,7 @@ class FeetechDriverNode(Node):
 
     def close(self) -> None:
         """Stop the loop, hold position (torque off only when configured), close the port."""
-        self._running = False
-        if self._thread.is_alive():
-            self._thread.join(timeout=1.0)
+        self._bus_thread.stop()
         with self._lock:
             try:
                 self.driver.stop(self._torque_off)

@@ -33,17 +33,19 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 
 from .. import conversions as msgconv
+from .. import topics
 from ..core.report import Level
 from ..hardware.bus import BusError, FeetechBus
 from ..hardware.calibration import load_calibration
 from ..hardware.driver import DriverConfig
 from ..hardware.leader import LeaderArm
+from .background import BackgroundLoop
 from .common import RELIABLE_LATEST_QOS, now_ns, run_node
 from .parameters import LEADER_ARM, declare_table
 from .servo_arm import servo_arm_from_parameters, wait_for_next_period
 
 NODE_NAME = "leader_arm"
-TOPIC = "command/teleop"
+TOPIC = topics.TELEOP_COMMAND.name
 
 
 class LeaderArmNode(Node):
@@ -69,18 +71,18 @@ class LeaderArmNode(Node):
         self._failed_cycles = 0
         self._overruns = 0
         self._reported_failing = False
-        self._running = True
         self.get_logger().info(
             f"leader servos {self.leader.ids} on {v['port']} at {v['baudrate']} baud, torque off; "
             f"{TOPIC} at {v['rate_hz']} Hz, joints {list(self.joints)}, now "
             f"{[round(float(q), 4) for q in first.positions]} rad")
         self.create_timer(v["diagnostics_period_s"], self._publish_diagnostics)
-        self._thread = threading.Thread(target=self._bus_loop, name="leader_bus", daemon=True)
-        self._thread.start()
+        # An error out of the bus loop is logged and re-raised (the thread's excepthook prints it).
+        self._bus_thread = BackgroundLoop(self, "leader_bus", self._bus_loop, join_timeout_s=1.0, reraise=True)
+        self._bus_thread.start()
 
-    def _bus_loop(self) -> None:
+    def _bus_loop(self, stop: threading.Event) -> None:
         deadline = time.monotonic() + self._period_s
-        while self._running:
+        while not stop.is_set():
             try:
                 sample = self.leader.read()
             except BusError as err:
@@ -129,9 +131,7 @@ class LeaderArmNode(Node):
 
     def close(self) -> None:
         """Stop the loop and close the port (nothing to hold: the leader never had torque)."""
-        self._running = False
-        if self._thread.is_alive():
-            self._thread.join(timeout=1.0)
+        self._bus_thread.stop()
         self._bus.close()
 
     def destroy_node(self) -> None:

@@ -40,6 +40,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
 from trajectory_msgs.msg import JointTrajectory
 
+from .. import topics
 from ..conversions import (
     MessageError,
     chunk_to_trajectory,
@@ -65,6 +66,7 @@ from ..core.policy.ledger import ImageLedger
 from ..core.robot.joint_list import resolve_joint_list
 from ..core.robot.urdf import RobotModel
 from ..provenance import sim_params_mismatch, sim_params_version
+from .background import BackgroundLoop
 from .common import LATCHED_QOS, RELIABLE_LATEST_QOS, now_ns, run_node
 from .parameters import POLICY_NODE, declare_table
 from .polled_subscription import PolledSubscription
@@ -194,17 +196,16 @@ class PolicyNode(Node):
         # Inference in a thread of its own, woken by an event: a slow inference never delays taking
         # in the next image, and the executor stays single-threaded (cheap).
         receive_group = MutuallyExclusiveCallbackGroup()
-        self._chunk_pub = self.create_publisher(JointTrajectory, "policy/action_chunk", RELIABLE_LATEST_QOS)
+        self._chunk_pub = self.create_publisher(JointTrajectory, topics.ACTION_CHUNK.name, RELIABLE_LATEST_QOS)
         self._diag_pub = self.create_publisher(DiagnosticArray, "~/diagnostics", LATCHED_QOS)
-        self.create_subscription(Image, "policy/image", self._on_image, RELIABLE_LATEST_QOS,
+        self.create_subscription(Image, topics.POLICY_IMAGE.name, self._on_image, RELIABLE_LATEST_QOS,
                                  callback_group=receive_group)
         # Joint states are read when an observation needs them, not taken per message (polled_subscription.py).
-        self._joint_states = PolledSubscription(self, JointState, self.resolve_topic_name("joint_states"),
-                                                JOINT_STATE_POLL_QOS, "joint_states")
+        self._joint_states = PolledSubscription(self, JointState, self.resolve_topic_name(topics.JOINT_STATES.name),
+                                                JOINT_STATE_POLL_QOS, topics.JOINT_STATES.name)
         self._inference_wake = threading.Event()
-        self._stop = threading.Event()
-        self._inference_thread = threading.Thread(target=self._inference_loop, name="policy_inference", daemon=True)
-        self._inference_thread.start()
+        self._inference = BackgroundLoop(self, "policy_inference", self._inference_loop)
+        self._inference.start()
         self.create_timer(cfg.diagnostics_period_s, self._on_diagnostics_timer, callback_group=receive_group)
         self.get_logger().info(
             f"policy {cfg.checkpoint} (hash {self.policy.checkpoint_hash}, {spec.architecture}) on "
@@ -300,23 +301,21 @@ class PolicyNode(Node):
             self._pairer.add_joint_state(sample.stamp_ns, positions)
 
     # -- inference ----------------------------------------------------------------------------------
-    def _inference_loop(self) -> None:
+    def _inference_loop(self, stop: threading.Event) -> None:
         waiting = False  # an image waits for its joint state: look again soon, not only on the next image
-        while not self._stop.is_set():
+        while not stop.is_set():
             if not self._inference_wake.wait(JOINT_STATE_POLL_S if waiting else 0.1) and not waiting:
                 continue
             self._inference_wake.clear()
             try:
                 waiting = self._on_inference()
             except Exception as err:  # noqa: BLE001 - the context shutting down under us ends the loop
-                if self._stop.is_set() or not self.context.ok():
+                if self._inference.step_failed(err, "inference thread"):
                     return
-                self.get_logger().error(f"inference thread: {err!r}", throttle_duration_sec=5.0)
 
     def destroy_node(self) -> None:
-        if hasattr(self, "_stop"):
-            self._stop.set()
-            self._inference_thread.join(timeout=5.0)
+        if hasattr(self, "_inference"):
+            self._inference.stop()
         if hasattr(self, "_joint_states"):
             self._joint_states.close()
         super().destroy_node()

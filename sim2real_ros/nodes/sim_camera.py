@@ -23,11 +23,13 @@ from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image, JointState
 
 from .. import conversions as msgconv
+from .. import topics
 from ..core.errors import ConfigError
 from ..core.perception.camera_model import load_calibration_yaml
 from ..robots import get_robot, robot_description_for, sim_params_for
 from ..sim.params import load_sim_params
 from ..sim.world import SimWorld
+from .background import BackgroundLoop
 from .common import JOINT_STATE_QOS, SENSOR_QOS, now_ns, run_node
 from .parameters import SIM_CAMERA, declare_table
 
@@ -56,15 +58,14 @@ class SimCameraNode(Node):
         self._positions: dict[str, float] | None = None
         self.frames = 0
         self.rejected = 0
-        self._image_pub = self.create_publisher(Image, "camera/image_raw", SENSOR_QOS)
-        self._info_pub = self.create_publisher(CameraInfo, "camera/camera_info", SENSOR_QOS)
-        self.create_subscription(JointState, "joint_states", self._on_joint_state, JOINT_STATE_QOS)
+        self._image_pub = self.create_publisher(Image, topics.CAMERA_IMAGE.name, SENSOR_QOS)
+        self._info_pub = self.create_publisher(CameraInfo, topics.CAMERA_INFO.name, SENSOR_QOS)
+        self.create_subscription(JointState, topics.JOINT_STATES.name, self._on_joint_state, JOINT_STATE_QOS)
         self.get_logger().info(
             f"robot {robot} joints {self.world.all_joint_names}; camera {camera_file} {camera.width}x{camera.height} "
             f"at {rate_hz:g} Hz; scene of seed {int(v['seed'])}; following joint_states")
-        self._running = True
-        self._thread = threading.Thread(target=self._render_loop, name="sim_camera", daemon=True)
-        self._thread.start()
+        self._loop = BackgroundLoop(self, "sim_camera", self._render_loop)
+        self._loop.start()
 
     def _on_joint_state(self, msg: JointState) -> None:
         try:
@@ -77,9 +78,9 @@ class SimCameraNode(Node):
         with self._lock:
             self._positions = dict(zip(sample.names, (float(q) for q in sample.positions), strict=True))
 
-    def _render_loop(self) -> None:
+    def _render_loop(self, stop: threading.Event) -> None:
         deadline = time.monotonic()
-        while self._running:
+        while not stop.is_set():
             deadline += self._period_s
             with self._lock:
                 positions = self._positions
@@ -87,12 +88,11 @@ class SimCameraNode(Node):
                 try:
                     self._render(positions)
                 except Exception as err:  # noqa: BLE001 - a failed frame is logged, the next one tried
-                    if not self._running or not self.context.ok():
+                    if self._loop.step_failed(err, "render failed"):
                         return
-                    self.get_logger().error(f"render failed: {err!r}", throttle_duration_sec=5.0)
             wait = deadline - time.monotonic()
             if wait > 0:
-                time.sleep(wait)
+                stop.wait(wait)
             else:
                 deadline = time.monotonic()  # late: skip, do not burst to catch up
 
@@ -100,16 +100,15 @@ class SimCameraNode(Node):
         stamp = now_ns(self)
         self.world.place_joints(positions)
         image = self.world.render(artifacts=self._artifacts)
-        if not self._running:
+        if self._loop.stop_event.is_set():
             return
         self._image_pub.publish(msgconv.array_to_image(image, "rgb8", stamp, self._frame_id))
         self._info_pub.publish(msgconv.camera_model_to_info(self.world.camera, stamp, self._frame_id))
         self.frames += 1
 
     def destroy_node(self) -> None:
-        self._running = False
-        if hasattr(self, "_thread"):
-            self._thread.join(timeout=5.0)
+        if hasattr(self, "_loop"):
+            self._loop.stop()
         if hasattr(self, "world"):
             self.world.close()
         super().destroy_node()

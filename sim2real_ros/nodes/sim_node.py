@@ -14,7 +14,7 @@ Services    sim/reset (std_srvs/Trigger): new episode (robot home, new target, n
             episode k of a graph run is the core path's episode k (eval-sim --graph uses it).
             After every episode reset (the service or auto_reset) commands are ignored, and counted
             (`commands_ignored_after_reset`), until one comes within RESYNC_TOLERANCE_RAD of the home
-            pose: the commands still in flight aim at the pose before the teleport.
+            pose: the commands still in flight aim at the pose before the teleport (core.control.reset_gate).
 
 Physics runs in its own thread, paced to wall-clock time by default (`pacing`: realtime, lockstep:
 each camera frame waits for a command, fast: as fast as the CPU allows). The camera renders in a
@@ -38,16 +38,17 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PointStamped
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
 from .. import conversions as msgconv
+from .. import topics
+from ..core.control.reset_gate import RESYNC_TOLERANCE_RAD as RESYNC_TOLERANCE_RAD  # re-exported
+from ..core.control.reset_gate import gate_command, reset_moved_arm
 from ..core.errors import ConfigError
 from ..core.perception.camera_model import load_calibration_yaml
-from ..core.report import Level
 from ..core.robot.joint_list import resolve_joint_list
 from ..core.robot.urdf import RobotModel
 from ..robots import get_robot, robot_description_for, sim_params_for
@@ -55,7 +56,10 @@ from ..sim.params import load_sim_params
 from ..sim.render_process import RenderedFrame, RenderProcess, RenderProcessError
 from ..sim.schedule import MultiRateSchedule, RateReporter, RealtimePacer, period_ns
 from ..sim.world import SimWorld
+from ..topics import EpisodeOutcome, SimStatus
+from .background import BackgroundLoop
 from .common import (
+    CLOCK_QOS,
     EVENTS_QOS,
     JOINT_STATE_QOS,
     LATCHED_QOS,
@@ -67,13 +71,9 @@ from .parameters import SIM_NODE, declare_table
 
 NODE_NAME = "sim_node"
 PACINGS = ("realtime", "lockstep", "fast")
-CLOCK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
 MAX_LAG_NS = 250_000_000  # int [ns] behind wall time by more than this: stop catching up (the RTF shows it)
 STATUS_PERIOD_NS = 1_000_000_000  # int [ns] wall time between sim/status messages
 RTF_LOG_PERIOD_NS = 10_000_000_000  # int [ns] wall time between real-time factor log lines
-# [rad] how near the arm a command must come after an episode reset that moved it to be followed
-# again: the supervisor's hold converges on the measured position, a stale policy command does not.
-RESYNC_TOLERANCE_RAD = 0.1
 RENDER_WAIT_S = 10.0  # [s] longest wait for the previous frame's render before the next frame is dropped
 
 
@@ -164,17 +164,17 @@ class SimNode(Node):
         self._published_outcome_serial = -1
         self._rtf = 0.0
 
-        self._clock_pub = self.create_publisher(Clock, "clock", CLOCK_QOS)
-        self._js_pub = self.create_publisher(JointState, "joint_states", JOINT_STATE_QOS)
-        self._image_pub = self.create_publisher(Image, "camera/image_raw", SENSOR_QOS)
-        self._info_pub = self.create_publisher(CameraInfo, "camera/camera_info", SENSOR_QOS)
-        self._target_pub = self.create_publisher(PointStamped, "sim/target", LATCHED_QOS)
-        self._episode_pub = self.create_publisher(DiagnosticArray, "sim/episode", EVENTS_QOS)
-        self._status_pub = self.create_publisher(DiagnosticArray, "sim/status", LATCHED_QOS)
-        self.create_subscription(Float64MultiArray, "forward_position_controller/commands", self._on_command,
+        self._clock_pub = self.create_publisher(Clock, topics.CLOCK.name, CLOCK_QOS)
+        self._js_pub = self.create_publisher(JointState, topics.JOINT_STATES.name, JOINT_STATE_QOS)
+        self._image_pub = self.create_publisher(Image, topics.CAMERA_IMAGE.name, SENSOR_QOS)
+        self._info_pub = self.create_publisher(CameraInfo, topics.CAMERA_INFO.name, SENSOR_QOS)
+        self._target_pub = self.create_publisher(PointStamped, topics.SIM_TARGET.name, LATCHED_QOS)
+        self._episode_pub = self.create_publisher(DiagnosticArray, topics.SIM_EPISODE.name, EVENTS_QOS)
+        self._status_pub = self.create_publisher(DiagnosticArray, topics.SIM_STATUS.name, LATCHED_QOS)
+        self.create_subscription(Float64MultiArray, topics.ROBOT_COMMAND.name, self._on_command,
                                  RELIABLE_LATEST_QOS)
-        self.create_service(Trigger, "sim/reset", self._on_reset)
-        self.create_service(Trigger, "sim/restart", self._on_restart)
+        self.create_service(Trigger, topics.SIM_RESET, self._on_reset)
+        self.create_service(Trigger, topics.SIM_RESTART, self._on_restart)
 
         log = self.get_logger()
         log.info(f"sim params {params.source} version {params.version}; robot {cfg.robot} {self.world.model.source} "
@@ -183,11 +183,12 @@ class SimNode(Node):
                  f"randomize {cfg.randomize}; "
                  f"pushes {cfg.pushes}; seed {cfg.seed}")
         self._publish_target()
-        self._threads = [threading.Thread(target=self._physics_loop, name="sim_physics", daemon=True)]
+        # Physics and the camera's finishing touches share one stop event.
+        self._loops = [BackgroundLoop(self, "sim_physics", lambda _stop: self._run_physics(), reraise=True,
+                                      stop_event=self._stop).start()]
         if cfg.camera_enabled:
-            self._threads.append(threading.Thread(target=self._camera_loop, name="sim_camera", daemon=True))
-        for thread in self._threads:
-            thread.start()
+            camera = BackgroundLoop(self, "sim_camera", lambda _stop: self._camera_loop(camera), stop_event=self._stop)
+            self._loops.append(camera.start())
 
     # ------------------------------------------------------------------------------------------
     def _declare(self) -> SimNodeConfig:
@@ -216,7 +217,11 @@ class SimNode(Node):
             self._reject(str(err))
             return
         with self._lock:
-            if self._awaiting_resync(q):
+            follow = True
+            if self._resync:  # only after a reset that moved the arm: reading the arm is a sim query
+                gate = gate_command(self._resync, q, self.world.joint_positions())
+                self._resync, follow = gate.awaiting, gate.follow
+            if not follow:
                 self._counters["commands_ignored_after_reset"] += 1
             else:
                 self.world.set_command(q)
@@ -224,29 +229,15 @@ class SimNode(Node):
                 self._counters["commands_accepted"] += 1
         self._command_after_frame.set()
 
-    def _awaiting_resync(self, q: np.ndarray) -> bool:
-        """After an episode reset that moved the arm, commands are ignored until one comes within
-        RESYNC_TOLERANCE_RAD of where the arm is. Why: the reset teleports the arm, but the commands
-        in flight (and the supervisor's hold, which moves to the new position only through its step
-        limit, docs/design.md §4) still aim at the old pose; followed, they would drag the arm back. A
-        real robot is reset by something that owns the arm until the controller's command has caught
-        up; this is that. Call with the lock held."""
-        if not self._resync:
-            return False
-        if float(np.max(np.abs(q - self.world.joint_positions()))) > RESYNC_TOLERANCE_RAD:
-            return True
-        self._resync = False
-        return False
-
     def _reset_world(self, restart: bool = False) -> dict[str, Any]:
         """A new episode (call with the lock held); restart: episode 0 of the seed again. When it moved
-        the arm, commands wait for the resync (_awaiting_resync)."""
+        the arm, commands wait until one rejoins it (core.control.reset_gate)."""
         before = self.world.joint_positions()
         reset = self.world.restart if restart else self.world.reset
         info = reset(randomize=self.config.randomize)
         if self._renderer is not None:  # under the lock: the twin starts it before the next frame
             self._renderer.start_episode(self.world.episode_seed, self.config.randomize)
-        self._resync = float(np.max(np.abs(before - self.world.joint_positions()))) > RESYNC_TOLERANCE_RAD
+        self._resync = reset_moved_arm(before, self.world.joint_positions())
         return info
 
     def _reject(self, reason: str) -> None:
@@ -275,14 +266,6 @@ class SimNode(Node):
 
     # ------------------------------------------------------------------------------------------
     # physics thread
-    def _physics_loop(self) -> None:
-        try:
-            self._run_physics()
-        except Exception as err:  # noqa: BLE001 - the context shutting down under us ends the loop
-            if not self._stop.is_set() and self.context.ok():
-                self.get_logger().error(f"physics loop stopped: {err!r}")
-                raise
-
     def _run_physics(self) -> None:
         """The multi-rate loop (core.sim_schedule): publish what is due at the world's time, step
         to the next output, pace against the wall clock."""
@@ -392,20 +375,16 @@ class SimNode(Node):
 
     def _publish_status(self) -> None:
         world = self.world
-        values = {
-            "real_time_factor": f"{self._rtf:.3f}", "sim_time_s": f"{world.time_ns / 1e9:.3f}",
-            "pacing": self.config.pacing, "episode": str(world.episode_index),
-            "sim_params_version": self.params.version, "actuation_latency_s": f"{world.actuation_latency_s:.4f}",
-            "last_command_sim_ns": str(self._last_command_ns), "last_rejection": self._last_rejection,
-            **{k: str(v) for k, v in self._counters.items()},
-        }
-        level = Level.WARN if self._counters["commands_rejected"] else Level.OK
-        self._status_pub.publish(msgconv.diagnostic_array("sim", values, world.time_ns, level=level,
-                                                          message=f"rtf {self._rtf:.2f}", hardware_id=NODE_NAME))
+        status = SimStatus(
+            real_time_factor=self._rtf, sim_time_s=world.time_ns / 1e9, pacing=self.config.pacing,
+            episode=world.episode_index, sim_params_version=self.params.version,
+            actuation_latency_s=world.actuation_latency_s, last_command_sim_ns=self._last_command_ns,
+            last_rejection=self._last_rejection, counters=dict(self._counters))
+        self._status_pub.publish(msgconv.payload_to_diagnostics(status.to_status(NODE_NAME), world.time_ns))
 
     # ------------------------------------------------------------------------------------------
     # camera thread
-    def _camera_loop(self) -> None:
+    def _camera_loop(self, loop: BackgroundLoop) -> None:
         model = self.world.camera
         frame_id = self.config.camera_frame_id
         while not self._stop.is_set():
@@ -427,10 +406,9 @@ class SimNode(Node):
                 self._image_pub.publish(msgconv.array_to_image(image, "rgb8", stamp, frame_id))
                 self._info_pub.publish(msgconv.camera_model_to_info(model, stamp, frame_id))
                 self._counters["frames_published"] += 1
-            except Exception as err:  # noqa: BLE001
-                if self._stop.is_set() or not self.context.ok():
+            except Exception as err:  # noqa: BLE001 - a failed frame is logged, the next one tried
+                if loop.step_failed(err, "camera thread"):
                     return
-                self.get_logger().error(f"camera thread: {err!r}", throttle_duration_sec=5.0)
 
     # ------------------------------------------------------------------------------------------
     def _next_frame(self, timeout_s: float) -> RenderedFrame | None:
@@ -446,8 +424,8 @@ class SimNode(Node):
         if hasattr(self, "_stop"):
             self._stop.set()
             self._command_after_frame.set()
-        for thread in getattr(self, "_threads", []):
-            thread.join(timeout=5.0)
+        for loop in getattr(self, "_loops", []):
+            loop.stop()
         if getattr(self, "_renderer", None) is not None:
             self._renderer.close()
         if hasattr(self, "world"):
@@ -456,15 +434,11 @@ class SimNode(Node):
 
 
 def _episode_message(outcome: dict[str, Any], stamp_ns: int) -> DiagnosticArray:
-    """sim/episode: one DiagnosticStatus "episode", message = reason, values as DESIGN/issue list them."""
-    values = {
-        "episode": str(outcome["episode"]), "success": "true" if outcome["success"] else "false",
-        "duration_s": f"{outcome['duration_s']:.4f}", "reason": outcome["reason"],
-        "final_distance_m": f"{outcome['final_distance_m']:.4f}", "seed": str(outcome["seed"]),
-        **({"pushes_applied": str(outcome["pushes_applied"])} if "pushes_applied" in outcome else {}),
-    }
-    return msgconv.diagnostic_array("episode", values, stamp_ns, level=Level.OK if outcome["success"] else Level.WARN,
-                                    message=outcome["reason"], hardware_id=NODE_NAME)
+    """sim/episode: one DiagnosticStatus "episode" (topics.EpisodeOutcome) from world.episode_outcome()."""
+    typed = EpisodeOutcome(int(outcome["episode"]), bool(outcome["success"]), str(outcome["reason"]),
+                           float(outcome["duration_s"]), float(outcome["final_distance_m"]), int(outcome["seed"]),
+                           int(outcome.get("pushes_applied", -1)))
+    return msgconv.payload_to_diagnostics(typed.to_status(NODE_NAME), stamp_ns)
 
 
 def main(args: Sequence[str] | None = None) -> None:

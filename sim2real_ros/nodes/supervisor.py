@@ -36,21 +36,21 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
 from rclpy.topic_endpoint_info import TopicEndpointInfo
 from sensor_msgs.msg import JointState, Joy
 from std_msgs.msg import Bool, Float64MultiArray
 from std_srvs.srv import Trigger
 
 from .. import conversions as msgconv
+from .. import topics
 from ..core.control.command_order import CommandForwarding, CommandOrder
 from ..core.errors import ConfigError
-from ..core.report import Level
 from ..core.robot.joint_list import resolve_joint_list
 from ..core.robot.urdf import RobotModel
 from ..core.safety.joystick import load_joystick_mapping
@@ -65,12 +65,14 @@ from ..core.safety.supervisor import (
 )
 from ..core.safety.teleop import Jogger
 from ..robots import robot_description_for
+from ..topics import Intervention, StatusReport, SupervisorState
 from .common import (
     EVENTS_QOS,
     JOINT_STATE_QOS,
     JOY_QOS,
     LATCHED_QOS,
     RELIABLE_LATEST_QOS,
+    SERVO_DIAGNOSTICS_QOS,
     now_ns,
     run_node,
 )
@@ -78,10 +80,8 @@ from .executor import single_threaded_executor
 from .parameters import SUPERVISOR, SUPERVISOR_CONTROL_RATE_RANGE, SUPERVISOR_STATE_RATE_RANGE, declare_table
 
 SOURCE = "supervisor parameters"
-COMMAND_TOPIC = "forward_position_controller/commands"
-LEVELS = {Mode.ESTOP: Level.ERROR, Mode.HOLD: Level.WARN}
-ESTOP_TYPE = "std_msgs/msg/Bool"
-SERVO_DIAGNOSTICS_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+COMMAND_TOPIC = topics.ROBOT_COMMAND.name
+ESTOP_TYPE = topics.ESTOP.msgtype
 CLOSE_POLL_S = 0.1  # [s] the e-stop thread's longest wait before it checks whether it must stop
 GRAPH_POLL_PERIOD_S = 0.1  # [s] how often the `estop` publishers are listed (steady clock)
 
@@ -133,29 +133,20 @@ def declare_parameters(node: Node) -> tuple[SupervisorNodeParams, dict]:
 
 
 def status_message(status: SupervisorStatus, stamp_ns: int) -> DiagnosticArray:
-    """supervisor/state: one DiagnosticStatus with mode, reason, e-stop sources and counters."""
-    values = {
-        "mode": status.mode.value,
-        "reason": status.reason,
-        "estop_sources": "; ".join(status.estop_sources),
-        "intervention_active": str(status.intervention_start_ns is not None).lower(),
-        "intervention_start_ns": str(status.intervention_start_ns or 0),
-        "jog_mode": status.jog_mode,
-        "foreign_publishers": str(status.foreign_publishers),
-        "last_rejection": status.last_rejection,
-        "estop_vanished": status.estop_vanished,
-        **{name: str(count) for name, count in status.counters.items()},
-    }
-    return msgconv.diagnostic_array("supervisor", values, stamp_ns, level=LEVELS.get(status.mode, Level.OK),
-                                    message=f"{status.mode.value}: {status.reason}")
+    """supervisor/state (topics.SupervisorState): mode, reason, e-stop sources and counters."""
+    state = SupervisorState(
+        mode=status.mode.value, reason=status.reason, estop_sources=tuple(status.estop_sources),
+        intervention_active=status.intervention_start_ns is not None,
+        intervention_start_ns=status.intervention_start_ns or 0, jog_mode=status.jog_mode,
+        foreign_publishers=status.foreign_publishers, last_rejection=status.last_rejection,
+        estop_vanished=status.estop_vanished, counters=dict(status.counters))
+    return msgconv.payload_to_diagnostics(state.to_status(), stamp_ns)
 
 
 def event_message(event: InterventionEvent, stamp_ns: int) -> DiagnosticArray:
-    """supervisor/interventions: one status per event (event, start_ns, end_ns, mode, reason)."""
-    values = {"event": event.event, "start_ns": event.start_ns, "end_ns": event.end_ns, "mode": event.mode.value,
-              "reason": event.reason}
-    return msgconv.diagnostic_array("supervisor/intervention", values, stamp_ns,
-                                    message=f"{event.event}: {event.reason}")
+    """supervisor/interventions: one status per event (topics.Intervention)."""
+    intervention = Intervention(event.event, event.start_ns, event.end_ns, event.mode.value, event.reason)
+    return msgconv.payload_to_diagnostics(intervention.to_status(), stamp_ns)
 
 
 def gid_key(gid: object) -> str:
@@ -285,27 +276,26 @@ class SupervisorNode(Node):
 
         self._command_pub = self.create_publisher(Float64MultiArray, COMMAND_TOPIC, RELIABLE_LATEST_QOS)
         self._commands = CommandOrder(lambda msg: self._publish(self._command_pub, msg))
-        self._state_pub = self.create_publisher(DiagnosticArray, "supervisor/state", LATCHED_QOS)
-        self._events_pub = self.create_publisher(DiagnosticArray, "supervisor/interventions", EVENTS_QOS)
-        self.create_subscription(JointState, "joint_states", self._on_joint_state, JOINT_STATE_QOS)
-        self.create_subscription(JointState, "command/policy", self._on_policy, RELIABLE_LATEST_QOS)
-        self.create_subscription(Joy, "joy", self._on_joy, JOY_QOS)
-        self._teleop_sub = self.create_subscription(JointState, "command/teleop", self._on_teleop,
+        self._state_pub = self.create_publisher(DiagnosticArray, topics.SUPERVISOR_STATE.name, LATCHED_QOS)
+        self._events_pub = self.create_publisher(DiagnosticArray, topics.INTERVENTIONS.name, EVENTS_QOS)
+        self.create_subscription(JointState, topics.JOINT_STATES.name, self._on_joint_state, JOINT_STATE_QOS)
+        self.create_subscription(JointState, topics.POLICY_COMMAND.name, self._on_policy, RELIABLE_LATEST_QOS)
+        self.create_subscription(Joy, topics.JOY.name, self._on_joy, JOY_QOS)
+        self._teleop_sub = self.create_subscription(JointState, topics.TELEOP_COMMAND.name, self._on_teleop,
                                                     RELIABLE_LATEST_QOS)
         if params.servo_diagnostics_topic:
-            # Reliable and volatile, as the driver publishes; depth 10: an alarm must not be overwritten
-            # by the next report before this callback runs.
+            # Reliable and volatile, as the driver publishes; depth 10 (topics.SERVO_DIAGNOSTICS_QOS).
             self.create_subscription(DiagnosticArray, params.servo_diagnostics_topic, self._on_servo_diagnostics,
                                      SERVO_DIAGNOSTICS_QOS)
-        self.create_service(Trigger, "supervisor/reset", self._on_reset)
-        self.create_service(Trigger, "supervisor/arm", self._on_arm)
-        self.create_service(Trigger, "supervisor/hold", self._on_hold)
+        self.create_service(Trigger, topics.SUPERVISOR_RESET, self._on_reset)
+        self.create_service(Trigger, topics.SUPERVISOR_ARM, self._on_arm)
+        self.create_service(Trigger, topics.SUPERVISOR_HOLD, self._on_hold)
         self._control_timer = self.create_timer(config.control_period_s, self._on_tick, clock=self._steady)
         self.create_timer(1.0 / params.state_rate_hz, self._publish_state, clock=self._steady)
         self.create_timer(GRAPH_POLL_PERIOD_S, self._poll_estop_publishers, clock=self._steady)
         # The e-stop thread asks this node's executor to report the change (state, events, log).
         self._report_guard = self.create_guard_condition(self._after_input)
-        self._estop = EstopListener(self, self.resolve_topic_name("estop"), self._on_estop)
+        self._estop = EstopListener(self, self.resolve_topic_name(topics.ESTOP.name), self._on_estop)
         self.get_logger().info(
             f"supervising {len(joints)} joints {joints} at {params.control_rate_hz} Hz; "
             f"auto_arm={config.auto_arm}; joystick {params.joystick_config}; "
@@ -408,11 +398,9 @@ class SupervisorNode(Node):
         self._after_input()
 
     def _on_servo_diagnostics(self, msg: DiagnosticArray) -> None:
-        for status in msg.status:
-            is_error = status.level == DiagnosticStatus.ERROR
-            values = {kv.key: kv.value for kv in status.values}
-            self._decide(lambda t, s=status, e=is_error, v=values:
-                         self._core.on_servo_diagnostics(s.name, s.hardware_id, e, v, t))
+        for report in StatusReport.all_from_msg(msg):
+            self._decide(lambda t, r=report: self._core.on_servo_diagnostics(r.name, r.hardware_id, r.is_error,
+                                                                             dict(r.values), t))
         self._after_input()
 
     def _on_tick(self) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 
+from .. import topics
 from ..core.errors import ConfigError, UrdfError
 from ..core.robot.urdf import RobotModel
 from ..viz.channels import VizPublisher
@@ -40,6 +41,9 @@ from .parameters import VIZ_NODE, declare_table
 
 QOS = {"sensor": SENSOR_QOS, "latched": LATCHED_QOS, "events": EVENTS_QOS}
 LATCH_CHECK_S = 0.2
+# Topics whose last message a late Foxglove client is sent (latched on ROS).
+LATCHED_TOPICS = (topics.SIM_TARGET.name, topics.SUPERVISOR_STATE.name, topics.CAMERA_INFO.name,
+                  topics.POLICY_CAMERA_INFO.name)
 
 
 def _message_class(msgtype: str) -> Any:
@@ -103,7 +107,7 @@ class VizNode(Node):
 
     def _on_message(self, topic: str, msg: Any) -> None:
         t = now_ns(self)
-        if topic in ("sim/target", "supervisor/state", "camera/camera_info", "policy/camera_info"):
+        if topic in LATCHED_TOPICS:
             self._latest[topic] = (msg, t)
         self.router.handle(topic, msg, t)
 

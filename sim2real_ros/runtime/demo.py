@@ -23,7 +23,8 @@ from ..graph import GraphArgs
 from ..paths import config_path, default_policy_path
 from ..sim.expert import ReachExpert
 from ..sim.params import load_sim_params
-from .graph_session import SimGraphSession, diagnostic_values
+from ..topics import SUPERVISOR_ARM, SUPERVISOR_RESET, Intervention
+from .graph_session import SimGraphSession
 from .scripted_joystick import ScriptedJoystick
 
 
@@ -139,13 +140,13 @@ class Demo:
             reaction_ms = (during[first][0] - pressed_at) * 1e3
             reached_ms = (during[reached][0] - pressed_at) * 1e3
             held = len(during) - reached >= 2
-        refused, refused_msg = session.call("supervisor/reset")  # e-stop still pressed: must refuse
+        refused, refused_msg = session.call(SUPERVISOR_RESET)  # e-stop still pressed: must refuse
         session.press_estop(False)
         time.sleep(0.2)
-        reset_ok, reset_msg = session.call("supervisor/reset")
+        reset_ok, reset_msg = session.call(SUPERVISOR_RESET)
         rearmed = session.wait_for_mode("AUTONOMOUS", 2.0)
         if not rearmed:
-            session.call("supervisor/arm")
+            session.call(SUPERVISOR_ARM)
             rearmed = session.wait_for_mode("AUTONOMOUS", 5.0)
         result = {"latched": latched, "reaction_ms": round(reaction_ms, 2),
                   "hold_reached_ms": round(reached_ms, 2), "held_position": held,
@@ -180,7 +181,8 @@ class Demo:
                 n = len(session.outcomes)
                 session.wait_for_outcomes(n + 1, min(5.0, self._remaining()))
             outcomes = session.outcomes
-            interventions = [diagnostic_values(m) for m in list(session.interventions)]
+            interventions = [event.as_dict() for m in list(session.interventions)
+                             for event in Intervention.all_from_msg(m)]
             session.check_nodes()
         self._event("graph stopped", bag=str(bag))
         for o in outcomes:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 
+from ..conversions import diagnostic_values
 from ..core.policy.backend import load_policy
 from ..core.progress import progress
 from ..core.stats import summary, wilson_interval
@@ -30,15 +31,29 @@ from ..nodes.common import LATCHED_QOS
 from ..provenance import sim_params_mismatch
 from ..robots import robot_for_checkpoint, sim_params_for
 from ..sim.params import load_sim_params
-from .graph_session import EpisodeOutcome, SimGraphSession, diagnostic_values
+from ..topics import (
+    ACTION_CHUNK,
+    CAMERA_INFO,
+    JOINT_STATES,
+    POLICY_COMMAND,
+    ROBOT_COMMAND,
+    SIM_EPISODE,
+    SIM_RESTART,
+    SIM_STATUS,
+    SIM_TARGET,
+    SUPERVISOR_STATE,
+    SimStatus,
+    node_diagnostics,
+)
+from .graph_session import EpisodeOutcome, SimGraphSession
 
 # [-] the sim's real-time factor during graph evaluation; see the module docstring.
 DEFAULT_GRAPH_RTF = 0.3
 # What `record_to` records: every message that shows when the graph observed, planned and commanded
 # (images left out: they would load the machine being measured).
-RECORDED_TOPICS = ("joint_states", "policy/action_chunk", "command/policy", "forward_position_controller/commands",
-                   "supervisor/state", "sim/episode", "sim/target", "policy_node/diagnostics",
-                   "actuator_node/diagnostics", "camera/camera_info")
+RECORDED_TOPICS = (JOINT_STATES.name, ACTION_CHUNK.name, POLICY_COMMAND.name, ROBOT_COMMAND.name,
+                   SUPERVISOR_STATE.name, SIM_EPISODE.name, SIM_TARGET.name, node_diagnostics("policy_node"),
+                   node_diagnostics("actuator_node"), CAMERA_INFO.name)
 
 
 def failure_category(outcome: EpisodeOutcome) -> str:
@@ -79,15 +94,15 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
         log = log_file or Path(tmp) / "graph.log"
         start = time.monotonic()
         with SimGraphSession(args, log, record_to=record_to, record_topics=RECORDED_TOPICS) as session:
-            policy_reports = session.probe.collect(DiagnosticArray, "policy_node/diagnostics", LATCHED_QOS)
-            sim_reports = session.probe.collect(DiagnosticArray, "sim/status", 10)
+            policy_reports = session.probe.collect(DiagnosticArray, node_diagnostics("policy_node"), LATCHED_QOS)
+            sim_reports = session.probe.collect(DiagnosticArray, SIM_STATUS.name, 10)
             if not session.wait_for_mode("AUTONOMOUS", 180.0):
                 session.check_nodes()
                 raise TimeoutError(f"the supervisor never armed (mode {session.mode()!r}: {session.mode_reason()}); "
                                    f"node output in {log}")
             # The episode running while the graph came up started before the policy could act: start
             # over at episode 0 of the seed, so graph episode k is the core path's episode k.
-            ok, message = session.call("sim/restart")
+            ok, message = session.call(SIM_RESTART)
             if not ok:
                 raise RuntimeError(f"sim/restart refused: {message}")
             skip = len(session.outcomes)
@@ -100,9 +115,10 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
                     session.wait_for_outcomes(skip + done + 1, 2.0)
             outcomes = session.outcomes[skip:skip + episodes]
             commands = [np.asarray(m.data) for _, m in list(session.commands)]
-            supervisor = diagnostic_values(session.states[-1][1]) if session.states else {}
+            state = session.state()
+            supervisor = dict(state.counters) if state is not None else {}
     policy = diagnostic_values(policy_reports[-1]) if policy_reports else {}
-    achieved_rtf = [float(diagnostic_values(m).get("real_time_factor", "nan")) for m in sim_reports[2:]]
+    achieved_rtf = [SimStatus.from_msg(m).real_time_factor for m in sim_reports[2:]]
     wins = sum(o.success for o in outcomes)
     steps = np.abs(np.diff(np.stack(commands), axis=0)).max(axis=1) if len(commands) > 1 else np.array([])
     return {
@@ -125,6 +141,6 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
         "real_time_factor": {"requested": real_time_factor, **summary(achieved_rtf)},
         # Sim time, as the nodes measure it: what the policy had to cope with.
         "obs_to_chunk_ms": {k: float(policy.get(f"obs_to_chunk_ms_{k}", "nan")) for k in ("p50", "p99", "max")},
-        "supervisor": {k: int(supervisor.get(k, "0"))
+        "supervisor": {k: int(supervisor.get(k, 0))
                        for k in ("watchdog_holds", "clock_stall_holds", "joint_jumps", "estops", "arm_refused")},
     }

@@ -7,7 +7,6 @@ supervisor's mode from their topics, press the joystick and the e-stop like a pe
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,32 +17,22 @@ from sensor_msgs.msg import JointState, Joy
 from std_msgs.msg import Bool, Float64MultiArray
 from std_srvs.srv import Trigger
 
-from ..conversions import diagnostic_values
 from ..graph import GraphArgs, NodeDecl, declare_graph
 from ..nodes.common import EVENTS_QOS, JOINT_STATE_QOS, JOY_QOS, LATCHED_QOS
+from ..topics import (
+    ESTOP,
+    INTERVENTIONS,
+    JOINT_STATES,
+    JOY,
+    ROBOT_COMMAND,
+    SIM_EPISODE,
+    SIM_TARGET,
+    SUPERVISOR_STATE,
+    SupervisorState,
+)
+from ..topics import EpisodeOutcome as EpisodeOutcome  # re-exported: graph_eval, teleop_recording
 from .launcher import GraphLauncher
 from .probe import RosProbe, wait_until
-
-
-@dataclass(frozen=True)
-class EpisodeOutcome:
-    """One sim/episode message: index, success, reason, duration [s], final distance [m], the
-    episode's seed (-1 when the message has none), the pushes that started (-1: pushes were off)."""
-
-    episode: int
-    success: bool
-    reason: str
-    duration_s: float
-    final_distance_m: float
-    seed: int = -1
-    pushes_applied: int = -1
-
-    @classmethod
-    def from_message(cls, msg: DiagnosticArray) -> EpisodeOutcome:
-        v = diagnostic_values(msg)
-        return cls(int(v.get("episode", -1)), v.get("success", "false") == "true", v.get("reason", ""),
-                   float(v.get("duration_s", "nan")), float(v.get("final_distance_m", "nan")),
-                   int(v.get("seed", "-1")), int(v.get("pushes_applied", "-1")))
 
 
 def recorder_decl(output: Path, params_file: str, use_sim_time: bool = True,
@@ -72,14 +61,14 @@ class SimGraphSession:
         self.launcher.start()
         self.probe = RosProbe("sim2real_operator")
         p = self.probe
-        self.episodes_raw = p.collect(DiagnosticArray, "sim/episode", EVENTS_QOS)
-        self.states = p.collect(DiagnosticArray, "supervisor/state", LATCHED_QOS, stamped=True)
-        self.interventions = p.collect(DiagnosticArray, "supervisor/interventions", EVENTS_QOS)
-        self.targets = p.collect(PointStamped, "sim/target", LATCHED_QOS, stamped=True)
-        self.joint_states = p.collect(JointState, "joint_states", JOINT_STATE_QOS)
-        self.commands = p.collect(Float64MultiArray, "forward_position_controller/commands", 100, stamped=True)
-        self.joy_pub = p.publisher(Joy, "joy", JOY_QOS)
-        self.estop_pub = p.publisher(Bool, "estop", LATCHED_QOS)
+        self.episodes_raw = p.collect(DiagnosticArray, SIM_EPISODE.name, EVENTS_QOS)
+        self.states = p.collect(DiagnosticArray, SUPERVISOR_STATE.name, LATCHED_QOS, stamped=True)
+        self.interventions = p.collect(DiagnosticArray, INTERVENTIONS.name, EVENTS_QOS)
+        self.targets = p.collect(PointStamped, SIM_TARGET.name, LATCHED_QOS, stamped=True)
+        self.joint_states = p.collect(JointState, JOINT_STATES.name, JOINT_STATE_QOS)
+        self.commands = p.collect(Float64MultiArray, ROBOT_COMMAND.name, 100, stamped=True)
+        self.joy_pub = p.publisher(Joy, JOY.name, JOY_QOS)
+        self.estop_pub = p.publisher(Bool, ESTOP.name, LATCHED_QOS)
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -94,10 +83,15 @@ class SimGraphSession:
     # -- what the graph says --------------------------------------------------------------------
     @property
     def outcomes(self) -> list[EpisodeOutcome]:
-        return [EpisodeOutcome.from_message(m) for m in list(self.episodes_raw)]
+        return [EpisodeOutcome.from_msg(m) for m in list(self.episodes_raw)]
+
+    def state(self) -> SupervisorState | None:
+        """The latest supervisor/state (None before the first)."""
+        return SupervisorState.from_msg(self.states[-1][1]) if self.states else None
 
     def mode(self) -> str:
-        return diagnostic_values(self.states[-1][1]).get("mode", "") if self.states else ""
+        state = self.state()
+        return state.mode if state is not None else ""
 
     def mode_reason(self) -> str:
         return self.states[-1][1].status[0].message if self.states and self.states[-1][1].status else ""

@@ -15,14 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.qos import QoSProfile
 from rosgraph_msgs.msg import Clock
 
 from ..conversions import ns_to_stamp
 from ..core.timebase import NS_PER_S
 from ..episodes.recording import ClockOffset
+from ..nodes.common import CLOCK_QOS
+from ..topics import CLOCK
 
-CLOCK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
 # Wall time between checks of the stop event while waiting for the next message [s].
 _WAIT_SLICE_S = 0.05
 
@@ -60,7 +61,7 @@ class BagPlayer:
         self.topics = {t.bag_topic: t for t in topics}
         self.publishers = {t.bag_topic: node.create_publisher(message_class(t.msgtype), t.graph_topic, t.qos)
                            for t in topics}
-        self.clock_publisher = node.create_publisher(Clock, "clock", CLOCK_QOS)
+        self.clock_publisher = node.create_publisher(Clock, CLOCK.name, CLOCK_QOS)
         self.published: dict[str, int] = {t.bag_topic: 0 for t in topics}
         self.clock_messages = 0
         self.bag_time_ns: int | None = None

@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+from ..topics import SUPERVISOR_ARM, SUPERVISOR_RESET
 from .probe import wait_until
 
 CALIBRATION_LINE = re.compile(r"\[launch\] emulated arm on (\S+), calibration (\S+),")
@@ -89,10 +90,11 @@ def arm_like_a_human(node, timeout_s: float) -> str:
     Returns "accepted: ..." or "refused: <last answer>"."""
     from std_srvs.srv import Trigger
 
-    clients = {name: node.create_client(Trigger, f"supervisor/{name}") for name in ("arm", "reset")}
+    services = {"arm": SUPERVISOR_ARM, "reset": SUPERVISOR_RESET}
+    clients = {name: node.create_client(Trigger, service) for name, service in services.items()}
     for name, client in clients.items():
         if not client.wait_for_service(timeout_sec=timeout_s):
-            return f"refused: supervisor/{name} never appeared"
+            return f"refused: {services[name]} never appeared"
     deadline = time.monotonic() + timeout_s
     message = ""
     while time.monotonic() < deadline:

@@ -41,6 +41,7 @@ from ..evaluation.metrics import NS_PER_S, Predictions, _error_stats
 from ..evaluation.replay_offline import ReplayRun
 from ..graph import GraphArgs, declare_graph
 from ..nodes.common import JOINT_STATE_QOS, SENSOR_QOS
+from ..topics import ACTION_CHUNK, POLICY_COMMAND, node_diagnostics
 from .launcher import GraphLauncher
 from .player import BagPlayer, PlayedTopic
 
@@ -59,7 +60,7 @@ class GraphReplayError(Sim2RealError):
 def read_recording(bag: Path, topics: BagTopics, joint_names: tuple[str, ...], options: ReplayOptions) -> Recording:
     """Everything but the images, in one pass: joint states, actions, supervisor states."""
     collector = make_collector(topics, joint_names, options)
-    wanted = sorted({t for t in (topics.joint_states, topics.action, topics.supervisor_state) if t})
+    wanted = sorted({t for t in (topics.joint_states, topics.action, *topics.mode_topics) if t})
     with BagReader(bag) as reader:
         for message in reader.messages(wanted):
             feed(collector, topics, message.topic, message.msg, message.log_time_ns)
@@ -75,11 +76,11 @@ class _Collector:
         self.commands: list[JointState] = []
         self.diagnostics: dict[str, DiagnosticArray] = {}
         self.last_chunk_wall = time.monotonic()
-        self.chunk_sub = node.create_subscription(JointTrajectory, "policy/action_chunk", self._on_chunk, COLLECT_QOS)
-        self.command_sub = node.create_subscription(JointState, "command/policy", self._on_command, COLLECT_QOS)
+        self.chunk_sub = node.create_subscription(JointTrajectory, ACTION_CHUNK.name, self._on_chunk, COLLECT_QOS)
+        self.command_sub = node.create_subscription(JointState, POLICY_COMMAND.name, self._on_command, COLLECT_QOS)
         for name in ("policy_node", "camera_preprocessor", "actuator_node"):
             # policy_node publishes its diagnostics latched, the others volatile: volatile matches both.
-            node.create_subscription(DiagnosticArray, f"{name}/diagnostics",
+            node.create_subscription(DiagnosticArray, node_diagnostics(name),
                                      lambda msg, n=name: self._on_diagnostics(n, msg), DIAGNOSTICS_QOS)
 
     def _on_chunk(self, msg: JointTrajectory) -> None:

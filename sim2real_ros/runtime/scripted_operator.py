@@ -26,7 +26,7 @@ from ..episodes.dataset import TAKEOVER_GRACE_S
 from ..paths import config_path
 from ..sim.expert import ReachExpert
 from ..sim.params import SimParams
-from .graph_session import SimGraphSession, diagnostic_values
+from .graph_session import SimGraphSession
 from .scripted_joystick import ScriptedJoystick
 
 SOURCE = "teleop recording"
@@ -140,8 +140,8 @@ class ScriptedTeleoperator:
         return stamp_to_ns(states[-1].header.stamp) if states else 0
 
     def jog_mode(self) -> str:
-        states = self.session.states
-        return diagnostic_values(states[-1][1]).get("jog_mode", "") if states else ""
+        state = self.session.state()
+        return state.jog_mode if state is not None else ""
 
     # -- what the operator does ---------------------------------------------------------------
     def hold_stick(self, pressed: tuple[str, ...] = (), axes: dict[int, float] | None = None,

@@ -33,7 +33,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from ..bags.info import bag_info
 from ..bags.reader import iter_messages, publish_times
-from ..conversions import chunk_to_trajectory, diagnostic_values, ns_to_stamp, stamp_to_ns
+from ..conversions import chunk_to_trajectory, ns_to_stamp, stamp_to_ns
 from ..core import soak as core
 from ..core.control.action_chunk import ActionChunk
 from ..core.robot.urdf import RobotModel
@@ -41,13 +41,25 @@ from ..core.stats import summary
 from ..graph import GraphArgs, NodeDecl, declare_graph
 from ..nodes.common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS
 from ..paths import default_policy_path
+from ..topics import (
+    ACTION_CHUNK,
+    CLOCK,
+    ESTOP,
+    JOINT_STATES,
+    POLICY_COMMAND,
+    ROBOT_COMMAND,
+    SUPERVISOR_ARM,
+    SUPERVISOR_RESET,
+    SUPERVISOR_STATE,
+    SupervisorState,
+)
 from .graph_session import SimGraphSession, recorder_decl
 from .launcher import GraphLauncher, RunningNode, node_command, write_overrides
 from .lifeline import launcher_environment
 
-COMMAND_TOPIC = "forward_position_controller/commands"
+COMMAND_TOPIC = ROBOT_COMMAND.name
 RAW_JOINT_STATES = "soak/joint_states_raw"
-RECORDED_TOPICS = (COMMAND_TOPIC, "joint_states", "estop", "supervisor/state", "command/policy")
+RECORDED_TOPICS = (COMMAND_TOPIC, JOINT_STATES.name, ESTOP.name, SUPERVISOR_STATE.name, POLICY_COMMAND.name)
 # (commands, measured joint states, supervisor modes) of a bag
 Recording = tuple[list[core.TimedPositions], list[core.TimedPositions], list[core.ModeSample]]
 KILLED_NODES = {"kill_policy_node": "policy_node", "kill_actuator_node": "actuator_node",
@@ -115,7 +127,7 @@ def soak_decls(args: GraphArgs, bag: Path) -> list[NodeDecl]:
     decls = []
     for decl in declare_graph("sim", args):
         if decl.name == "sim_node":
-            decl = replace(decl, remappings=(*decl.remappings, ("joint_states", RAW_JOINT_STATES)))
+            decl = replace(decl, remappings=(*decl.remappings, (JOINT_STATES.name, RAW_JOINT_STATES)))
         decls.append(decl)
     decls.append(recorder_decl(bag, args.params_file, topics=RECORDED_TOPICS))
     return decls
@@ -141,13 +153,13 @@ class SoakSession(SimGraphSession):
         super().__enter__()
         p = self.probe
         assert p is not None
-        relay = p.publisher(JointState, "joint_states", JOINT_STATE_QOS)
+        relay = p.publisher(JointState, JOINT_STATES.name, JOINT_STATE_QOS)
         p.node.create_subscription(JointState, RAW_JOINT_STATES,
                                    lambda m: None if self.drop_joint_states.is_set() else relay.publish(m),
                                    JOINT_STATE_QOS)
-        self.foreign_command_pub = p.publisher(JointState, "command/policy", RELIABLE_LATEST_QOS)
-        self.foreign_chunk_pub = p.publisher(JointTrajectory, "policy/action_chunk", RELIABLE_LATEST_QOS)
-        self.clock_pub = p.publisher(Clock, "/clock", 1)
+        self.foreign_command_pub = p.publisher(JointState, POLICY_COMMAND.name, RELIABLE_LATEST_QOS)
+        self.foreign_chunk_pub = p.publisher(JointTrajectory, ACTION_CHUNK.name, RELIABLE_LATEST_QOS)
+        self.clock_pub = p.publisher(Clock, CLOCK.absolute, 1)
         self._heartbeat = threading.Thread(target=self._beat, name="soak_estop_heartbeat", daemon=True)
         self._heartbeat.start()
         return self
@@ -223,9 +235,9 @@ class Soak:
             if time.monotonic() - last_try >= 0.5:
                 last_try = time.monotonic()
                 if mode == "ESTOP":
-                    s.request("supervisor/reset")
+                    s.request(SUPERVISOR_RESET)
                 elif mode in ("HOLD", "TELEOP", "SHARED"):
-                    s.request("supervisor/arm")
+                    s.request(SUPERVISOR_ARM)
             time.sleep(0.02)
         return None
 
@@ -402,7 +414,7 @@ class Soak:
             violations += core.check_commands(commands, check_limits)
             verdicts, estop_violations = core.check_estops(self.presses, commands, measured, modes, c.estop_bound_s)
             violations += estop_violations
-            arms = [e["t_ns"] for e in events if e["kind"] == "supervisor/arm"]
+            arms = [e["t_ns"] for e in events if e["kind"] == SUPERVISOR_ARM]
             violations += core.check_no_auto_arm(modes, arms)
             violations += core.check_stop_source_losses(self.losses, modes)
         violations += [core.Violation("node_left_behind", time.time_ns(), who) for who in left]
@@ -429,7 +441,7 @@ def absolute(topic: str, namespace: str = "") -> str:
 def read_recording(bag: Path, joint_names: list[str], namespace: str = "") -> Recording:
     """Commands, measured joint states and supervisor modes from the bag, each at its publish time
     [ns] (the publisher's wall clock); ValueError if the bag lacks publish times."""
-    topics = tuple(absolute(t, namespace) for t in (COMMAND_TOPIC, "joint_states", "supervisor/state"))
+    topics = tuple(absolute(t, namespace) for t in (COMMAND_TOPIC, JOINT_STATES.name, SUPERVISOR_STATE.name))
     command_topic, joint_topic, state_topic = topics
     published = publish_times(bag, topics)
     by_topic: dict[str, list[Any]] = {t: [] for t in topics}
@@ -451,9 +463,9 @@ def read_recording(bag: Path, joint_names: list[str], namespace: str = "") -> Re
             measured.append(core.TimedPositions(t, np.array([msg.position[index[n]] for n in joint_names])))
     modes = []
     for t, msg in timed[state_topic]:
-        values = diagnostic_values(msg)
+        state = SupervisorState.from_msg(msg)
         reason = msg.status[0].message if msg.status else ""
-        modes.append(core.ModeSample(t, str(values.get("mode", "")), reason))
+        modes.append(core.ModeSample(t, state.mode if state is not None else "", reason))
     return commands, measured, modes
 
 

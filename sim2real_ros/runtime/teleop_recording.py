@@ -30,6 +30,7 @@ from ..episodes.episode_split import split_by_episode
 from ..graph import GraphArgs
 from ..paths import config_path, default_policy_path, urdf_path
 from ..sim.params import load_sim_params
+from ..topics import SIM_RESET
 from .graph_session import EpisodeOutcome, SimGraphSession
 from .scripted_operator import SOURCE, ScriptedTeleoperator, TeleopPlan, operator_joystick_config, wait_for
 
@@ -102,7 +103,7 @@ def _record(session: SimGraphSession, operator: ScriptedTeleoperator, plan: Tele
         raise TimeoutError(f"the supervisor never armed (mode {session.mode()!r}: {session.mode_reason()}); "
                            f"node output in {log_file}")
     targets_before = len(session.targets)
-    ok, message = session.call("sim/reset")
+    ok, message = session.call(SIM_RESET)
     if not ok:
         raise RuntimeError(f"sim/reset refused: {message}")
     if not wait_for(lambda: len(session.targets) > targets_before, 10.0):
@@ -143,7 +144,7 @@ def _run_episode(session: SimGraphSession, operator: ScriptedTeleoperator, plan:
             session.check_nodes()
             raise TimeoutError(f"episode did not end within {plan.episode_wall_timeout_s} s of jogging")
     outcome_msg = session.episodes_raw[outcomes_before]
-    outcome = EpisodeOutcome.from_message(outcome_msg)
+    outcome = EpisodeOutcome.from_msg(outcome_msg)
     if session.mode() == "TELEOP":
         operator.release_after_reset(stamp_to_ns(outcome_msg.header.stamp))
     log(f"[teleop] episode {outcome.episode} ({driven_by}): {'success' if outcome.success else outcome.reason} "

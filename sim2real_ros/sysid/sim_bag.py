@@ -18,10 +18,11 @@ from rosbags.typesys import Stores, get_typestore
 from ..bags.writer import BagWriter
 from ..sim.params import SimParams
 from ..sim.world import SimWorld
+from ..topics import JOINT_STATES, ROBOT_COMMAND
 from .excite import ExcitationSequence
 
-COMMAND_TOPIC = "/forward_position_controller/commands"
-STATE_TOPIC = "/joint_states"
+COMMAND_TOPIC = ROBOT_COMMAND.absolute
+STATE_TOPIC = JOINT_STATES.absolute
 
 
 def record_sim_bag(path: str | Path, params: SimParams, robot_description: str, sequence: ExcitationSequence,

@@ -20,13 +20,13 @@ from typing import Any
 import numpy as np
 
 from ..bags import BagReader
-from ..conversions import diagnostic_values as _values
 from ..conversions import stamp_to_ns
 from ..core.stats import summary, wilson_interval
 from ..core.timebase import NS_PER_S
 from ..episodes.dataset import episode_kind
 from ..episodes.options import HUMAN_MODES
 from ..episodes.topics import resolve_topic
+from ..topics import SIM_EPISODE, SUPERVISOR_STATE, EpisodeOutcome, SupervisorState
 
 NEAR_M = 0.10  # [m] a timeout closer than this is "near" (as the sim evaluations count it)
 # Failure category -> the gap it points to when it appears in real but not in sim.
@@ -59,34 +59,33 @@ class RealEpisode:
 def read_real_episodes(bag: str | Path, human_modes: tuple[str, ...] = HUMAN_MODES) -> list[RealEpisode]:
     """Episodes with outcomes (sim/episode) in a bag; [] when it records none."""
     bag = Path(bag)
-    outcomes: list[tuple[int, dict[str, str]]] = []
+    outcomes: list[tuple[int, EpisodeOutcome]] = []
     mode_times: list[int] = []
     modes: list[str] = []
     with BagReader(bag) as reader:
         available = reader.topic_types()
-        episode_topic, _ = resolve_topic("sim/episode", available)
-        state_topic, _ = resolve_topic("supervisor/state", available)
+        episode_topic, _ = resolve_topic(SIM_EPISODE.name, available)
+        state_topic, _ = resolve_topic(SUPERVISOR_STATE.name, available)
         if episode_topic is None:
             return []
         for message in reader.messages([t for t in (episode_topic, state_topic) if t]):
-            values = _values(message.msg)
             stamp = stamp_to_ns(message.msg.header.stamp) or message.log_time_ns
             if message.topic == episode_topic:
-                outcomes.append((stamp, values))
-            elif "mode" in values:
+                outcomes.append((stamp, EpisodeOutcome.from_msg(message.msg)))
+            elif (state := SupervisorState.from_msg(message.msg)) is not None:
                 mode_times.append(stamp)
-                modes.append(values["mode"])
+                modes.append(state.mode)
     order = np.argsort(np.asarray(mode_times, dtype=np.int64), kind="stable")
     times = np.asarray(mode_times, dtype=np.int64)[order]
     modes_sorted = tuple(modes[i] for i in order)
     episodes = []
-    for end, values in outcomes:
-        duration = float(values.get("duration_s", "nan"))
+    for end, outcome in outcomes:
+        duration = outcome.duration_s
         start = end - int(round(duration * NS_PER_S)) if np.isfinite(duration) else end
         kind = episode_kind(times, modes_sorted, human_modes, start, end) if len(times) else "autonomous"
         estop = any(m == "ESTOP" for t, m in zip(times.tolist(), modes_sorted, strict=True) if start < t <= end)
-        success = values.get("success") == "true"
-        distance = float(values.get("final_distance_m", "nan"))
+        success = outcome.success
+        distance = outcome.final_distance_m
         driver = {"autonomous": "policy"}.get(kind, kind)
         if driver == "demonstration":
             category = "demonstration"
@@ -98,8 +97,9 @@ def read_real_episodes(bag: str | Path, human_modes: tuple[str, ...] = HUMAN_MOD
             category = "success"
         else:
             category = "timeout_near" if distance < NEAR_M else "timeout_far"
-        episodes.append(RealEpisode(str(bag), values.get("episode", ""), driver, success and driver == "policy",
-                                    values.get("reason", ""), duration, distance, category))
+        episode = str(outcome.episode) if outcome.episode >= 0 else ""
+        episodes.append(RealEpisode(str(bag), episode, driver, success and driver == "policy", outcome.reason,
+                                    duration, distance, category))
     return episodes
 
 

@@ -14,13 +14,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..bags import BagReader
+from ..topics import (
+    ACTION_CHUNK,
+    CAMERA_IMAGE,
+    CAMERA_INFO,
+    JOINT_STATES,
+    POLICY_CAMERA_INFO,
+    POLICY_COMMAND,
+    POLICY_IMAGE,
+    ROBOT_COMMAND,
+    SIM_TARGET,
+    SUPERVISOR_STATE,
+)
 from .router import VizRouter
 from .source import BagView, view_messages
 
 NS_PER_S = 1_000_000_000
 # Topics whose newest message before a seek point is shown at the seek point (state, not events).
-STATE_TOPICS = ("joint_states", "policy/action_chunk", "supervisor/state", "sim/target", "camera/camera_info",
-                "policy/camera_info", "forward_position_controller/commands", "command/policy")
+STATE_TOPICS = (JOINT_STATES.name, ACTION_CHUNK.name, SUPERVISOR_STATE.name, SIM_TARGET.name, CAMERA_INFO.name,
+                POLICY_CAMERA_INFO.name, ROBOT_COMMAND.name, POLICY_COMMAND.name)
 
 
 class ReplayClock:
@@ -146,7 +158,7 @@ class BagReplayer:
                     if seek_to is not None and log_time < seek_to:
                         if topic in STATE_TOPICS:
                             held[topic] = (log_time, msg)
-                        elif topic != "camera/image_raw" and topic != "policy/image":
+                        elif topic != CAMERA_IMAGE.name and topic != POLICY_IMAGE.name:
                             self.router.handle(topic, msg, log_time)  # events: all of them
                         continue
                     if seek_to is not None:

@@ -10,11 +10,29 @@ deep). High-rate streams are taken best effort, so a busy viewer never makes a p
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..topics import (
+    ACTION_CHUNK,
+    CAMERA_IMAGE,
+    CAMERA_INFO,
+    INTERVENTIONS,
+    JOINT_STATES,
+    POLICY_CAMERA_INFO,
+    POLICY_COMMAND,
+    POLICY_IMAGE,
+    ROBOT_COMMAND,
+    SIM_EPISODE,
+    SIM_TARGET,
+    SUPERVISOR_STATE,
+    EpisodeOutcome,
+    Intervention,
+    SupervisorState,
+)
 from . import channels as ch
 from .kinematics import ArmKinematics
 from .model import parse_visuals
@@ -30,18 +48,18 @@ class VizInput:
 
 
 INPUTS: tuple[VizInput, ...] = (
-    VizInput("joint_states", "sensor_msgs/msg/JointState", "sensor"),
-    VizInput("camera/image_raw", "sensor_msgs/msg/Image", "sensor"),
-    VizInput("camera/camera_info", "sensor_msgs/msg/CameraInfo", "sensor"),
-    VizInput("policy/image", "sensor_msgs/msg/Image", "sensor"),
-    VizInput("policy/camera_info", "sensor_msgs/msg/CameraInfo", "sensor"),
-    VizInput("policy/action_chunk", "trajectory_msgs/msg/JointTrajectory", "sensor"),
-    VizInput("command/policy", "sensor_msgs/msg/JointState", "sensor"),
-    VizInput("forward_position_controller/commands", "std_msgs/msg/Float64MultiArray", "sensor"),
-    VizInput("supervisor/state", "diagnostic_msgs/msg/DiagnosticArray", "latched"),
-    VizInput("supervisor/interventions", "diagnostic_msgs/msg/DiagnosticArray", "events"),
-    VizInput("sim/episode", "diagnostic_msgs/msg/DiagnosticArray", "events"),
-    VizInput("sim/target", "geometry_msgs/msg/PointStamped", "latched"),
+    VizInput(JOINT_STATES.name, JOINT_STATES.msgtype, "sensor"),
+    VizInput(CAMERA_IMAGE.name, CAMERA_IMAGE.msgtype, "sensor"),
+    VizInput(CAMERA_INFO.name, CAMERA_INFO.msgtype, "sensor"),
+    VizInput(POLICY_IMAGE.name, POLICY_IMAGE.msgtype, "sensor"),
+    VizInput(POLICY_CAMERA_INFO.name, POLICY_CAMERA_INFO.msgtype, "sensor"),
+    VizInput(ACTION_CHUNK.name, ACTION_CHUNK.msgtype, "sensor"),
+    VizInput(POLICY_COMMAND.name, POLICY_COMMAND.msgtype, "sensor"),
+    VizInput(ROBOT_COMMAND.name, ROBOT_COMMAND.msgtype, "sensor"),
+    VizInput(SUPERVISOR_STATE.name, SUPERVISOR_STATE.msgtype, "latched"),
+    VizInput(INTERVENTIONS.name, INTERVENTIONS.msgtype, "events"),
+    VizInput(SIM_EPISODE.name, SIM_EPISODE.msgtype, "events"),
+    VizInput(SIM_TARGET.name, SIM_TARGET.msgtype, "latched"),
     VizInput("robot_description", "std_msgs/msg/String", "latched"),
 )
 INPUT_TOPICS = tuple(i.topic for i in INPUTS)
@@ -70,12 +88,13 @@ def diagnostic_values(status) -> dict[str, str]:
     return {kv.key: kv.value for kv in status.values}
 
 
-def _number(text: str):
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return None
-    return int(value) if value.is_integer() and "." not in str(text) else value
+# The supervisor state's named values a view shows as text (its counters go apart, as numbers).
+_SHOWN_STATE_VALUES = ("mode", "reason", "estop_sources", "intervention_active", "intervention_start_ns", "jog_mode",
+                       "foreign_publishers", "last_rejection")
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 @dataclass
@@ -110,12 +129,12 @@ class VizRouter:
         self.stats: dict[str, TopicStats] = {t: TopicStats() for t in INPUT_TOPICS}
         self._last_joint_stamp_ns: int | None = None
         self._handlers = {
-            "joint_states": self._joint_states, "camera/image_raw": self._camera,
-            "policy/image": self._policy_image, "camera/camera_info": self._camera_info,
-            "policy/camera_info": self._policy_info, "policy/action_chunk": self._chunk,
-            "command/policy": self._policy_command, "forward_position_controller/commands": self._command,
-            "supervisor/state": self._supervisor, "supervisor/interventions": self._interventions,
-            "sim/episode": self._episode, "sim/target": self._target, "robot_description": self._description,
+            JOINT_STATES.name: self._joint_states, CAMERA_IMAGE.name: self._camera,
+            POLICY_IMAGE.name: self._policy_image, CAMERA_INFO.name: self._camera_info,
+            POLICY_CAMERA_INFO.name: self._policy_info, ACTION_CHUNK.name: self._chunk,
+            POLICY_COMMAND.name: self._policy_command, ROBOT_COMMAND.name: self._command,
+            SUPERVISOR_STATE.name: self._supervisor, INTERVENTIONS.name: self._interventions,
+            SIM_EPISODE.name: self._episode, SIM_TARGET.name: self._target, "robot_description": self._description,
         }
 
     # ------------------------------------------------------------------ entry points
@@ -231,32 +250,27 @@ class VizRouter:
     def _supervisor(self, msg, t: int):
         if not msg.status:
             raise ValueError("supervisor/state without a status")
-        status = msg.status[0]
-        values = diagnostic_values(status)
-        named = {"mode", "reason", "estop_sources", "intervention_active", "intervention_start_ns", "jog_mode",
-                 "foreign_publishers", "last_rejection"}
-        counters = {k: n for k, v in values.items() if k not in named and (n := _number(v)) is not None}
+        state = SupervisorState.from_msg(msg)
+        if state is None:
+            raise ValueError("supervisor/state without a mode")
+        shown = state.to_status().values
         self.pub.log_json(ch.SUPERVISOR_STATE, {
-            "mode": values.get("mode", ""), "reason": values.get("reason", ""), "level": int(status.level),
-            "values": {k: v for k, v in values.items() if k in named}, "counters": counters}, t)
+            "mode": state.mode, "reason": state.reason, "level": int(msg.status[0].level),
+            "values": {k: shown[k] for k in _SHOWN_STATE_VALUES}, "counters": dict(state.counters)}, t)
         return True
 
     def _interventions(self, msg, t: int):
-        for status in msg.status:
-            values = diagnostic_values(status)
-            self.pub.log_json(ch.INTERVENTIONS, {
-                "event": values.get("event", ""), "start_ns": _number(values.get("start_ns", "0")) or 0,
-                "end_ns": _number(values.get("end_ns", "0")) or 0, "mode": values.get("mode", ""),
-                "reason": values.get("reason", "")}, t)
+        for event in Intervention.all_from_msg(msg):
+            self.pub.log_json(ch.INTERVENTIONS, event.as_dict(), t)
         return True
 
     def _episode(self, msg, t: int):
         for status in msg.status:
-            values = diagnostic_values(status)
+            outcome = EpisodeOutcome.from_values(diagnostic_values(status), str(status.message))
             self.pub.log_json(ch.EPISODES, {
-                "episode": _number(values.get("episode", "")) or 0, "success": values.get("success") == "true",
-                "reason": values.get("reason", status.message), "duration_s": _number(values.get("duration_s", "")),
-                "final_distance_m": _number(values.get("final_distance_m", ""))}, t)
+                "episode": max(outcome.episode, 0), "success": outcome.success, "reason": outcome.reason,
+                "duration_s": _finite_or_none(outcome.duration_s),
+                "final_distance_m": _finite_or_none(outcome.final_distance_m)}, t)
         return True
 
     def _target(self, msg, t: int):

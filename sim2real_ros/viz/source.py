@@ -9,6 +9,7 @@ from ..core.errors import BagError, ConfigError, UrdfError
 from ..core.robot.urdf import RobotModel
 from ..core.safety.teleop import default_ee_link
 from ..paths import config_path
+from ..topics import JOINT_STATES
 from .kinematics import ArmKinematics
 from .router import INPUTS, VizInput
 
@@ -69,7 +70,7 @@ def open_bag_view(path: str | Path, urdf: str | None = None, tool_link: str = ""
         types = reader.topic_types()
         counts = {t.name: t.count for t in reader.topics()}
         inputs = match_topics(types, namespace)
-        if not any(i.topic == "joint_states" for i in inputs.values()):
+        if not any(i.topic == JOINT_STATES.name for i in inputs.values()):
             raise BagError(f"{path}: no joint_states topic (sensor_msgs/msg/JointState) to drive the 3D arm; "
                            f"the bag has {sorted(types) or 'no topics'}")
         if urdf:
