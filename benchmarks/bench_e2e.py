@@ -77,7 +77,7 @@ def _checkpoint(tmp: Path) -> Path:
     from sim2real_ros.core.robot.urdf import RobotModel
     from sim2real_ros.training.untrained import init_checkpoint
 
-    path = tmp / "untrained.pt"
+    path = tmp / "untrained.safetensors"
     init_checkpoint(path, RobotModel.from_file(urdf_path()).joint_names,
                     PreprocessConfig.from_yaml(config_path("preprocess.yaml")))
     return path

@@ -51,7 +51,7 @@ def small_policy(work: Path, quick: bool) -> Path:
                  "epochs_bc": 3 if quick else 20, "epochs_per_round": 2 if quick else 10, "eval_episodes": 0})
     path = work / "train_small.yaml"
     path.write_text(yaml.safe_dump(data))
-    out = work / "small_policy.pt"
+    out = work / "small_policy.safetensors"
     trainer = Trainer(load_train_config(path), out, work / "train_work", log=lambda text: print(text, file=sys.stderr))
     try:
         trainer.run(resume=False)
@@ -136,7 +136,7 @@ def run(quick: bool = False, checkpoint: str | Path | None = None, work_dir: str
         offline: dict[str, Any] = {}
         for name, fraction in (("cotrained", base.real_fraction), ("real_only", 1.0)):
             t0 = time.monotonic()
-            out = work / f"{name}.pt"
+            out = work / f"{name}.safetensors"
             result = finetune(ckpt, [bag_dir], out, FinetuneConfig(real_fraction=fraction), log=log, dataset=dataset,
                               sim_frames=sim)
             tuned[name] = out
