@@ -19,6 +19,7 @@ from sim2real_ros.core.errors import CheckpointError
 from sim2real_ros.core.hashing import content_hash
 from sim2real_ros.core.perception.camera_model import CameraModel
 from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
+from sim2real_ros.core.policy.backend import Policy
 from sim2real_ros.core.policy.checkpoint import (
     METADATA_KEY,
     checkpoint_hash,
@@ -72,6 +73,7 @@ def observations(spec, count: int, seed: int = 0):
 def test_round_trip_gives_bit_identical_actions(trained_like):
     model, spec, path, digest = trained_like
     loaded = load_checkpoint(path)
+    assert isinstance(loaded, Policy) and loaded.backend == "torch"
     assert loaded.spec == dataclasses.replace(spec, hparams=SMALL)
     assert loaded.checkpoint_hash == digest == checkpoint_hash(path)
     for name, tensor in model.state_dict().items():
