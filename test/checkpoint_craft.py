@@ -69,7 +69,7 @@ def legacy_checkpoint(spec: dict[str, Any], state: dict[str, torch.Tensor], teac
     raw little-endian tensors (written here from its description, as that release wrote it)."""
     rows, blobs, offset = [], [], 0
     for name in sorted(state):
-        array = np.ascontiguousarray(state[name].detach().numpy())
+        array = state[name].detach().contiguous().numpy()
         data = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
         rows.append({"name": name, "dtype": _LEGACY_DTYPES[state[name].dtype], "shape": list(array.shape),
                      "offset": offset, "nbytes": len(data)})

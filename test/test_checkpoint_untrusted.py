@@ -196,7 +196,7 @@ def _cases() -> dict[str, Case]:
         "no_metadata": Case(_edit(good, lambda h: h.pop("__metadata__")), ("without a sim2real spec",)),
         "format_version_99": Case(_edit(good, lambda h: h["__metadata__"][METADATA_KEY].update(format_version=99)),
                                   ("checkpoint format version 99",)),
-        "a_teacher_file": Case(teacher, ("a PPO teacher checkpoint, not a vision policy",)),
+        "a_teacher_file": Case(teacher, ("a PPO teacher checkpoint, not a policy checkpoint",)),
         "spec_a_string": Case(_edit(good, lambda h: h["__metadata__"][METADATA_KEY].update(spec="policy")),
                               ("field '<spec>'",)),
         "no_tensors": Case(join_checkpoint({"__metadata__": header["__metadata__"]}, b""),

@@ -63,7 +63,7 @@ FORMAT_VERSION = 2
 METADATA_KEY = "sim2real"  # the one metadata entry: SPEC_JSON above
 KIND_POLICY = "policy"
 KIND_TEACHER = "teacher"
-_KIND_TEXT = {KIND_POLICY: "vision policy (student) checkpoint", KIND_TEACHER: "PPO teacher checkpoint"}
+_KIND_TEXT = {KIND_POLICY: "policy checkpoint (a vision student)", KIND_TEACHER: "PPO teacher checkpoint"}
 _LENGTH = struct.Struct("<Q")
 # Caps on the file's own structure (the spec's sizes are capped in model.py). A real header is
 # about 4 KB (a fine-tuned one with its bag list some tens of KB); 4 MiB of JSON parses into at
@@ -412,17 +412,19 @@ def _artifact_spec(header: dict[str, Any], kind: str, source: str) -> Any:
     return document.get("spec")
 
 
-def _read_header(handle: BinaryIO, size: int, source: str, limits: ArtifactLimits) -> tuple[bytes, dict[str, Any]]:
+def _read_header(handle: BinaryIO, size: int, source: str, limits: ArtifactLimits,
+                 kind: str = KIND_POLICY) -> tuple[bytes, dict[str, Any]]:
     """The raw header bytes and the header parsed, after the format (not an old-format file, not
-    a pickle) and the header length (within our cap and the file) are checked."""
+    a pickle) and the header length (within our cap and the file) are checked; `kind`: the kind
+    expected, for messages."""
     head = handle.read(16)
     legacy = LEGACY_MAGICS.get(head)
     if legacy is not None:
         raise CheckpointError(f"{source}: old format ({_KIND_TEXT[legacy]} from before safetensors, magic "
                               f"{head!r}): run `sim2real policy convert {source} NEW.safetensors` to convert it")
     if not looks_like_safetensors(head) and head.startswith(_PICKLE_STARTS):
-        raise CheckpointError(f"{source}: not a sim2real policy checkpoint (it looks like a pickle, which could run "
-                              f"code when loaded); refusing to load it")
+        raise CheckpointError(f"{source}: not a sim2real {_KIND_TEXT[kind]} (it looks like a pickle, which could "
+                              f"run code when loaded); refusing to load it")
     if size < _LENGTH.size:
         raise CheckpointError(f"{source}: truncated checkpoint ({size} bytes: it ends inside the 8-byte header "
                               f"length)")
@@ -479,7 +481,7 @@ def read_artifact(path: str | Path, kind: str, limits: ArtifactLimits,
             if size > limits.max_file_bytes:
                 raise CheckpointError(f"{source}: file size {size} bytes is more than a "
                                       f"{_KIND_TEXT[kind]} within the caps can be ({limits.max_file_bytes} bytes)")
-            raw, header = _read_header(handle, size, source, limits)
+            raw, header = _read_header(handle, size, source, limits, kind)
             spec = _artifact_spec(header, kind, source)
             table = _parse_table(header, size - _LENGTH.size - len(raw), source)
             result = check(spec, table, source)
