@@ -366,3 +366,38 @@ def test_camera_model_dict_is_what_the_spec_records(preprocess):
     # The intrinsics check reads fx/fy/cx/cy from the recorded CameraModel dict.
     recorded = make_policy_spec(["a"], preprocess).policy_camera
     assert CameraModel.from_dict(recorded) == preprocess.policy_camera
+
+
+def test_the_old_format_reader_refuses_hostile_files_before_allocating(trained_like, tmp_path):
+    """`policy convert` reads untrusted old files too: sizes checked first, tensors bounded by the file."""
+    from sim2real_ros.core.policy.legacy_checkpoint import read_legacy_checkpoint
+
+    model, spec, path, _ = trained_like
+    good = legacy_checkpoint(dataclasses.replace(spec, hparams=SMALL).to_dict(), {"w": torch.zeros(1000)})
+    length = int.from_bytes(good[16:24], "little")
+    header = json.loads(good[24:24 + length])
+
+    def craft(name: str, mutate) -> Path:
+        h = json.loads(json.dumps(header))
+        mutate(h)
+        raw = json.dumps(h).encode()
+        out = tmp_path / name
+        out.write_bytes(good[:16] + len(raw).to_bytes(8, "little") + raw + good[24 + length:])
+        return out
+
+    row = {"name": "w", "dtype": "float32", "shape": [1000], "offset": 0, "nbytes": 4000}
+    cases = {
+        "same bytes twice": (lambda h: h.update(tensors=[row, {**row, "name": "v"}]), "claim more bytes"),
+        "huge shape": (lambda h: h["tensors"][0].update(shape=[2**40], nbytes=2**42), "field 'shape'"),
+        "object dtype": (lambda h: h["tensors"][0].update(dtype="object"), "field 'dtype'"),
+        "NaN offset": (lambda h: h["tensors"][0].update(offset=float("nan")), "NaN"),
+    }
+    for name, (mutate, expected) in cases.items():
+        with pytest.raises(CheckpointError, match=expected):
+            read_legacy_checkpoint(craft(name.replace(" ", "_") + ".pt", mutate))
+    huge_header = tmp_path / "huge_header.pt"
+    huge_header.write_bytes(good[:16] + (2**63).to_bytes(8, "little") + b"{}")
+    with pytest.raises(CheckpointError, match="field 'header length' = 9223372036854775808"):
+        read_legacy_checkpoint(huge_header)
+    with pytest.raises(CheckpointError, match="not an old-format sim2real checkpoint"):
+        read_legacy_checkpoint(path)  # already safetensors

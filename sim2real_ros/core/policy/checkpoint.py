@@ -571,7 +571,7 @@ def read_checkpoint(path: str | Path) -> tuple[PolicySpec, dict[str, torch.Tenso
 class LoadedPolicy:
     """A checkpoint ready to run: spec, model (eval mode, on its device) and checkpoint hash."""
 
-    backend = "torch"  # core/policy_backend.py: what runs it (core/onnx_policy.OnnxPolicy: "onnxruntime")
+    backend = "torch"  # implements core/policy/backend.Policy (core/policy/onnx_policy.OnnxPolicy: "onnxruntime")
 
     def __init__(self, spec: PolicySpec, model: PolicyModel, checkpoint_hash: str, source: str,
                  device: torch.device) -> None:
