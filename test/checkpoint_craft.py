@@ -12,7 +12,6 @@ import json
 import struct
 from typing import Any
 
-import numpy as np
 import torch
 from support import run_measured  # noqa: F401 - re-exported for the checkpoint tests
 
