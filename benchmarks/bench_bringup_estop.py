@@ -46,7 +46,7 @@ def run(quick: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench_bringup_") as scratch:
         directory = Path(scratch)
         # A slow drift (0.01 rad past the present pan angle): 30 trials stay inside the pan's range.
-        checkpoint = drifting_so101_checkpoint(directory / "drift.pt", 0.01)
+        checkpoint = drifting_so101_checkpoint(directory / "drift.safetensors", 0.01)
         goal_log = directory / "goals.log"
         bringup = EmulatedBringup(checkpoint, goal_log, directory / "launch.log",
                                   "--estop-heartbeat", HEARTBEAT_TIMEOUT_S)

@@ -77,7 +77,7 @@ def _checkpoint(tmp: Path) -> Path:
     from sim2real_ros.core.robot.urdf import RobotModel
     from sim2real_ros.training.untrained import init_checkpoint
 
-    path = tmp / "untrained.pt"
+    path = tmp / "untrained.safetensors"
     init_checkpoint(path, RobotModel.from_file(urdf_path()).joint_names,
                     PreprocessConfig.from_yaml(config_path("preprocess.yaml")))
     return path
@@ -288,7 +288,7 @@ def _so101_checkpoint(tmp: Path) -> Path:
     from sim2real_ros.robots import get_robot
     from sim2real_ros.training.untrained import init_checkpoint
 
-    path = tmp / "untrained_so101.pt"
+    path = tmp / "untrained_so101.safetensors"
     if not path.is_file():
         init_checkpoint(path, RobotModel.from_file(get_robot("so101").urdf_path()).joint_names,
                         PreprocessConfig.from_yaml(config_path("preprocess.yaml")))

@@ -18,7 +18,7 @@ outside the training ranges; the shipped policy succeeds on about half its episo
 
 About 10-12 minutes here (2026-12-01: 9.7 and 12.0 min on a shared machine) at 20 recorded
 episodes and 20 evaluation episodes per policy and sim (--quick: 4 and 4, a smoke run). Without
-policies/reach_default.pt (and no --checkpoint), a small policy is trained first (BC + one DAgger
+policies/reach_default.safetensors (and no --checkpoint), a small policy is trained first (BC + one DAgger
 round) and the figures say so. The machine is shared: wall times move with the load (reported).
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ def small_policy(work: Path, quick: bool) -> Path:
                  "epochs_bc": 3 if quick else 20, "epochs_per_round": 2 if quick else 10, "eval_episodes": 0})
     path = work / "train_small.yaml"
     path.write_text(yaml.safe_dump(data))
-    out = work / "small_policy.pt"
+    out = work / "small_policy.safetensors"
     trainer = Trainer(load_train_config(path), out, work / "train_work", log=lambda text: print(text, file=sys.stderr))
     try:
         trainer.run(resume=False)
@@ -136,7 +136,7 @@ def run(quick: bool = False, checkpoint: str | Path | None = None, work_dir: str
         offline: dict[str, Any] = {}
         for name, fraction in (("cotrained", base.real_fraction), ("real_only", 1.0)):
             t0 = time.monotonic()
-            out = work / f"{name}.pt"
+            out = work / f"{name}.safetensors"
             result = finetune(ckpt, [bag_dir], out, FinetuneConfig(real_fraction=fraction), log=log, dataset=dataset,
                               sim_frames=sim)
             tuned[name] = out
@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None, help="write the figures to this JSON file")
     parser.add_argument("--quick", action="store_true", help="4 recorded episodes, 4 evaluation episodes (smoke run)")
-    parser.add_argument("--checkpoint", default=None, help="policy to fine-tune (default: policies/reach_default.pt)")
+    parser.add_argument("--checkpoint", default=None,
+                        help="policy to fine-tune (default: policies/reach_default.safetensors)")
     parser.add_argument("--work-dir", default=None, help="keep bags, reports and checkpoints here")
     parser.add_argument("--episodes", type=int, default=None, help="recorded episodes (default 20)")
     parser.add_argument("--eval-episodes", type=int, default=None, help="closed-loop episodes per policy and sim")

@@ -1,6 +1,6 @@
 """ONNX benchmark: inference time of the shipped policy on torch and on ONNX Runtime, in one run.
 
-The shipped policy (policies/reach_default.pt) is exported to a temporary .onnx file
+The shipped policy (policies/reach_default.safetensors) is exported to a temporary .onnx file
 (`sim2real policy export`), and select_action (image + joints -> (K, n) targets) is timed on both
 backends at 1 thread each (policy_node's default), in interleaved blocks of 20 on the same sim-like
 inputs, so machine load hits both alike; the load average is reported with the figures.

@@ -52,7 +52,7 @@ DEFAULT_THREADS = 1  # policy_node's num_threads default
 def make_checkpoint(directory: Path) -> tuple[Path, list[str]]:
     """An untrained default-architecture checkpoint for urdf/arm6.urdf (the default robot)."""
     joints = RobotModel.from_file(urdf_path()).joint_names
-    path = directory / "bench_policy.pt"
+    path = directory / "bench_policy.safetensors"
     init_checkpoint(path, joints, PreprocessConfig.from_yaml(config_path("preprocess.yaml")), seed=0)
     return path, joints
 

@@ -96,7 +96,7 @@ def run(quick: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench_replay_") as tmp:
         tmp_path = Path(tmp)
         frames = write_bag(tmp_path / "bag", 4.0 if quick else 12.0, joints)
-        checkpoint = tmp_path / "policy.pt"
+        checkpoint = tmp_path / "policy.safetensors"
         init_checkpoint(checkpoint, joints, PreprocessConfig.from_yaml(config_path("preprocess.yaml")))
         options = ReplayOptions(progress=False, plots=False)
         one_at_a_time = ReplayOptions(progress=False, plots=False, batch_size=1)  # before issue 36

@@ -110,12 +110,12 @@ def pipeline(out_dir: Path, eval_episodes: int) -> dict[str, Any]:
     start = time.monotonic()
     init_ray(2)
     try:
-        teacher_path = out_dir / "teacher.pt"
+        teacher_path = out_dir / "teacher.safetensors"
         teacher = TeacherTrainer(load_teacher_config(config_path("teacher_reach.yaml")), teacher_path,
                                  out_dir / "teacher.work", workers=2).run(resume=False)
         teacher_s = time.monotonic() - start
         config = load_train_config(config_path("train_reach_ppo.yaml"), teacher_checkpoint=str(teacher_path))
-        trainer = Trainer(config, out_dir / "student.pt", out_dir / "student.work", workers=2)
+        trainer = Trainer(config, out_dir / "student.safetensors", out_dir / "student.work", workers=2)
         try:
             trainer.run(resume=False)
         finally:
@@ -124,7 +124,7 @@ def pipeline(out_dir: Path, eval_episodes: int) -> dict[str, Any]:
         student = {}
         for name, kwargs in {"nominal": {}, "perturbed": {"perturb": True},
                              "perturbed_pushes": {"perturb": True, "pushes": True}}.items():
-            r = evaluate_in_sim(out_dir / "student.pt", eval_episodes, workers=2, **kwargs)
+            r = evaluate_in_sim(out_dir / "student.safetensors", eval_episodes, workers=2, **kwargs)
             student[name] = {"successes": r["successes"], "episodes": r["episodes"], "ci95": r["ci95"]}
     finally:
         shutdown_ray()

@@ -39,7 +39,7 @@ def urdf_path(name: str = "arm6.urdf") -> Path:
 
 def default_policy_path() -> Path:
     """The policy shipped with the repository (trained by `sim2real train`, see README)."""
-    return share_dir() / "policies" / "reach_default.pt"
+    return share_dir() / "policies" / "reach_default.safetensors"
 
 
 def dds_profile_path() -> Path:

@@ -12,14 +12,16 @@ import numpy as np
 import pybullet_data
 import pytest
 import torch
+from checkpoint_craft import join_checkpoint, legacy_checkpoint, spec_document, split_checkpoint
 
 from sim2real_ros.cli.main import main as sim2real_main
 from sim2real_ros.core.errors import CheckpointError
 from sim2real_ros.core.hashing import content_hash
 from sim2real_ros.core.perception.camera_model import CameraModel
 from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
+from sim2real_ros.core.policy.backend import Policy
 from sim2real_ros.core.policy.checkpoint import (
-    MAGIC,
+    METADATA_KEY,
     checkpoint_hash,
     encode_checkpoint,
     load_checkpoint,
@@ -71,6 +73,7 @@ def observations(spec, count: int, seed: int = 0):
 def test_round_trip_gives_bit_identical_actions(trained_like):
     model, spec, path, digest = trained_like
     loaded = load_checkpoint(path)
+    assert isinstance(loaded, Policy) and loaded.backend == "torch"
     assert loaded.spec == dataclasses.replace(spec, hparams=SMALL)
     assert loaded.checkpoint_hash == digest == checkpoint_hash(path)
     for name, tensor in model.state_dict().items():
@@ -175,7 +178,7 @@ def test_a_checkpoint_that_would_run_code_is_refused(writer, tmp_path):
         path.write_bytes(pickle.dumps(payload))
     else:
         torch.save(payload, path)
-    with pytest.raises(CheckpointError, match="not a sim2real policy checkpoint.*refusing"):
+    with pytest.raises(CheckpointError, match="not a sim2real policy checkpoint.*pickle.*refusing"):
         load_checkpoint(path)
     with pytest.raises(CheckpointError):
         read_checkpoint(path)
@@ -183,31 +186,95 @@ def test_a_checkpoint_that_would_run_code_is_refused(writer, tmp_path):
 
 
 def test_damaged_checkpoints_are_refused_with_the_reason(trained_like, tmp_path):
-    _, _, path, _ = trained_like
+    model, spec, path, _ = trained_like
     data = path.read_bytes()
-    truncated = tmp_path / "truncated.pt"
+    truncated = tmp_path / "truncated.safetensors"
     truncated.write_bytes(data[: len(data) - 100])
     with pytest.raises(CheckpointError, match="outside the file"):
         load_checkpoint(truncated)
-    header_length = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "little")
-    header = json.loads(data[len(MAGIC) + 8:len(MAGIC) + 8 + header_length])
 
     def rewrite(name: str, mutate) -> Path:
-        h = json.loads(json.dumps(header))
-        mutate(h)
-        raw = json.dumps(h).encode()
+        header, blob = split_checkpoint(data)
+        mutate(header)
         out = tmp_path / name
-        out.write_bytes(MAGIC + len(raw).to_bytes(8, "little") + raw + data[len(MAGIC) + 8 + header_length:])
+        out.write_bytes(join_checkpoint(header, blob))
         return out
 
     with pytest.raises(CheckpointError, match="format version 99"):
-        load_checkpoint(rewrite("version.pt", lambda h: h.update(format_version=99)))
+        load_checkpoint(rewrite("version.safetensors", lambda h: h["__metadata__"][METADATA_KEY].update(
+            format_version=99)))
     with pytest.raises(CheckpointError, match="field 'joint_names'"):
-        load_checkpoint(rewrite("nojoints.pt", lambda h: h["spec"].pop("joint_names")))
+        load_checkpoint(rewrite("nojoints.safetensors", lambda h: spec_document(h).pop("joint_names")))
     with pytest.raises(CheckpointError, match="weights do not fit"):
-        load_checkpoint(rewrite("missing.pt", lambda h: h["tensors"].pop(0)))
-    with pytest.raises(CheckpointError, match="weights do not fit"):
-        load_checkpoint(rewrite("arch.pt", lambda h: h["spec"]["hparams"].update(hidden=[65])))
+        load_checkpoint(rewrite("arch.safetensors", lambda h: spec_document(h)["hparams"].update(hidden=[65])))
+    missing = tmp_path / "missing.safetensors"
+    missing.write_bytes(encode_checkpoint(spec, {k: v for k, v in model.state_dict().items() if k != "action_mean"}))
+    with pytest.raises(CheckpointError, match=r"weights do not fit.*missing tensors \['action_mean'\]"):
+        load_checkpoint(missing)
+
+
+def test_the_file_is_a_standard_safetensors_file_with_the_spec_in_its_metadata(trained_like):
+    """Any safetensors reader gets the weights; the spec is one JSON document under one key."""
+    from safetensors import safe_open
+
+    model, spec, path, _ = trained_like
+    with safe_open(str(path), framework="pt") as handle:
+        metadata = handle.metadata()
+        assert set(handle.keys()) == set(model.state_dict())
+        assert torch.equal(handle.get_tensor("joint_std"), model.joint_std)
+    assert list(metadata) == [METADATA_KEY]
+    document = json.loads(metadata[METADATA_KEY])
+    assert (document["format_version"], document["kind"]) == (2, "policy")
+    assert document["spec"] == dataclasses.replace(spec, hparams=SMALL).to_dict()
+
+
+def test_an_old_format_checkpoint_is_refused_then_converted_bit_identically(trained_like, tmp_path, capsys):
+    model, spec, _, _ = trained_like
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    spec_dict = dataclasses.replace(spec, hparams=SMALL).to_dict()
+    old = tmp_path / "old.pt"
+    old.write_bytes(legacy_checkpoint(spec_dict, state))
+    with pytest.raises(CheckpointError, match=r"old.pt: old format .*run `sim2real policy convert .*old.pt NEW"):
+        load_checkpoint(old)
+    assert sim2real_main(["policy", "info", str(old)]) == 2
+    assert "sim2real policy convert" in capsys.readouterr().err
+    new = tmp_path / "new.safetensors"
+    assert sim2real_main(["policy", "convert", str(old), str(new)]) == 0
+    assert "tensors bit-identical" in capsys.readouterr().out
+    loaded = load_checkpoint(new)
+    for name, tensor in state.items():
+        assert torch.equal(loaded.model.state_dict()[name], tensor), name
+    provenance = dict(loaded.spec.provenance)
+    assert provenance.pop("converted") == {"from_format": provenance_format(), "previous_hash": checkpoint_hash(old)}
+    assert provenance == spec.provenance
+    # Converting is deterministic: the same old file gives the same bytes (the same hash).
+    again = tmp_path / "again.safetensors"
+    assert sim2real_main(["policy", "convert", str(old), str(again)]) == 0
+    assert again.read_bytes() == new.read_bytes()
+
+
+def provenance_format() -> str:
+    from sim2real_ros.training.checkpoint_convert import FROM_FORMAT
+
+    return FROM_FORMAT
+
+
+def test_a_damaged_old_format_file_is_not_converted(trained_like, tmp_path, capsys):
+    model, spec, _, _ = trained_like
+    data = legacy_checkpoint(dataclasses.replace(spec, hparams=SMALL).to_dict(), dict(model.state_dict()))
+    old = tmp_path / "cut.pt"
+    old.write_bytes(data[:-10])
+    new = tmp_path / "new.safetensors"
+    assert sim2real_main(["policy", "convert", str(old), str(new)]) == 2
+    assert "cut.pt" in capsys.readouterr().err and not new.exists()
+    # A spec that the loader refuses: converted, read back, refused, nothing left behind.
+    bad = legacy_checkpoint({**dataclasses.replace(spec, hparams=SMALL).to_dict(), "chunk_length": 10**7},
+                            dict(model.state_dict()))
+    old.write_bytes(bad)
+    assert sim2real_main(["policy", "convert", str(old), str(new)]) == 2
+    err = capsys.readouterr().err
+    assert "converted file would not load" in err and "MAX_CHUNK_LENGTH" in err
+    assert sorted(p.name for p in tmp_path.iterdir() if "new" in p.name) == []
 
 
 def test_nan_weights_are_refused(trained_like, tmp_path):
@@ -299,3 +366,38 @@ def test_camera_model_dict_is_what_the_spec_records(preprocess):
     # The intrinsics check reads fx/fy/cx/cy from the recorded CameraModel dict.
     recorded = make_policy_spec(["a"], preprocess).policy_camera
     assert CameraModel.from_dict(recorded) == preprocess.policy_camera
+
+
+def test_the_old_format_reader_refuses_hostile_files_before_allocating(trained_like, tmp_path):
+    """`policy convert` reads untrusted old files too: sizes checked first, tensors bounded by the file."""
+    from sim2real_ros.core.policy.legacy_checkpoint import read_legacy_checkpoint
+
+    model, spec, path, _ = trained_like
+    good = legacy_checkpoint(dataclasses.replace(spec, hparams=SMALL).to_dict(), {"w": torch.zeros(1000)})
+    length = int.from_bytes(good[16:24], "little")
+    header = json.loads(good[24:24 + length])
+
+    def craft(name: str, mutate) -> Path:
+        h = json.loads(json.dumps(header))
+        mutate(h)
+        raw = json.dumps(h).encode()
+        out = tmp_path / name
+        out.write_bytes(good[:16] + len(raw).to_bytes(8, "little") + raw + good[24 + length:])
+        return out
+
+    row = {"name": "w", "dtype": "float32", "shape": [1000], "offset": 0, "nbytes": 4000}
+    cases = {
+        "same bytes twice": (lambda h: h.update(tensors=[row, {**row, "name": "v"}]), "claim more bytes"),
+        "huge shape": (lambda h: h["tensors"][0].update(shape=[2**40], nbytes=2**42), "field 'shape'"),
+        "object dtype": (lambda h: h["tensors"][0].update(dtype="object"), "field 'dtype'"),
+        "NaN offset": (lambda h: h["tensors"][0].update(offset=float("nan")), "NaN"),
+    }
+    for name, (mutate, expected) in cases.items():
+        with pytest.raises(CheckpointError, match=expected):
+            read_legacy_checkpoint(craft(name.replace(" ", "_") + ".pt", mutate))
+    huge_header = tmp_path / "huge_header.pt"
+    huge_header.write_bytes(good[:16] + (2**63).to_bytes(8, "little") + b"{}")
+    with pytest.raises(CheckpointError, match="field 'header length' = 9223372036854775808"):
+        read_legacy_checkpoint(huge_header)
+    with pytest.raises(CheckpointError, match="not an old-format sim2real checkpoint"):
+        read_legacy_checkpoint(path)  # already safetensors

@@ -1,6 +1,6 @@
-"""Untrusted checkpoints (issue 18, item 10): a hostile or damaged file fails with one
-CheckpointError line naming the file and the field, in bounded memory: never another exception,
-a hang or gigabytes.
+"""Untrusted checkpoints (issue 18, item 10; safetensors files since issue 35): a hostile or
+damaged file fails with one CheckpointError line naming the file and the field, in bounded memory:
+never another exception, a hang or gigabytes.
 
 Every crafted file is loaded the way the policy node loads one (load_checkpoint with warm-up) in
 one separate process whose address space is limited to 2 GiB (torch imports in well under 1 GiB):
@@ -17,11 +17,25 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from checkpoint_craft import join_checkpoint, run_measured, split_checkpoint, zero_weights_checkpoint
+import torch
+from checkpoint_craft import (
+    join_checkpoint,
+    legacy_checkpoint,
+    run_measured,
+    spec_document,
+    split_checkpoint,
+    zero_weights_checkpoint,
+)
 from support import REPO_ROOT
 
 from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
-from sim2real_ros.core.policy.checkpoint import _MAX_FILE_BYTES, MAGIC, make_policy_spec
+from sim2real_ros.core.policy.checkpoint import (
+    _MAX_FILE_BYTES,
+    KIND_TEACHER,
+    METADATA_KEY,
+    encode_artifact,
+    make_policy_spec,
+)
 from sim2real_ros.paths import config_path
 
 JOINTS = ["j1", "j2", "j3"]
@@ -64,9 +78,10 @@ print(json.dumps(results))
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    data: bytes | None  # None: the file is made by `make` instead
+    data: bytes | None  # None: the file is the good one, made `size` bytes long (sparse: no disk used)
     expected: tuple[str, ...]  # fragments the message must hold (the field and the bad value)
     graph: bool = False  # load it against the default graph (JOINTS, config/preprocess.yaml)
+    size: int = 0  # with data: extend the file to this many bytes (sparse) when larger
 
 
 def _spec(**changes):
@@ -83,40 +98,56 @@ def _edit(data: bytes, mutate) -> bytes:
 def _cases() -> dict[str, Case]:
     good = zero_weights_checkpoint(_spec())
     header, blob = split_checkpoint(good)
-    header_text = json.dumps(header)
-    first = header["tensors"][0]  # action_mean (sorted names), at offset 0
-    assert first["name"] == "action_mean" and first["offset"] == 0
-    first_offset = '"offset": 0'
-    assert header_text.count(first_offset) == 1
+    raw_header = good[8:8 + int.from_bytes(good[:8], "little")].decode()
+    # action_mean (float32, first by name) lies at the start of the data block.
+    assert header["action_mean"] == {"dtype": "F32", "shape": [10, 3], "data_offsets": [0, 120]}
+    first_offsets = '"action_mean":{"dtype":"F32","shape":[10,3],"data_offsets":[0,'
+    assert raw_header.count(first_offsets) == 1
+    second = min(n for n in header if n != "__metadata__" and header[n]["data_offsets"][0] == 120)
 
     def tensor0(**changes):
-        return lambda h: h["tensors"][0].update(changes)
+        return lambda h: h["action_mean"].update(changes)
 
     def spec(**changes):
-        return lambda h: h["spec"].update(changes)
+        return lambda h: spec_document(h).update(changes)
 
     def hparams(**changes):
-        return lambda h: h["spec"]["hparams"].update(changes)
+        return lambda h: spec_document(h)["hparams"].update(changes)
 
+    def metadata(value):
+        return lambda h: h["__metadata__"].update({METADATA_KEY: value})
+
+    spec_path = f"__metadata__.{METADATA_KEY}.spec"
+    teacher = encode_artifact(KIND_TEACHER, {"joint_names": ["j1"]}, {"w": torch.zeros(2)})
     cases = {
         # Sizes given as NaN/Infinity or beyond a float: named by their place in the header.
-        "infinity_offset": Case(_edit(good, tensor0(offset=float("inf"))), ("header.tensors[0].offset", "Infinity")),
-        "nan_image_width": Case(_edit(good, spec(image_width=float("nan"))), ("header.spec.image_width", "NaN")),
+        "infinity_offset": Case(_edit(good, tensor0(data_offsets=[float("inf"), 120])),
+                                ("header.action_mean.data_offsets[0]", "Infinity")),
+        "nan_image_width": Case(_edit(good, spec(image_width=float("nan"))), (f"{spec_path}.image_width", "NaN")),
         "infinity_pool_size": Case(_edit(good, hparams(pool_size=float("inf"))),
-                                   ("header.spec.hparams.pool_size", "Infinity")),
-        "offset_1e999": Case(join_checkpoint(header_text.replace(first_offset, '"offset": 1e999'), blob),
-                             ("header.tensors[0].offset", "inf")),
-        # Shapes and offsets that do not fit the file or the caps.
-        "shape_0_by_2_70": Case(_edit(good, tensor0(shape=[0, 2**70], nbytes=0)),
+                                   (f"{spec_path}.hparams.pool_size", "Infinity")),
+        "offset_1e999": Case(join_checkpoint(raw_header.replace(first_offsets, first_offsets[:-2] + "1e999,"), blob),
+                             ("header.action_mean.data_offsets[0]", "inf")),
+        # Shapes, dtypes and offsets that do not fit the file, the caps or each other.
+        "shape_0_by_2_70": Case(_edit(good, tensor0(shape=[0, 2**70], data_offsets=[0, 0])),
                                 ("tensor 'action_mean'", "field 'shape'", str(2**70))),
-        "shape_2_20_by_2_20": Case(_edit(good, tensor0(shape=[2**20, 2**20], nbytes=2**42)),
+        "shape_2_20_by_2_20": Case(_edit(good, tensor0(shape=[2**20, 2**20], data_offsets=[0, 2**42])),
                                    ("tensor 'action_mean'", "field 'shape'", "MAX_PARAMETERS")),
-        "offset_past_end": Case(_edit(good, tensor0(offset=10**12)),
-                                ("tensor 'action_mean'", "field 'offset' = 1000000000000", "outside the file")),
-        "float_offset": Case(_edit(good, tensor0(offset=0.0)), ("tensor 'action_mean'", "field 'offset' = 0.0")),
+        "offset_past_end": Case(_edit(good, tensor0(data_offsets=[10**12, 10**12 + 120])),
+                                ("tensor 'action_mean'", "field 'data_offsets' = [1000000000000", "outside the file")),
+        "float_offset": Case(_edit(good, tensor0(data_offsets=[0.0, 120])),
+                             ("tensor 'action_mean'", "field 'data_offsets' = [0.0, 120]")),
+        "offsets_unlike_shape": Case(_edit(good, tensor0(data_offsets=[0, 4])),
+                                     ("tensor 'action_mean'", "field 'data_offsets' = [0, 4]", "takes 120 bytes")),
         "object_dtype": Case(_edit(good, tensor0(dtype="object")), ("tensor 'action_mean'", "field 'dtype'")),
-        "shape_unlike_architecture": Case(_edit(good, tensor0(shape=[5, 3], nbytes=60)),
-                                          ("tensor 'action_mean' field 'shape' = [5, 3]", "needs [10, 3]")),
+        "bfloat16_dtype": Case(_edit(good, tensor0(dtype="BF16", data_offsets=[0, 60])),
+                               ("tensor 'action_mean'", "field 'dtype' = 'BF16'", "not a stored dtype")),
+        "overlapping_offsets": Case(_edit(good, lambda h: h[second].update(
+            data_offsets=[h[second]["data_offsets"][0] - 4, h[second]["data_offsets"][1] - 4])),
+            ("tensors 'action_mean' and", "overlap")),
+        "bytes_after_the_last_tensor": Case(good + bytes(64), ("64 bytes after the last tensor",)),
+        "shape_unlike_architecture": Case(_edit(good, tensor0(shape=[3, 10])),
+                                          ("tensor 'action_mean' field 'shape' = [3, 10]", "needs [10, 3]")),
         # Spec sizes beyond the caps: refused before anything is built or warmed up.
         "image_100000_px": Case(_edit(good, spec(image_width=100_000, image_height=100_000)),
                                 ("field 'image_width' = 100000", "MAX_IMAGE_SIDE")),
@@ -132,7 +163,7 @@ def _cases() -> dict[str, Case]:
                                                                    hparams={**SMALL, "channels": [4096]})),
                                      ("field 'hparams'", "MAX_ACTIVATIONS")),
         # Intrinsics the graph check reads, as a string.
-        "intrinsics_not_a_number": Case(_edit(good, lambda h: h["spec"]["policy_camera"].update(fx="wide")),
+        "intrinsics_not_a_number": Case(_edit(good, lambda h: spec_document(h)["policy_camera"].update(fx="wide")),
                                         ("policy_camera", "field 'fx'"), graph=True),
         # Incompatible with the graph (image size) and costly to warm up (~300 MB), within every
         # cap: refused by the graph check before the model is built.
@@ -142,22 +173,37 @@ def _cases() -> dict[str, Case]:
             ("does not match the running graph", "image size: checkpoint expects 1024x1024"), graph=True),
         # Truncated anywhere.
         "empty": Case(b"", ("truncated checkpoint (0 bytes",)),
-        "cut_in_magic": Case(good[:10], ("truncated checkpoint", "ends inside the")),
-        "cut_in_length": Case(good[:20], ("truncated checkpoint", "ends inside the header length")),
+        "cut_in_length": Case(good[:5], ("truncated checkpoint", "ends inside the 8-byte header length")),
         "cut_in_header": Case(good[:100], ("field 'header length'", "truncated file?")),
         "cut_in_data": Case(good[:-100], ("outside the file", "truncated file?")),
-        # Garbage headers.
-        "header_not_utf8": Case(join_checkpoint(bytes(range(128, 256)), blob), ("header is not valid JSON",)),
+        # Garbage headers and metadata.
+        "header_not_utf8": Case(join_checkpoint(b"{" + bytes(range(128, 256)), blob), ("header is not valid JSON",)),
         "header_not_json": Case(join_checkpoint("{spec: 1", blob), ("header is not valid JSON",)),
-        "header_a_list": Case(join_checkpoint("[1, 2]", blob), ("header is a JSON list",)),
-        "header_nested_100000_deep": Case(join_checkpoint("[" * 100_000 + "]" * 100_000, blob),
+        "header_a_list": Case(join_checkpoint("[1, 2]", blob), ("not a safetensors checkpoint",)),
+        "header_nested_100000_deep": Case(join_checkpoint('{"a":' + "[" * 100_000 + "]" * 100_000 + "}", blob),
                                           ("header is nested too deeply",)),
-        "integer_of_5000_digits": Case(join_checkpoint(header_text.replace(first_offset, '"offset": ' + "9" * 5000),
+        "integer_of_5000_digits": Case(join_checkpoint(raw_header.replace(first_offsets,
+                                                                          first_offsets[:-2] + "9" * 5000 + ","),
                                                        blob), ("header is not valid JSON", "digits")),
-        "header_length_2_63": Case(MAGIC + (2**63).to_bytes(8, "little") + b"{}",
+        "header_length_2_63": Case((2**63).to_bytes(8, "little") + b"{}",
                                    ("field 'header length' = 9223372036854775808",)),
-        "spec_a_string": Case(_edit(good, lambda h: h.update(spec="policy")), ("field '<spec>'",)),
-        "no_tensor_table": Case(_edit(good, lambda h: h.pop("tensors")), ("field 'tensors'",)),
+        # A 100 MB header (safetensors' own cap): refused by ours before it is read.
+        "header_100_mb": Case((100 * 10**6).to_bytes(8, "little") + b'{"__metadata__":{}}', (
+            "field 'header length' = 100000000", f"more than the {4 * 1024 * 1024} bytes"), size=100 * 10**6 + 8),
+        "metadata_not_json": Case(_edit(good, metadata("{spec: 1")),
+                                  (f"__metadata__.{METADATA_KEY} is not valid JSON",)),
+        "metadata_not_a_string": Case(_edit(good, metadata(5)), (f"field '__metadata__.{METADATA_KEY}' = 5",)),
+        "no_metadata": Case(_edit(good, lambda h: h.pop("__metadata__")), ("without a sim2real spec",)),
+        "format_version_99": Case(_edit(good, lambda h: h["__metadata__"][METADATA_KEY].update(format_version=99)),
+                                  ("checkpoint format version 99",)),
+        "a_teacher_file": Case(teacher, ("a PPO teacher checkpoint, not a policy checkpoint",)),
+        "spec_a_string": Case(_edit(good, lambda h: h["__metadata__"][METADATA_KEY].update(spec="policy")),
+                              ("field '<spec>'",)),
+        "no_tensors": Case(join_checkpoint({"__metadata__": header["__metadata__"]}, b""),
+                           ("weights do not fit", "missing tensors")),
+        # The format before safetensors: refused naming the command that converts it.
+        "old_format": Case(legacy_checkpoint(_spec().to_dict(), {"w": torch.zeros(2)}),
+                           ("old format", "sim2real policy convert")),
         # Bigger than any checkpoint within the caps (sparse: no disk used).
         "file_over_size_cap": Case(None, ("file size", str(_MAX_FILE_BYTES + 1))),
     }
@@ -175,9 +221,12 @@ def outcomes(tmp_path_factory) -> tuple[dict[str, dict], dict[str, Path]]:
     folder = tmp_path_factory.mktemp("untrusted")
     paths: dict[str, Path] = {}
     for name, case in CASES.items():
-        path = folder / f"{name.strip('<>')}.pt"
+        path = folder / f"{name.strip('<>')}.safetensors"
         if case.data is not None:
             path.write_bytes(case.data)
+            if case.size > len(case.data):
+                with open(path, "r+b") as handle:
+                    handle.truncate(case.size)
         else:
             path.write_bytes(CASES["<good>"].data)
             with open(path, "r+b") as handle:
@@ -211,7 +260,7 @@ def test_the_good_file_the_cases_are_made_from_loads(tmp_path):
     """The cases differ from a loadable checkpoint only by what each one breaks."""
     from sim2real_ros.core.policy.checkpoint import load_checkpoint
 
-    path = tmp_path / "good.pt"
+    path = tmp_path / "good.safetensors"
     path.write_bytes(CASES["<good>"].data)
     policy = load_checkpoint(path, joint_names=JOINTS,
                              preprocess=PreprocessConfig.from_yaml(config_path("preprocess.yaml")))

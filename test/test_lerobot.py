@@ -574,7 +574,7 @@ def test_round_trip_replay_evaluator(tmp_path):
     import_dataset(tmp_path / "out", tmp_path / "bag2", camera_calibration=calibration, progress=False)
     options = ReplayOptions(image_topic="camera/front/image_raw", camera_info_topic="camera/front/camera_info",
                             action_topic="command/teleop", plots=False, progress=False)
-    reports = [evaluate_bag(tmp_path / b, REPO_ROOT / "policies" / "reach_default.pt", options=options)
+    reports = [evaluate_bag(tmp_path / b, REPO_ROOT / "policies" / "reach_default.safetensors", options=options)
                for b in ("bag1", "bag2")]
     for report in reports:
         # every frame: camera_info comes before its image, states and actions cover every chunk point

@@ -19,7 +19,7 @@ from sim2real_ros.conversions import array_to_image, make_joint_state, stamp_to_
 from sim2real_ros.core.errors import CheckpointError
 from sim2real_ros.core.perception.preprocess import ImagePipeline
 from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
-from sim2real_ros.core.policy.backend import file_backend, load_policy, resolve_backend
+from sim2real_ros.core.policy.backend import Policy, file_backend, load_policy, resolve_backend
 from sim2real_ros.core.policy.checkpoint import load_checkpoint
 from sim2real_ros.core.policy.onnx_export import export_onnx
 from sim2real_ros.core.policy.onnx_policy import MAX_ONNX_BYTES, load_onnx_policy
@@ -70,6 +70,7 @@ def test_onnxruntime_equals_torch_on_sim_observations(exported):
     torch_policy = load_policy(SHIPPED)
     onnx_policy = load_policy(exported)
     assert (torch_policy.backend, onnx_policy.backend) == ("torch", "onnxruntime")
+    assert isinstance(torch_policy, Policy) and isinstance(onnx_policy, Policy)  # one protocol, two runtimes
     assert onnx_policy.spec == torch_policy.spec and onnx_policy.parent_hash == torch_policy.checkpoint_hash
     worst = 0.0
     moved = 0.0
@@ -202,6 +203,11 @@ def test_backend_choice_by_file_and_refusal_of_the_other_kind(exported, tmp_path
         load_policy(SHIPPED, backend="onnxruntime")
     with pytest.raises(CheckpointError, match="unknown policy backend 'tensorrt'"):
         load_policy(exported, backend="tensorrt")
+    # A safetensors header length whose first byte is ONNX's first byte (0x08) is still a checkpoint.
+    header = b'{"__metadata__":{"sim2real":"{}"}}'.ljust(0x108, b" ")
+    ambiguous = tmp_path / "ambiguous.bin"
+    ambiguous.write_bytes(len(header).to_bytes(8, "little") + header)
+    assert ambiguous.read_bytes()[:1] == b"\x08" and file_backend(ambiguous) == "torch"
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pybullet_data
 import pytest
-from checkpoint_craft import join_checkpoint, run_measured, split_checkpoint, zero_weights_checkpoint
+from checkpoint_craft import join_checkpoint, run_measured, spec_document, split_checkpoint, zero_weights_checkpoint
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
@@ -355,7 +355,7 @@ def assert_one_error_line(stderr: str, *fragments: str) -> None:
 def test_node_refuses_a_hostile_checkpoint_in_one_line_without_allocating(tmp_path):
     """A spec asking for a 100000x100000 image (a 120 GB warm-up) is refused by the reader."""
     header, blob = split_checkpoint(zero_weights_checkpoint(panda_spec()))
-    header["spec"].update(image_width=100_000, image_height=100_000)
+    spec_document(header).update(image_width=100_000, image_height=100_000)
     hostile = tmp_path / "hostile.pt"
     hostile.write_bytes(join_checkpoint(header, blob))
     code, stderr, peak = run_policy_node_measured(
@@ -388,7 +388,7 @@ def test_node_runs_a_checkpoint_whose_provenance_is_not_the_expected_shape(ros, 
     """Provenance is free-form: a 'config' that is a list (not the trainer's mapping) means "no
     training observation period", not an AttributeError at start-up."""
     header, blob = split_checkpoint(panda_checkpoint.read_bytes())
-    header["spec"]["provenance"]["config"] = ["rollout", {"obs_period_s": 0.1}]
+    spec_document(header)["provenance"]["config"] = ["rollout", {"obs_period_s": 0.1}]
     odd = tmp_path / "odd_provenance.pt"
     odd.write_bytes(join_checkpoint(header, blob))
     diagnostics = ros.collect(DiagnosticArray, "policy_node/diagnostics", LATCHED_QOS)

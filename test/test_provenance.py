@@ -28,7 +28,7 @@ from sim2real_ros.provenance import (
 from sim2real_ros.rl.ppo import TeacherConfig, TeacherTrainer
 from sim2real_ros.rl.teacher_checkpoint import is_teacher_file, load_teacher
 
-POLICIES = sorted((share_dir() / "policies").glob("*.pt"))
+POLICIES = sorted((share_dir() / "policies").glob("*.safetensors"))
 
 
 def _provenance(path: Path) -> dict:
@@ -87,14 +87,16 @@ def test_git_state_names_the_commit_and_whether_the_tree_was_dirty(tmp_path):
 
 
 def test_no_shipped_checkpoint_carries_an_absolute_path():
-    assert {p.name for p in POLICIES} >= {"reach_default.pt", "reach_no_dr.pt", "reach_ppo.pt", "teacher_reach.pt"}
+    assert {p.name for p in POLICIES} >= {"reach_default.safetensors", "reach_no_dr.safetensors",
+                                          "reach_ppo.safetensors", "teacher_reach.safetensors"}
     for path in POLICIES:
         provenance = _provenance(path)
         assert absolute_paths(provenance) == [], path
         assert "git_commit" in provenance and "git_dirty" in provenance, path
     # The student names its teacher by the teacher file's current hash.
-    ppo = _provenance(share_dir() / "policies" / "reach_ppo.pt")
-    assert ppo["teacher"]["hash"] == load_teacher(share_dir() / "policies" / "teacher_reach.pt").checkpoint_hash
+    ppo = _provenance(share_dir() / "policies" / "reach_ppo.safetensors")
+    teacher = load_teacher(share_dir() / "policies" / "teacher_reach.safetensors")
+    assert ppo["teacher"]["hash"] == teacher.checkpoint_hash
 
 
 def test_evaluation_refuses_the_worlds_training_played():
@@ -112,7 +114,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_policy_info_reads_students_and_teachers_as_json_and_yaml():
-    for name, kind in (("reach_ppo.pt", "student"), ("teacher_reach.pt", "teacher")):
+    for name, kind in (("reach_ppo.safetensors", "student"), ("teacher_reach.safetensors", "teacher")):
         path = str(share_dir() / "policies" / name)
         as_json = _cli("policy", "info", path, "--json")
         assert as_json.returncode == 0, as_json.stderr
@@ -130,7 +132,7 @@ def test_policy_info_reads_students_and_teachers_as_json_and_yaml():
 def test_eval_sim_runs_a_teacher_and_warns_on_other_sim_params(tmp_path, capsys):
     other = _other_sim_params(tmp_path)
     out = tmp_path / "eval.json"
-    teacher = share_dir() / "policies" / "teacher_reach.pt"
+    teacher = share_dir() / "policies" / "teacher_reach.safetensors"
     assert sim2real(["eval-sim", "--checkpoint", str(teacher), "--episodes", "3", "--pushes",
                      "--sim-config", str(other), "--json", str(out)]) == 0
     captured = capsys.readouterr()

@@ -203,12 +203,43 @@ def test_a_tiny_ppo_run_learns_an_easy_reach_and_saves_a_safe_teacher(ray_local,
 
 
 def test_a_damaged_teacher_checkpoint_fails_naming_the_file(tmp_path):
+    from checkpoint_craft import legacy_checkpoint
+
+    from sim2real_ros.cli.main import main as sim2real_cli
+    from sim2real_ros.core.policy.checkpoint import checkpoint_hash
+    from sim2real_ros.paths import share_dir
+    from sim2real_ros.rl.teacher_checkpoint import TeacherSpec, encode_teacher, read_teacher, teacher_spec_dict
+
     path = tmp_path / "teacher.pt"
     torch.save({"actor": 1}, path)
-    with pytest.raises(CheckpointError, match="not a sim2real teacher checkpoint"):
+    with pytest.raises(CheckpointError, match=r"teacher.pt: not a sim2real PPO teacher checkpoint .*pickle.*refusing"):
         load_teacher(path)
     with pytest.raises(CheckpointError, match="does not exist"):
-        load_teacher(tmp_path / "missing.pt")
+        load_teacher(tmp_path / "missing.safetensors")
+    spec = TeacherSpec(joint_names=["j0", "j1"], observation_layout={"joint_pos": 2, "target": 3}, hidden_dims=[8],
+                       activation="elu", env={}, rewards={"distance": 1.0}, sim_params_version="test")
+    state = dict(build_actor(spec).state_dict())
+    good = tmp_path / "good.safetensors"
+    good.write_bytes(encode_teacher(spec, state))
+    assert load_teacher(good).spec == spec
+    # Tensors that are not the spec's network: refused before they are decoded.
+    other = tmp_path / "other.safetensors"
+    other.write_bytes(encode_teacher(spec, {**state, "mlp.0.weight": torch.zeros(8, 4)}))
+    with pytest.raises(CheckpointError, match="other.safetensors: tensors do not match the spec's network"):
+        load_teacher(other)
+    # A student is no teacher, and the format before safetensors names the converter.
+    with pytest.raises(CheckpointError, match="a policy checkpoint .*, not a PPO teacher checkpoint"):
+        load_teacher(share_dir() / "policies" / "reach_default.safetensors")
+    old = tmp_path / "old_teacher.pt"
+    old.write_bytes(legacy_checkpoint(teacher_spec_dict(spec), state, teacher=True))
+    with pytest.raises(CheckpointError, match="old format .*sim2real policy convert"):
+        load_teacher(old)
+    converted = tmp_path / "converted.safetensors"
+    assert sim2real_cli(["policy", "convert", str(old), str(converted)]) == 0
+    converted_spec, actor, _ = read_teacher(converted)
+    assert converted_spec.provenance["converted"]["previous_hash"] == checkpoint_hash(old)
+    assert actor.state_dict().keys() == state.keys()
+    assert all(torch.equal(actor.state_dict()[name], tensor) for name, tensor in state.items())
 
 
 # -- the PPO teacher as the student's labeller ---------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The shipped SO-101 reach policy (policies/reach_so101.pt) and `validate` on the SO-101: the policy
+"""The shipped SO-101 reach policy (policies/reach_so101.safetensors) and `validate` on the SO-101: the policy
 loads for robot so101 and is refused on arm6 by name; validate takes the robot from the checkpoint
 (its sim params in every sim stage) and refuses a checkpoint for the other robot before any stage."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from sim2real_ros.paths import config_path, default_policy_path
 from sim2real_ros.robots import get_robot, robot_for_checkpoint
 
 SO101 = get_robot("so101")
-SHIPPED = REPO_ROOT / "policies" / "reach_so101.pt"
+SHIPPED = REPO_ROOT / "policies" / "reach_so101.safetensors"
 
 
 def test_the_shipped_so101_policy_loads_for_so101_and_is_refused_on_arm6() -> None:

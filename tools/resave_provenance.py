@@ -1,13 +1,15 @@
 """Re-save checkpoints with portable provenance (issue 33): weights bit-identical, machine paths gone.
 
-    python tools/resave_provenance.py --old-root /work/main policies/teacher_reach.pt policies/reach_*.pt
+    python tools/resave_provenance.py --old-root /work/main \
+        policies/teacher_reach.safetensors policies/reach_*.safetensors
 
 Every absolute path in the provenance becomes relative to the repository when it lay under
 `--old-root` (the training machine's checkout) or this checkout, else a name plus content hash. The
 git commit those files carry was read at save time, not at training start: the provenance says so
 (git_taken) and its dirty flag is unknown (null). A student whose teacher was re-saved first gets
-the teacher's new hash, the old one kept as hash_when_trained. The tensor data block of each file
-is compared byte for byte before the file is replaced.
+the teacher's new hash, the old one kept as hash_when_trained. The re-encoded tensors of each file
+are compared bit for bit with the file's before it is replaced. (Run on the files of the format
+before safetensors in issue 33; reads and writes safetensors checkpoints since issue 35.)
 """
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from sim2real_ros.core.policy.checkpoint import (
-    _LENGTH,
     checkpoint_hash,
     encode_checkpoint,
     read_checkpoint,
@@ -30,10 +33,9 @@ from sim2real_ros.provenance import absolute_paths, portable_provenance
 from sim2real_ros.rl.teacher_checkpoint import encode_teacher, is_teacher_file, read_teacher
 
 
-def data_block(data: bytes, magic_length: int) -> bytes:
-    """The tensor bytes after a checkpoint's header."""
-    (header_length,) = _LENGTH.unpack_from(data, magic_length)
-    return data[magic_length + _LENGTH.size + header_length:]
+def same_tensors(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    """Whether two state dicts hold the same names, dtypes and bits."""
+    return set(a) == set(b) and all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
 
 
 def portable(provenance: dict[str, Any], roots: list[str], previous_hash: str, teachers: dict[str, tuple[str, str]]
@@ -53,19 +55,19 @@ def portable(provenance: dict[str, Any], roots: list[str], previous_hash: str, t
 
 
 def resave(path: Path, roots: list[str], teachers: dict[str, tuple[str, str]]) -> tuple[str, str]:
-    old_bytes = path.read_bytes()
+    from safetensors.torch import load
+
     previous = checkpoint_hash(path)
     if is_teacher_file(path):
         spec, actor, _ = read_teacher(path)
+        state = dict(actor.state_dict())
         spec = dataclasses.replace(spec, provenance=portable(spec.provenance, roots, previous, teachers))
-        new_bytes = encode_teacher(spec, dict(actor.state_dict()))
-        magic = 16
+        new_bytes = encode_teacher(spec, state)
     else:
         spec, state, _ = read_checkpoint(path)
         spec = dataclasses.replace(spec, provenance=portable(spec.provenance, roots, previous, teachers))
         new_bytes = encode_checkpoint(spec, state)
-        magic = 16
-    if data_block(old_bytes, magic) != data_block(new_bytes, magic):
+    if not same_tensors(state, load(new_bytes)):
         raise SystemExit(f"{path}: the re-encoded tensors differ from the file's; not replacing it")
     left = absolute_paths(spec.provenance)
     if left:

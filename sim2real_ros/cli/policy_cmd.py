@@ -1,10 +1,11 @@
-"""`sim2real policy info FILE [--json]`, `sim2real policy init --robot URDF --out CKPT ...` and
-`sim2real policy export CKPT --onnx OUT.onnx`.
+"""`sim2real policy info FILE [--json]`, `sim2real policy init --robot URDF --out CKPT ...`,
+`sim2real policy export CKPT --onnx OUT.onnx` and `sim2real policy convert OLD NEW [--teacher T]`.
 
 info prints a checkpoint's (student or PPO teacher) or an exported ONNX policy's spec, hash and
 provenance (as YAML; --json: all of it as JSON); init writes an
 untrained checkpoint (holds still) with a correct spec, so the graph can run before any training
-exists; export writes a checkpoint as one ONNX graph with its spec in the metadata (docs/onnx.md).
+exists; export writes a checkpoint as one ONNX graph with its spec in the metadata (docs/onnx.md);
+convert rewrites a checkpoint of the format before safetensors as a safetensors one (one release).
 """
 from __future__ import annotations
 
@@ -38,6 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     export.add_argument("checkpoint", help="checkpoint file")
     export.add_argument("--onnx", required=True, help="ONNX file to write")
     export.add_argument("--json", action="store_true", help="print what was written as JSON")
+    convert = sub.add_parser("convert", help="rewrite an old-format checkpoint (before safetensors) as safetensors")
+    convert.add_argument("old", help="old-format checkpoint (student or PPO teacher)")
+    convert.add_argument("new", help="safetensors file to write (may be OLD itself)")
+    convert.add_argument("--teacher", default=None,
+                         help="a student's teacher, already converted: its provenance then names the new teacher")
 
 
 def describe(spec_dict: dict[str, Any], digest: str, path: str, parent_hash: str | None = None) -> str:
@@ -129,6 +135,13 @@ def run(args: argparse.Namespace) -> int:
                                  indent=2, sort_keys=True))
             else:
                 print(describe(spec.to_dict(), digest, args.checkpoint, parent))
+            return 0
+        if args.action == "convert":
+            from ..training.checkpoint_convert import convert_checkpoint
+
+            result = convert_checkpoint(args.old, args.new, teacher_file=args.teacher)
+            print(f"wrote {result['kind']} checkpoint {result['new']} (hash {result['hash']}) from "
+                  f"{result['old']} (hash {result['previous_hash']}); tensors bit-identical")
             return 0
         if args.action == "export":
             from ..core.policy.onnx_export import export_onnx

@@ -1,11 +1,12 @@
-"""The PPO teacher's checkpoint: the project's safe file layout (core/checkpoint.py: magic, bounded
-JSON header, tensor table, raw little-endian tensors; never a pickle), with a teacher spec instead of
-a vision policy spec: joint names, the observation layout, the network shape, the env and reward
-config it was trained with, and its provenance (sim params version, steps, success).
+"""The PPO teacher's checkpoint: a safetensors file written and read through the one policy
+artifact module (core/policy/checkpoint.py: encode_artifact, read_artifact; kind "teacher"; never a
+pickle), with a teacher spec instead of a vision policy spec: joint names, the observation layout,
+the network shape, the env and reward config it was trained with, and its provenance (sim params
+version, steps, success).
 """
 from __future__ import annotations
 
-import json
+import hashlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,20 +14,18 @@ from typing import Any
 import torch
 
 from ..core.errors import CheckpointError
-from ..core.policy.checkpoint import (  # the bounded parser and writer shared with vision checkpoints
-    _LENGTH,
-    _hash_bytes,
-    _parse_header,
-    _parse_table,
-    _read_tensor,
-    encode_tensors,
+from ..core.policy.checkpoint import (
+    KIND_TEACHER,
+    ArtifactLimits,
+    TensorEntry,
+    artifact_kind,
+    encode_artifact,
+    read_artifact,
     write_atomically,
 )
 
-TEACHER_MAGIC = b"SIM2REAL-TEACHR\n"
-TEACHER_FORMAT_VERSION = 1
-_MAX_HEADER_BYTES = 1024 * 1024
-_MAX_FILE_BYTES = 64 * 1024 * 1024  # a teacher MLP is well under 1 MB
+# A teacher MLP is well under 1 MB; its header (with 100 evaluation episodes) about 20 KB.
+TEACHER_LIMITS = ArtifactLimits(max_file_bytes=64 * 1024 * 1024, max_header_bytes=1024 * 1024)
 _MAX_LAYERS, _MAX_WIDTH, _MAX_OBS = 8, 4096, 4096
 
 
@@ -92,27 +91,20 @@ def teacher_spec_dict(spec: TeacherSpec) -> dict[str, Any]:
 
 
 def encode_teacher(spec: TeacherSpec, state: dict[str, torch.Tensor]) -> bytes:
-    """The teacher file's bytes for `spec` and tensors `state` (deterministic: sorted names)."""
-    entries, blob = encode_tensors(state)
-    header = {"format_version": TEACHER_FORMAT_VERSION, "spec": teacher_spec_dict(spec), "tensors": entries}
-    header_bytes = json.dumps(header, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    return TEACHER_MAGIC + _LENGTH.pack(len(header_bytes)) + header_bytes + blob
+    """The teacher file's bytes for `spec` and tensors `state` (deterministic)."""
+    return encode_artifact(KIND_TEACHER, teacher_spec_dict(spec), state)
 
 
 def save_teacher(path: str | Path, actor: torch.nn.Module, spec: TeacherSpec) -> str:
     """Write the actor's weights (normalizer and std included) and `spec`, atomically. Returns the hash."""
     data = encode_teacher(spec, dict(actor.state_dict()))
     write_atomically(path, data)
-    return _hash_bytes(data)
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 def is_teacher_file(path: str | Path) -> bool:
-    """True when the file starts with the teacher magic (what `policy info` and `eval-sim` dispatch on)."""
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(len(TEACHER_MAGIC)) == TEACHER_MAGIC
-    except OSError:
-        return False
+    """True when the file is a teacher checkpoint (what `policy info` and `eval-sim` dispatch on)."""
+    return artifact_kind(path) == KIND_TEACHER
 
 
 @dataclass
@@ -132,47 +124,28 @@ def load_teacher(path: str | Path) -> LoadedTeacher:
 
 
 def read_teacher(path: str | Path) -> tuple[TeacherSpec, torch.nn.Module, str]:
-    """(spec, actor module with the file's weights, checkpoint hash) of a teacher file, checked."""
+    """(spec, actor module with the file's weights, checkpoint hash) of a teacher file, checked:
+    every size before anything is read (read_artifact), the tensor table against the spec's
+    network (built at the spec's small, capped size) before the tensors are decoded."""
     path = Path(path)
-    source = str(path)
     if not path.is_file():
         raise CheckpointError(f"teacher checkpoint {path} does not exist; train one with "
                               f"`sim2real train-teacher --config config/teacher_reach.yaml --out {path}`")
-    size = path.stat().st_size
-    if size > _MAX_FILE_BYTES:
-        raise CheckpointError(f"{source}: file size {size} bytes is more than a teacher checkpoint may be "
-                              f"({_MAX_FILE_BYTES})")
-    with open(path, "rb") as handle:
-        prefix = handle.read(len(TEACHER_MAGIC) + _LENGTH.size)
-        if not prefix.startswith(TEACHER_MAGIC):
-            raise CheckpointError(f"{source}: not a sim2real teacher checkpoint (missing the {TEACHER_MAGIC!r} "
-                                  f"header); refusing to load it")
-        if len(prefix) < len(TEACHER_MAGIC) + _LENGTH.size:
-            raise CheckpointError(f"{source}: truncated teacher checkpoint")
-        (header_length,) = _LENGTH.unpack_from(prefix, len(TEACHER_MAGIC))
-        start = len(prefix)
-        if header_length > _MAX_HEADER_BYTES or start + header_length > size:
-            raise CheckpointError(f"{source}: field 'header length' = {header_length} does not fit the "
-                                  f"{size}-byte file")
-        header = _parse_header(handle.read(header_length), source)
-        if header.get("format_version") != TEACHER_FORMAT_VERSION:
-            raise CheckpointError(f"{source}: teacher format version {header.get('format_version')!r}, this "
-                                  f"code reads {TEACHER_FORMAT_VERSION}")
-        spec = TeacherSpec.from_dict(header.get("spec"), source)
-        data_start = start + header_length
-        table = _parse_table(header.get("tensors"), size - data_start, source)
+
+    def check(spec_value: Any, table: dict[str, TensorEntry], source: str) -> tuple[TeacherSpec, torch.nn.Module]:
+        spec = TeacherSpec.from_dict(spec_value, source)
         actor = build_actor(spec)
         expected = {k: tuple(v.shape) for k, v in actor.state_dict().items()}
-        found = {name: tuple(entry.shape) for name, entry in table.items()}
+        found = {name: entry.shape for name, entry in table.items()}
         if expected != found:
             raise CheckpointError(f"{source}: tensors do not match the spec's network: expected {expected}, "
                                   f"found {found}")
-        state = {name: _read_tensor(handle, data_start, entry, source) for name, entry in table.items()}
+        return spec, actor
+
+    (spec, actor), state, digest = read_artifact(path, KIND_TEACHER, TEACHER_LIMITS, check)
     try:
         actor.load_state_dict(state)
     except RuntimeError as err:
-        raise CheckpointError(f"{source}: cannot load the teacher weights: {err}") from err
+        raise CheckpointError(f"{path}: cannot load the teacher weights: {err}") from err
     actor.eval()
-    from ..core.policy.checkpoint import checkpoint_hash
-
-    return spec, actor, checkpoint_hash(path)
+    return spec, actor, digest

@@ -1,4 +1,4 @@
-"""A PPO teacher checkpoint evaluated like a student (`sim2real eval-sim --checkpoint teacher.pt`).
+"""A PPO teacher checkpoint evaluated like a student (`sim2real eval-sim --checkpoint teacher.safetensors`).
 
 The teacher acts on privileged observations (rl/env.py), so it runs on the reach env, not through
 the camera pipeline; the seeds and the report are those of training.evaluation.evaluate_in_sim:

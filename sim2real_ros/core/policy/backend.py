@@ -1,7 +1,9 @@
-"""Which runtime runs a policy file: `backend: auto | torch | onnxruntime` (docs/onnx.md).
+"""The Policy protocol and which runtime runs a policy file: `backend: auto | torch | onnxruntime`
+(docs/onnx.md).
 
-torch runs the project's checkpoints (core/checkpoint.py), onnxruntime runs exported ONNX
-policies (core/onnx_policy.py); `auto` picks by the file: the checkpoint magic means torch, an
+torch runs the project's safetensors checkpoints (core/policy/checkpoint.py: LoadedPolicy),
+onnxruntime runs exported ONNX policies (core/policy/onnx_policy.py: OnnxPolicy); both implement
+Policy. `auto` picks by the file: a safetensors start (or the old format's magic) means torch, an
 `.onnx` name or an ONNX protobuf start means onnxruntime. Nothing here imports torch: with an ONNX
 file torch is never imported.
 """
@@ -9,15 +11,39 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Protocol, runtime_checkable
+
+import numpy as np
 
 from ..errors import CheckpointError
 from ..perception.preprocess_config import PreprocessConfig
-from .spec import CHECKPOINT_MAGIC
+from .spec import LEGACY_MAGICS, PolicySpec, looks_like_safetensors
 
 BACKENDS = ("auto", "torch", "onnxruntime")
 # An ONNX file is a protobuf ModelProto whose first field is ir_version (field 1, varint): byte 0x08.
 _ONNX_FIRST_BYTE = b"\x08"
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A policy ready to run, whatever runs it (LoadedPolicy: torch, OnnxPolicy: onnxruntime)."""
+
+    backend: str  # "torch" or "onnxruntime"
+    spec: PolicySpec
+    checkpoint_hash: str  # sha256 of the file (16 hex digits)
+    source: str  # the file it came from
+
+    def select_action(self, image: np.ndarray, joint_positions: np.ndarray) -> np.ndarray:
+        """image (H, W, 3) uint8, joint_positions (n,) [rad] -> (K, n) float64 absolute targets [rad]."""
+        ...
+
+    def select_actions(self, images: np.ndarray, joint_positions: np.ndarray) -> np.ndarray:
+        """select_action for B observations: (B, H, W, 3), (B, n) -> (B, K, n)."""
+        ...
+
+    def check_compatible(self, joint_names: Sequence[str], preprocess: PreprocessConfig) -> None:
+        """CheckpointError when the running graph differs from what the policy was trained with."""
+        ...
 
 
 def file_backend(path: str | Path) -> str:
@@ -26,10 +52,11 @@ def file_backend(path: str | Path) -> str:
     path = Path(path)
     try:
         with open(path, "rb") as handle:
-            head = handle.read(len(CHECKPOINT_MAGIC))
+            head = handle.read(16)
     except OSError:
         head = b""
-    if head.startswith(CHECKPOINT_MAGIC):
+    # The safetensors test comes first: a header length can begin with the byte ONNX begins with.
+    if looks_like_safetensors(head) or head in LEGACY_MAGICS:
         return "torch"
     if path.suffix.lower() == ".onnx" or head.startswith(_ONNX_FIRST_BYTE):
         return "onnxruntime"
@@ -57,10 +84,9 @@ def resolve_backend(path: str | Path, backend: str = "auto") -> str:
 
 def load_policy(path: str | Path, backend: str = "auto", device: str = "cpu", num_threads: int | None = None,
                 warmup: bool = True, joint_names: Sequence[str] | None = None,
-                preprocess: PreprocessConfig | None = None) -> Any:
-    """A policy ready to run (LoadedPolicy or OnnxPolicy: both have spec, checkpoint_hash, source,
-    select_action and check_compatible), by the backend (see resolve_backend); the arguments and
-    checks of load_checkpoint. The returned object's `backend` names the runtime."""
+                preprocess: PreprocessConfig | None = None) -> Policy:
+    """A policy ready to run (LoadedPolicy or OnnxPolicy), by the backend (see resolve_backend);
+    the arguments and checks of load_checkpoint. The returned policy's `backend` names the runtime."""
     chosen = resolve_backend(path, backend)
     if chosen == "onnxruntime":
         from .onnx_policy import load_onnx_policy

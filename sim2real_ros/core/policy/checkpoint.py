@@ -1,37 +1,43 @@
-"""Policy checkpoints: one self-contained file that never executes code when loaded (docs/design.md §5).
+"""Policy artifacts: students and PPO teachers as safetensors files that never run code when loaded
+(docs/design.md §5). The one load/save module: rl/teacher_checkpoint.py writes and reads teachers
+through encode_artifact and read_artifact.
 
-File layout (a safetensors-like format, written and read without pickle):
+A file is a standard safetensors file (the `safetensors` package writes and decodes it):
 
-    MAGIC (16 bytes: b"SIM2REAL-POLICY\\n")
     header length (uint64, little endian)
-    header (UTF-8 JSON): {"format_version": 1, "spec": PolicySpec.to_dict(),
-                          "tensors": [{"name", "dtype", "shape", "offset", "nbytes"}, ...]}
+    header (UTF-8 JSON): {"__metadata__": {"sim2real": SPEC_JSON},
+                          "<tensor name>": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...}
     tensor data (raw little-endian bytes; offsets relative to the start of this block)
 
-The spec carries architecture + hparams, joint names, image size and intrinsics, chunk length and
-dt, the preprocessing config and its hash, the sim params version and the training provenance;
-the tensors are the model's state_dict, which includes the normalization statistics (buffers).
+SPEC_JSON (one string: safetensors metadata maps strings to strings) is
+{"format_version": 2, "kind": "policy" | "teacher", "spec": {...}}. A student's spec carries
+architecture + hparams, joint names, image size and intrinsics, chunk length and dt, the
+preprocessing config and its hash, the sim params version and the training provenance; the
+tensors are the model's state_dict, which includes the normalization statistics (buffers). The
+spec lives in the file (not a sidecar) so that one file, and one hash, is the whole policy.
 The checkpoint hash is the sha256 of the file bytes (16 hex digits), what "parent hash" refers to.
 
-Reading checks everything before allocating (read_checkpoint, the one way in): the file size, the
-header (bounded, no NaN/Infinity), the spec's sizes (caps in policy_model.py), the tensor table
-(integer sizes, dtype allowlist, every tensor inside the file) and the table against what the
-spec's architecture needs (built on the meta device); load_checkpoint checks the running graph
-before building and warming up the model.
+Reading checks everything before allocating (read_artifact, the one way in), before the safetensors
+decoder sees a byte: the file size, the header length against our cap (safetensors' own is 100 MB),
+the header (bounded, no NaN/Infinity), the metadata and the spec's sizes (caps in model.py), the
+tensor table (integer sizes, dtype allowlist, every tensor inside the file, tensors tiling the data
+block without overlap or gap) and the table against what the spec's architecture needs (built on
+the meta device); load_checkpoint checks the running graph before building and warming up the
+model. The pre-safetensors format (16-byte magic) is refused with a pointer to
+`sim2real policy convert` (core/policy/legacy_checkpoint.py reads it for one release).
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import json
 import math
 import os
 import struct
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 import torch
@@ -51,32 +57,50 @@ from .model import (
     build_model,
     plan_model,
 )
-from .spec import CHECKPOINT_MAGIC, check_compatible, checked_observation
+from .spec import LEGACY_MAGICS, check_compatible, checked_observation, looks_like_safetensors
 
-MAGIC = CHECKPOINT_MAGIC
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+METADATA_KEY = "sim2real"  # the one metadata entry: SPEC_JSON above
+KIND_POLICY = "policy"
+KIND_TEACHER = "teacher"
+_KIND_TEXT = {KIND_POLICY: "policy checkpoint (a vision student)", KIND_TEACHER: "PPO teacher checkpoint"}
 _LENGTH = struct.Struct("<Q")
-# Caps on the file's own structure (the spec's sizes are capped in policy_model.py). A real header
-# is about 4 KB (a fine-tuned one with its bag list some tens of KB); 4 MiB of JSON parses into at
+# Caps on the file's own structure (the spec's sizes are capped in model.py). A real header is
+# about 4 KB (a fine-tuned one with its bag list some tens of KB); 4 MiB of JSON parses into at
 # most ~100 MB of Python objects.
 _MAX_HEADER_BYTES = 4 * 1024 * 1024
 _MAX_TENSORS = 1024  # tensor table rows: ~20 for the models here, 4 per layer at most
 _MAX_TENSOR_DIMS = 8  # dimensions of one tensor: weights here have at most 4
 _MAX_TENSOR_NAME = 256  # characters of a tensor name ("image_encoder.0.weight")
-# Tensor dtypes the format stores (numpy has no bfloat16, so it is not among them).
+# Tensor dtypes the format stores, by their safetensors names (numpy has no bfloat16, so it is not
+# among them).
 _DTYPES: dict[str, tuple[torch.dtype, np.dtype]] = {
-    "float32": (torch.float32, np.dtype("<f4")),
-    "float64": (torch.float64, np.dtype("<f8")),
-    "float16": (torch.float16, np.dtype("<f2")),
-    "int64": (torch.int64, np.dtype("<i8")),
-    "int32": (torch.int32, np.dtype("<i4")),
-    "uint8": (torch.uint8, np.dtype("u1")),
-    "bool": (torch.bool, np.dtype("?")),
+    "F32": (torch.float32, np.dtype("<f4")),
+    "F64": (torch.float64, np.dtype("<f8")),
+    "F16": (torch.float16, np.dtype("<f2")),
+    "I64": (torch.int64, np.dtype("<i8")),
+    "I32": (torch.int32, np.dtype("<i4")),
+    "U8": (torch.uint8, np.dtype("u1")),
+    "BOOL": (torch.bool, np.dtype("?")),
 }
 _DTYPE_NAMES = {torch_dtype: name for name, (torch_dtype, _) in _DTYPES.items()}
 # The largest file a checkpoint within the caps can be: a bigger one is refused before it is read.
-_MAX_FILE_BYTES = len(MAGIC) + _LENGTH.size + _MAX_HEADER_BYTES + MAX_PARAMETERS * max(
+_MAX_FILE_BYTES = _LENGTH.size + _MAX_HEADER_BYTES + MAX_PARAMETERS * max(
     np_dtype.itemsize for _, np_dtype in _DTYPES.values())
+_PICKLE_STARTS = (b"\x80", b"PK")  # pickle protocol 2+, torch.save's zip archive
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class ArtifactLimits:
+    """Caps of one kind of file [bytes]: the whole file and its JSON header."""
+
+    max_file_bytes: int
+    max_header_bytes: int
+
+
+POLICY_LIMITS = ArtifactLimits(_MAX_FILE_BYTES, _MAX_HEADER_BYTES)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -105,38 +129,38 @@ def make_policy_spec(
 
 # ----------------------------------------------------------------------------------------------
 # Writing
-def _tensor_bytes(name: str, tensor: torch.Tensor) -> tuple[str, bytes]:
-    dtype_name = _DTYPE_NAMES.get(tensor.dtype)
-    if dtype_name is None:
-        raise CheckpointError(f"tensor '{name}' has dtype {tensor.dtype}, which the checkpoint format does not "
-                              f"store (supported: {sorted(_DTYPES)})")
-    array = tensor.detach().to("cpu").contiguous().numpy()
-    return dtype_name, array.astype(_DTYPES[dtype_name][1], copy=False).tobytes()
-
-
-def encode_tensors(state: dict[str, torch.Tensor]) -> tuple[list[dict[str, Any]], bytes]:
-    """The tensor table (sorted by name: deterministic) and the data block of `state`."""
-    entries = []
-    blobs = []
-    offset = 0
+def _checked_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`state` as contiguous CPU tensors of stored dtypes (own memory: safetensors refuses tensors
+    that share storage); CheckpointError naming the first tensor of another dtype."""
+    tensors = {}
     for name in sorted(state):
-        dtype_name, data = _tensor_bytes(name, state[name])
-        entries.append({"name": name, "dtype": dtype_name, "shape": list(state[name].shape), "offset": offset,
-                        "nbytes": len(data)})
-        blobs.append(data)
-        offset += len(data)
-    return entries, b"".join(blobs)
+        tensor = state[name]
+        if tensor.dtype not in _DTYPE_NAMES:
+            raise CheckpointError(f"tensor '{name}' has dtype {tensor.dtype}, which the checkpoint format does not "
+                                  f"store (supported: {sorted(str(t) for t, _ in _DTYPES.values())})")
+        tensors[name] = tensor.detach().to("cpu").contiguous().clone()
+    return tensors
+
+
+def encode_artifact(kind: str, spec: dict[str, Any], state: dict[str, torch.Tensor]) -> bytes:
+    """The safetensors bytes of tensors `state` with `spec` (plain JSON values) as a `kind` file's
+    metadata. Deterministic: safetensors orders tensors by dtype and name, and the metadata holds
+    one key (safetensors writes several in no fixed order)."""
+    if kind not in _KIND_TEXT:
+        raise CheckpointError(f"unknown checkpoint kind {kind!r}; choose one of {sorted(_KIND_TEXT)}")
+    document = {"format_version": FORMAT_VERSION, "kind": kind, "spec": spec}
+    try:
+        text = json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"spec is not plain JSON (hparams/provenance must be JSON values): {err}") from err
+    from safetensors.torch import save
+
+    return save(_checked_tensors(state), metadata={METADATA_KEY: text})
 
 
 def encode_checkpoint(spec: PolicySpec, state: dict[str, torch.Tensor]) -> bytes:
-    """The checkpoint file's bytes for `spec` and tensors `state` (deterministic: sorted names)."""
-    entries, data = encode_tensors(state)
-    header = {"format_version": FORMAT_VERSION, "spec": spec.to_dict(), "tensors": entries}
-    try:
-        header_bytes = json.dumps(header, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    except (TypeError, ValueError) as err:
-        raise CheckpointError(f"spec is not plain JSON (hparams/provenance must be JSON values): {err}") from err
-    return MAGIC + _LENGTH.pack(len(header_bytes)) + header_bytes + data
+    """The checkpoint file's bytes for `spec` and tensors `state` (deterministic)."""
+    return encode_artifact(KIND_POLICY, spec.to_dict(), state)
 
 
 def write_atomically(path: str | Path, data: bytes) -> Path:
@@ -202,14 +226,14 @@ def _architecture_name(model: PolicyModel) -> str:
 # Reading
 #
 # A checkpoint is untrusted input (docs/design.md §5): every size it gives is checked against the file's
-# real size and the caps at the top of this module (the spec's against those in policy_model.py)
-# before anything is allocated, so a hostile or damaged file fails with a CheckpointError naming the
-# file, the field and the value: never a traceback, a hang or gigabytes of memory.
+# real size and the caps at the top of this module (the spec's against those in model.py) before
+# anything is allocated and before safetensors decodes it, so a hostile or damaged file fails with a
+# CheckpointError naming the file, the field and the value: never a traceback, a hang or gigabytes.
 _HASH_BLOCK_BYTES = 1 << 20
 
 
 class _NonFinite:
-    """What the header parser makes of a NaN/Infinity literal: not a number, so that no check can
+    """What the JSON parser makes of a NaN/Infinity literal: not a number, so that no check can
     take it for one; _find_non_finite reports where it is."""
 
     def __init__(self, literal: str) -> None:
@@ -238,28 +262,30 @@ def checkpoint_hash(path: str | Path) -> str:
         raise CheckpointError(f"{path}: cannot read checkpoint: {err}") from err
 
 
-def _parse_header(raw: bytes, source: str) -> dict[str, Any]:
-    """The header JSON as a dict; NaN, Infinity and numbers too large for a float are refused
-    naming the field (json.loads would take them as floats, and a size of inf overflows int())."""
+def parse_bounded_json(raw: bytes | str, source: str, what: str) -> dict[str, Any]:
+    """`raw` (already within its size cap) as a JSON object; NaN, Infinity and numbers too large
+    for a float are refused naming the field (json.loads would take them as floats, and a size of
+    inf overflows int()). `what` names the document in messages and paths ("header")."""
     try:
-        header = json.loads(raw.decode("utf-8"), parse_constant=_NonFinite)
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        document = json.loads(text, parse_constant=_NonFinite)
     except RecursionError as err:
-        raise CheckpointError(f"{source}: header is nested too deeply to be a checkpoint header") from err
+        raise CheckpointError(f"{source}: {what} is nested too deeply to be a checkpoint {what}") from err
     except (UnicodeDecodeError, ValueError) as err:  # JSONDecodeError, and ints over Python's digit limit
-        raise CheckpointError(f"{source}: header is not valid JSON: {err}") from err
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{source}: header is a JSON {type(header).__name__}, not an object")
-    found = _find_non_finite(header, "header")
+        raise CheckpointError(f"{source}: {what} is not valid JSON: {err}") from err
+    if not isinstance(document, dict):
+        raise CheckpointError(f"{source}: {what} is a JSON {type(document).__name__}, not an object")
+    found = _find_non_finite(document, what)
     if found is not None:
         where, literal = found
         raise CheckpointError(f"{source}: field {where} = {literal}: NaN and infinite numbers are not allowed "
-                              f"in a checkpoint header")
-    return header
+                              f"in a checkpoint")
+    return document
 
 
 def _find_non_finite(value: Any, where: str) -> tuple[str, str] | None:
-    """(path, literal) of the first NaN/Infinity in a parsed header, else None. Iterative: the
-    header's nesting depth is whatever the JSON parser accepted."""
+    """(path, literal) of the first NaN/Infinity in a parsed document, else None. Iterative: the
+    nesting depth is whatever the JSON parser accepted."""
     stack = [(value, where)]
     while stack:
         item, path = stack.pop()
@@ -275,14 +301,18 @@ def _find_non_finite(value: Any, where: str) -> tuple[str, str] | None:
 
 
 @dataclasses.dataclass(frozen=True)
-class _TensorEntry:
-    """One row of the tensor table, checked: offset and nbytes [bytes] from the data block start."""
+class TensorEntry:
+    """One row of the tensor table, checked: [begin, end) [bytes] from the data block start."""
 
     name: str
-    dtype: str
+    dtype: str  # safetensors name: "F32", ...
     shape: tuple[int, ...]
-    offset: int
-    nbytes: int
+    begin: int
+    end: int
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return _DTYPES[self.dtype][0]
 
 
 def _is_size(value: Any) -> bool:
@@ -290,20 +320,18 @@ def _is_size(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _parse_entry(entry: Any, index: int, data_bytes: int, source: str) -> _TensorEntry:
-    """Check one tensor table row: types, dtype allowlist, shape bounds, nbytes = elements x
-    itemsize, and [offset, offset + nbytes) inside the data block of `data_bytes` bytes."""
-    where = f"{source}: tensor table entry {index}"
-    if not isinstance(entry, dict):
-        raise CheckpointError(f"{where} is a {type(entry).__name__}, not an object")
-    missing = [k for k in ("name", "dtype", "shape", "offset", "nbytes") if k not in entry]
-    if missing:
-        raise CheckpointError(f"{where} lacks {missing}")
-    name = entry["name"]
+def _parse_entry(name: Any, entry: Any, data_bytes: int, source: str) -> TensorEntry:
+    """Check one tensor table row: types, dtype allowlist, shape bounds, end - begin = elements x
+    itemsize, and [begin, end) inside the data block of `data_bytes` bytes."""
     if not isinstance(name, str) or not 0 < len(name) <= _MAX_TENSOR_NAME:
-        raise CheckpointError(f"{where}: field 'name' = {abbreviate(name)}: must be a string of 1 to "
+        raise CheckpointError(f"{source}: tensor name {abbreviate(name)}: must be a string of 1 to "
                               f"{_MAX_TENSOR_NAME} characters")
     where = f"{source}: tensor '{name}'"
+    if not isinstance(entry, dict):
+        raise CheckpointError(f"{where} is a {type(entry).__name__}, not an object")
+    missing = [k for k in ("dtype", "shape", "data_offsets") if k not in entry]
+    if missing:
+        raise CheckpointError(f"{where} lacks {missing}")
     dtype_name = entry["dtype"]
     if not isinstance(dtype_name, str) or dtype_name not in _DTYPES:
         raise CheckpointError(f"{where}: field 'dtype' = {abbreviate(dtype_name)}: not a stored dtype "
@@ -317,41 +345,176 @@ def _parse_entry(entry: Any, index: int, data_bytes: int, source: str) -> _Tenso
     if elements > MAX_PARAMETERS:
         raise CheckpointError(f"{where}: field 'shape' = {shape}: {elements} elements, more than "
                               f"MAX_PARAMETERS = {MAX_PARAMETERS}")
-    for key in ("offset", "nbytes"):
-        if not _is_size(entry[key]):
-            raise CheckpointError(f"{where}: field '{key}' = {abbreviate(entry[key])}: must be an integer >= 0")
-    offset, nbytes = entry["offset"], entry["nbytes"]
+    offsets = entry["data_offsets"]
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_size(o) for o in offsets)
+            and offsets[0] <= offsets[1]):
+        raise CheckpointError(f"{where}: field 'data_offsets' = {abbreviate(offsets)}: must be [begin, end], "
+                              f"integers with 0 <= begin <= end")
+    begin, end = offsets
     expected = elements * _DTYPES[dtype_name][1].itemsize
-    if nbytes != expected:
-        raise CheckpointError(f"{where}: field 'nbytes' = {nbytes}: shape {shape} of {dtype_name} takes "
-                              f"{expected} bytes")
-    if offset + nbytes > data_bytes:
-        raise CheckpointError(f"{where}: field 'offset' = {offset}: its {nbytes} bytes lie outside the file (they "
-                              f"end at byte {offset + nbytes} of a data block of {data_bytes}; truncated file?)")
-    return _TensorEntry(name, dtype_name, tuple(shape), offset, nbytes)
+    if end - begin != expected:
+        raise CheckpointError(f"{where}: field 'data_offsets' = {offsets}: {end - begin} bytes, shape {shape} of "
+                              f"{dtype_name} takes {expected} bytes")
+    if end > data_bytes:
+        raise CheckpointError(f"{where}: field 'data_offsets' = {offsets}: its bytes lie outside the file (they end "
+                              f"at byte {end} of a data block of {data_bytes}; truncated file?)")
+    return TensorEntry(name, dtype_name, tuple(shape), begin, end)
 
 
-def _parse_table(entries: Any, data_bytes: int, source: str) -> dict[str, _TensorEntry]:
-    """The checked tensor table by name (see _parse_entry); names must be unique."""
-    if not isinstance(entries, list):
-        raise CheckpointError(f"{source}: field 'tensors' = {abbreviate(entries)}: the header has no tensor table")
-    if len(entries) > _MAX_TENSORS:
-        raise CheckpointError(f"{source}: field 'tensors' has {len(entries)} entries, more than {_MAX_TENSORS}")
-    table: dict[str, _TensorEntry] = {}
-    for index, raw in enumerate(entries):
-        entry = _parse_entry(raw, index, data_bytes, source)
-        if entry.name in table:
-            raise CheckpointError(f"{source}: tensor '{entry.name}' appears twice in the tensor table")
-        table[entry.name] = entry
+def _check_layout(table: dict[str, TensorEntry], data_bytes: int, source: str) -> None:
+    """The tensors tile the data block: no two overlap, no gap, nothing after the last (what the
+    safetensors decoder requires too; said here naming the tensors)."""
+    position, previous = 0, None
+    for entry in sorted(table.values(), key=lambda e: (e.begin, e.end)):
+        if entry.begin < position:
+            raise CheckpointError(f"{source}: tensors '{previous}' and '{entry.name}' overlap (bytes "
+                                  f"{entry.begin}-{position} of the data block are claimed twice)")
+        if entry.begin > position:
+            raise CheckpointError(f"{source}: tensor '{entry.name}' begins at byte {entry.begin} of the data block, "
+                                  f"the tensors before it end at {position} (a gap of unclaimed bytes)")
+        position, previous = entry.end, entry.name
+    if position != data_bytes:
+        raise CheckpointError(f"{source}: the tensors end at byte {position} of a data block of {data_bytes}: "
+                              f"{data_bytes - position} bytes after the last tensor")
+
+
+def _parse_table(header: dict[str, Any], data_bytes: int, source: str) -> dict[str, TensorEntry]:
+    """The checked tensor table by name (see _parse_entry, _check_layout): the header's entries
+    other than __metadata__. Names are unique (JSON keys: a repeated one would be folded by the
+    parser, so the layout check then finds its bytes unclaimed)."""
+    names = [name for name in header if name != "__metadata__"]
+    if len(names) > _MAX_TENSORS:
+        raise CheckpointError(f"{source}: the header lists {len(names)} tensors, more than {_MAX_TENSORS}")
+    table = {name: _parse_entry(name, header[name], data_bytes, source) for name in names}
+    _check_layout(table, data_bytes, source)
     return table
 
 
-def _parse_spec(header: dict[str, Any], source: str) -> tuple[PolicySpec, ModelPlan]:
-    """The header's spec, with every size within the caps, and the plan of the model it builds
+def _artifact_spec(header: dict[str, Any], kind: str, source: str) -> Any:
+    """The spec of the header's metadata (SPEC_JSON), after its format version and kind."""
+    metadata = header.get("__metadata__")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get(METADATA_KEY), str):
+        raise CheckpointError(f"{source}: field '__metadata__.{METADATA_KEY}' = "
+                              f"{abbreviate(metadata.get(METADATA_KEY) if isinstance(metadata, dict) else metadata)}: "
+                              f"a safetensors file without a sim2real spec (written by another tool?); "
+                              f"refusing to load it")
+    if not all(isinstance(key, str) and isinstance(value, str) for key, value in metadata.items()):
+        raise CheckpointError(f"{source}: field '__metadata__' maps to values that are not strings")
+    document = parse_bounded_json(metadata[METADATA_KEY], source, f"__metadata__.{METADATA_KEY}")
+    if document.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{source}: checkpoint format version {abbreviate(document.get('format_version'))}, "
+                              f"this code reads {FORMAT_VERSION}")
+    found = document.get("kind")
+    if found != kind:
+        what = _KIND_TEXT.get(found, f"file of kind {abbreviate(found)}") if isinstance(found, str) else \
+            f"file of kind {abbreviate(found)}"
+        raise CheckpointError(f"{source}: a {what}, not a {_KIND_TEXT[kind]}")
+    return document.get("spec")
+
+
+def _read_header(handle: BinaryIO, size: int, source: str, limits: ArtifactLimits,
+                 kind: str = KIND_POLICY) -> tuple[bytes, dict[str, Any]]:
+    """The raw header bytes and the header parsed, after the format (not an old-format file, not
+    a pickle) and the header length (within our cap and the file) are checked; `kind`: the kind
+    expected, for messages."""
+    head = handle.read(16)
+    legacy = LEGACY_MAGICS.get(head)
+    if legacy is not None:
+        raise CheckpointError(f"{source}: old format ({_KIND_TEXT[legacy]} from before safetensors, magic "
+                              f"{head!r}): run `sim2real policy convert {source} NEW.safetensors` to convert it")
+    if not looks_like_safetensors(head) and head.startswith(_PICKLE_STARTS):
+        raise CheckpointError(f"{source}: not a sim2real {_KIND_TEXT[kind]} (it looks like a pickle, which could "
+                              f"run code when loaded); refusing to load it")
+    if size < _LENGTH.size:
+        raise CheckpointError(f"{source}: truncated checkpoint ({size} bytes: it ends inside the 8-byte header "
+                              f"length)")
+    (header_length,) = _LENGTH.unpack_from(head, 0)
+    if header_length > limits.max_header_bytes:
+        raise CheckpointError(f"{source}: field 'header length' = {header_length}: more than the "
+                              f"{limits.max_header_bytes} bytes a checkpoint header may have")
+    if _LENGTH.size + header_length > size:
+        raise CheckpointError(f"{source}: field 'header length' = {header_length}: the header would end at byte "
+                              f"{_LENGTH.size + header_length} of a {size}-byte file (truncated file?)")
+    handle.seek(_LENGTH.size)
+    raw = handle.read(header_length)
+    if len(raw) != header_length:
+        raise CheckpointError(f"{source}: truncated header ({len(raw)} of {header_length} bytes)")
+    if not raw.lstrip(b" ").startswith(b"{"):
+        raise CheckpointError(f"{source}: not a safetensors checkpoint (the header after the 8-byte length is not "
+                              f"a JSON object); refusing to load it")
+    return raw, parse_bounded_json(raw, source, "header")
+
+
+def _decode_tensors(data: bytes, table: dict[str, TensorEntry], source: str) -> dict[str, torch.Tensor]:
+    """safetensors' decoding of the checked file `data`; its result must be the checked table."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    try:
+        state = load(data)
+    except (SafetensorError, ValueError, RuntimeError, TypeError) as err:
+        raise CheckpointError(f"{source}: safetensors cannot decode it: {err}") from err
+    for name, entry in table.items():
+        tensor = state.get(name)
+        if tensor is None or tuple(tensor.shape) != entry.shape or tensor.dtype != entry.torch_dtype:
+            raise CheckpointError(f"{source}: tensor '{name}' decoded unlike its table entry")
+    if set(state) != set(table):
+        raise CheckpointError(f"{source}: decoded tensors {abbreviate(sorted(set(state) - set(table)))} "
+                              f"are not in the tensor table")
+    return state
+
+
+def read_artifact(path: str | Path, kind: str, limits: ArtifactLimits,
+                  check: Callable[[Any, dict[str, TensorEntry], str], T]) -> tuple[T, dict[str, torch.Tensor], str]:
+    """(check's result, tensors, checkpoint hash) of the `kind` file at `path`.
+
+    Before any tensor is read: the file size and header length against `limits`, the header and
+    metadata (bounded JSON, no NaN/Infinity), the format version and kind, the tensor table (see
+    _parse_table); then `check(spec, table, source)` parses the spec and checks the table against
+    what it describes (raising CheckpointError). Only then is the file read whole and decoded by
+    safetensors (the bytes hashed are the bytes decoded). CheckpointError names the file."""
+    path = Path(path)
+    source = str(path)
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > limits.max_file_bytes:
+                raise CheckpointError(f"{source}: file size {size} bytes is more than a "
+                                      f"{_KIND_TEXT[kind]} within the caps can be ({limits.max_file_bytes} bytes)")
+            raw, header = _read_header(handle, size, source, limits, kind)
+            spec = _artifact_spec(header, kind, source)
+            table = _parse_table(header, size - _LENGTH.size - len(raw), source)
+            result = check(spec, table, source)
+            handle.seek(0)
+            data = handle.read(size + 1)
+    except OSError as err:
+        raise CheckpointError(f"{source}: cannot read checkpoint: {err}") from err
+    if len(data) != size or data[_LENGTH.size:_LENGTH.size + len(raw)] != raw:
+        raise CheckpointError(f"{source}: the file changed while it was being read")
+    return result, _decode_tensors(data, table, source), _hash_bytes(data)
+
+
+def artifact_kind(path: str | Path) -> str | None:
+    """"policy" or "teacher" for a file of this format, else None (what `policy info` and
+    `eval-sim` dispatch on). Reads at most the capped header; never raises."""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            _raw, header = _read_header(handle, size, str(path), POLICY_LIMITS)
+        metadata = header.get("__metadata__")
+        document = parse_bounded_json(metadata[METADATA_KEY], str(path), "metadata")
+    except (OSError, CheckpointError, TypeError, KeyError):
+        return None
+    kind = document.get("kind")
+    return kind if kind in _KIND_TEXT else None
+
+
+def _parse_spec(spec_value: Any, source: str) -> tuple[PolicySpec, ModelPlan]:
+    """The metadata's spec, with every size within the caps, and the plan of the model it builds
     (made on the meta device: nothing allocated). Its camera must parse, since the graph check
     reads its intrinsics."""
     try:
-        spec = PolicySpec.from_dict(header.get("spec"), source=f"{source} spec")
+        spec = PolicySpec.from_dict(spec_value, source=f"{source} spec")
         CameraModel.from_dict(spec.policy_camera, source=f"{source} spec policy_camera")
         plan = plan_model(spec.architecture, spec, **spec.hparams)
     except ConfigError as err:
@@ -361,7 +524,7 @@ def _parse_spec(header: dict[str, Any], source: str) -> tuple[PolicySpec, ModelP
     return spec, plan
 
 
-def _check_against_plan(table: dict[str, _TensorEntry], plan: ModelPlan, spec: PolicySpec, source: str) -> None:
+def _check_against_plan(table: dict[str, TensorEntry], plan: ModelPlan, spec: PolicySpec, source: str) -> None:
     """Every tensor the spec's architecture needs, no other, each with the shape it needs (and a
     floating dtype where it needs one): checked before any tensor data is read."""
     problems = []
@@ -377,7 +540,7 @@ def _check_against_plan(table: dict[str, _TensorEntry], plan: ModelPlan, spec: P
         if entry.shape != shape:
             problems.append(f"tensor '{name}' field 'shape' = {list(entry.shape)}, "
                             f"the architecture needs {list(shape)}")
-        elif dtype.is_floating_point and not _DTYPES[entry.dtype][0].is_floating_point:
+        elif dtype.is_floating_point and not entry.torch_dtype.is_floating_point:
             problems.append(f"tensor '{name}' field 'dtype' = {entry.dtype!r}, the architecture needs {dtype}")
     if problems:
         raise CheckpointError(f"{source}: weights do not fit architecture {spec.architecture!r} "
@@ -385,80 +548,22 @@ def _check_against_plan(table: dict[str, _TensorEntry], plan: ModelPlan, spec: P
                               + (f"; and {len(problems) - 5} more" if len(problems) > 5 else ""))
 
 
-def _read_tensor(handle: BinaryIO, data_start: int, entry: _TensorEntry, source: str) -> torch.Tensor:
-    """Read one checked tensor straight into its array (no copy of the file in memory)."""
-    array = np.empty(entry.shape, dtype=_DTYPES[entry.dtype][1])
-    if entry.nbytes:
-        handle.seek(data_start + entry.offset)
-        read = handle.readinto(array.reshape(-1).view(np.uint8))
-        if read != entry.nbytes:  # the file shrank since its size was taken
-            raise CheckpointError(f"{source}: tensor '{entry.name}': read {read} of its {entry.nbytes} bytes "
-                                  f"(truncated file?)")
-    return torch.from_numpy(array)
-
-
-def _decode(handle: BinaryIO, size: int, source: str) -> tuple[PolicySpec, dict[str, torch.Tensor]]:
-    """Parse and check an open checkpoint of `size` bytes: header, spec, tensor table and the
-    table against the spec's architecture, all before reading (allocating) any tensor."""
-    prefix = handle.read(len(MAGIC) + _LENGTH.size)
-    if len(prefix) < len(MAGIC) and MAGIC.startswith(prefix):
-        raise CheckpointError(f"{source}: truncated checkpoint ({size} bytes: it ends inside the {MAGIC!r} header)")
-    if not prefix.startswith(MAGIC):
-        hint = " (it looks like a pickle, which could run code when loaded)" if prefix[:1] in (b"\x80", b"PK") else ""
-        raise CheckpointError(f"{source}: not a sim2real policy checkpoint (missing the {MAGIC!r} header){hint}; "
-                              f"refusing to load it")
-    start = len(MAGIC) + _LENGTH.size
-    if len(prefix) < start:
-        raise CheckpointError(f"{source}: truncated checkpoint ({size} bytes: it ends inside the header length)")
-    (header_length,) = _LENGTH.unpack_from(prefix, len(MAGIC))
-    if header_length > _MAX_HEADER_BYTES:
-        raise CheckpointError(f"{source}: field 'header length' = {header_length}: more than the "
-                              f"{_MAX_HEADER_BYTES} bytes a checkpoint header may have")
-    if start + header_length > size:
-        raise CheckpointError(f"{source}: field 'header length' = {header_length}: the header would end at byte "
-                              f"{start + header_length} of a {size}-byte file (truncated file?)")
-    raw = handle.read(header_length)
-    if len(raw) != header_length:
-        raise CheckpointError(f"{source}: truncated header ({len(raw)} of {header_length} bytes)")
-    header = _parse_header(raw, source)
-    if header.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"{source}: checkpoint format version {abbreviate(header.get('format_version'))}, "
-                              f"this code reads {FORMAT_VERSION}")
-    spec, plan = _parse_spec(header, source)
-    data_start = start + header_length
-    table = _parse_table(header.get("tensors"), size - data_start, source)
+def _check_policy(spec_value: Any, table: dict[str, TensorEntry], source: str) -> PolicySpec:
+    spec, plan = _parse_spec(spec_value, source)
     _check_against_plan(table, plan, spec, source)
-    state = {name: _read_tensor(handle, data_start, entry, source) for name, entry in sorted(table.items())}
-    return spec, state
-
-
-def decode_checkpoint(data: bytes, source: str) -> tuple[PolicySpec, dict[str, torch.Tensor]]:
-    """Parse checkpoint bytes into (spec, state_dict). Nothing is unpickled or executed: a file
-    that is not in this format (a torch.save pickle, say) is refused, never loaded. Every size is
-    checked (see _decode) before anything is allocated; CheckpointError names `source`."""
-    return _decode(io.BytesIO(data), len(data), source)
+    return spec
 
 
 def read_checkpoint(path: str | Path) -> tuple[PolicySpec, dict[str, torch.Tensor], str]:
     """(spec, state_dict, checkpoint hash) of a checkpoint file, without building a model.
 
-    The one way into a checkpoint file: everything that loads one (the policy node, evaluation,
+    The one way into a student checkpoint: everything that loads one (the policy node, evaluation,
     fine-tuning, `sim2real policy info`) comes through here, so all get the same checks."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint file {path} does not exist; create an untrained one with "
                               f"`sim2real policy init --robot URDF --out {path}` or train one")
-    try:
-        with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size > _MAX_FILE_BYTES:
-                raise CheckpointError(f"{path}: file size {size} bytes is more than a checkpoint within the "
-                                      f"caps can be ({_MAX_FILE_BYTES} bytes)")
-            spec, state = _decode(handle, size, str(path))
-            digest = _hash_file(handle)
-    except OSError as err:
-        raise CheckpointError(f"{path}: cannot read checkpoint: {err}") from err
-    return spec, state, digest
+    return read_artifact(path, KIND_POLICY, POLICY_LIMITS, _check_policy)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -466,7 +571,7 @@ def read_checkpoint(path: str | Path) -> tuple[PolicySpec, dict[str, torch.Tenso
 class LoadedPolicy:
     """A checkpoint ready to run: spec, model (eval mode, on its device) and checkpoint hash."""
 
-    backend = "torch"  # core/policy_backend.py: what runs it (core/onnx_policy.OnnxPolicy: "onnxruntime")
+    backend = "torch"  # implements core/policy/backend.Policy (core/policy/onnx_policy.OnnxPolicy: "onnxruntime")
 
     def __init__(self, spec: PolicySpec, model: PolicyModel, checkpoint_hash: str, source: str,
                  device: torch.device) -> None:

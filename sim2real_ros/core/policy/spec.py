@@ -15,8 +15,16 @@ import numpy as np
 from ..errors import CheckpointError, ConfigError
 from ..perception.preprocess_config import PreprocessConfig
 
-# The first 16 bytes of a checkpoint file (core/checkpoint.py).
-CHECKPOINT_MAGIC = b"SIM2REAL-POLICY\n"
+# The first 16 bytes of a checkpoint file of the format before safetensors (core/policy/
+# legacy_checkpoint.py), by kind: recognised to say "run sim2real policy convert".
+LEGACY_MAGICS = {b"SIM2REAL-POLICY\n": "policy", b"SIM2REAL-TEACHR\n": "teacher"}
+
+
+def looks_like_safetensors(head: bytes) -> bool:
+    """Whether a file's first bytes (at least 9) can start a safetensors file (core/policy/
+    checkpoint.py): an 8-byte little-endian header length below 2**32, then the header's '{'."""
+    return len(head) > 8 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") < 2**32
+
 
 # Caps on the sizes a spec gives (docs/design.md §5: a policy file is untrusted input); the caps on
 # layer sizes are in policy_model.py.
