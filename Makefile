@@ -14,6 +14,13 @@ BIN_JAZZY := $(VENV_JAZZY)/bin
 STAMP_JAZZY := $(VENV_JAZZY)/.setup-stamp
 # Every test run gets its own DDS domain and stays on localhost (docs/design.md §7).
 TEST_ENV := ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
+# The suite in a new random order each run (pytest-randomly; the header prints the seed, rerun one with
+# PYTEST_ORDER=--randomly-seed=N, or in file order with PYTEST_ORDER=-p no:randomly) over 2 worker
+# processes (pytest-xdist). loadgroup keeps a module on one worker and the modules test/isolation.py
+# groups (graph bring-ups, Ray, the shared recordings) on one worker, one after the other.
+PYTEST_WORKERS ?= 2
+PYTEST_ORDER ?=
+PYTEST_ARGS := -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ORDER)
 
 .PHONY: setup setup-jazzy test test-kilted test-jazzy test-timing demo lint bench clean check-lerobot-reader
 
@@ -35,7 +42,7 @@ test: lint $(STAMP_JAZZY)
 
 # The suite on ROS 2 Kilted only (.venv).
 test-kilted: $(STAMP)
-	$(TEST_ENV) $(BIN)/python -m pytest test -q -m "not timing"
+	$(TEST_ENV) $(BIN)/python -m pytest test -q -m "not timing" $(PYTEST_ARGS)
 
 # The same stack and suite on ROS 2 Jazzy (rclpy 7): its own venv from requirements-jazzy.txt.
 
@@ -49,7 +56,7 @@ $(STAMP_JAZZY): requirements-jazzy.txt requirements-common.txt setup.py setup.cf
 	touch $(STAMP_JAZZY)
 
 test-jazzy: $(STAMP_JAZZY)
-	$(TEST_ENV) $(BIN_JAZZY)/python -m pytest test -q -m "not timing"
+	$(TEST_ENV) $(BIN_JAZZY)/python -m pytest test -q -m "not timing" $(PYTEST_ARGS)
 
 # The closed-loop latency compensation ratio over DDS with the sim as a process on the wall clock:
 # it holds on an idle machine and moves with CPU contention. make test checks the same acceptance
