@@ -21,7 +21,7 @@ from sim2real_ros.viz.server import start_viz_server
 from sim2real_ros.viz.source import open_bag_view
 
 
-def test_replay_clock_pacing_pause_speed_seek():
+def test_view_replay_clock_pacing_pause_speed_seek():
     clock = ReplayClock(1_000, 11_000, speed=2.0, wall_ns=0)
     assert clock.position(1_000) == 3_000
     clock.pause(2_000)
