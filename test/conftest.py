@@ -71,3 +71,11 @@ def teleop_recording(tmp_path_factory: pytest.TempPathFactory):
     from teleop_data import build_teleop_recording
 
     return build_teleop_recording(tmp_path_factory.mktemp("teleop_recording"))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The random order's seed at the end of the log, where `-q` still shows it (the header does not)."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if config.pluginmanager.hasplugin("randomly") and isinstance(seed, int):
+        terminalreporter.write_line(f"test order: --randomly-seed={seed} "
+                                    f"(the same order again: make test-kilted PYTEST_ORDER=--randomly-seed={seed})")
