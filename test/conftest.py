@@ -77,5 +77,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     """The random order's seed at the end of the log, where `-q` still shows it (the header does not)."""
     seed = getattr(config.option, "randomly_seed", None)
     if config.pluginmanager.hasplugin("randomly") and isinstance(seed, int):
-        terminalreporter.write_line(f"test order: --randomly-seed={seed} "
-                                    f"(the same order again: make test-kilted PYTEST_ORDER=--randomly-seed={seed})")
+        terminalreporter.write_line(f"test order: --randomly-seed={seed} (the same order again: "
+                                    f"make test-kilted or test-jazzy PYTEST_ORDER=--randomly-seed={seed})")
