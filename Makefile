@@ -14,6 +14,16 @@ BIN_JAZZY := $(VENV_JAZZY)/bin
 STAMP_JAZZY := $(VENV_JAZZY)/.setup-stamp
 # Every test run gets its own DDS domain and stays on localhost (docs/design.md §7).
 TEST_ENV := ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
+# The suite in file order, in one process, by default (what CI runs). PYTEST_ORDER= (empty) runs it in
+# a new random order (pytest-randomly; the log ends with the seed; rerun one with
+# PYTEST_ORDER=--randomly-seed=N): subsets pass in two seeds, the whole suite has not yet been run
+# green in random order, so CI keeps file order until it has. PYTEST_WORKERS=2 splits it over 2
+# processes (pytest-xdist; loadgroup keeps a module on one worker and the modules test/isolation.py
+# groups on one worker each): measured 56 min with 9 wall-clock graph tests starved on this 2-core
+# machine at load 15-20 (issue 35 part 6), so not the default yet.
+PYTEST_WORKERS ?= 0
+PYTEST_ORDER ?= -p no:randomly
+PYTEST_ARGS := -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ORDER)
 
 .PHONY: setup setup-jazzy test test-kilted test-jazzy test-timing demo lint bench clean check-lerobot-reader
 
@@ -35,7 +45,7 @@ test: lint $(STAMP_JAZZY)
 
 # The suite on ROS 2 Kilted only (.venv).
 test-kilted: $(STAMP)
-	$(TEST_ENV) $(BIN)/python -m pytest test -q -m "not timing"
+	$(TEST_ENV) $(BIN)/python -m pytest test -q -m "not timing" $(PYTEST_ARGS)
 
 # The same stack and suite on ROS 2 Jazzy (rclpy 7): its own venv from requirements-jazzy.txt.
 
@@ -49,7 +59,7 @@ $(STAMP_JAZZY): requirements-jazzy.txt requirements-common.txt setup.py setup.cf
 	touch $(STAMP_JAZZY)
 
 test-jazzy: $(STAMP_JAZZY)
-	$(TEST_ENV) $(BIN_JAZZY)/python -m pytest test -q -m "not timing"
+	$(TEST_ENV) $(BIN_JAZZY)/python -m pytest test -q -m "not timing" $(PYTEST_ARGS)
 
 # The closed-loop latency compensation ratio over DDS with the sim as a process on the wall clock:
 # it holds on an idle machine and moves with CPU contention. make test checks the same acceptance

@@ -81,7 +81,7 @@ def with_other_stored_preprocessing(source: Path, out: Path) -> Path:
     return out
 
 
-def test_replay_refuses_a_bag_without_the_checkpoints_joints(tmp_path, capsys):
+def test_offline_replay_refuses_a_bag_without_the_checkpoints_joints(tmp_path, capsys):
     good = checkpoint(tmp_path / "so101.pt")
     matching = small_bag(tmp_path / "matching", JOINTS)
     assert evaluate_bag(matching, good, "offline", None, OPTIONS)["frames"]["predicted"] > 0  # the bag replays
@@ -101,7 +101,7 @@ def test_replay_refuses_a_bag_without_the_checkpoints_joints(tmp_path, capsys):
     assert result["frames"] == 0 and "does not match bag" in result["problems"][str(other_robot)]
 
 
-def test_replay_refuses_a_checkpoint_whose_stored_preprocessing_is_not_the_trained_one(tmp_path):
+def test_offline_replay_refuses_a_checkpoint_whose_stored_preprocessing_is_not_the_trained_one(tmp_path):
     bag = small_bag(tmp_path / "bag", JOINTS)
     tampered = with_other_stored_preprocessing(checkpoint(tmp_path / "so101.pt"), tmp_path / "tampered.pt")
     with pytest.raises(CheckpointError) as err:
@@ -112,7 +112,7 @@ def test_replay_refuses_a_checkpoint_whose_stored_preprocessing_is_not_the_train
     assert f"preprocessing: checkpoint was trained with preprocess hash {trained}" in text and "'area'" in text
 
 
-def test_sim_evaluation_refuses_joints_the_robot_lacks_and_other_preprocessing(tmp_path):
+def test_eval_sim_refuses_joints_the_robot_lacks_and_other_preprocessing(tmp_path):
     renamed = (*JOINTS[:-1], "gripper_roll")
     foreign = checkpoint(tmp_path / "foreign.pt", renamed)
     with pytest.raises(CheckpointError) as err:

@@ -46,7 +46,7 @@ def test_the_teacher_succeeds_through_the_graph_timing_and_the_supervisor(world,
     assert np.allclose(record.labels[0][0], record.joints[0])
 
 
-def test_the_same_seed_replays_the_same_episode_and_another_draws_other_timing(world, pipeline):
+def test_the_same_seed_reproduces_the_same_episode_and_another_draws_other_timing(world, pipeline):
     conditions = GraphConditions()
     first = teacher_episode(world, pipeline, conditions, seed=5).outcome
     again = teacher_episode(world, pipeline, conditions, seed=5).outcome

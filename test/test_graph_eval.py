@@ -17,7 +17,7 @@ from sim2real_ros.paths import config_path
 from sim2real_ros.sim.world import episode_seed
 
 
-def test_graph_evaluation_counts_episodes_and_reports_the_latency_the_policy_saw(tmp_path):
+def test_eval_sim_graph_counts_episodes_and_reports_the_latency_the_policy_saw(tmp_path):
     # Short episodes (2 s of sim time) keep the run short whatever the policy does.
     raw = yaml.safe_load(config_path("sim_params.yaml").read_text())
     raw["task"]["timeout_s"] = 2.0
@@ -67,7 +67,7 @@ def test_graph_evaluation_counts_episodes_and_reports_the_latency_the_policy_saw
         assert 90 <= row["observation_period_ms"]["p50"] <= 110, row  # the 10 Hz the policy was trained at
 
 
-def test_graph_evaluation_refuses_a_bad_real_time_factor():
+def test_eval_sim_graph_refuses_a_bad_real_time_factor():
     done = subprocess.run(
         [sys.executable, "-m", "sim2real_ros.cli.main", "eval-sim", "--graph", "--episodes", "1",
          "--real-time-factor", "0"], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)

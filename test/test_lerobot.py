@@ -526,7 +526,7 @@ def test_export_bad_input(tmp_path, capsys):
     assert cli_main(["dataset", "export", str(tmp_path / "nothing"), "--out", str(tmp_path / "out")]) == 2
 
 
-def test_round_trip_replay_evaluator(tmp_path):
+def test_a_round_trip_keeps_the_offline_replay_action_error(tmp_path):
     """The issue's check: a demonstration exported and imported back gives the replay evaluator the
     same action error (the shipped policy's 6 joints, the sim camera's calibration)."""
     from sim2real_ros.datasets.lerobot_export import export_bag

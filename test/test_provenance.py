@@ -99,7 +99,7 @@ def test_no_shipped_checkpoint_carries_an_absolute_path():
     assert ppo["teacher"]["hash"] == teacher.checkpoint_hash
 
 
-def test_evaluation_refuses_the_worlds_training_played():
+def test_unseen_episode_check_refuses_the_worlds_training_played():
     training = {"seed": 0, "index_ranges": [[0, 120], [100_000, 100_040]]}
     assert_unseen_episodes(0, range(900_000, 900_030), training, "ckpt")
     assert_unseen_episodes(1000, range(0, 200), training, "ckpt")  # another run seed: other worlds

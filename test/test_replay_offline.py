@@ -44,7 +44,7 @@ def images_without_joint_state(bag: Path, topics: dict, tolerance_s: float) -> i
     return missing
 
 
-def test_same_policy_replays_with_near_zero_error_and_writes_the_report(sim_recording, tmp_path):
+def test_offline_replay_of_the_same_policy_has_near_zero_error_and_writes_the_report(sim_recording, tmp_path):
     report_dir = tmp_path / "report"
     options = ReplayOptions(human_modes=(), progress=False)
     report = evaluate_bag(sim_recording.bag, sim_recording.checkpoint, "offline", report_dir, options)
@@ -129,7 +129,7 @@ def test_a_bag_without_the_needed_topics_fails_fast_naming_both_sides(tmp_path, 
     assert "missing topic(s)" in err_text and "supervisor/state" not in err_text.split("the bag has")[0]
 
 
-def test_batched_replay_gives_the_predictions_of_one_at_a_time(sim_recording):
+def test_batched_offline_replay_gives_the_predictions_of_one_at_a_time(sim_recording):
     """Issue 36: observations evaluated in batches (one forward pass each) predict what one at a
     time does: the same frames, stamps, observed joints and skips; targets equal up to the
     network's float32 rounding (a batched matrix product sums in another order)."""

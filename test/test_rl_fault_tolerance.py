@@ -118,7 +118,7 @@ def _copied_inputs(tmp_path: Path) -> tuple[Path, Path, Path]:
     return checkpoint, sim_params, tmp_path / "robot" / urdf.name
 
 
-def test_a_worker_killed_mid_evaluation_after_its_files_are_deleted_changes_no_result(ray_local, tmp_path):
+def test_a_worker_killed_mid_eval_sim_after_its_files_are_deleted_changes_no_result(ray_local, tmp_path):
     checkpoint, sim_params, urdf = _copied_inputs(tmp_path)
     kwargs = dict(perturb=True, seed=777, workers=2, block=2, sim_config=str(sim_params),
                   robot_description=str(urdf), robot="arm6")
