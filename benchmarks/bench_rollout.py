@@ -11,7 +11,6 @@ before and after; compare figures from one run.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
@@ -20,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from sim2real_ros.benchmarking import print_and_save
 from sim2real_ros.paths import config_path
 from sim2real_ros.rl.cluster import init_ray, shutdown_ray
 from sim2real_ros.rl.pool import RolloutPool
@@ -155,12 +155,7 @@ def main() -> None:
     parser.add_argument("--pipeline", action="store_true", help="also train teacher + student from scratch")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    result = run(args.quick, args.pipeline)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text)
+    print_and_save(run(args.quick, args.pipeline), args.json)
 
 
 if __name__ == "__main__":

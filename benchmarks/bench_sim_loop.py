@@ -14,7 +14,6 @@ average is recorded before and after.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from sim2real_ros.benchmarking import print_and_save
 from sim2real_ros.paths import config_path
 from sim2real_ros.rl.env import EnvConfig, ReachEnv
 from sim2real_ros.rl.ppo import load_teacher_config
@@ -113,12 +113,7 @@ def main() -> None:
                         help="physics step of the fast loop [s] (default: each robot's, sim/loop_check.STATED_BOUNDS)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    result = run(args.quick, tuple(args.robot or ROBOT_NAMES), args.fast_dt)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text)
+    print_and_save(run(args.quick, tuple(args.robot or ROBOT_NAMES), args.fast_dt), args.json)
 
 
 if __name__ == "__main__":

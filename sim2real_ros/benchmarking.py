@@ -30,13 +30,17 @@ def bench_main(run: Callable[[bool], dict[str, Any]], description: str, argv: li
     parser.add_argument("--quick", action="store_true", help="fewer trials (a smoke run, noisier figures)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
-    results = run(args.quick)
+    print_and_save(run(args.quick), args.json)
+    return 0
+
+
+def print_and_save(results: dict[str, Any], json_path: Path | None) -> None:
+    """Print a benchmark's figures as JSON and, given a path, write them there too."""
     text = json.dumps(results, indent=2)
     print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
-    return 0
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(text + "\n")
 
 
 # ----------------------------------------------------------------------------------------------
