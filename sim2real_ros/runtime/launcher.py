@@ -96,13 +96,16 @@ class GraphLauncher:
     def _pump(self, name: str, proc: subprocess.Popen) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
-            text = f"[{name}] {line.rstrip()}"
-            with self._lock:
-                if self._echo:
-                    print(text, flush=True)
-                if self._log:
-                    self._log.write(text + "\n")
-                    self._log.flush()
+            self._say(f"[{name}] {line.rstrip()}")
+
+    def _say(self, text: str) -> None:
+        """A line of the launcher's own, where node output goes (terminal and/or log file)."""
+        with self._lock:
+            if self._echo:
+                print(text, flush=True)
+            if self._log:
+                self._log.write(text + "\n")
+                self._log.flush()
 
     def check(self) -> list[tuple[str, int]]:
         """Report (once) nodes that exited; return [(name, exit code)] of all exited nodes."""
@@ -146,6 +149,9 @@ class GraphLauncher:
             alive = [n for n in self.nodes if n.process.poll() is None]
             if not alive:
                 break
+            if sig != signal.SIGINT:  # say who did not stop: a user waiting on Ctrl-C wants to know
+                self._say(f"[launch] still running {timeout_s:g} s after the last signal: "
+                          f"{', '.join(n.decl.name for n in alive)}; sending {signal.Signals(sig).name}")
             for node in alive:
                 with contextlib.suppress(ProcessLookupError):
                     node.process.send_signal(sig)
