@@ -1,5 +1,6 @@
 """Tasks as plug-ins (sim/tasks.py, sim/task_pick_lift.py): success held over time on real PyBullet
 trajectories, failure categories, the scripted experts, params and eval-sim --expert."""
+import contextlib
 import copy
 import json
 import subprocess
@@ -28,6 +29,17 @@ def task_params(robot, task: str, timeout_s: float | None = None):
     if timeout_s is not None:
         raw["task"]["timeout_s"] = timeout_s
     return sim_params_from_dict(raw, f"{robot.name} {task}")
+
+
+@contextlib.contextmanager
+def task_world(robot, task: str, timeout_s: float | None = None):
+    """(params, world): a headless world of `robot` running `task` (seed 1), closed afterwards."""
+    params = task_params(robot, task, timeout_s)
+    world = SimWorld(params, str(robot.urdf_path()), seed=1, render=False)
+    try:
+        yield params, world
+    finally:
+        world.close()
 
 
 def run_until(world: SimWorld, t_end_s: float, command, record=None, chunk: int = 10) -> None:
@@ -79,9 +91,7 @@ def test_pick_lift_refuses_a_robot_without_a_gripper():
 # ----------------------------------------------------------------------------------------------
 # reach_hold: success is a hold, not a touch
 def test_reach_hold_a_swipe_through_the_target_does_not_count_a_hold_does():
-    params = task_params(ARM6, "reach_hold", timeout_s=4.0)
-    world = SimWorld(params, str(ARM6.urdf_path()), seed=1, render=False)
-    try:
+    with task_world(ARM6, "reach_hold", timeout_s=4.0) as (params, world):
         world.reset(seed=11)
         expert = world.task.make_expert(world)
         target = world.target_position()
@@ -115,15 +125,11 @@ def test_reach_hold_a_swipe_through_the_target_does_not_count_a_hold_does():
         assert outcome is not None and outcome["success"], outcome
         assert outcome["duration_s"] >= first_inside[0] + params.task.reach_hold.hold_s - 1e-6
         assert outcome["held_s"] >= params.task.reach_hold.hold_s - 1e-9
-    finally:
-        world.close()
 
 
 def test_reach_keeps_its_first_touch_success():
     """The original task is unchanged: the same swipe that reach_hold refuses is a reach success."""
-    params = task_params(ARM6, "reach", timeout_s=4.0)
-    world = SimWorld(params, str(ARM6.urdf_path()), seed=1, render=False)
-    try:
+    with task_world(ARM6, "reach", timeout_s=4.0) as (params, world):
         world.reset(seed=11)
         expert = world.task.make_expert(world)
         target = world.target_position()
@@ -134,15 +140,11 @@ def test_reach_keeps_its_first_touch_success():
         run_until(world, 3.0, lambda w: q_right)
         outcome = world.episode_outcome()
         assert outcome is not None and outcome["success"] and world.task.failure_categories[0] == "joint_limit"
-    finally:
-        world.close()
 
 
 def test_reach_hold_snapshot_keeps_the_hold_timer():
     """Restored mid-hold, the episode ends at the same sim time as it did without the snapshot."""
-    params = task_params(ARM6, "reach_hold", timeout_s=4.0)
-    world = SimWorld(params, str(ARM6.urdf_path()), seed=1, render=False)
-    try:
+    with task_world(ARM6, "reach_hold", timeout_s=4.0) as (params, world):
         world.reset(seed=11)
         expert = world.task.make_expert(world)
         expert.start(world)
@@ -160,16 +162,12 @@ def test_reach_hold_snapshot_keeps_the_hold_timer():
             world.set_command(expert.command(world))
             world.step(10)
         assert world.episode_outcome()["duration_s"] == pytest.approx(first["duration_s"], abs=1e-9)
-    finally:
-        world.close()
 
 
 # ----------------------------------------------------------------------------------------------
 # pick_lift: only a grasp counts
 def test_pick_lift_cube_held_up_without_the_jaws_does_not_count():
-    params = task_params(SO101, "pick_lift", timeout_s=2.5)
-    world = SimWorld(params, str(SO101.urdf_path()), seed=1, render=False)
-    try:
+    with task_world(SO101, "pick_lift", timeout_s=2.5) as (params, world):
         world.reset(seed=7)
         task = world.task
         start = task.cube_position(world)
@@ -183,14 +181,10 @@ def test_pick_lift_cube_held_up_without_the_jaws_does_not_count():
         assert min(heights[len(heights) // 2:]) >= params.task.pick_lift.lift_height_m  # up for > 1 s
         assert outcome is not None and not outcome["success"] and outcome["reason"] == "timeout"
         assert task.classify_failure(world, outcome) == "missed_grasp"
-    finally:
-        world.close()
 
 
 def test_pick_lift_expert_grasp_counts_only_after_the_hold():
-    params = task_params(SO101, "pick_lift")
-    world = SimWorld(params, str(SO101.urdf_path()), seed=1, render=False)
-    try:
+    with task_world(SO101, "pick_lift") as (params, world):
         info = world.reset(seed=3)
         assert set(info["cube"]) >= {"size_m", "mass_kg", "lateral_friction", "rgba", "position", "yaw_rad"}
         task = world.task
@@ -209,14 +203,10 @@ def test_pick_lift_expert_grasp_counts_only_after_the_hold():
         assert task.jaws_on_cube(world) and outcome["cube_height_m"] >= 0.05
         obs = task.privileged_observation(world)
         assert obs["jaw_contacts"].tolist() == [1.0, 1.0] and obs["hold_progress"][0] == 1.0
-    finally:
-        world.close()
 
 
 def test_pick_lift_cube_pushed_off_the_table_is_knocked_off():
-    params = task_params(SO101, "pick_lift", timeout_s=3.0)
-    world = SimWorld(params, str(SO101.urdf_path()), seed=1, render=False)
-    try:
+    with task_world(SO101, "pick_lift", timeout_s=3.0) as (params, world):
         world.reset(seed=7)
         task = world.task
         # A shove that slides it off the table's edge (the table top is 0.8 m square around x = 0.2 m).
@@ -227,8 +217,6 @@ def test_pick_lift_cube_pushed_off_the_table_is_knocked_off():
         outcome = world.episode_outcome()
         assert outcome is not None and outcome["reason"] == "knocked_off_table" and outcome["duration_s"] < 3.0
         assert task.classify_failure(world, outcome) == "knocked_off_table"
-    finally:
-        world.close()
 
 
 # ----------------------------------------------------------------------------------------------
