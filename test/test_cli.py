@@ -1,4 +1,5 @@
 """The `sim2real` entry point and the graph declaration."""
+import signal
 import subprocess
 import sys
 
@@ -15,6 +16,22 @@ def test_help_lists_commands():
 def test_unknown_command_fails_with_usage():
     proc = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "fly"], capture_output=True, text=True)
     assert proc.returncode == 1 and "unknown command 'fly'" in proc.stderr
+
+
+def test_sigint_stops_a_command_started_with_sigint_ignored():
+    """A shell without job control starts `cmd &` with SIGINT ignored (CI runners, scripts): Ctrl-C
+    forwarded by a launcher, or `kill -INT`, must still stop the command in order (exit 0). Without
+    it the robot bring-up only stopped at SIGKILL when the suite ran as a background job."""
+    proc = subprocess.Popen([sys.executable, "-m", "sim2real_ros.cli.main", "emulate-bus", "--ids", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert proc.stdout.readline().startswith("/dev/"), proc.stderr.read()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0, proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_sim_graph_declaration_and_node_command(tmp_path):

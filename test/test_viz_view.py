@@ -114,8 +114,14 @@ def test_view_cli_serves_a_bag_and_names_bad_input(tmp_path):
         client.subscribe([ch.TF, ch.ROBOT_MODEL, ch.ROBOT_DESCRIPTION])  # playback starts at the first subscription
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
-        # every joint state (log times distinct; a late subscription may repeat the latest one)
-        assert len({t for t, _, _ in client.messages[ch.TF]}) == N_JOINTS and client.messages[ch.ROBOT_MODEL], out
+
+        def seen() -> set[int]:  # log times are distinct; a late subscription may repeat the latest one
+            return {t for t, _, _ in client.messages[ch.TF]}
+
+        # every joint state (the client's reader thread may still be taking the last frames off its socket)
+        _wait(lambda: len(seen()) == N_JOINTS, 5.0)
+        assert len(seen()) == N_JOINTS and client.messages[ch.ROBOT_MODEL], \
+            (out, sorted({T0 + 1 + k * 10 * MS for k in range(N_JOINTS)} - seen()))
         client.close()
     finally:
         proc.kill()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import signal
 import sys
 
 from ..paths import use_dds_profile
@@ -48,8 +49,21 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+def answer_sigint() -> None:
+    """Make SIGINT stop us even when it was inherited as ignored.
+
+    A shell without job control starts background commands (`sim2real launch robot &` in a script, a CI
+    runner's job) with SIGINT ignored, and Python then never raises KeyboardInterrupt: `kill -INT` and
+    the launcher's Ctrl-C forwarding would be lost and a graph would only stop at SIGKILL. ros2 launch
+    installs its own SIGINT handler for the same reason; every node's rclpy does too.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    answer_sigint()
     # Before any DDS participant exists: camera images need the large-message transport profile.
     use_dds_profile()
     if not argv or argv[0] in ("-h", "--help"):

@@ -15,6 +15,9 @@ import time
 
 # A viewer subscribes to its panels' channels one after the other: start once they are in.
 SUBSCRIBE_GRACE_S = 0.5
+# With --exit-at-end: how long the server stays up after the last message, so that the messages still
+# queued for a viewer reach it before the server closes its connections [s].
+DRAIN_S = 1.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -135,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
             timer.start()
         replayer.run(stop, exit_at_end=args.exit_at_end)
         print(f"[view] sent {replayer.sent} messages", flush=True)
+        if args.exit_at_end and not stop.is_set():
+            stop.wait(DRAIN_S)
     finally:
         server.stop()
         for sig, handler in previous.items():
