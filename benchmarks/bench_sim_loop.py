@@ -23,7 +23,7 @@ import numpy as np
 
 from sim2real_ros.benchmarking import print_and_save
 from sim2real_ros.paths import config_path
-from sim2real_ros.rl.env import EnvConfig, ReachEnv
+from sim2real_ros.rl.env import EnvConfig, TaskEnv
 from sim2real_ros.rl.ppo import load_teacher_config
 from sim2real_ros.rl.rewards import RewardConfig
 from sim2real_ros.robots import ROBOT_NAMES, get_robot
@@ -40,11 +40,11 @@ def _spread(values: list[float]) -> dict[str, float]:
 
 
 def decision_rate(params: SimParams, robot: str, decisions: int, seed: int) -> tuple[float, float]:
-    """(decisions per CPU second, per wall second) of one ReachEnv (randomization and pushes on, as
+    """(decisions per CPU second, per wall second) of one TaskEnv (randomization and pushes on, as
     in teacher training) under uniform random actions, resetting at episode ends."""
     teacher = load_teacher_config(config_path("teacher_reach.yaml"), robot=robot)
     with stdout_to_stderr():
-        env = ReachEnv(params, teacher.robot_description, EnvConfig.from_dict(teacher.env),
+        env = TaskEnv(params, teacher.robot_description, EnvConfig.from_dict(teacher.env),
                        RewardConfig.from_dict(teacher.rewards), run_seed=seed)
     try:
         actions = np.random.default_rng(seed).uniform(-1.0, 1.0, size=(decisions, env.n))

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..sim.params import load_sim_params
-from .env import EnvConfig, ReachEnv
+from .env import EnvConfig, TaskEnv
 from .rewards import RewardConfig
 
 
@@ -50,11 +50,12 @@ class BatchedEnv:
         params = load_sim_params(spec.sim_params)
         env_config = EnvConfig.from_dict(spec.env)
         rewards = RewardConfig.from_dict(spec.rewards)
-        self.envs = [ReachEnv(params, spec.robot_description, env_config, rewards, spec.run_seed,
-                              slot=first_slot + i, num_slots=spec.num_slots, episode_base=spec.episode_base,
-                              first_episode=started[i] if started else 0)
+        self.envs = [TaskEnv(params, spec.robot_description, env_config, rewards, spec.run_seed,
+                             slot=first_slot + i, num_slots=spec.num_slots, episode_base=spec.episode_base,
+                             first_episode=started[i] if started else 0)
                      for i in range(count)]
         self.obs_dim = self.envs[0].obs_dim
+        self.observation_layout = dict(self.envs[0].layout)
         self.num_actions = self.envs[0].n
 
     def observations(self) -> np.ndarray:

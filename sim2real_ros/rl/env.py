@@ -1,11 +1,13 @@
-"""The privileged reach environment: one SimWorld stepped at the teacher's policy rate.
+"""The privileged task environment: one SimWorld stepped at the teacher's policy rate.
 
 The teacher sees what the student cannot: joint positions and velocities, the tool point and the
 true target, the episode's randomized physics (gain, damping, friction and mass scales, actuation
-latency, gravity), the push acting on the arm, and its own last action. Its action is a change of
-the joint position targets, integrated and sent through `SimWorld.set_command`: the same latency
-queue and PD (or servo) actuator model the sim node runs, so the teacher learns under the robot's
-latency. Time is the world's sim time; nothing here reads a wall clock.
+latency, gravity), the push acting on the arm, its own last action, and the task's own privileged
+terms (sim/task_base.Task.privileged_observation: the hold progress of reach_hold; the cube's pose,
+size, mass, friction and the jaw contacts of pick_lift). Its action is a change of the joint
+position targets, integrated and sent through `SimWorld.set_command`: the same latency queue and
+PD (or servo) actuator model the sim node runs, so the teacher learns under the robot's latency.
+Time is the world's sim time; nothing here reads a wall clock.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import ConfigError
-from ..sim.params import SimParams
+from ..sim.params import SimParams, with_task
 from ..sim.world import SimWorld, episode_seed
 from .rewards import RewardConfig, StepState
 
@@ -27,6 +29,7 @@ class EnvConfig:
     episode_s: episode time limit [s] (a time-out, bootstrapped by PPO, not a failure signal).
     action_scale_rad: joint target change for an action of 1 [rad per decision].
     randomize: per-episode domain randomization from the sim params. pushes: random pushes on.
+    task: sim/tasks.py task name ("" = the sim params' task.name).
     """
 
     policy_hz: float = 20.0
@@ -34,6 +37,7 @@ class EnvConfig:
     action_scale_rad: float = 0.08
     randomize: bool = True
     pushes: bool = True
+    task: str = ""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, source: str = "env") -> EnvConfig:
@@ -47,11 +51,29 @@ class EnvConfig:
             value = getattr(config, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(source, f"env.{name}", value, "must be a number > 0")
+        if not isinstance(config.task, str):
+            raise ConfigError(source, "env.task", config.task, "must be a task name (sim/tasks.py) or empty")
         return config
 
+    def params_for(self, params: SimParams, source: str = "env.task") -> SimParams:
+        """The sim params with this env's task (unchanged when task is empty)."""
+        return with_task(params, self.task, source) if self.task else params
 
-def observation_layout(n_joints: int, n_links: int) -> dict[str, int]:
-    """Names and sizes of the teacher's observation terms, in order (what its checkpoint records)."""
+
+# Task terms the base layout already holds (in the robot base frame): not repeated.
+_BASE_TASK_TERMS = ("target_pos", "tool_pos")
+
+
+def task_observation_terms(world: SimWorld) -> dict[str, np.ndarray]:
+    """The task's privileged terms beyond target and tool point (name -> values, world frame, SI
+    units), in the task's order; names prefixed `task_` in the layout. Empty for reach."""
+    return {f"task_{name}": np.asarray(value, dtype=float).ravel()
+            for name, value in world.task.privileged_observation(world).items() if name not in _BASE_TASK_TERMS}
+
+
+def observation_layout(n_joints: int, n_links: int, task_terms: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Names and sizes of the teacher's observation terms, in order (what its checkpoint records);
+    task_terms (name -> size, from task_observation_terms) come last."""
     return {
         "joint_pos": n_joints,        # [rad] relative to the home pose
         "joint_vel": n_joints,        # [rad/s] x 0.1
@@ -66,11 +88,12 @@ def observation_layout(n_joints: int, n_links: int) -> dict[str, int]:
         "push_force": 3,              # [N] x 0.1, world frame, the push acting now (0 between pushes)
         "last_action": n_joints,      # normalized [-1, 1]
         "time_left": 1,               # fraction of episode_s left
+        **dict(task_terms or {}),
     }
 
 
-class ReachEnv:
-    """One privileged reach episode at a time on its own SimWorld (no rendering).
+class TaskEnv:
+    """One privileged episode of the world's task at a time on its own SimWorld (no rendering).
 
     Episode m of the env in slot `slot` of a batch of `num_slots` has index
     episode_base + m * num_slots + slot and seed episode_seed(run_seed, index): the same episodes
@@ -86,6 +109,7 @@ class ReachEnv:
         self.slot = int(slot)
         self.num_slots = int(num_slots)
         self.episode_base = int(episode_base)
+        params = config.params_for(params)
         self.world = SimWorld(params, robot_description, seed=run_seed, render=False, pushes=config.pushes)
         self.n = len(self.world.joint_names)
         physics_dt = params.physics.dt_s
@@ -95,7 +119,9 @@ class ReachEnv:
         self.home = params.home_pose(self.world.joint_names)
         self.home_q = np.clip([self.home.get(name, 0.0) for name in self.world.joint_names],
                               self.world.lower, self.world.upper)
-        self.layout = observation_layout(self.n, len(self.world.randomization.mass_scale))
+        self.layout = observation_layout(self.n, len(self.world.randomization.mass_scale),
+                                         {k: v.size for k, v in task_observation_terms(self.world).items()})
+        rewards.check_task(self.world.task.name, self.world.task.reward_terms(self.world))
         self.obs_dim = sum(self.layout.values())
         self.episodes_started = int(first_episode)  # > 0: a replacement worker continues the slot
         self.info: dict[str, Any] = {}
@@ -154,16 +180,17 @@ class ReachEnv:
         distance = float(np.linalg.norm(tool - w.target_position()))
         state = StepState(distance_m=distance, success=success, action=a, last_action=self.last_action,
                           q=w.joint_positions(), qd=w.joint_velocities(), lower=w.lower, upper=w.upper,
-                          tool_height_m=float(tool[2]))
+                          tool_height_m=float(tool[2]), task=w.task.reward_terms(w))
         reward, terms = self.rewards.reward(state)
         self.last_action = a
         terminated = success
         truncated = not terminated and (self.steps >= self.max_steps or outcome is not None)
         info: dict[str, Any] = {"terms": terms}
         if terminated or truncated:
+            ended = outcome or {"success": False, "final_distance_m": distance}  # cut by episode_s
             info["episode"] = {"index": self.info["index"], "seed": self.info["seed"], "success": success,
                                "steps": self.steps, "duration_s": self.steps * self.step_s,
-                               "final_distance_m": distance,
+                               "final_distance_m": distance, "failure": w.task.classify_failure(w, ended),
                                "pushes_applied": self.pushes_started(w.episode_elapsed_s())}
         return self.observe(), reward, terminated, truncated, info
 
@@ -201,5 +228,6 @@ def privileged_observation(world: SimWorld, home_q: np.ndarray, base_inverse: np
         np.broadcast_to(rand.damping_scale, (n,)), np.broadcast_to(rand.friction_scale, (n,)),
         rand.mass_scale, [10.0 * world.actuation_latency_s], np.asarray(rand.gravity) / 9.81,
         0.1 * push_force_at(world.push_schedule(), world.episode_elapsed_s()), last_action, [time_left],
+        *task_observation_terms(world).values(),
     ]
     return np.concatenate([np.asarray(p, dtype=float).ravel() for p in parts]).astype(np.float32)

@@ -35,7 +35,7 @@ from ..robots import DEFAULT_ROBOT, get_robot, robot_description_for, sim_params
 from ..sim.params import load_sim_params
 from .batch import EnvSpec
 from .cluster import default_workers
-from .env import EnvConfig, observation_layout
+from .env import EnvConfig
 from .pool import RolloutPool
 from .rewards import RewardConfig
 from .teacher_checkpoint import TeacherSpec, save_teacher
@@ -257,7 +257,7 @@ class TeacherTrainer:
         probe = RolloutPool(c.env_spec(), 1, 0)  # the sizes, without starting every worker
         obs_dim, n_actions = probe.obs_dim, probe.num_actions
         joint_names = list(probe._local[0].batch.envs[0].world.joint_names)  # noqa: SLF001
-        n_links = len(probe._local[0].batch.envs[0].world.randomization.mass_scale)  # noqa: SLF001
+        layout = dict(probe._local[0].batch.observation_layout)  # noqa: SLF001 - with the task's own terms
         max_steps = probe._local[0].batch.envs[0].max_steps  # noqa: SLF001
         probe.close()
         # The algorithm is built on a dummy batch so its state can be resumed before workers start.
@@ -354,7 +354,7 @@ class TeacherTrainer:
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **git,
             "final_success_window": history[-1]["success"] if history else None,
         }
-        spec = TeacherSpec(joint_names=joint_names, observation_layout=observation_layout(n_actions, n_links),
+        spec = TeacherSpec(joint_names=joint_names, observation_layout=layout,
                            hidden_dims=list(cfg["actor"]["hidden_dims"]), activation=cfg["actor"]["activation"],
                            env=asdict(env_config), rewards=dict(c.rewards),
                            sim_params_version=sim_params_version(c.sim_params), provenance=provenance)

@@ -9,14 +9,17 @@ A training config lists the terms it wants with a weight each:
       action_rate: 0.05      # -||a_t - a_{t-1}||^2 (normalized actions)
       joint_limit: 1.0       # -sum over joints of how far inside the last 10 % of the range [0, 1]
 
-The reward of a policy step is the sum of weight * term. Unknown names fail at start-up naming the
+Tasks add their own quantities (sim/task_base.Task.reward_terms), weighted the same way: `holding`
+(reach_hold, pick_lift: 1 while the success condition holds), `tool_speed` (reach_hold), `grasp`,
+`cube_height` and `tool_to_cube` (pick_lift). The reward of a policy step is the sum of weight *
+term. Unknown names, and a task term the env's task does not provide, fail at start-up naming the
 field; weights must be finite numbers.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -33,7 +36,8 @@ class StepState:
 
     distance_m [m] tool point to target; success: the task reported success this step;
     action, last_action: normalized actions (n,) in [-1, 1]; q (n,) [rad] measured joints;
-    lower, upper (n,) [rad] joint limits; qd (n,) [rad/s]; tool_height_m [m] above the table.
+    lower, upper (n,) [rad] joint limits; qd (n,) [rad/s]; tool_height_m [m] above the table;
+    task: the task's reward quantities now (Task.reward_terms: name -> value, SI units).
     """
 
     distance_m: float
@@ -45,6 +49,7 @@ class StepState:
     lower: np.ndarray
     upper: np.ndarray
     tool_height_m: float
+    task: Mapping[str, float] = field(default_factory=dict)
 
 
 def _distance(s: StepState) -> float:
@@ -77,6 +82,30 @@ def _table_contact(s: StepState) -> float:
     return -1.0 if s.tool_height_m < 0.005 else 0.0
 
 
+def _holding(s: StepState) -> float:
+    return float(s.task["holding"])
+
+
+def _tool_speed(s: StepState) -> float:
+    return -float(s.task["tool_speed_m_s"])
+
+
+def _grasp(s: StepState) -> float:
+    return float(s.task["grasp"])
+
+
+def _cube_height(s: StepState) -> float:
+    return float(s.task["cube_height_m"])
+
+
+def _tool_to_cube(s: StepState) -> float:
+    return -float(s.task["tool_to_cube_m"])
+
+
+# Terms computed from a task's own quantity: term -> the Task.reward_terms key it needs.
+TASK_QUANTITY = {"holding": "holding", "tool_speed": "tool_speed_m_s", "grasp": "grasp",
+                 "cube_height": "cube_height_m", "tool_to_cube": "tool_to_cube_m"}
+
 # name -> (term, one-line description with units)
 TERMS: dict[str, tuple[Callable[[StepState], float], str]] = {
     "distance": (_distance, "-||tool - target|| [m]"),
@@ -86,6 +115,11 @@ TERMS: dict[str, tuple[Callable[[StepState], float], str]] = {
     "joint_limit": (_joint_limit, f"-sum of how deep each joint is in the outer {JOINT_LIMIT_MARGIN:.0%} of its range"),
     "joint_velocity": (_joint_velocity, "-||qd||^2 [rad^2/s^2]"),
     "table_contact": (_table_contact, "-1 while the tool point is within 5 mm of the table"),
+    "holding": (_holding, "1 while the task's success condition holds (reach_hold, pick_lift)"),
+    "tool_speed": (_tool_speed, "-speed of the tool point [m/s] (reach_hold)"),
+    "grasp": (_grasp, "1 while both jaws touch the cube (pick_lift)"),
+    "cube_height": (_cube_height, "height of the cube's lowest point [m], capped at the lift height (pick_lift)"),
+    "tool_to_cube": (_tool_to_cube, "-||tool - cube|| [m] (pick_lift)"),
 }
 
 
@@ -109,6 +143,14 @@ class RewardConfig:
                 raise ConfigError(source, f"rewards.{name}", weight, "weight must be a finite number")
             weights[str(name)] = float(weight)
         return cls(weights)
+
+    def check_task(self, task_name: str, quantities: Mapping[str, float]) -> None:
+        """Refuse (ConfigError naming the term) a task term the env's task does not provide."""
+        for name in self.weights:
+            key = TASK_QUANTITY.get(name)
+            if key is not None and key not in quantities:
+                raise ConfigError("rewards", f"rewards.{name}", self.weights[name],
+                                  f"task {task_name!r} has no {key!r} (it provides: {sorted(quantities)})")
 
     def terms(self, state: StepState) -> dict[str, float]:
         """Each weighted term's contribution this step (name -> weight * value)."""

@@ -77,7 +77,7 @@ def evaluate_teacher_in_sim(checkpoint: str | Path, episodes: int, perturb: bool
         pool.close()
     per_episode = [{"episode": i, "seed": int(r["seed"]), "success": bool(r["success"]),
                     "duration_s": float(r["duration_s"]), "final_distance_m": float(r["final_distance_m"]),
-                    "failure": "none" if r["success"] else "not_reached",
+                    "failure": "none" if r["success"] else str(r.get("failure", "not_reached")),
                     "pushes_applied": int(r.get("pushes_applied", 0))} for i, r in zip(indices, rows, strict=True)]
     wins = sum(r["success"] for r in per_episode)
     n = len(per_episode)
