@@ -13,12 +13,15 @@ from sim2real_ros.core.errors import ConfigError
 from sim2real_ros.paths import config_path
 from sim2real_ros.rl.cluster import init_ray, shutdown_ray
 from sim2real_ros.rl.env import EnvConfig, TaskEnv
+from sim2real_ros.rl.labeller import PPOChunkTeacher
 from sim2real_ros.rl.pool import RolloutPool
 from sim2real_ros.rl.ppo import TeacherConfig, TeacherTrainer, evaluate_policy
 from sim2real_ros.rl.rewards import RewardConfig
 from sim2real_ros.rl.teacher_checkpoint import build_actor, load_teacher
 from sim2real_ros.robots import robot_description_for, sim_params_for
 from sim2real_ros.sim.params import load_sim_params
+from sim2real_ros.sim.world import SimWorld
+from sim2real_ros.training.config import TrainConfig
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +73,14 @@ def test_a_reward_term_the_task_does_not_have_fails_naming_it():
         _env("arm6", "stack_cups", {"distance": 1.0})
 
 
+def test_a_student_config_names_its_task_and_refuses_an_ik_teacher_for_a_grasp():
+    assert TrainConfig(source="t", task="reach_hold").task == "reach_hold"
+    with pytest.raises(ConfigError, match=r"field 'task' = 'stack_cups': unknown task"):
+        TrainConfig(source="t", task="stack_cups")
+    with pytest.raises(ConfigError, match=r"field 'teacher' = 'ik'.*pick_lift needs a grasp"):
+        TrainConfig(source="t", robot="so101", task="pick_lift")
+
+
 def _easy_reach_hold(tmp_path: Path) -> str:
     """The nominal arm6 sim with the target close to the home tool point, and a lenient hold (5 cm,
     10 cm/s, 0.3 s): reach_hold PPO improves on it within a couple of minutes here."""
@@ -103,5 +114,12 @@ def test_a_tiny_ppo_run_improves_an_easy_reach_hold(ray_local, tmp_path):
         after = evaluate_policy(pool, teacher.policy, 16)
     finally:
         pool.close()
+    # A student's labeller refuses this teacher on a world of another task, naming it.
+    world = SimWorld(load_sim_params(config.sim_params), config.robot_description, seed=0, render=False)
+    try:
+        with pytest.raises(ConfigError, match=r"env\.task.*trained on task 'reach_hold'; this world runs 'reach'"):
+            PPOChunkTeacher(teacher, world, 0.0)
+    finally:
+        world.close()
     print(f"reach_hold (easy): untrained {before['successes']}/16, after 30 PPO iterations {after['successes']}/16")
     assert after["successes"] >= before["successes"] + 6, (before, after)

@@ -36,6 +36,11 @@ class PPOChunkTeacher:
         self.teacher = teacher
         self.world = world
         self.env = EnvConfig.from_dict(spec.env, teacher.source)
+        task = self.env.task or "reach"  # teachers before env.task were all trained on reach
+        if task != world.task.name:
+            raise ConfigError(teacher.source, "env.task", task,
+                              f"the teacher was trained on task {task!r}; this world runs {world.task.name!r} "
+                              f"(the training config's task:)")
         physics_dt = world.params.physics.dt_s
         self.physics_per_decision = max(1, int(round(1.0 / (self.env.policy_hz * physics_dt))))
         self.decision_s = self.physics_per_decision * physics_dt

@@ -258,6 +258,7 @@ class TeacherTrainer:
         obs_dim, n_actions = probe.obs_dim, probe.num_actions
         joint_names = list(probe._local[0].batch.envs[0].world.joint_names)  # noqa: SLF001
         layout = dict(probe._local[0].batch.observation_layout)  # noqa: SLF001 - with the task's own terms
+        task_name = probe._local[0].batch.envs[0].world.task.name  # noqa: SLF001 - recorded in env.task
         max_steps = probe._local[0].batch.envs[0].max_steps  # noqa: SLF001
         probe.close()
         # The algorithm is built on a dummy batch so its state can be resumed before workers start.
@@ -356,7 +357,7 @@ class TeacherTrainer:
         }
         spec = TeacherSpec(joint_names=joint_names, observation_layout=layout,
                            hidden_dims=list(cfg["actor"]["hidden_dims"]), activation=cfg["actor"]["activation"],
-                           env=asdict(env_config), rewards=dict(c.rewards),
+                           env={**asdict(env_config), "task": task_name}, rewards=dict(c.rewards),
                            sim_params_version=sim_params_version(c.sim_params), provenance=provenance)
         if spec.obs_dim != obs_dim:
             raise RuntimeError(f"observation layout {spec.obs_dim} != env observation size {obs_dim}")

@@ -10,6 +10,7 @@ import yaml
 from ..core.errors import ConfigError
 from ..paths import config_path
 from ..robots import DEFAULT_ROBOT, get_robot, robot_description_for, sim_params_for
+from ..sim.params import TASK_NAMES
 from .rollout import RolloutConfig
 
 
@@ -23,7 +24,8 @@ class TrainConfig:
     epochs_bc / epochs_per_round; batch_size; lr; weight_decay; eval_episodes (student success
     measured after training); num_threads (torch); teacher: ik (the scripted IK solver) | ppo (a
     PPO teacher checkpoint, `teacher_checkpoint`, from `sim2real train-teacher`); pushes: random
-    pushes in the collection episodes (the sim params' randomization.pushes)."""
+    pushes in the collection episodes (the sim params' randomization.pushes); task: the sim task
+    (sim/tasks.py; "" = the sim params' task.name), recorded in the checkpoint for eval-sim."""
 
     source: str
     seed: int = 0
@@ -50,6 +52,7 @@ class TrainConfig:
     teacher: str = "ik"
     teacher_checkpoint: str | None = None
     pushes: bool = False
+    task: str = ""
 
     def __post_init__(self) -> None:
         get_robot(self.robot, self.source)
@@ -71,6 +74,11 @@ class TrainConfig:
                 raise ConfigError(self.source, name, getattr(self, name), "file not found")
         if self.teacher not in ("ik", "ppo"):
             raise ConfigError(self.source, "teacher", self.teacher, "must be ik or ppo")
+        if self.task and self.task not in TASK_NAMES:
+            raise ConfigError(self.source, "task", self.task, f"unknown task (known: {', '.join(TASK_NAMES)})")
+        if self.task == "pick_lift" and self.teacher == "ik":
+            raise ConfigError(self.source, "teacher", self.teacher, "the IK teacher reaches a point; pick_lift "
+                              "needs a grasp: teacher: ppo with a pick_lift teacher checkpoint")
         if self.teacher == "ppo" and not (self.teacher_checkpoint and Path(self.teacher_checkpoint).is_file()):
             raise ConfigError(self.source, "teacher_checkpoint", self.teacher_checkpoint,
                               "teacher: ppo needs an existing teacher checkpoint (sim2real train-teacher --out ...)")

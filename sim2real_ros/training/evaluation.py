@@ -141,8 +141,11 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     policy = load_policy(checkpoint, backend=backend, num_threads=num_threads)
     robot = robot_for_checkpoint(robot, policy.spec.joint_names, policy.spec.provenance, str(checkpoint))
     params = load_sim_params(sim_params_for(robot, sim_config))
+    if task is None:  # the task the checkpoint was trained on (students since issue 32 record it)
+        task = policy.spec.provenance.get("task") if isinstance(policy.spec.provenance, dict) else None
+        task = task if isinstance(task, str) and task else None
     if task is not None:
-        params = with_task(params, task)
+        params = with_task(params, task, f"{checkpoint}: provenance task")
     preprocess = PreprocessConfig.from_dict(policy.spec.preprocess, source=f"{checkpoint} preprocess")
     description = robot_description_for(robot, robot_description)
     # The sim drives the checkpoint's joints by name: each must be in the robot, and the

@@ -30,7 +30,7 @@ from ..provenance import (
     training_git_state,
 )
 from ..sim.expert import ReachExpert
-from ..sim.params import load_sim_params
+from ..sim.params import load_sim_params, with_task
 from ..sim.world import SimWorld, episode_seed
 from .config import TrainConfig
 from .parallel import EpisodeJob, EpisodePool, counting_progress
@@ -144,6 +144,8 @@ class Trainer:
         self.log = log
         torch.set_num_threads(config.num_threads)
         self.params = load_sim_params(config.sim_params)
+        if config.task:
+            self.params = with_task(self.params, config.task, f"{config.source}: task")
         self.preprocess = PreprocessConfig.from_yaml(config.preprocess)
         # Checked here (a warning is shown once); each worker builds its own pipeline from the config.
         ImagePipeline(self.preprocess, on_warning=lambda text: log(f"[warning] {text}"))
@@ -151,7 +153,8 @@ class Trainer:
         self.world = SimWorld(self.params, config.robot_description, seed=config.seed, render=False)
         job = EpisodeJob(config.sim_params, config.robot_description, self.preprocess.to_dict(),
                          list(self.world.joint_names), config.rollout.to_dict(), config.chunk_length, config.dt_s,
-                         pushes=config.pushes, teacher=config.teacher, teacher_checkpoint=config.teacher_checkpoint)
+                         pushes=config.pushes, teacher=config.teacher, teacher_checkpoint=config.teacher_checkpoint,
+                         task=config.task or None)
         self.pool = EpisodePool(job, workers, num_threads=config.num_threads)
         self.spec = make_policy_spec(
             self.world.joint_names, self.preprocess, architecture=config.architecture, hparams=config.hparams,
@@ -275,7 +278,7 @@ class Trainer:
         # layout does not (core/provenance.py).
         config = portable_provenance(c.to_dict(), [share_dir()])
         provenance = {
-            "robot": c.robot,
+            "robot": c.robot, "task": self.params.task.name,
             "method": f"behavior cloning from a privileged {c.teacher.upper()} teacher + DAgger",
             "teacher": self._teacher_provenance(),
             "config": config, "config_hash": content_hash(config), "seed": c.seed,
