@@ -27,6 +27,7 @@ def test_sigint_stops_a_command_started_with_sigint_ignored():
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         assert proc.stdout.readline().startswith("/dev/"), proc.stderr.read()
+        assert proc.stdout.readline().startswith("emulating servos"), proc.stderr.read()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 0, proc.stderr.read()
     finally:

@@ -130,11 +130,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"[ERROR] --link {args.link}: exists and is not a symlink; not replacing it", file=sys.stderr)
             return 2
         os.symlink(emulator.path, args.link)
-    print(emulator.path, flush=True)
-    print(f"emulating servos {ids} at {args.baud} baud" + (f", faults {args.faults}" if args.faults else ""),
-          flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    try:
+    try:  # from the first line on, Ctrl-C / SIGTERM end in the same orderly close
+        print(emulator.path, flush=True)
+        print(f"emulating servos {ids} at {args.baud} baud" + (f", faults {args.faults}" if args.faults else ""),
+              flush=True)
         emulator.serve_forever()
     except KeyboardInterrupt:
         pass
