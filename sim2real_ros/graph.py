@@ -15,12 +15,17 @@ from .topics import CAMERA_IMAGE, CAMERA_INFO, CLOCK, JOINT_STATES, ROBOT_COMMAN
 
 MODES = ("sim", "robot", "replay")
 # Robot graph real-time knobs (core.realtime, docs/deployment.md): the supervisor and the actuator
-# wake on events and timers and do bounded work, so they go above the camera path (SCHED_OTHER);
-# the policy, the camera path and anything that can spin without sleeping never get a real-time
-# priority. Applied where the process may, else one warning and the node runs as before.
+# wake on events and timers and do bounded work, so they go above the camera path (SCHED_OTHER); so
+# do the servo-bus drivers (one sync read per period, then a sleep to an absolute deadline, also after
+# a failed read: they cannot spin), at 50 as ros2_control's controller manager, which they stand in
+# for: an e-stop's hold reaches the bus without waiting behind a render or a forward pass. The policy,
+# the camera path and anything that can spin without sleeping never get a real-time priority.
+# Applied where the process may, else one warning and the node runs as before.
 ROBOT_REALTIME: dict[str, dict[str, Any]] = {
     "supervisor": {"sched_policy": "fifo", "sched_priority": 60, "lock_memory": True},
     "actuator_node": {"sched_policy": "fifo", "sched_priority": 55, "lock_memory": True},
+    "feetech_driver": {"sched_policy": "fifo", "sched_priority": 50, "lock_memory": True},
+    "leader_arm": {"sched_policy": "fifo", "sched_priority": 50, "lock_memory": True},
 }
 
 # GraphArgs fields that bring up the robot's own nodes (robot mode only).

@@ -78,6 +78,13 @@ def test_robot_graph_realtime_knobs():
     request = {name: RealtimeRequest.from_values(decl.parameters, name) for name, decl in robot.items()}
     assert request["supervisor"].priority > request["actuator_node"].priority > 0
     assert request["supervisor"].policy == request["actuator_node"].policy == "fifo"
+    # The servo-bus drivers (sleeping to a deadline every period) too, below the supervisor and actuator.
+    bringup = by_name("robot", GraphArgs(robot="so101", port="/dev/ttyACM0", calibration="c.json", camera="0",
+                                         leader_port="/dev/ttyACM1", leader_calibration="l.json"))
+    for driver in ("feetech_driver", "leader_arm"):
+        driven = RealtimeRequest.from_values(bringup[driver].parameters, driver)
+        assert driven.policy == "fifo" and 0 < driven.priority < request["actuator_node"].priority
+    assert RealtimeRequest.from_values(bringup["camera_node"].parameters, "camera_node").policy == "other"
     for spinning in ("policy_node", "camera_preprocessor"):
         assert request[spinning].policy == "other" and not request[spinning].asks_anything
     for mode in ("sim", "replay"):
