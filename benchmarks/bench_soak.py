@@ -10,6 +10,7 @@ counts, nodes left behind, and the machine's 1-minute load average before and af
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,23 +21,33 @@ from sim2real_ros.benchmarking import bench_main
 from sim2real_ros.paths import use_dds_profile
 
 SEED = 0
+KEPT = Path(__file__).resolve().parent.parent / "bench_out"  # a run with a violation is kept here
 
 
 def run(quick: bool = False) -> dict[str, Any]:
     use_dds_profile()
     minutes = 3.0 if quick else 30.0
-    with tempfile.TemporaryDirectory(prefix="bench_soak_") as tmp:
-        report_file = Path(tmp) / "soak.json"
-        done = subprocess.run(
-            [sys.executable, "-m", "sim2real_ros.cli.main", "soak", "--minutes", str(minutes), "--seed", str(SEED),
-             "--json", str(report_file)],
-            capture_output=True, text=True, timeout=minutes * 60 + 900)
-        if not report_file.is_file():
-            raise RuntimeError(f"sim2real soak wrote no report (exit code {done.returncode}): "
-                               f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
-        report = json.loads(report_file.read_text())
-    report.pop("faults", None)  # one line per fault: the counts and recovery figures say it
-    return {"soak_violations": sum(report["violations"].values()), "exit_code": done.returncode, **report}
+    # The run's folder (bag, graph.log, soak.json with every fault) is kept when it found a violation:
+    # the bag is the evidence. Under bench_out/ (git ignores it), removed when the run was clean.
+    KEPT.mkdir(parents=True, exist_ok=True)
+    out = Path(tempfile.mkdtemp(prefix=f"soak_seed{SEED}_", dir=KEPT))
+    report_file = out / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "sim2real_ros.cli.main", "soak", "--minutes", str(minutes), "--seed", str(SEED),
+         "--out", str(out / "run"), "--json", str(report_file)],
+        capture_output=True, text=True, timeout=minutes * 60 + 900)
+    (out / "soak.log").write_text(done.stdout + done.stderr)
+    if not report_file.is_file():
+        raise RuntimeError(f"sim2real soak wrote no report (exit code {done.returncode}; kept {out}): "
+                           f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    report = json.loads(report_file.read_text())
+    report.pop("faults", None)  # one line per fault: the counts and recovery figures say it (and run/soak.json)
+    violations = sum(report["violations"].values())
+    if violations == 0 and done.returncode == 0:
+        shutil.rmtree(out)
+    else:
+        report["kept"] = str(out)
+    return {"soak_violations": violations, "exit_code": done.returncode, **report}
 
 
 if __name__ == "__main__":

@@ -79,6 +79,8 @@ def test_a_late_estop_hold_is_caught():
     verdicts, violations = soak.check_estops(presses, commands, measured, modes, bound_s=0.1)
     assert [v.kind for v in violations] == ["estop_not_honoured"]
     assert not verdicts[0].honoured and "away from every measured position" in verdicts[0].problem
+    # the detail says what the supervisor was doing before the press (the hold it kept comes from there)
+    assert "(supervisor before the press: AUTONOMOUS since 1.00 s before: )" in verdicts[0].problem
 
 
 def test_an_estop_reported_late_or_never_is_caught():

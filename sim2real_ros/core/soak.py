@@ -243,8 +243,13 @@ def check_estops(presses: Sequence[EstopPress], commands: Sequence[TimedPosition
                 problem = f"commands moved away from the hold until {reaction_ms:.1f} ms after the press"
             elif near and min(float(np.max(np.abs(np.asarray(m.positions, dtype=float) - hold)))
                               for m in near) > hold_tol_rad:
+                # The supervisor's state just before the press says which hold it was (a HOLD or
+                # ESTOP from an earlier fault keeps its target; a moving mode captures a new one).
+                state = (f"{before[-1].mode} since {(tp - before[-1].t_ns) / 1e9:.2f} s before: "
+                         f"{before[-1].reason}" if before else "unknown")
                 problem = (f"held {min(float(np.max(np.abs(np.asarray(m.positions) - hold))) for m in near):.3f} "
-                           f"rad away from every measured position within {bound_s * 1e3:.0f} ms of the press")
+                           f"rad away from every measured position within {bound_s * 1e3:.0f} ms of the press "
+                           f"(supervisor before the press: {state})")
             elif not near:
                 problem = "no measured joint state around the press to check the hold against"
         verdicts.append(EstopVerdict(tp, not problem, latch_ms, reaction_ms, problem))
