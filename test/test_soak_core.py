@@ -83,6 +83,23 @@ def test_a_late_estop_hold_is_caught():
     assert "(supervisor before the press: AUTONOMOUS since 1.00 s before: )" in verdicts[0].problem
 
 
+def test_a_press_while_latched_is_judged_by_where_the_arm_was_when_estop_was_entered():
+    """ESTOP latched at 500 ms (hold there), then the sim teleports the arm 0.3 rad (an episode reset)
+    while latched: the command stays (latched, it never moves). A second press at 1000 ms is
+    honoured; a hold that was never where the arm was at the latch is still caught."""
+    presses, commands, measured, _ = estop_recording(hold_from_ms=500)
+    measured = [soak.TimedPositions(m.t_ns, m.positions + (np.array([0.3, 0.0]) if m.t_ns > 700 * MS else 0.0))
+                for m in measured]
+    modes = [soak.ModeSample(0, "AUTONOMOUS"), soak.ModeSample(503 * MS, "ESTOP", "e-stop: estop topic"),
+             soak.ModeSample(800 * MS, "ESTOP", "e-stop: estop topic")]
+    verdicts, violations = soak.check_estops(presses, commands, measured, modes, bound_s=0.1)
+    assert violations == [] and verdicts[0].honoured and verdicts[0].latch_ms == 0.0
+    elsewhere = [soak.TimedPositions(c.t_ns, c.positions + np.array([0.2, 0.0])) if c.t_ns >= 500 * MS else c
+                 for c in commands]
+    _, violations = soak.check_estops(presses, elsewhere, measured, modes, bound_s=0.1)
+    assert [v.kind for v in violations] == ["estop_not_honoured"], violations
+
+
 def test_an_estop_reported_late_or_never_is_caught():
     presses, commands, measured, _ = estop_recording(hold_from_ms=1010)
     late = [soak.ModeSample(0, "AUTONOMOUS"), soak.ModeSample(1000 * MS + 250 * MS, "ESTOP")]

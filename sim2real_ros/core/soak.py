@@ -205,7 +205,10 @@ def check_estops(presses: Sequence[EstopPress], commands: Sequence[TimedPosition
       before tr (a hold is step-limited, so it may take several commands to get there);
     - that hold is where the arm was when the stop happened: within `hold_tol_rad` of a measured
       position between tp - lookback_s and tp + bound_s (a stop category 2 hold, docs/safety.md).
-      A supervisor that let the policy drive on and held later holds somewhere else.
+      A supervisor that let the policy drive on and held later holds somewhere else. A press while
+      ESTOP is already latched changes nothing (latched, the command never moves: docs/safety.md),
+      so its hold is judged against where the arm was when ESTOP was entered: a sim arm teleported
+      by an episode reset since then is not where the stop happened.
     - the commands do not stop altogether (a hold is sent every control period).
     """
     bound_ns = int(bound_s * NS_PER_S)
@@ -217,8 +220,13 @@ def check_estops(presses: Sequence[EstopPress], commands: Sequence[TimedPosition
     for press in presses:
         tp, tr = press.pressed_ns, press.released_ns
         before = [m for m in modes if m.t_ns < tp]
+        stopped_ns = tp  # when the stop this press is judged by happened
         if before and before[-1].mode == "ESTOP":
             latch: int | None = tp  # already latched (a stop the injector has not reset yet)
+            entered = len(before) - 1
+            while entered > 0 and before[entered - 1].mode == "ESTOP":
+                entered -= 1
+            stopped_ns = before[entered].t_ns
         else:
             latch = next((m.t_ns for m in modes if m.t_ns >= tp and m.mode == "ESTOP"), None)
         latch_ms = (latch - tp) / 1e6 if latch is not None else math.nan
@@ -238,7 +246,8 @@ def check_estops(presses: Sequence[EstopPress], commands: Sequence[TimedPosition
             while first > 0 and distance[first - 1] + 1e-12 >= distance[first]:
                 first -= 1
             reaction_ms = (window[first].t_ns - tp) / 1e6
-            near = [m for m in measured if tp - int(lookback_s * NS_PER_S) <= m.t_ns <= tp + bound_ns]
+            near = [m for m in measured
+                    if stopped_ns - int(lookback_s * NS_PER_S) <= m.t_ns <= stopped_ns + bound_ns]
             if window[first].t_ns > tp + bound_ns:
                 problem = f"commands moved away from the hold until {reaction_ms:.1f} ms after the press"
             elif near and min(float(np.max(np.abs(np.asarray(m.positions, dtype=float) - hold)))
