@@ -84,9 +84,10 @@ def test_robot_graph_realtime_knobs():
     for driver in ("feetech_driver", "leader_arm"):
         driven = RealtimeRequest.from_values(bringup[driver].parameters, driver)
         assert driven.policy == "fifo" and 0 < driven.priority < request["actuator_node"].priority
-    assert RealtimeRequest.from_values(bringup["camera_node"].parameters, "camera_node").policy == "other"
-    for spinning in ("policy_node", "camera_preprocessor"):
-        assert request[spinning].policy == "other" and not request[spinning].asks_anything
+    camera = RealtimeRequest.from_values(bringup["camera_node"].parameters, "camera_node")
+    assert camera.policy == "other" and camera.nice < 0
+    for spinning in ("policy_node", "camera_preprocessor"):  # a larger CPU share, never a real-time priority
+        assert request[spinning].policy == "other" and request[spinning].priority == 0 and request[spinning].nice < 0
     for mode in ("sim", "replay"):
         assert all("sched_policy" not in decl.parameters for decl in declare_graph(mode))
     # A user's own parameters still win.

@@ -60,7 +60,8 @@ def _core_configs():
         (DriverConfig, "feetech_driver", same("stall_torque_nm", "overload_fraction", "overheat_c", "alarm_samples",
                                               "check_homing_offset"), set()),
         (RealtimeRequest, "realtime", {"policy": "sched_policy", "priority": "sched_priority",
-                                       "cpu_affinity": "cpu_affinity", "lock_memory": "lock_memory"}, {"source"}),
+                                       "cpu_affinity": "cpu_affinity", "lock_memory": "lock_memory",
+                                       "nice": "nice"}, {"source"}),
     ]
 
 

@@ -33,6 +33,9 @@ UNPRIVILEGED = Permissions(is_root=False, cap_sys_nice=False, rtprio_limit=0, ca
     ({"sched_policy": "other", "sched_priority": 10}, "sched_priority"),
     ({"cpu_affinity": [0, 0]}, "cpu_affinity"),
     ({"cpu_affinity": [-1]}, "cpu_affinity"),
+    ({"nice": -21}, "nice"),
+    ({"nice": 20}, "nice"),
+    ({"sched_policy": "fifo", "sched_priority": 10, "nice": -5}, "nice"),  # nice is SCHED_OTHER's weight
 ])
 def test_bad_values_name_the_field(values, field):
     with pytest.raises(ConfigError) as err:
@@ -60,6 +63,18 @@ def test_plan_with_an_rtprio_limit_allows_priorities_up_to_it():
     assert plan_knobs(RealtimeRequest("rr", 40), limited).policy == "rr"
     assert plan_knobs(RealtimeRequest("rr", 41), limited).policy is None
     assert plan_knobs(RealtimeRequest(lock_memory=True), limited).lock_memory  # unlimited memlock
+
+
+def test_plan_lowers_the_nice_value_only_where_the_process_may():
+    assert plan_knobs(RealtimeRequest(nice=5), UNPRIVILEGED).nice == 5  # raising it needs nothing
+    refused = plan_knobs(RealtimeRequest(nice=-10), UNPRIVILEGED)
+    assert refused.nice is None and "nice -10" in refused.refused[0] and "RLIMIT_NICE" in refused.refused[0]
+    limited = Permissions(False, False, 0, False, UNLIMITED, (0, 1), nice_limit=25)  # down to 20 - 25 = -5
+    assert plan_knobs(RealtimeRequest(nice=-5), limited).nice == -5
+    assert plan_knobs(RealtimeRequest(nice=-6), limited).nice is None
+    capable = Permissions(False, True, 0, False, UNLIMITED, (0, 1))
+    assert plan_knobs(RealtimeRequest(nice=-10), capable).nice == -10
+    assert RealtimeRequest(nice=-10).asks_anything
 
 
 def test_plan_refuses_a_cpu_that_is_not_there():
@@ -114,6 +129,7 @@ def test_knobs_applied_in_a_node_process(ros, tmp_path):
         else:
             assert values["sched_policy"] == "other" and "RLIMIT_RTPRIO" in values["refused"]
             assert _thread_policies(proc.pid) == {os.SCHED_OTHER}
+        assert values["nice"] == "0" and values["nice_requested"] == "0"
         # `sim2real topics` shows the same report.
         realtime: dict = {}
         for discovery_s in (2.0, 5.0, 10.0):  # discovery of a new probe node is slow on a loaded machine
@@ -122,6 +138,22 @@ def test_knobs_applied_in_a_node_process(ros, tmp_path):
                 break
         assert realtime["/actuator_node"]["cpu_affinity"] == "0"
         assert "/actuator_node" in format_realtime(realtime)
+    finally:
+        _stop(proc)
+
+
+def test_a_lower_nice_value_applied_to_every_thread_of_a_node(ros, tmp_path):
+    """The camera path's knob (the robot graph gives it nice -10): every thread of the process, or
+    one refusal naming RLIMIT_NICE where the process may not."""
+    proc = _start_actuator(tmp_path, {"nice": "-5"})
+    try:
+        values = _realtime_report(ros, proc, tmp_path)
+        assert values["nice_requested"] == "-5" and values["sched_policy"] == "other"
+        nices = {os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir(f"/proc/{proc.pid}/task")}
+        if read_permissions().may_set_nice(-5):
+            assert values["nice"] == "-5" and values["refused"] == "" and nices == {-5}, (values, nices)
+        else:
+            assert values["nice"] == "0" and "RLIMIT_NICE" in values["refused"] and nices == {0}
     finally:
         _stop(proc)
 

@@ -51,7 +51,7 @@ def read_permissions() -> Permissions:
     return Permissions(is_root=os.geteuid() == 0, cap_sys_nice=bool(caps >> CAP_SYS_NICE_BIT & 1),
                        rtprio_limit=_limit(resource.RLIMIT_RTPRIO), cap_ipc_lock=bool(caps >> CAP_IPC_LOCK_BIT & 1),
                        memlock_limit_bytes=_limit(resource.RLIMIT_MEMLOCK),
-                       cpus=tuple(sorted(os.sched_getaffinity(0))))
+                       cpus=tuple(sorted(os.sched_getaffinity(0))), nice_limit=_limit(resource.RLIMIT_NICE))
 
 
 def _thread_ids() -> list[int]:
@@ -82,6 +82,12 @@ def apply_plan(request: RealtimeRequest, plan: RealtimePlan) -> RealtimeReport:
         except OSError as err:
             refused.append(f"sched_policy {plan.policy} priority {plan.priority}: {err.strerror} "
                            "(docs/deployment.md: limits.conf rtprio)")
+    if plan.nice is not None:
+        try:
+            for tid in tids:  # Linux: a thread id to setpriority sets that thread's nice value
+                _ignore_gone(os.setpriority, os.PRIO_PROCESS, tid, plan.nice)
+        except OSError as err:
+            refused.append(f"nice {plan.nice}: {err.strerror} (docs/deployment.md: limits.conf nice)")
     locked = False
     if plan.lock_memory:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -93,7 +99,7 @@ def apply_plan(request: RealtimeRequest, plan: RealtimePlan) -> RealtimeReport:
     return RealtimeReport(request=request, policy=_POLICY_NAMES.get(policy & 0xFF, str(policy)),
                           priority=os.sched_getparam(0).sched_priority,
                           cpu_affinity=tuple(sorted(os.sched_getaffinity(0))), memory_locked=locked,
-                          refused=tuple(refused))
+                          refused=tuple(refused), nice=os.getpriority(os.PRIO_PROCESS, 0))
 
 
 def _ignore_gone(call, tid: int, *args) -> None:
@@ -120,8 +126,8 @@ def apply_realtime_knobs(node) -> RealtimeReport:
     if report.refused:
         node.get_logger().warning(report.warning())
     elif request.asks_anything:
-        node.get_logger().info(f"real-time knobs applied: {report.policy} priority {report.priority}, CPUs "
-                               f"{list(report.cpu_affinity)}, memory locked {report.memory_locked}")
+        node.get_logger().info(f"real-time knobs applied: {report.policy} priority {report.priority}, nice "
+                               f"{report.nice}, CPUs {list(report.cpu_affinity)}, memory locked {report.memory_locked}")
     publisher = node.create_publisher(DiagnosticArray, REALTIME_TOPIC, LATCHED_QOS)
     publisher.publish(msgconv.diagnostic_array(
         f"{node.get_name()}: realtime", report.values(), now_ns(node),

@@ -8,9 +8,11 @@ the permissions, calls the OS and reports; this module decides what to try, so i
 without privileges.
 
 Why these defaults (docs/deployment.md): a real-time priority goes only to processes whose work
-per wake-up is bounded and that sleep between events (the supervisor, the actuator). A process
-that can spin without sleeping (the policy's forward pass, a sim stepping as fast as it can, the
-camera path) at SCHED_FIFO would starve everything below it, watchdogs included.
+per wake-up is bounded and that sleep between events (the supervisor, the actuator, the servo-bus
+drivers). A process that can spin without sleeping (the policy's forward pass, a sim stepping as
+fast as it can, the camera path) at SCHED_FIFO would starve everything below it, watchdogs
+included; it may get a lower nice value instead (SCHED_OTHER, a larger share of the CPU than the
+machine's other work, never all of it).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from ..errors import ConfigError
 POLICIES = ("other", "fifo", "rr")  # SCHED_OTHER (the default), SCHED_FIFO, SCHED_RR
 REALTIME_POLICIES = ("fifo", "rr")
 PRIORITY_RANGE = (1, 99)  # Linux's range for SCHED_FIFO / SCHED_RR
+NICE_RANGE = (-20, 19)  # Linux's nice values (SCHED_OTHER's weight: -20 the largest CPU share)
 CAP_SYS_NICE_BIT = 23  # bit of CAP_SYS_NICE in /proc/<pid>/status CapEff
 CAP_IPC_LOCK_BIT = 14  # bit of CAP_IPC_LOCK
 UNLIMITED = -1  # an rlimit without a bound (RLIM_INFINITY)
@@ -33,13 +36,15 @@ class RealtimeRequest:
 
     policy: one of POLICIES; priority: 1..99 for fifo/rr, 0 for other; cpu_affinity: CPU indices
     the process may run on (empty: all, as before); lock_memory: mlockall(MCL_CURRENT | MCL_FUTURE),
-    so no page fault waits on the disk.
+    so no page fault waits on the disk; nice: the nice value under sched_policy other (-20..19, 0 as
+    before; below 0 needs CAP_SYS_NICE or RLIMIT_NICE).
     """
 
     policy: str = "other"
     priority: int = 0
     cpu_affinity: tuple[int, ...] = ()
     lock_memory: bool = False
+    nice: int = 0
     source: str = "realtime parameters"
 
     def __post_init__(self) -> None:
@@ -52,6 +57,11 @@ class RealtimeRequest:
         if self.policy == "other" and self.priority != 0:
             raise ConfigError(self.source, "sched_priority", self.priority,
                               "must be 0 for sched_policy other (a priority needs fifo or rr)")
+        if not NICE_RANGE[0] <= self.nice <= NICE_RANGE[1]:
+            raise ConfigError(self.source, "nice", self.nice, f"must be in [{NICE_RANGE[0]}, {NICE_RANGE[1]}]")
+        if self.nice != 0 and self.policy != "other":
+            raise ConfigError(self.source, "nice", self.nice,
+                              f"applies to sched_policy other only (sched_policy is {self.policy}): leave it 0")
         bad = [cpu for cpu in self.cpu_affinity if cpu < 0]
         if bad:
             raise ConfigError(self.source, "cpu_affinity", list(self.cpu_affinity), f"CPU indices must be >= 0: {bad}")
@@ -61,23 +71,25 @@ class RealtimeRequest:
     @property
     def asks_anything(self) -> bool:
         """False when every knob is left as the process starts (nothing to apply or report)."""
-        return self.policy != "other" or bool(self.cpu_affinity) or self.lock_memory
+        return self.policy != "other" or bool(self.cpu_affinity) or self.lock_memory or self.nice != 0
 
     @classmethod
     def from_values(cls, values: Mapping[str, object], source: str) -> RealtimeRequest:
-        """From declared parameter values {sched_policy, sched_priority, cpu_affinity, lock_memory}.
+        """From declared parameter values {sched_policy, sched_priority, cpu_affinity, lock_memory, nice}.
         The policy name is matched case-insensitively and may be given as SCHED_FIFO."""
         policy = str(values.get("sched_policy", "other")).strip().lower().removeprefix("sched_")
         affinity = tuple(int(cpu) for cpu in (values.get("cpu_affinity") or ()))  # type: ignore[union-attr]
         return cls(policy=policy, priority=int(values.get("sched_priority", 0)),  # type: ignore[call-overload]
-                   cpu_affinity=affinity, lock_memory=bool(values.get("lock_memory", False)), source=source)
+                   cpu_affinity=affinity, lock_memory=bool(values.get("lock_memory", False)),
+                   nice=int(values.get("nice", 0)), source=source)  # type: ignore[call-overload]
 
 
 @dataclass(frozen=True)
 class Permissions:
     """What the process may do. is_root: effective uid 0 (reported; the capabilities decide);
     cap_sys_nice / cap_ipc_lock: those capabilities are effective; rtprio_limit: soft RLIMIT_RTPRIO (UNLIMITED = none);
-    memlock_limit_bytes: soft RLIMIT_MEMLOCK (UNLIMITED = none); cpus: the CPUs that exist."""
+    memlock_limit_bytes: soft RLIMIT_MEMLOCK (UNLIMITED = none); cpus: the CPUs that exist;
+    nice_limit: soft RLIMIT_NICE (the lowest nice value allowed is 20 - nice_limit; UNLIMITED = any)."""
 
     is_root: bool
     cap_sys_nice: bool
@@ -85,6 +97,13 @@ class Permissions:
     cap_ipc_lock: bool
     memlock_limit_bytes: int
     cpus: tuple[int, ...]
+    nice_limit: int = 0
+
+    def may_set_nice(self, nice: int) -> bool:
+        # Raising the nice value is always allowed; lowering it below 0 needs the capability or a limit.
+        if nice >= 0 or self.cap_sys_nice or self.nice_limit == UNLIMITED:
+            return True
+        return nice >= 20 - self.nice_limit
 
     def may_set_priority(self, priority: int) -> bool:
         # Root's power here is CAP_SYS_NICE: a root process without it (a container, setpriv) may not.
@@ -106,6 +125,7 @@ class RealtimePlan:
     priority: int = 0
     cpu_affinity: tuple[int, ...] = ()
     lock_memory: bool = False
+    nice: int | None = None
     refused: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -135,8 +155,15 @@ def plan_knobs(request: RealtimeRequest, permissions: Permissions) -> RealtimePl
         else:
             refused.append(f"lock_memory: RLIMIT_MEMLOCK {permissions.memlock_limit_bytes} B is limited and no "
                            "CAP_IPC_LOCK (docs/deployment.md: limits.conf memlock unlimited)")
+    nice: int | None = None
+    if request.nice != 0:
+        if permissions.may_set_nice(request.nice):
+            nice = request.nice
+        else:
+            refused.append(f"nice {request.nice}: no CAP_SYS_NICE, RLIMIT_NICE {permissions.nice_limit} "
+                           "(docs/deployment.md: limits.conf nice)")
     return RealtimePlan(policy=policy, priority=request.priority if policy else 0, cpu_affinity=affinity,
-                        lock_memory=lock, refused=tuple(refused))
+                        lock_memory=lock, nice=nice, refused=tuple(refused))
 
 
 @dataclass(frozen=True)
@@ -149,6 +176,7 @@ class RealtimeReport:
     cpu_affinity: tuple[int, ...]  # the CPUs the process may run on after start-up
     memory_locked: bool
     refused: tuple[str, ...]
+    nice: int = 0  # the process's nice value after start-up
 
     @property
     def complete(self) -> bool:
@@ -168,10 +196,12 @@ class RealtimeReport:
             "sched_priority_requested": str(self.request.priority),
             "cpu_affinity_requested": _cpus(self.request.cpu_affinity) or "all",
             "lock_memory_requested": str(self.request.lock_memory).lower(),
+            "nice_requested": str(self.request.nice),
             "sched_policy": self.policy,
             "sched_priority": str(self.priority),
             "cpu_affinity": _cpus(self.cpu_affinity),
             "memory_locked": str(self.memory_locked).lower(),
+            "nice": str(self.nice),
             "refused": "; ".join(self.refused),
         }
 
