@@ -171,7 +171,7 @@ def robot_main() -> int:
 
 
 # ----------------------------------------------------------------------------------------------
-KNOBS_OFF = {"sched_policy": "other", "sched_priority": 0, "lock_memory": False}
+KNOBS_OFF = {"sched_policy": "other", "sched_priority": 0, "lock_memory": False, "nice": 0}
 SEGMENTS = 4  # quiet, loaded, quiet, loaded
 SETTLE_S = 0.5  # [s] after switching the load, before a segment counts
 
@@ -270,7 +270,7 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
     out = {f"e2e_latency{suffix}_ms": latency_stats(latencies[QUIET], digits=2),
            f"robot_command_period{suffix}_ms": latency_stats(periods[QUIET], digits=2),
            f"realtime{suffix}": {name: {k: values.get(k, "") for k in ("sched_policy", "sched_priority",
-                                                                        "memory_locked", "refused")}
+                                                                        "nice", "memory_locked", "refused")}
                                  for name, values in realtime.items()},
            f"actuator{suffix}": {k: actuator.get(k, "") for k in (
                "chunk_wait_for_tick_ms_p50", "chunk_wait_for_tick_ms_p99", "chunk_wait_for_tick_ms_max",
