@@ -220,6 +220,18 @@ def test_without_publisher_gids_a_release_counts_only_when_one_publisher_remains
     assert stop.active(T0 + 2 * MS) == () and not stop.topic_active
 
 
+def test_without_gids_a_release_from_a_publisher_the_poll_has_not_seen_yet_does_not_release():
+    """Jazzy, CI: A pressed; B joined and released before the next poll counted it (the poll still
+    said one publisher). The count the node reads as the message arrives says two: no release."""
+    stop = sources()
+    stop.set_live_publishers(["gid-a"])
+    stop.on_message(True, T0)  # A presses (anonymous)
+    stop.on_message(False, T0 + MS, publishers_now=2)  # B's release, B not yet polled
+    assert stop.topic_active and "estop topic is true" in stop.active(T0 + MS)[0]
+    stop.on_message(False, T0 + 2 * MS, publishers_now=1)  # B gone again: the one left is A
+    assert not stop.topic_active
+
+
 def test_a_publisher_that_leaves_while_pressed_stays_pressed_until_a_reset():
     stop = sources()
     stop.on_message(True, T0, publisher="a")

@@ -217,6 +217,10 @@ class EstopListener:
         """The fully resolved e-stop topic."""
         return self._subscription.topic_name
 
+    def count_publishers(self) -> int:
+        """Publishers on the e-stop topic the graph shows now (any type), from the e-stop thread."""
+        return self._node.count_publishers(self._subscription.topic_name)
+
     def _spin(self) -> None:
         while not self._closing.is_set() and self._node.context.ok():
             try:
@@ -348,7 +352,9 @@ class SupervisorNode(Node):
         would pass the message alone and every publisher would look the same)."""
         active = bool(msg.data)
         publisher = gid_key(info.get("publisher_gid")) if isinstance(info, dict) else ""
-        self._decide(lambda t: self._core.on_estop(active, t, publisher))
+        # Without a GID, a release counts the publishers now (the e-stop thread's own node: its graph).
+        count = None if active or publisher else self._estop.count_publishers()
+        self._decide(lambda t: self._core.on_estop(active, t, publisher, count))
         self._report_guard.trigger()
 
     def _on_joy(self, msg: Joy) -> None:

@@ -295,12 +295,14 @@ class Supervisor:
         return None
 
     @_fail_safe("command")
-    def on_estop(self, active: bool, now_ns: int, publisher: str = "") -> SentCommand | None:
-        """An `estop` message (true = stop) from `publisher` (its GID as text, "" when unknown).
+    def on_estop(self, active: bool, now_ns: int, publisher: str = "",
+                 publishers_now: int | None = None) -> SentCommand | None:
+        """An `estop` message (true = stop) from `publisher` (its GID as text, "" when unknown);
+        publishers_now: the publishers on the topic as it arrives (EstopState.on_message).
         Returns the hold to publish at once when it latches. A "released" releases only the
         publisher's own "pressed"."""
         self._observe_clock(now_ns)
-        self._estop.on_message(active, now_ns, publisher)
+        self._estop.on_message(active, now_ns, publisher, publishers_now)
         if active:
             named = f" (publisher {publisher})" if publisher else ""
             return self._latch(now_ns, Event.ESTOP_SOURCE, source=f"estop topic is true{named}")

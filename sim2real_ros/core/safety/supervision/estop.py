@@ -68,13 +68,19 @@ class EStopSources:
         """The keys of the `estop` publishers pressing now, sorted (vanished ones included)."""
         return tuple(sorted(self._pressed))
 
-    def on_message(self, active: bool, now_ns: int, publisher: str = "") -> None:
+    def on_message(self, active: bool, now_ns: int, publisher: str = "", publishers_now: int | None = None) -> None:
         """An `estop` message (true = stop) from `publisher` (its GID as text; "" when unknown),
-        received at now_ns [ns]. Only that publisher's own "released" releases its "pressed"."""
+        received at now_ns [ns]. Only that publisher's own "released" releases its "pressed".
+        publishers_now: how many publishers the graph shows on the topic as the message arrives.
+
+        Without GIDs (rclpy on Jazzy gives MessageInfo none) a "released" releases only while
+        neither the last poll nor the count now shows more than one publisher: a publisher that
+        just joined is in the count before the next poll, so its release cannot lift another's
+        press (seen in CI: button B's release let a reset through while A still pressed)."""
         self.message_ns = now_ns
         if active:
             self._pressed.add(publisher)
-        elif not publisher and (self._live_count or 0) > 1:
+        elif not publisher and max(self._live_count or 0, publishers_now or 0) > 1:
             return  # anonymous, with several publishers: it may not be the one that pressed
         else:
             self._pressed.discard(publisher)
