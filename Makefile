@@ -25,7 +25,7 @@ PYTEST_WORKERS ?= 0
 PYTEST_ORDER ?= -p no:randomly
 PYTEST_ARGS := -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ORDER)
 
-.PHONY: setup setup-jazzy test test-sequential test-kilted test-jazzy test-timing demo lint bench clean check-lerobot-reader
+.PHONY: setup setup-jazzy test test-kilted test-jazzy test-timing demo lint bench clean check-lerobot-reader
 
 setup: $(STAMP)
 
@@ -36,25 +36,10 @@ $(STAMP): requirements.txt requirements-common.txt setup.py setup.cfg package.xm
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e . $(PIP_QUIET)
 	touch $(STAMP)
 
-# The whole check, what CI runs (.ci/run): the lint, then the suite on Kilted and on Jazzy side by side,
-# one pytest process each, each in its own DDS domains. Modules that run processes on the wall clock
-# (graphs, node processes, emulated buses, Ray) take one lock file in turn (test/isolation.py
-# SERIAL_MODULES): run freely side by side, the two suites reached the graph bring-up tests together
-# and starved them (seven processes and torch twice over); the rest runs beside them. Kilted's output
-# is live; Jazzy's goes to build/test-jazzy.log and is printed once both are done.
-test: lint $(STAMP) $(STAMP_JAZZY)
-	@mkdir -p build; lock="$$PWD/build/test-serial.lock"; : > "$$lock"; \
-	SIM2REAL_TEST_SERIAL_LOCK="$$lock" SIM2REAL_TEST_DOMAIN_RANGE=117-232 \
-		$(MAKE) --no-print-directory test-jazzy > build/test-jazzy.log 2>&1 & jazzy_pid=$$!; \
-	SIM2REAL_TEST_SERIAL_LOCK="$$lock" SIM2REAL_TEST_DOMAIN_RANGE=1-116 \
-		$(MAKE) --no-print-directory test-kilted && kilted=0 || kilted=$$?; \
-	wait $$jazzy_pid && jazzy=0 || jazzy=$$?; \
-	echo "=== ROS 2 Jazzy (build/test-jazzy.log) ==="; cat build/test-jazzy.log; \
-	echo "make test: ROS 2 Kilted exit $$kilted, ROS 2 Jazzy exit $$jazzy"; \
-	test "$$kilted" -eq 0 && test "$$jazzy" -eq 0
-
-# The suites one after the other (no lock): what `make test` did before it ran them side by side.
-test-sequential: lint $(STAMP_JAZZY)
+# The whole check, what CI runs (.ci/run): the lint, then the suite on Kilted, then on Jazzy. One after
+# the other: run side by side on 2 cores, the two suites reached the graph bring-up tests together and
+# starved them (seven processes and torch twice over); each run keeps its own DDS domain.
+test: lint $(STAMP_JAZZY)
 	SIM2REAL_TEST_DOMAIN_RANGE=1-116 $(MAKE) --no-print-directory test-kilted
 	SIM2REAL_TEST_DOMAIN_RANGE=117-232 $(MAKE) --no-print-directory test-jazzy
 

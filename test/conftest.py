@@ -5,13 +5,12 @@ Parallel runs on one host (CI, several developers, xdist workers) would otherwis
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import random
 import tempfile
 
 import pytest
-from isolation import GROUP_OF_MODULE, SERIAL_MODULES, domain_id_for, xdist_worker
+from isolation import GROUP_OF_MODULE, domain_id_for, xdist_worker
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -19,11 +18,6 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "timing: closed-loop figures that need an idle machine (`make test-timing`); `make test` leaves them out",
     )
-    # A run started as a background job (make test's second suite) inherits SIGINT ignored, and so
-    # would every process a test starts: the tests that stop their processes with Ctrl-C need it back.
-    from sim2real_ros.cli.main import answer_sigint
-
-    answer_sigint()
     worker = xdist_worker()
     domain = domain_id_for(os.environ, worker, os.getpid(), random.SystemRandom().randrange(232))
     os.environ["ROS_DOMAIN_ID"] = str(domain)
@@ -43,32 +37,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         module = item.path.name
         item.add_marker(pytest.mark.xdist_group(GROUP_OF_MODULE.get(module, module)))
-
-
-_serial_lock: dict[str, object] = {}
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_setup(item: pytest.Item):
-    """Take the side-by-side runs' lock (isolation.SERIAL_MODULES) before a serial module's fixtures,
-    session ones included (a recorded graph session is built inside the lock)."""
-    path = os.environ.get("SIM2REAL_TEST_SERIAL_LOCK")
-    if path and item.path.name in SERIAL_MODULES and "file" not in _serial_lock:
-        handle = open(path, "a")  # noqa: SIM115 - held until the module's last teardown
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        _serial_lock["file"] = handle
-    yield
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
-    """Release it once the module's fixtures are torn down (after its last test)."""
-    yield
-    handle = _serial_lock.get("file")
-    if handle is not None and (nextitem is None or nextitem.path != item.path):
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
-        del _serial_lock["file"]
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -20,22 +20,6 @@ TEST_GROUPS = {
 }
 GROUP_OF_MODULE = {module: group for group, modules in TEST_GROUPS.items() for module in modules}
 
-# Modules that run processes on the wall clock (node processes over DDS, graphs, emulated buses, Ray
-# clusters, recorded graph sessions). `make test` runs the Kilted and Jazzy suites side by side and
-# gives them one lock file (SIM2REAL_TEST_SERIAL_LOCK): a run holds it from the first test of such a
-# module to the teardown of its last, so the two runs never have two of these at once (on 2 cores they
-# starved each other's graphs); every other module runs beside them. Without the variable: no lock.
-SERIAL_MODULES = frozenset({
-    *TEST_GROUPS["graph_bringup"], *TEST_GROUPS["ray"], *TEST_GROUPS["sim_recording"],
-    *TEST_GROUPS["teleop_recording"],
-    "test_actuator_in_sim.py", "test_actuator_node.py", "test_bag_hostile.py", "test_camera_node.py",
-    "test_camera_preprocessor_node.py", "test_cli.py", "test_events_executor.py", "test_feetech_driver.py",
-    "test_feetech_node.py", "test_joint_lists.py", "test_leader_arm.py", "test_lean_executor.py", "test_onnx.py",
-    "test_policy_node.py", "test_polled_subscription.py", "test_quiet_stdout.py", "test_realtime.py",
-    "test_recorder.py", "test_rl_tasks.py", "test_sim_node.py", "test_sim_pushes.py", "test_supervisor_faults.py",
-    "test_supervisor_node.py", "test_sysid_fit.py", "test_viz_node.py", "test_viz_origin.py", "test_viz_view.py",
-})
-
 
 def xdist_worker() -> tuple[int, int]:
     """(index, count) of this pytest-xdist worker; (0, 1) outside xdist."""
