@@ -53,6 +53,19 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
+def _describe(pid: int) -> str:
+    """Command line and per-thread state and kernel wait channel of `pid`, to tell where it hangs."""
+    def read(path: str) -> str:
+        try:
+            return Path(path).read_text().replace("\0", " ").strip()
+        except OSError:
+            return "?"
+    threads = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        threads.append(f"{read(f'{task}/comm')}:{(_stat(int(task.name)) or (0, '?', 0))[1]}/{read(f'{task}/wchan')}")
+    return f"{pid} {read(f'/proc/{pid}/cmdline')}: threads {' '.join(threads)}"
+
+
 def _kill_survivors(processes: dict[int, int | None]) -> None:
     """SIGKILL what a failing test left behind, checking identity first (pids get reused)."""
     for pid, started in processes.items():
@@ -87,7 +100,8 @@ def test_sigkilled_launch_sim_leaves_no_node_running(ros, tmp_path):
         killed_at = _kill_launcher(launcher)
         gone = wait_until(lambda: not any(_alive(p, s) for p, s in nodes.items()), GONE_WITHIN_S, poll_s=0.05)
         survivors = [p for p, s in nodes.items() if _alive(p, s)]
-        assert gone, f"node processes {survivors} still running {GONE_WITHIN_S} s after the launcher was killed"
+        assert gone, (f"node processes {survivors} still running {GONE_WITHIN_S} s after the launcher was killed:\n"
+                      + "\n".join(_describe(p) for p in survivors) + f"\n{log.read_text()}")
         print(f"all {len(nodes)} nodes gone {time.monotonic() - killed_at:.2f} s after the launcher's SIGKILL")
         # Nothing of the graph is left on DDS either (the supervisor no longer commands).
         assert wait_until(lambda: not names & set(ros.node.get_node_names()), 30.0, poll_s=0.2)
@@ -154,6 +168,33 @@ def test_node_that_ignores_sigterm_is_killed_after_the_grace_period():
         lived_s = time.monotonic() - killed_at
         # It ignored the SIGTERM, so only the SIGKILL after the grace period could end it.
         assert lived_s >= STUBBORN_GRACE_S - 0.1, f"gone after {lived_s:.2f} s, before the grace period"
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(timeout=10)
+        _kill_survivors(nodes)
+
+
+def test_node_whose_exit_hangs_in_interpreter_finalization_is_ended_by_the_kernel_timer():
+    """A node that took its SIGTERM and returned, but whose interpreter hangs on the way out (where
+    no Python thread runs, the watchdog's included), is ended by bound_exit's kernel timer."""
+    from lifeline_procs import HUNG_EXIT_DEADLINE_S, HUNG_EXIT_GRACE_S
+
+    launcher = subprocess.Popen([sys.executable, PROCS, "hung-exit"], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    nodes: dict[int, int | None] = {}
+    try:
+        assert launcher.stdout is not None
+        line = launcher.stdout.readline()
+        assert line.startswith("ready "), line
+        pid = int(line.split()[1])
+        nodes[pid] = _identity(pid)
+        killed_at = _kill_launcher(launcher)
+        within_s = HUNG_EXIT_DEADLINE_S + WATCH_PERIOD_S + 4.0
+        assert within_s < HUNG_EXIT_GRACE_S  # so the watchdog's own SIGKILL cannot be what ends it
+        assert wait_until(lambda: not _alive(pid, nodes[pid]), within_s, poll_s=0.02), (
+            f"a node hung in its interpreter's exit was still running {within_s} s after its launcher died")
+        print(f"gone {time.monotonic() - killed_at:.2f} s after the launcher's SIGKILL")
     finally:
         if launcher.poll() is None:
             launcher.kill()

@@ -74,9 +74,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..hardware import protocol as p
-    from ..runtime.lifeline import die_with_launcher
+    from ..runtime.lifeline import LAUNCHER_PID_ENV, bound_exit, die_with_launcher
 
     # Started by `sim2real launch robot --emulate`: die with that launcher, as its nodes do.
+    launched = LAUNCHER_PID_ENV in os.environ
     if not die_with_launcher():
         print("[ERROR] emulate-bus: the launcher that started it is gone; not starting", file=sys.stderr)
         return 1
@@ -144,4 +145,6 @@ def run(args: argparse.Namespace) -> int:
             emulator.goal_log.close()
         if args.link is not None and args.link.is_symlink():
             args.link.unlink()
+        if launched:
+            bound_exit()  # as `sim2real node` does: the interpreter's exit may not hang past the grace
     return 0

@@ -11,7 +11,7 @@ import importlib
 import os
 import sys
 
-from ..runtime.lifeline import LAUNCHER_PID_ENV, die_with_launcher
+from ..runtime.lifeline import LAUNCHER_PID_ENV, bound_exit, die_with_launcher
 
 NODES = ("sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder", "viz_node",
          "feetech_driver", "camera_node", "leader_arm", "sim_camera")
@@ -29,4 +29,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"[ERROR] {args.name}: the launcher (pid {launcher}) is gone; not starting", file=sys.stderr, flush=True)
         return 1
     module = importlib.import_module(f"sim2real_ros.nodes.{args.name}")
-    return int(module.main([f"sim2real_ros.{args.name}", *args.ros_args]) or 0)
+    try:
+        return int(module.main([f"sim2real_ros.{args.name}", *args.ros_args]) or 0)
+    finally:
+        if launcher:
+            # The node has done its cleanup; the interpreter's own exit (DDS and extension
+            # destructors) must not keep it alive past the launcher's grace (CI, Jazzy: a node
+            # outlived its SIGKILLed launcher by 9 s, beyond the watchdog's reach).
+            bound_exit()

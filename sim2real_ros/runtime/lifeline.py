@@ -16,6 +16,10 @@ calls `die_with_launcher()` before it imports the node:
   hangs, a handler that ignores SIGTERM).
 * The launcher may die before prctl runs, and then no signal ever comes: after prctl the parent
   pid is compared with the launcher's, and a node whose launcher is already gone does not start.
+* A Python thread cannot kill a process whose interpreter is finalizing (daemon threads stop
+  there), and a node's exit can hang there (a DDS or extension destructor). So the watchdog, once
+  it notices, and `sim2real node` as its node's main returns (`bound_exit`) also arm a kernel
+  timer (ITIMER_REAL): SIGALRM with its default action ends the process without the interpreter.
 
 Nodes started otherwise (`ros2 run`, `ros2 launch`) have no LAUNCHER_PID_ENV and are left alone.
 """
@@ -33,6 +37,7 @@ LAUNCHER_PID_ENV = "SIM2REAL_LAUNCHER_PID"
 PDEATHSIG_ENV = "SIM2REAL_PDEATHSIG"
 WATCH_PERIOD_S = 0.25  # [s] how late an orphan notices without the kernel's signal
 GRACE_S = 5.0  # [s] from the launcher's death to SIGKILL; the launcher's own shutdown waits as long per signal
+ALARM_SLACK_S = 1.0  # [s] the kernel timer's lag behind the watchdog's own SIGKILL, which it only backs up
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -79,10 +84,32 @@ def die_with_launcher(environ: MutableMapping[str, str] | None = None, grace_s: 
     return True
 
 
+def bound_exit(deadline_s: float = GRACE_S) -> bool:
+    """From now on this process has `deadline_s` [s] to end: a kernel timer then ends it with
+    SIGALRM's default action, which needs no Python (a hung interpreter finalization included).
+
+    Call from the main thread; returns False where no timer can be armed (no setitimer)."""
+    if not hasattr(signal, "setitimer"):
+        return False
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.setitimer(signal.ITIMER_REAL, deadline_s)
+    return True
+
+
+def _arm_alarm_from_thread(deadline_s: float) -> None:
+    """bound_exit for a worker thread: signal.signal is main-thread only, so the timer is armed
+    only where SIGALRM still has its default action (nobody installed a handler)."""
+    if hasattr(signal, "setitimer") and signal.getsignal(signal.SIGALRM) == signal.SIG_DFL:
+        signal.setitimer(signal.ITIMER_REAL, deadline_s)
+
+
 def _watch(launcher_pid: int, kernel_signals: bool, grace_s: float, period_s: float) -> None:
     """Poll for the launcher's death; then SIGTERM (unless the kernel sent it), SIGKILL after grace_s [s]."""
     while os.getppid() == launcher_pid:
         time.sleep(period_s)
+    # Before anything else: the SIGTERM below (or the kernel's) may start an interpreter
+    # finalization that stops this thread for good before its SIGKILL.
+    _arm_alarm_from_thread(grace_s + ALARM_SLACK_S)
     if not kernel_signals:
         # A second SIGTERM after the kernel's could cut a cleanup short (the recorder restores the
         # default handler while it closes its bag), so only where the kernel sent none.
