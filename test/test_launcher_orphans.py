@@ -88,8 +88,10 @@ def test_sigkilled_launch_sim_leaves_no_node_running(ros, tmp_path):
     log = tmp_path / "launch.log"
     nodes: dict[int, int | None] = {}
     with open(log, "w") as out:
+        # TMPDIR: the launcher's parameter folder lands here, as a SIGKILLed launcher cannot remove it.
         launcher = subprocess.Popen([sys.executable, "-m", "sim2real_ros.cli.main", "launch", "sim", "--duration",
-                                     "600"], cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT)
+                                     "600"], cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                    env={**os.environ, "TMPDIR": str(tmp_path)})
     try:
         # Up = every node on DDS, so each one is past its startup and spinning when the launcher dies.
         up = wait_until(lambda: names <= set(ros.node.get_node_names()), 180.0, poll_s=0.2)
