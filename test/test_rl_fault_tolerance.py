@@ -154,7 +154,7 @@ def test_a_hung_worker_is_replaced_and_named(ray_local):
             stopped.append(pid)
 
     reference = evaluate_in_sim(default_policy_path(), 4, seed=31, workers=0, block=1)
-    result = evaluate_in_sim(default_policy_path(), 4, seed=31, workers=2, block=1, timeout_s=45.0,
+    result = evaluate_in_sim(default_policy_path(), 4, seed=31, workers=2, block=1, timeout_s=20.0,
                              log=log.append, on_block=on_block)
     try:
         assert any(f"pid {stopped[0]}" in line and "hung" in line and "seeds" in line for line in log), log

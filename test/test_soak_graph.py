@@ -21,7 +21,7 @@ from sim2real_ros.core.soak import FAULT_KINDS, VIOLATION_KINDS
 def test_short_soak_injects_every_fault_kind_with_no_violation(tmp_path):
     out, report_file = tmp_path / "soak", tmp_path / "soak.json"
     # The first len(FAULT_KINDS) faults of every seed are one of each kind (core.soak.iter_faults);
-    # --max-faults ends the run after them (about 2 minutes here); --minutes and the recovery
+    # --max-faults ends the run after them (about 70 s here); --minutes and the recovery
     # timeout only bound a slow machine.
     done = subprocess.run(
         [sys.executable, "-m", "sim2real_ros.cli.main", "soak", "--minutes", "10", "--seed", "5",

@@ -215,22 +215,29 @@ class Soak:
         self.marker = ""  # the launcher's temp folder, set when the graph is declared
 
     # -- recovery: what a person does after a fault ---------------------------------------------
-    def _recover(self, s: SoakSession, timeout_s: float, stable_s: float = 2.0) -> float | None:
-        """Reset a released e-stop, arm from HOLD, until AUTONOMOUS for `stable_s` [s]; seconds [s]
-        from the call until that AUTONOMOUS period began, None on timeout."""
+    def _recover(self, s: SoakSession, timeout_s: float, stable_s: float = 2.0, rearmed_s: float = 0.5) -> float | None:
+        """Reset a released e-stop, arm from HOLD, until AUTONOMOUS holds; seconds [s] from the call
+        until that AUTONOMOUS period began, None on timeout.
+
+        A fault that never took the supervisor out of AUTONOMOUS is recovered once AUTONOMOUS held
+        for `stable_s` from the call (the mode seen just after a fault may be from before its
+        watchdog fired). Once any other mode was seen, an AUTONOMOUS period of `rearmed_s` is
+        enough: the sim resets its episode every few seconds and the supervisor holds on the reset's
+        jump, so waiting for a long undisturbed period would measure episode lengths, not recovery.
+        """
         start = time.monotonic()
         last_try = -1e9
         autonomous_since: float | None = None
+        disturbed = False
         while time.monotonic() - start < timeout_s:
             mode = s.mode()
             if mode == "AUTONOMOUS":
-                # Recovered once AUTONOMOUS holds for stable_s: the mode seen just after a fault
-                # may be from before its watchdog fired.
                 autonomous_since = autonomous_since if autonomous_since is not None else time.monotonic()
-                if time.monotonic() - autonomous_since >= stable_s:
+                if time.monotonic() - autonomous_since >= (rearmed_s if disturbed else stable_s):
                     return autonomous_since - start
                 time.sleep(0.02)
                 continue
+            disturbed = True
             autonomous_since = None
             if time.monotonic() - last_try >= 0.5:
                 last_try = time.monotonic()
