@@ -100,6 +100,21 @@ def test_a_press_while_latched_is_judged_by_where_the_arm_was_when_estop_was_ent
     assert [v.kind for v in violations] == ["estop_not_honoured"], violations
 
 
+def test_a_press_while_latched_from_a_joint_state_silence_is_judged_by_the_last_measurement():
+    """Joint states silent from 310 ms (the supervisor holds at the last one, 305 ms), ESTOP entered
+    at 503 ms in that silence (30-minute soak, 2026-12-02): a second press at 1000 ms is judged by
+    the last measurement before the entry, and a hold elsewhere is still caught."""
+    presses, commands, measured, _ = estop_recording(hold_from_ms=300)
+    silent = [m for m in measured if not 310 * MS <= m.t_ns < 700 * MS]
+    modes = [soak.ModeSample(0, "AUTONOMOUS"), soak.ModeSample(503 * MS, "ESTOP", "e-stop: heartbeat silent")]
+    verdicts, violations = soak.check_estops(presses, commands, silent, modes, bound_s=0.1)
+    assert violations == [] and verdicts[0].honoured, violations
+    elsewhere = [soak.TimedPositions(c.t_ns, c.positions + np.array([0.2, 0.0])) if c.t_ns >= 500 * MS else c
+                 for c in commands]
+    _, violations = soak.check_estops(presses, elsewhere, silent, modes, bound_s=0.1)
+    assert [v.kind for v in violations] == ["estop_not_honoured"], violations
+
+
 def test_an_estop_reported_late_or_never_is_caught():
     presses, commands, measured, _ = estop_recording(hold_from_ms=1010)
     late = [soak.ModeSample(0, "AUTONOMOUS"), soak.ModeSample(1000 * MS + 250 * MS, "ESTOP")]

@@ -208,7 +208,8 @@ def check_estops(presses: Sequence[EstopPress], commands: Sequence[TimedPosition
       A supervisor that let the policy drive on and held later holds somewhere else. A press while
       ESTOP is already latched changes nothing (latched, the command never moves: docs/safety.md),
       so its hold is judged against where the arm was when ESTOP was entered: a sim arm teleported
-      by an episode reset since then is not where the stop happened.
+      by an episode reset since then is not where the stop happened. When ESTOP was entered during
+      a joint-state silence, the last measured position before the entry is that place.
     - the commands do not stop altogether (a hold is sent every control period).
     """
     bound_ns = int(bound_s * NS_PER_S)
@@ -248,6 +249,10 @@ def check_estops(presses: Sequence[EstopPress], commands: Sequence[TimedPosition
             reaction_ms = (window[first].t_ns - tp) / 1e6
             near = [m for m in measured
                     if stopped_ns - int(lookback_s * NS_PER_S) <= m.t_ns <= stopped_ns + bound_ns]
+            if not near and stopped_ns != tp:
+                # ESTOP was entered while joint states were silent (a stale measurement: the
+                # supervisor holds the last one it had), so judge by the last one before the entry.
+                near = [m for m in measured if m.t_ns < stopped_ns][-1:]
             if window[first].t_ns > tp + bound_ns:
                 problem = f"commands moved away from the hold until {reaction_ms:.1f} ms after the press"
             elif near and min(float(np.max(np.abs(np.asarray(m.positions, dtype=float) - hold)))
