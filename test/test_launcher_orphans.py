@@ -2,11 +2,13 @@
 killer does) leaves no node process behind. Real processes throughout, found through /proc."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -160,12 +162,11 @@ def test_node_outlives_the_thread_that_started_it_not_its_launcher(ros, tmp_path
         _kill_survivors(nodes)
 
 
-def test_node_that_ignores_sigterm_is_killed_after_the_grace_period():
-    """A node whose SIGTERM handling never ends it (hung cleanup) is SIGKILLed once the grace
-    period after its launcher's death has passed, and not before."""
-    from lifeline_procs import STUBBORN_GRACE_S
-
-    launcher = subprocess.Popen([sys.executable, PROCS, "stubborn"], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+@contextlib.contextmanager
+def _launcher_with_ready_node(role: str) -> Iterator[tuple[subprocess.Popen, int, int | None]]:
+    """`python lifeline_procs.py ROLE`: a launcher whose one process prints "ready PID"; yields
+    (launcher, node pid, node identity) and leaves neither running, whatever the test did."""
+    launcher = subprocess.Popen([sys.executable, PROCS, role], cwd=REPO_ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
     nodes: dict[int, int | None] = {}
     try:
@@ -174,17 +175,26 @@ def test_node_that_ignores_sigterm_is_killed_after_the_grace_period():
         assert line.startswith("ready "), line
         pid = int(line.split()[1])
         nodes[pid] = _identity(pid)
-        killed_at = _kill_launcher(launcher)
-        assert wait_until(lambda: not _alive(pid, nodes[pid]), STUBBORN_GRACE_S + WATCH_PERIOD_S + 4.0,
-                          poll_s=0.02), "a node ignoring SIGTERM outlived its launcher"
-        lived_s = time.monotonic() - killed_at
-        # It ignored the SIGTERM, so only the SIGKILL after the grace period could end it.
-        assert lived_s >= STUBBORN_GRACE_S - 0.1, f"gone after {lived_s:.2f} s, before the grace period"
+        yield launcher, pid, nodes[pid]
     finally:
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait(timeout=10)
         _kill_survivors(nodes)
+
+
+def test_node_that_ignores_sigterm_is_killed_after_the_grace_period():
+    """A node whose SIGTERM handling never ends it (hung cleanup) is SIGKILLed once the grace
+    period after its launcher's death has passed, and not before."""
+    from lifeline_procs import STUBBORN_GRACE_S
+
+    with _launcher_with_ready_node("stubborn") as (launcher, pid, started):
+        killed_at = _kill_launcher(launcher)
+        assert wait_until(lambda: not _alive(pid, started), STUBBORN_GRACE_S + WATCH_PERIOD_S + 4.0,
+                          poll_s=0.02), "a node ignoring SIGTERM outlived its launcher"
+        lived_s = time.monotonic() - killed_at
+        # It ignored the SIGTERM, so only the SIGKILL after the grace period could end it.
+        assert lived_s >= STUBBORN_GRACE_S - 0.1, f"gone after {lived_s:.2f} s, before the grace period"
 
 
 def test_node_whose_exit_hangs_in_interpreter_finalization_is_ended_by_the_kernel_timer():
@@ -192,26 +202,13 @@ def test_node_whose_exit_hangs_in_interpreter_finalization_is_ended_by_the_kerne
     no Python thread runs, the watchdog's included), is ended by bound_exit's kernel timer."""
     from lifeline_procs import HUNG_EXIT_DEADLINE_S, HUNG_EXIT_GRACE_S
 
-    launcher = subprocess.Popen([sys.executable, PROCS, "hung-exit"], cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
-    nodes: dict[int, int | None] = {}
-    try:
-        assert launcher.stdout is not None
-        line = launcher.stdout.readline()
-        assert line.startswith("ready "), line
-        pid = int(line.split()[1])
-        nodes[pid] = _identity(pid)
+    with _launcher_with_ready_node("hung-exit") as (launcher, pid, started):
         killed_at = _kill_launcher(launcher)
         within_s = HUNG_EXIT_DEADLINE_S + WATCH_PERIOD_S + 4.0
         assert within_s < HUNG_EXIT_GRACE_S  # so the watchdog's own SIGKILL cannot be what ends it
-        assert wait_until(lambda: not _alive(pid, nodes[pid]), within_s, poll_s=0.02), (
+        assert wait_until(lambda: not _alive(pid, started), within_s, poll_s=0.02), (
             f"a node hung in its interpreter's exit was still running {within_s} s after its launcher died")
         print(f"gone {time.monotonic() - killed_at:.2f} s after the launcher's SIGKILL")
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait(timeout=10)
-        _kill_survivors(nodes)
 
 
 def test_node_whose_launcher_died_before_it_started_does_not_start():
