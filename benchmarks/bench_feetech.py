@@ -11,6 +11,12 @@ jitter is |period - 10 ms|; CPU use is the driver's and the emulator's over the 
 Without ROS, the sync read round trip of the driver core (one transaction for position, speed,
 load, voltage and temperature of all 6 servos) is timed too: its wire time at 1 Mbps is 0.98 ms
 (14 bytes out, 6 x 14 bytes back, 10 bits per byte).
+Two setups in one run, each with its own emulator: `as_started` (every process SCHED_OTHER, as a
+node starts without the robot graph's knobs) and `shipped` (the driver and leader arm with their
+knobs of graph.ROBOT_REALTIME, SCHED_FIFO 50 and locked memory, and the emulator at
+emulated_arm.EMULATOR_PRIORITY, as `sim2real launch robot --emulate` starts them: real servos answer
+from their own microcontrollers whatever the host's load). The top-level `node` and `leader_arm`
+are the shipped setup's.
 Targets (issue 31): >= 100 Hz, p99 period jitter <= 2 ms. Figures depend on the machine's load,
 which is reported with them.
 """
@@ -41,10 +47,11 @@ from sensor_msgs.msg import JointState  # noqa: E402
 from sim2real_ros import conversions as cv  # noqa: E402
 from sim2real_ros.benchmarking import bench_main, latency_stats  # noqa: E402
 from sim2real_ros.core.robot.urdf import RobotModel  # noqa: E402
-from sim2real_ros.graph import NodeDecl  # noqa: E402
+from sim2real_ros.graph import ROBOT_REALTIME, NodeDecl  # noqa: E402
 from sim2real_ros.hardware.bus import BusError, FeetechBus  # noqa: E402
 from sim2real_ros.hardware.calibration import MotorCalibration, joint_maps, load_calibration, write_calibration  # noqa: E402
 from sim2real_ros.hardware.driver import FeetechDriver  # noqa: E402
+from sim2real_ros.hardware.emulated_arm import EMULATOR_PRIORITY  # noqa: E402
 from sim2real_ros.paths import urdf_path  # noqa: E402
 from sim2real_ros.runtime.launcher import GraphLauncher  # noqa: E402
 
@@ -56,11 +63,13 @@ RATE_HZ = 100.0
 class Emulator:
     """`sim2real emulate-bus` as a process; .path is its pty."""
 
-    def __init__(self) -> None:
+    def __init__(self, realtime_priority: int = 0) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "sim2real_ros.cli.main", "emulate-bus", "--ids", "1-6",
-                                      "--baud", "1000000"], stdout=subprocess.PIPE, text=True,
+                                      "--baud", "1000000", "--realtime-priority", str(realtime_priority)],
+                                     stdout=subprocess.PIPE, text=True,
                                      env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
         self.path = self.proc.stdout.readline().strip()
+        self.lines = [self.proc.stdout.readline().strip() for _ in range(2 if realtime_priority else 1)]
 
     def close(self) -> None:
         self.proc.terminate()
@@ -101,13 +110,16 @@ def measure_core(port: str, calibration: Path, reads: int) -> dict:
 
 
 def measure_node(port: str, calibration: Path, duration_s: float, domain_id: int, log: Path,
-                 emulator_pid: int, executable: str = "feetech_driver", topic: str = "joint_states") -> dict:
+                 emulator_pid: int, executable: str = "feetech_driver", topic: str = "joint_states",
+                 shipped_knobs: bool = False) -> dict:
     """`topic` from the node `executable` (feetech_driver, leader_arm): rate, stamp and arrival period
-    jitter [ms], CPU use of the node and the emulator."""
+    jitter [ms], CPU use of the node and the emulator. shipped_knobs: the node's real-time knobs of
+    graph.ROBOT_REALTIME (else none)."""
     os.environ["ROS_DOMAIN_ID"] = str(domain_id)
+    knobs = dict(ROBOT_REALTIME.get(executable, {})) if shipped_knobs else {}
     decl = NodeDecl(executable, executable,
                     {"port": port, "calibration": str(calibration), "rate_hz": RATE_HZ, "joints": JOINTS,
-                     "robot_description": str(urdf_path("so101/so101_new_calib.urdf"))}, (), ())
+                     "robot_description": str(urdf_path("so101/so101_new_calib.urdf")), **knobs}, (), ())
     launcher = GraphLauncher([decl], echo=False, log_file=log)
     context = Context()
     rclpy.init(context=context)
@@ -154,6 +166,7 @@ def measure_node(port: str, calibration: Path, duration_s: float, domain_id: int
         "arrival_jitter_ms": latency_stats(np.abs(arrival_periods - nominal) * 1e3),
         "gaps_over_20ms": int(np.sum(stamp_periods > 0.02)),
         "cpu_percent_of_one_core": cpu_percent,
+        "realtime_knobs": knobs,
     }
 
 
@@ -161,19 +174,27 @@ def run(quick: bool = False) -> dict:
     duration_s = 5.0 if quick else 20.0
     domain_id = 101 + random.SystemRandom().randrange(100)
     load_before = os.getloadavg()[0]
+    setups: dict[str, dict] = {}
+    core: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         calibration = calibration_file(folder)
-        emulator = Emulator()
-        try:
-            core = measure_core(emulator.path, calibration, 300 if quick else 2000)
-            node = measure_node(emulator.path, calibration, duration_s, domain_id, folder / "driver.log",
-                                emulator.proc.pid)
-            leader = measure_node(emulator.path, calibration, duration_s, domain_id, folder / "leader.log",
-                                  emulator.proc.pid, "leader_arm", "command/teleop")
-        finally:
-            emulator.close()
-    return {"node": node, "leader_arm": leader, "core": core, "duration_s": duration_s, "cpus": os.cpu_count(),
+        for setup, shipped in (("as_started", False), ("shipped", True)):
+            emulator = Emulator(EMULATOR_PRIORITY if shipped else 0)
+            try:
+                if not core:
+                    core = measure_core(emulator.path, calibration, 300 if quick else 2000)
+                node = measure_node(emulator.path, calibration, duration_s, domain_id, folder / f"driver_{setup}.log",
+                                    emulator.proc.pid, shipped_knobs=shipped)
+                leader = measure_node(emulator.path, calibration, duration_s, domain_id, folder / f"leader_{setup}.log",
+                                      emulator.proc.pid, "leader_arm", "command/teleop", shipped_knobs=shipped)
+            finally:
+                emulator.close()
+            setups[setup] = {"node": node, "leader_arm": leader, "emulator": emulator.lines[1:]}
+            print(f"[bench_feetech] {setup}: {node['rate_hz']} Hz, stamp jitter p99 "
+                  f"{node['stamp_jitter_ms']['p99']} ms; leader arm p99 {leader['stamp_jitter_ms']['p99']} ms",
+                  file=sys.stderr, flush=True)
+    return {**setups["shipped"], "setups": setups, "core": core, "duration_s": duration_s, "cpus": os.cpu_count(),
             "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]},
             "targets": {"rate_hz": ">= 100", "p99_jitter_ms": "<= 2"}}
 

@@ -298,3 +298,31 @@ def test_emulate_bus_link_and_bad_faults(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2
     assert "melt:1:2" in bad.stderr
+
+
+def test_emulator_realtime_priority_is_applied_or_refused_in_one_line():
+    """--realtime-priority N puts the emulator at SCHED_FIFO N where the process may (real servos never
+    wait for the host's CPU), else one warning line and it runs as started; out of range is refused."""
+    from sim2real_ros.core.control.realtime import RealtimeRequest, plan_knobs
+    from sim2real_ros.nodes.realtime import read_permissions
+
+    allowed = not plan_knobs(RealtimeRequest(policy="fifo", priority=70), read_permissions()).refused
+    proc = subprocess.Popen([sys.executable, "-m", "sim2real_ros.cli.main", "emulate-bus", "--ids", "1",
+                             "--realtime-priority", "70"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().startswith("/dev/"), proc.stderr.read()
+        assert proc.stdout.readline().startswith("emulating servos")
+        said = proc.stdout.readline().strip()
+        if allowed:
+            assert said == "emulator at SCHED_FIFO priority 70"
+            assert os.sched_getscheduler(proc.pid) == os.SCHED_FIFO
+            assert os.sched_getparam(proc.pid).sched_priority == 70
+        else:
+            assert said.startswith("[WARN] emulate-bus: real-time knobs not applied") and "priority 70" in said
+            assert os.sched_getscheduler(proc.pid) == os.SCHED_OTHER
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    bad = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "emulate-bus", "--realtime-priority", "100"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--realtime-priority 100: must be in 0..99" in bad.stderr

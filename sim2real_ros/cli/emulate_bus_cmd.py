@@ -70,6 +70,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="append a line per goal position written on the bus to this file: "
                              "'t_ns id ticks present' (t_ns: time.monotonic_ns when it was read; for tests and "
                              "benchmarks)")
+    parser.add_argument("--realtime-priority", type=int, default=0, metavar="N",
+                        help="run the emulator at SCHED_FIFO priority N (1-99; 0, the default: as started). Real "
+                             "servos answer from their own microcontrollers, never waiting for the host's CPU: "
+                             "a priority above the graph's keeps the host's load out of the bus timing measured "
+                             "against the emulator. Refused with one warning where the process may not")
+
+
+def _apply_priority(priority: int) -> str:
+    """SCHED_FIFO at `priority` for this process where it may; returns the line saying what happened."""
+    from ..core.control.realtime import RealtimeRequest, plan_knobs
+    from ..nodes.realtime import apply_plan, read_permissions
+
+    request = RealtimeRequest(policy="fifo", priority=priority, source="emulate-bus --realtime-priority")
+    report = apply_plan(request, plan_knobs(request, read_permissions()))
+    if report.refused:
+        return f"[WARN] emulate-bus: {report.warning()}"
+    return f"emulator at SCHED_FIFO priority {report.priority}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
                 offsets[motor.servo_id] = motor.homing_offset
                 initial[motor.servo_id] = (motor.range_min + motor.range_max) // 2
         initial.update(parse_pairs(args.initial, "--initial"))
+        if not 0 <= args.realtime_priority <= 99:
+            raise Sim2RealError(f"--realtime-priority {args.realtime_priority}: must be in 0..99 (0: as started)")
         if not 0 <= args.return_delay_us <= 510:
             raise Sim2RealError(f"--return-delay-us {args.return_delay_us}: must be in 0..510")
         dynamics: ServoDynamics | dict[int, ServoDynamics]
@@ -136,6 +155,9 @@ def run(args: argparse.Namespace) -> int:
         print(emulator.path, flush=True)
         print(f"emulating servos {ids} at {args.baud} baud" + (f", faults {args.faults}" if args.faults else ""),
               flush=True)
+        if args.realtime_priority:
+            # After the first line: whoever reads the pty path from it gets that line first.
+            print(_apply_priority(args.realtime_priority), flush=True)
         emulator.serve_forever()
     except KeyboardInterrupt:
         pass

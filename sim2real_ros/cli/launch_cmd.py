@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..core.errors import Sim2RealError
 from ..graph import BRINGUP_FIELDS, MODES, GraphArgs, bringup_problems, declare_graph
-from ..hardware.emulated_arm import start_emulated_arm
+from ..hardware.emulated_arm import EMULATOR_PRIORITY, start_emulated_arm
 from ..robots import ROBOT_NAMES, sim_params_for
 from ..runtime.launcher import GraphLauncher
 from ..runtime.lifeline import launcher_environment
@@ -62,6 +62,9 @@ def add_graph_arguments(parser: argparse.ArgumentParser) -> None:
     bringup.add_argument("--emulate-faults", nargs="*", default=[], metavar="KIND:ID:N",
                          help="with --emulate: faults of the emulated servos (sim2real emulate-bus --faults), "
                               "e.g. overheat:2:500")
+    bringup.add_argument("--emulate-realtime-priority", type=int, default=EMULATOR_PRIORITY, metavar="N",
+                         help="with --emulate: the emulator's SCHED_FIFO priority (default %(default)s, above the "
+                              "graph's nodes, as real servos never wait for the host's CPU; 0: as started)")
     bringup.add_argument("--emulate-goal-log", default=None, help=argparse.SUPPRESS)  # tests, benchmarks
 
 
@@ -110,6 +113,11 @@ def _usage_problems(args: argparse.Namespace, graph_args: GraphArgs) -> list[str
         problems.append(f"{', '.join(robot_flags) or '--emulate'}: only for `sim2real launch robot`")
     if args.emulate_faults and not args.emulate:
         problems.append("--emulate-faults: only with --emulate")
+    if args.emulate_realtime_priority != EMULATOR_PRIORITY and not args.emulate:
+        problems.append("--emulate-realtime-priority: only with --emulate")
+    if not 0 <= args.emulate_realtime_priority <= 99:
+        problems.append(f"--emulate-realtime-priority {args.emulate_realtime_priority}: must be in 0..99 "
+                        "(0: as started)")
     if args.emulate:
         if graph_args.port or graph_args.calibration:
             problems.append("--emulate: the emulator's pty is the port and its calibration is generated; "
@@ -141,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
             try:
                 arm = start_emulated_arm(graph_args.description(), sim_params_for(graph_args.robot), Path(scratch),
                                          env=env, goal_log=Path(args.emulate_goal_log) if args.emulate_goal_log
-                                         else None, faults=tuple(args.emulate_faults))
+                                         else None, faults=tuple(args.emulate_faults),
+                                         realtime_priority=args.emulate_realtime_priority)
             except Sim2RealError as err:
                 print(f"sim2real launch: --emulate: {err}", file=sys.stderr)
                 return 2

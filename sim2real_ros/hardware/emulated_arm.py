@@ -27,6 +27,13 @@ from .calibration import calibration_covering, joint_maps, write_calibration
 
 CALIBRATION_FILE = "emulated_arm_calibration.json"
 START_TIMEOUT_S = 30.0  # the emulator prints its pty path within this, or the rehearsal fails [s]
+# The emulator's SCHED_FIFO priority (emulate-bus --realtime-priority), above every node of the robot
+# graph (graph.ROBOT_REALTIME: supervisor 60): real servos answer from their own microcontrollers,
+# whatever the host's load, so the emulator's replies must not queue behind the graph's processes,
+# or the rehearsal's bus timing measures the emulator's scheduling instead of the driver's. Its work
+# per instruction is bounded and it sleeps in select() between them. Refused with one warning where
+# the process may not (the emulator then runs as started).
+EMULATOR_PRIORITY = 70
 
 
 @dataclass
@@ -69,8 +76,11 @@ def rehearsal_pose(robot_description: str, sim_params_file: str) -> tuple[list[s
 
 def start_emulated_arm(robot_description: str, sim_params_file: str, directory: Path,
                        env: dict[str, str] | None = None, goal_log: Path | None = None,
-                       faults: tuple[str, ...] = (), echo: bool = True) -> EmulatedArm:
+                       faults: tuple[str, ...] = (), echo: bool = True,
+                       realtime_priority: int = EMULATOR_PRIORITY) -> EmulatedArm:
     """Write the calibration into `directory`, start the emulator, wait for its pty path.
+
+    realtime_priority: the emulator's SCHED_FIFO priority (EMULATOR_PRIORITY; 0: as started).
 
     Raises Sim2RealError (with the emulator's own error line) when it does not start."""
     joints, lower, upper, home = rehearsal_pose(robot_description, sim_params_file)
@@ -81,7 +91,8 @@ def start_emulated_arm(robot_description: str, sim_params_file: str, directory: 
     initial = {m.motor.servo_id: m.to_ticks(home[m.joint]) for m in maps}
     command = [sys.executable, "-m", "sim2real_ros.cli.main", "emulate-bus",
                "--ids", ",".join(str(i) for i in sorted(initial)), "--calibration", str(calibration),
-               "--initial", *(f"{i}:{t}" for i, t in sorted(initial.items()))]
+               "--initial", *(f"{i}:{t}" for i, t in sorted(initial.items())),
+               "--realtime-priority", str(int(realtime_priority))]
     if goal_log is not None:
         command += ["--goal-log", str(goal_log)]
     if faults:
