@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .paths import config_path, default_policy_path
-from .robots import DEFAULT_ROBOT, get_robot, robot_description_for, sim_params_for
+from .robots import DEFAULT_ROBOT, ROBOTS, get_robot, robot_description_for, sim_params_for
 from .topics import CAMERA_IMAGE, CAMERA_INFO, CLOCK, JOINT_STATES, ROBOT_COMMAND
 
 MODES = ("sim", "robot", "replay")
@@ -50,7 +50,7 @@ class GraphArgs:
     robot: str = DEFAULT_ROBOT  # robots.ROBOTS name: the default URDF, sim params and tool link
     robot_description: str = ""  # "" = the robot's URDF
     params_file: str = field(default_factory=lambda: str(config_path("params.yaml")))
-    checkpoint: str = field(default_factory=lambda: str(default_policy_path()))
+    checkpoint: str = ""  # "" = the robot's shipped reach policy (robots.RobotInfo.policy)
     use_sim_time: bool | None = None  # None: true for sim and replay, false on the robot
     camera_image_topic: str = CAMERA_IMAGE.name
     camera_info_topic: str = CAMERA_INFO.name
@@ -71,6 +71,12 @@ class GraphArgs:
     leader_port: str = ""  # a leader arm's bus: add leader_arm (command/teleop)
     leader_calibration: str = ""  # the leader arm's LeRobot calibration JSON (required with leader_port)
     estop_heartbeat_s: float = 0.0  # > 0: the supervisor's estop_heartbeat_timeout_s [s] (a stop source)
+
+    def __post_init__(self) -> None:
+        if not self.checkpoint:
+            # An unknown robot is refused by name where the graph is declared; its policy is arm6's meanwhile.
+            robot = ROBOTS.get(self.robot)
+            object.__setattr__(self, "checkpoint", str(robot.policy_path() if robot else default_policy_path()))
 
     def description(self) -> str:
         """robot_description, or the robot's URDF file when it is empty."""

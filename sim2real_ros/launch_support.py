@@ -18,7 +18,7 @@ LAUNCH_ARGUMENTS: dict[str, tuple[str, str]] = {
     "robot_description": ("robot_description", "URDF file path (joint names and limits come from it); "
                           "default: the robot's"),
     "params_file": ("params_file", "ROS parameters YAML passed to every node"),
-    "checkpoint": ("checkpoint", "policy checkpoint file"),
+    "checkpoint": ("checkpoint", "policy checkpoint file (default: the robot's shipped reach policy)"),
     "use_sim_time": ("use_sim_time", "true/false; default true in sim mode, false otherwise"),
     "camera_image_topic": ("camera_image_topic", "the camera driver's image topic (v4l2/usb_cam/RealSense)"),
     "camera_info_topic": ("camera_info_topic", "the camera driver's camera_info topic"),
@@ -43,7 +43,6 @@ LAUNCH_ARGUMENTS: dict[str, tuple[str, str]] = {
 
 def graph_args_from_launch(values: dict[str, str]) -> GraphArgs:
     """GraphArgs from launch-argument strings; empty strings mean "use the default"."""
-    defaults = GraphArgs()
     kwargs: dict[str, Any] = {}
     for arg, (field, _) in LAUNCH_ARGUMENTS.items():
         text = values.get(arg, "")
@@ -64,7 +63,7 @@ def graph_args_from_launch(values: dict[str, str]) -> GraphArgs:
             kwargs[field] = int(text)
         else:
             kwargs[field] = text
-    return dataclasses.replace(defaults, **kwargs)
+    return GraphArgs(**kwargs)  # built, not replaced: defaults that follow the robot (checkpoint) follow it
 
 
 def launch_description(mode: str):

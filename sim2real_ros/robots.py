@@ -21,7 +21,9 @@ class RobotInfo:
     command order (what joint_states, command arrays and checkpoints list); gripper: the jaw joint (a
     position-commanded joint like the others) or None; tool_link: the tool point (sim task, Cartesian
     jogging); camera_link: the URDF link the sim camera is mounted on; sim_params: file under config/;
-    jaw_links: the links whose collision shapes grip (the pick tasks' grasp test), () without a gripper."""
+    jaw_links: the links whose collision shapes grip (the pick tasks' grasp test), () without a gripper;
+    policy: the shipped reach policy trained for this robot (under the package share dir), what a
+    graph runs when no checkpoint is named."""
 
     name: str
     urdf: str
@@ -32,9 +34,13 @@ class RobotInfo:
     sim_params: str
     summary: str
     jaw_links: tuple[str, ...] = ()
+    policy: str = "policies/reach_default.safetensors"
 
     def urdf_path(self) -> Path:
         return share_dir() / self.urdf
+
+    def policy_path(self) -> Path:
+        return share_dir() / self.policy
 
     def sim_params_path(self) -> Path:
         return config_path(self.sim_params)
@@ -53,7 +59,8 @@ ROBOTS: dict[str, RobotInfo] = {
         sim_params="sim_params_so101.yaml",
         summary="LeRobot's SO-101 follower arm: 5 joints + gripper jaw, Feetech STS3215 servos",
         # the fixed jaw is part of gripper_link's collision shapes
-        jaw_links=("gripper_link", "moving_jaw_so101_v1_link")),
+        jaw_links=("gripper_link", "moving_jaw_so101_v1_link"),
+        policy="policies/reach_so101.safetensors"),
 }
 DEFAULT_ROBOT = "arm6"
 ROBOT_NAMES = tuple(ROBOTS)

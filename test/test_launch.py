@@ -1,6 +1,8 @@
 """Launch files and their argument mapping; the graphs themselves are tested via declare_graph."""
 import ast
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,31 @@ def test_launch_values_become_graph_args():
     assert args.checkpoint == GraphArgs().checkpoint  # empty string = default
     with pytest.raises(ValueError, match="use_sim_time"):
         graph_args_from_launch({"use_sim_time": "maybe"})
+
+
+def test_the_default_policy_follows_the_robot(tmp_path):
+    """No checkpoint named: the robot's shipped reach policy (arm6's was refused for an SO-101 by name, so
+    `sim2real launch robot --robot so101 --emulate` failed without --checkpoint); a named one is kept."""
+    assert Path(GraphArgs().checkpoint).name == "reach_default.safetensors"
+    assert Path(GraphArgs(robot="so101").checkpoint).name == "reach_so101.safetensors"
+    from_launch = graph_args_from_launch({"robot": "so101", "checkpoint": ""})
+    assert Path(from_launch.checkpoint).name == "reach_so101.safetensors"
+    assert Path(GraphArgs(robot="so101").checkpoint).is_file()
+    mine = str(tmp_path / "mine.safetensors")
+    assert graph_args_from_launch({"robot": "so101", "checkpoint": mine}).checkpoint == mine
+    policy = next(d for d in declare_graph("robot", GraphArgs(robot="so101")) if d.executable == "policy_node")
+    assert Path(policy.parameters["checkpoint"]).name == "reach_so101.safetensors"
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["sim", "--emulate-realtime-priority", "5"], "--emulate-realtime-priority: only with --emulate"),
+    (["robot", "--robot", "so101", "--emulate", "--emulate-realtime-priority", "120"],
+     "--emulate-realtime-priority 120: must be in 0..99"),
+])
+def test_launch_refuses_a_bad_emulator_priority_before_starting_anything(argv, says):
+    done = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "launch", *argv],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and says in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize("mode", ["sim", "robot", "replay"])

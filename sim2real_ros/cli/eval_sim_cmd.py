@@ -16,14 +16,14 @@ import sys
 from pathlib import Path
 
 from ..paths import default_policy_path
-from ..robots import ROBOT_NAMES
+from ..robots import ROBOT_NAMES, get_robot
 from ..sim.params import TASK_NAMES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", type=Path, default=default_policy_path(),
+    parser.add_argument("--checkpoint", type=Path, default=None,
                         help="checkpoint, exported .onnx policy or PPO teacher checkpoint (privileged observations; "
-                             "default: the shipped policy)")
+                             "default: the shipped reach policy of --robot, arm6's without it)")
     parser.add_argument("--backend", choices=("auto", "torch", "onnxruntime"), default="auto",
                         help="core path: what runs the policy; auto picks by the file (docs/onnx.md)")
     parser.add_argument("--task", choices=TASK_NAMES, default=None,
@@ -61,6 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.checkpoint is None:
+        args.checkpoint = get_robot(args.robot).policy_path() if args.robot else default_policy_path()
     if args.episodes <= 0:
         print(f"--episodes must be > 0, got {args.episodes}")
         return 2

@@ -26,7 +26,8 @@ def add_graph_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--robot-description", default=defaults.robot_description,
                         help="URDF path (default: the robot's)")
     parser.add_argument("--params-file", default=defaults.params_file, help="ROS parameters YAML")
-    parser.add_argument("--checkpoint", default=defaults.checkpoint, help="policy checkpoint")
+    parser.add_argument("--checkpoint", default=None,
+                        help="policy checkpoint (default: the robot's shipped reach policy, docs/robots.md)")
     parser.add_argument("--use-sim-time", choices=("true", "false"), default=None,
                         help="default: true in sim mode, false otherwise")
     parser.add_argument("--camera-image-topic", default=defaults.camera_image_topic)
