@@ -23,12 +23,22 @@ MODES = ("sim", "robot", "replay")
 # camera path (camera, preprocessor, policy) gets nice -10 instead: under SCHED_OTHER a frame's work
 # outweighs the machine's other work about 9 to 1, and can still never starve anything.
 # Applied where the process may, else one warning and the node runs as before.
+# The same four also get a 0.5 ms GIL switch interval: each runs two Python threads (the supervisor's
+# e-stop thread beside its main one, a driver's bus loop beside its executor), and a thread woken by
+# an event waits for the other to hand over the interpreter, up to Python's 5 ms by default. On the
+# emulated SO-101 (quiet VM, 2 x 30 e-stops each, interleaved) e-stop -> hold on the bus went from
+# p99 3.9 / 9.3 ms to 2.9 / 2.7 ms (docs/so101.md).
 CAMERA_PATH_NICE = -10
+EVENT_THREAD_SWITCH_S = 0.0005
 ROBOT_REALTIME: dict[str, dict[str, Any]] = {
-    "supervisor": {"sched_policy": "fifo", "sched_priority": 60, "lock_memory": True},
-    "actuator_node": {"sched_policy": "fifo", "sched_priority": 55, "lock_memory": True},
-    "feetech_driver": {"sched_policy": "fifo", "sched_priority": 50, "lock_memory": True},
-    "leader_arm": {"sched_policy": "fifo", "sched_priority": 50, "lock_memory": True},
+    "supervisor": {"sched_policy": "fifo", "sched_priority": 60, "lock_memory": True,
+                   "gil_switch_interval_s": EVENT_THREAD_SWITCH_S},
+    "actuator_node": {"sched_policy": "fifo", "sched_priority": 55, "lock_memory": True,
+                      "gil_switch_interval_s": EVENT_THREAD_SWITCH_S},
+    "feetech_driver": {"sched_policy": "fifo", "sched_priority": 50, "lock_memory": True,
+                       "gil_switch_interval_s": EVENT_THREAD_SWITCH_S},
+    "leader_arm": {"sched_policy": "fifo", "sched_priority": 50, "lock_memory": True,
+                   "gil_switch_interval_s": EVENT_THREAD_SWITCH_S},
     "camera_node": {"nice": CAMERA_PATH_NICE},
     "camera_preprocessor": {"nice": CAMERA_PATH_NICE},
     "policy_node": {"nice": CAMERA_PATH_NICE},

@@ -84,6 +84,10 @@ def test_robot_graph_realtime_knobs():
     for driver in ("feetech_driver", "leader_arm"):
         driven = RealtimeRequest.from_values(bringup[driver].parameters, driver)
         assert driven.policy == "fifo" and 0 < driven.priority < request["actuator_node"].priority
+        assert driven.gil_switch_interval_s == 0.0005
+    # The processes with an event thread beside another Python thread hand over the interpreter quickly.
+    assert request["supervisor"].gil_switch_interval_s == request["actuator_node"].gil_switch_interval_s == 0.0005
+    assert request["policy_node"].gil_switch_interval_s == 0.0  # Python's own: throughput matters there
     camera = RealtimeRequest.from_values(bringup["camera_node"].parameters, "camera_node")
     assert camera.policy == "other" and camera.nice < 0
     for spinning in ("policy_node", "camera_preprocessor"):  # a larger CPU share, never a real-time priority

@@ -61,7 +61,7 @@ def _core_configs():
                                               "check_homing_offset"), set()),
         (RealtimeRequest, "realtime", {"policy": "sched_policy", "priority": "sched_priority",
                                        "cpu_affinity": "cpu_affinity", "lock_memory": "lock_memory",
-                                       "nice": "nice"}, {"source"}),
+                                       "nice": "nice", "gil_switch_interval_s": "gil_switch_interval_s"}, {"source"}),
     ]
 
 

@@ -36,6 +36,8 @@ UNPRIVILEGED = Permissions(is_root=False, cap_sys_nice=False, rtprio_limit=0, ca
     ({"nice": -21}, "nice"),
     ({"nice": 20}, "nice"),
     ({"sched_policy": "fifo", "sched_priority": 10, "nice": -5}, "nice"),  # nice is SCHED_OTHER's weight
+    ({"gil_switch_interval_s": -0.001}, "gil_switch_interval_s"),
+    ({"gil_switch_interval_s": 0.5}, "gil_switch_interval_s"),
 ])
 def test_bad_values_name_the_field(values, field):
     with pytest.raises(ConfigError) as err:
@@ -47,6 +49,14 @@ def test_bad_values_name_the_field(values, field):
 def test_policy_names_as_chrt_spells_them():
     assert RealtimeRequest.from_values({"sched_policy": "SCHED_FIFO", "sched_priority": 5}, "x").policy == "fifo"
     assert not RealtimeRequest.from_values({}, "x").asks_anything
+
+
+def test_the_switch_interval_needs_no_privilege_and_zero_leaves_it():
+    request = RealtimeRequest.from_values({"gil_switch_interval_s": 0.0005}, "x")
+    assert request.asks_anything
+    assert plan_knobs(request, UNPRIVILEGED).gil_switch_interval_s == 0.0005
+    assert not plan_knobs(request, UNPRIVILEGED).refused
+    assert plan_knobs(RealtimeRequest(), UNPRIVILEGED).gil_switch_interval_s is None
 
 
 def test_plan_refuses_what_the_process_may_not_and_keeps_the_rest():
@@ -116,9 +126,12 @@ def _thread_policies(pid: int) -> set[int]:
 
 def test_knobs_applied_in_a_node_process(ros, tmp_path):
     permissions = read_permissions()
-    proc = _start_actuator(tmp_path, {"cpu_affinity": "[0]", "sched_policy": "fifo", "sched_priority": "10"})
+    proc = _start_actuator(tmp_path, {"cpu_affinity": "[0]", "sched_policy": "fifo", "sched_priority": "10",
+                                      "gil_switch_interval_s": "0.0005"})
     try:
         values = _realtime_report(ros, proc, tmp_path)
+        # The interpreter's switch interval, read back in the node process itself.
+        assert values["gil_switch_interval_s_requested"] == "0.0005" and values["gil_switch_interval_s"] == "0.0005"
         # Affinity needs no privilege: every thread of the child is on CPU 0.
         assert values["cpu_affinity"] == "0"
         assert all(os.sched_getaffinity(int(tid)) == {0} for tid in os.listdir(f"/proc/{proc.pid}/task"))

@@ -14,6 +14,7 @@ import ctypes
 import ctypes.util
 import os
 import resource
+import sys
 import threading
 from pathlib import Path
 
@@ -88,6 +89,8 @@ def apply_plan(request: RealtimeRequest, plan: RealtimePlan) -> RealtimeReport:
                 _ignore_gone(os.setpriority, os.PRIO_PROCESS, tid, plan.nice)
         except OSError as err:
             refused.append(f"nice {plan.nice}: {err.strerror} (docs/deployment.md: limits.conf nice)")
+    if plan.gil_switch_interval_s is not None:
+        sys.setswitchinterval(plan.gil_switch_interval_s)
     locked = False
     if plan.lock_memory:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -99,7 +102,8 @@ def apply_plan(request: RealtimeRequest, plan: RealtimePlan) -> RealtimeReport:
     return RealtimeReport(request=request, policy=_POLICY_NAMES.get(policy & 0xFF, str(policy)),
                           priority=os.sched_getparam(0).sched_priority,
                           cpu_affinity=tuple(sorted(os.sched_getaffinity(0))), memory_locked=locked,
-                          refused=tuple(refused), nice=os.getpriority(os.PRIO_PROCESS, 0))
+                          refused=tuple(refused), nice=os.getpriority(os.PRIO_PROCESS, 0),
+                          gil_switch_interval_s=sys.getswitchinterval())
 
 
 def _ignore_gone(call, tid: int, *args) -> None:
@@ -127,7 +131,8 @@ def apply_realtime_knobs(node) -> RealtimeReport:
         node.get_logger().warning(report.warning())
     elif request.asks_anything:
         node.get_logger().info(f"real-time knobs applied: {report.policy} priority {report.priority}, nice "
-                               f"{report.nice}, CPUs {list(report.cpu_affinity)}, memory locked {report.memory_locked}")
+                               f"{report.nice}, CPUs {list(report.cpu_affinity)}, memory locked "
+                               f"{report.memory_locked}, GIL switch interval {report.gil_switch_interval_s * 1e3:g} ms")
     publisher = node.create_publisher(DiagnosticArray, REALTIME_TOPIC, LATCHED_QOS)
     publisher.publish(msgconv.diagnostic_array(
         f"{node.get_name()}: realtime", report.values(), now_ns(node),

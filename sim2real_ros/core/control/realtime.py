@@ -28,6 +28,7 @@ NICE_RANGE = (-20, 19)  # Linux's nice values (SCHED_OTHER's weight: -20 the lar
 CAP_SYS_NICE_BIT = 23  # bit of CAP_SYS_NICE in /proc/<pid>/status CapEff
 CAP_IPC_LOCK_BIT = 14  # bit of CAP_IPC_LOCK
 UNLIMITED = -1  # an rlimit without a bound (RLIM_INFINITY)
+GIL_SWITCH_INTERVAL_MAX_S = 0.1  # [s] the longest switch interval a node may ask for
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,9 @@ class RealtimeRequest:
     policy: one of POLICIES; priority: 1..99 for fifo/rr, 0 for other; cpu_affinity: CPU indices
     the process may run on (empty: all, as before); lock_memory: mlockall(MCL_CURRENT | MCL_FUTURE),
     so no page fault waits on the disk; nice: the nice value under sched_policy other (-20..19, 0 as
-    before; below 0 needs CAP_SYS_NICE or RLIMIT_NICE).
+    before; below 0 needs CAP_SYS_NICE or RLIMIT_NICE); gil_switch_interval_s [s]: the interpreter's
+    switch interval (0: Python's own, 5 ms), how long a thread that woke for an event may wait for
+    another thread of the process to hand over the interpreter.
     """
 
     policy: str = "other"
@@ -45,6 +48,7 @@ class RealtimeRequest:
     cpu_affinity: tuple[int, ...] = ()
     lock_memory: bool = False
     nice: int = 0
+    gil_switch_interval_s: float = 0.0
     source: str = "realtime parameters"
 
     def __post_init__(self) -> None:
@@ -62,6 +66,9 @@ class RealtimeRequest:
         if self.nice != 0 and self.policy != "other":
             raise ConfigError(self.source, "nice", self.nice,
                               f"applies to sched_policy other only (sched_policy is {self.policy}): leave it 0")
+        if not 0.0 <= self.gil_switch_interval_s <= GIL_SWITCH_INTERVAL_MAX_S:
+            raise ConfigError(self.source, "gil_switch_interval_s", self.gil_switch_interval_s,
+                              f"must be in [0, {GIL_SWITCH_INTERVAL_MAX_S}] s (0: Python's own, 0.005)")
         bad = [cpu for cpu in self.cpu_affinity if cpu < 0]
         if bad:
             raise ConfigError(self.source, "cpu_affinity", list(self.cpu_affinity), f"CPU indices must be >= 0: {bad}")
@@ -71,7 +78,8 @@ class RealtimeRequest:
     @property
     def asks_anything(self) -> bool:
         """False when every knob is left as the process starts (nothing to apply or report)."""
-        return self.policy != "other" or bool(self.cpu_affinity) or self.lock_memory or self.nice != 0
+        return (self.policy != "other" or bool(self.cpu_affinity) or self.lock_memory or self.nice != 0
+                or self.gil_switch_interval_s > 0)
 
     @classmethod
     def from_values(cls, values: Mapping[str, object], source: str) -> RealtimeRequest:
@@ -81,7 +89,9 @@ class RealtimeRequest:
         affinity = tuple(int(cpu) for cpu in (values.get("cpu_affinity") or ()))  # type: ignore[union-attr]
         return cls(policy=policy, priority=int(values.get("sched_priority", 0)),  # type: ignore[call-overload]
                    cpu_affinity=affinity, lock_memory=bool(values.get("lock_memory", False)),
-                   nice=int(values.get("nice", 0)), source=source)  # type: ignore[call-overload]
+                   nice=int(values.get("nice", 0)),  # type: ignore[call-overload]
+                   gil_switch_interval_s=float(values.get("gil_switch_interval_s", 0.0)),  # type: ignore[arg-type]
+                   source=source)
 
 
 @dataclass(frozen=True)
@@ -126,6 +136,7 @@ class RealtimePlan:
     cpu_affinity: tuple[int, ...] = ()
     lock_memory: bool = False
     nice: int | None = None
+    gil_switch_interval_s: float | None = None  # [s] None: leave the interpreter's
     refused: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -162,8 +173,10 @@ def plan_knobs(request: RealtimeRequest, permissions: Permissions) -> RealtimePl
         else:
             refused.append(f"nice {request.nice}: no CAP_SYS_NICE, RLIMIT_NICE {permissions.nice_limit} "
                            "(docs/deployment.md: limits.conf nice)")
+    # The switch interval is the interpreter's own setting: no privilege needed.
+    switch = request.gil_switch_interval_s if request.gil_switch_interval_s > 0 else None
     return RealtimePlan(policy=policy, priority=request.priority if policy else 0, cpu_affinity=affinity,
-                        lock_memory=lock, nice=nice, refused=tuple(refused))
+                        lock_memory=lock, nice=nice, gil_switch_interval_s=switch, refused=tuple(refused))
 
 
 @dataclass(frozen=True)
@@ -177,6 +190,7 @@ class RealtimeReport:
     memory_locked: bool
     refused: tuple[str, ...]
     nice: int = 0  # the process's nice value after start-up
+    gil_switch_interval_s: float = 0.005  # [s] the interpreter's switch interval after start-up
 
     @property
     def complete(self) -> bool:
@@ -202,6 +216,8 @@ class RealtimeReport:
             "cpu_affinity": _cpus(self.cpu_affinity),
             "memory_locked": str(self.memory_locked).lower(),
             "nice": str(self.nice),
+            "gil_switch_interval_s_requested": f"{self.request.gil_switch_interval_s:g}",
+            "gil_switch_interval_s": f"{self.gil_switch_interval_s:g}",
             "refused": "; ".join(self.refused),
         }
 
