@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sim2real_ros.hardware.calibration import MotorCalibration, write_calibration
+from sim2real_ros.hardware.emulated_arm import EMULATOR_PRIORITY
 from sim2real_ros.paths import urdf_path
 
 SO101_URDF = urdf_path("so101/so101_new_calib.urdf")
@@ -30,10 +31,15 @@ def so101_calibration(path: Path, homing_offsets: dict[str, int] | None = None,
 
 
 @contextmanager
-def emulated_bus(*args: str, timeout_s: float = 30.0):
-    """`sim2real emulate-bus ARGS` as a process; yields the pty path from its first line."""
+def emulated_bus(*args: str, timeout_s: float = 30.0, realtime_priority: int = EMULATOR_PRIORITY):
+    """`sim2real emulate-bus ARGS` as a process; yields the pty path from its first line.
+
+    realtime_priority: its SCHED_FIFO priority (emulate-bus --realtime-priority; 0: as started), by
+    default the rehearsal's: the emulator stands for servos, which never wait for the host's CPU; at
+    SCHED_OTHER it could miss the driver's start-up pings while a graph's processes started."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "sim2real_ros.cli.main", "emulate-bus", *args],
+    priority = ["--realtime-priority", str(realtime_priority)] if realtime_priority else []
+    proc = subprocess.Popen([sys.executable, "-m", "sim2real_ros.cli.main", "emulate-bus", *args, *priority],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         path = proc.stdout.readline().strip()

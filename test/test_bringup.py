@@ -19,7 +19,7 @@ from sim2real_ros.hardware.bus import FeetechBus
 from sim2real_ros.hardware.calibration import RAD_PER_TICK, calibration_covering, joint_maps
 from sim2real_ros.hardware.emulated_arm import read_goal_log, rehearsal_pose
 from sim2real_ros.launch_support import graph_args_from_launch, launch_flag
-from sim2real_ros.paths import config_path
+from sim2real_ros.paths import config_path, default_policy_path
 from sim2real_ros.robots import ROBOT_NAMES, robot_description_for, sim_params_for
 from sim2real_ros.sim.params import load_sim_params
 
@@ -167,8 +167,9 @@ def test_launch_refuses_bad_bringup_flags_before_starting_anything(tmp_path):
     assert f"--port {missing}: no such device" in result.stderr
     assert "--calibration: required with --port" in result.stderr
     assert "[launch] robot graph" not in result.stdout  # nothing started
-    # The default checkpoint is arm6's: refused for an SO-101, naming the flag.
-    result = launch("robot", "--robot", "so101", "--emulate", "--duration", "1")
+    # A checkpoint trained for arm6 (the default one of arm6): refused for an SO-101, naming the flag.
+    result = launch("robot", "--robot", "so101", "--emulate", "--checkpoint", str(default_policy_path()),
+                    "--duration", "1")
     assert result.returncode == 2
     assert "--checkpoint" in result.stderr and "'arm6'" in result.stderr and "'so101'" in result.stderr
     assert "emulated arm on" not in result.stdout

@@ -17,6 +17,11 @@ from .calibration import CalibrationError, JointMap
 # A servo gets this many tries to answer at start: some USB adapters lose the first bytes after the
 # port opens, and one lost reply must not read as a missing servo.
 START_ATTEMPTS = 3
+# [s] the reply slack of the start-up transactions (the bus's own timeout_s when that is longer): the
+# host is at its busiest while a graph's processes start, and no control loop waits yet, so a late
+# reply there is waited for rather than retried (a reply arriving after its transaction gave up would
+# be taken for the next one's, of the wrong length).
+START_TIMEOUT_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -179,23 +184,28 @@ class FeetechDriver:
         Raises CalibrationError naming the motor (a servo that does not answer, or whose homing offset
         differs from the file), BusError for a bus that fails.
         """
-        check_servos(self.bus, self.maps, self.config.check_homing_offset)
-        feedback = None
-        for attempt in range(START_ATTEMPTS):
-            try:
-                feedback = self.read()
-                break
-            except BusError:
-                if attempt + 1 == START_ATTEMPTS:
-                    raise
-        assert feedback is not None
-        hold = {servo_id: int(t) for servo_id, t in zip(self.ids, feedback.ticks, strict=True)}
-        # A sync write has no reply: read the goals back before torque goes on, since a lost write
-        # would leave a servo with whatever goal its register held (a jump).
-        write_verified(self.bus, p.GOAL_POSITION, hold)
-        self.last_goal_ticks = hold
-        if enable_torque:
-            write_verified(self.bus, p.TORQUE_ENABLE, {servo_id: 1 for servo_id in self.ids})
+        cyclic_timeout_s = self.bus.timeout_s
+        self.bus.timeout_s = max(cyclic_timeout_s, START_TIMEOUT_S)
+        try:
+            check_servos(self.bus, self.maps, self.config.check_homing_offset)
+            feedback = None
+            for attempt in range(START_ATTEMPTS):
+                try:
+                    feedback = self.read()
+                    break
+                except BusError:
+                    if attempt + 1 == START_ATTEMPTS:
+                        raise
+            assert feedback is not None
+            hold = {servo_id: int(t) for servo_id, t in zip(self.ids, feedback.ticks, strict=True)}
+            # A sync write has no reply: read the goals back before torque goes on, since a lost write
+            # would leave a servo with whatever goal its register held (a jump).
+            write_verified(self.bus, p.GOAL_POSITION, hold)
+            self.last_goal_ticks = hold
+            if enable_torque:
+                write_verified(self.bus, p.TORQUE_ENABLE, {servo_id: 1 for servo_id in self.ids})
+        finally:
+            self.bus.timeout_s = cyclic_timeout_s
         return feedback
 
     def hold(self) -> None:
