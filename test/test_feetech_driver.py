@@ -326,3 +326,32 @@ def test_emulator_realtime_priority_is_applied_or_refused_in_one_line():
     bad = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "emulate-bus", "--realtime-priority", "100"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--realtime-priority 100: must be in 0..99" in bad.stderr
+
+
+def test_start_waits_for_late_replies_and_the_cyclic_reads_keep_their_timeout(tmp_path):
+    """While a graph's processes start, the host (or a USB adapter) can answer late. The driver's
+    start-up transactions wait START_TIMEOUT_S for a reply, so the first replies of servo 1 coming
+    50 ms late (emulator fault late:1:3) do not end the start with 'does not answer' (a bus timeout of
+    20 ms failed all 3 tries before); the cyclic reads afterwards keep the bus's own 20 ms."""
+    from sim2real_ros.hardware.driver import START_TIMEOUT_S
+    from sim2real_ros.hardware.emulator import LATE_S
+
+    assert START_TIMEOUT_S > LATE_S + 0.02
+    calibration = so101_calibration(tmp_path / "cal.json")
+    with emulated_bus("--calibration", str(calibration), "--faults", "late:1:3") as port:
+        driver = make_driver(port, calibration, timeout_s=0.02)
+        try:
+            driver.start()
+            assert driver.bus.timeout_s == 0.02
+            feedback = read_until(driver, lambda f: True)
+            assert feedback.positions.shape == (6,)
+        finally:
+            driver.bus.close()
+    with emulated_bus("--calibration", str(calibration), "--faults", "late:1:1000") as port:
+        driver = make_driver(port, calibration, timeout_s=0.02)
+        try:
+            driver.start()  # every reply of servo 1 late: the start waits for them
+            with pytest.raises(BusError, match="timeout"):
+                driver.read()  # the cyclic read does not
+        finally:
+            driver.bus.close()

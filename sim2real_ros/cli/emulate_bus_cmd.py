@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baud", type=int, default=1_000_000, help="bus baud rate, for reply timing [bit/s]")
     parser.add_argument("--faults", nargs="*", default=[], metavar="KIND:ID:N",
                         help="drop:ID:N (every Nth reply lost), corrupt:ID:N (every Nth reply bad checksum), "
-                             "silent:ID:N (no reply after N), overheat:ID:N (85 degC after N replies)")
+                             "silent:ID:N (no reply after N), overheat:ID:N (85 degC after N replies), "
+                             "overload:ID:N (100 % load after N replies), late:ID:N (the first N replies 50 ms late)")
     parser.add_argument("--calibration", type=Path,
                         help="a LeRobot calibration JSON: servos get its homing offsets and start mid-range")
     parser.add_argument("--initial", nargs="*", default=[], metavar="ID:TICKS",

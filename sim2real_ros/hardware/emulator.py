@@ -19,6 +19,8 @@ Faults (deterministic, counted in replies the servo would have sent):
   silent:ID:N    servo ID answers N replies, then never again
   overheat:ID:N  after N replies servo ID reads 85 degC and sets its overheat alarm bit
   overload:ID:N  after N replies servo ID reads 100 % load and sets its overload alarm bit (stalled)
+  late:ID:N      the first N replies of servo ID come LATE_S late (a USB adapter or host that stalls while
+                 the arm's computer starts up); the replies after it in the same transaction wait with it
 
 A hand (a person moving a leader arm): HandMove(ID, TICKS, AT_S) moves servo ID toward TICKS from AT_S
 seconds after the emulator started, at the servo's own speed and acceleration limits, but only while its
@@ -47,7 +49,8 @@ from ..sim.motor_model import LatencyQueue, ServoLoop
 from . import protocol as p
 
 RAD_PER_TICK = 2.0 * math.pi / p.TICKS_PER_TURN
-FAULT_KINDS = ("drop", "corrupt", "silent", "overheat", "overload")
+FAULT_KINDS = ("drop", "corrupt", "silent", "overheat", "overload", "late")
+LATE_S = 0.05  # [s] how late a `late` fault's replies come
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,7 @@ class Fault:
         if len(parts) != 3 or parts[0] not in FAULT_KINDS or not parts[1].isdigit() or not parts[2].isdigit():
             raise Sim2RealError(f"fault {text!r}: expected KIND:ID:N with KIND one of {FAULT_KINDS}")
         fault = cls(parts[0], int(parts[1]), int(parts[2]))
-        if fault.kind in ("drop", "corrupt") and fault.count < 1:
+        if fault.kind in ("drop", "corrupt", "late") and fault.count < 1:
             raise Sim2RealError(f"fault {text!r}: N must be >= 1 for {fault.kind}")
         return fault
 
@@ -190,7 +193,7 @@ class EmulatedServo:
         self._put(p.MOVING, int(ticks_per_s != 0))
 
     def reply_fate(self) -> str:
-        """What happens to the next reply: 'send', 'drop' or 'corrupt' (and the overheat fault's effect)."""
+        """What happens to the next reply: 'send', 'drop', 'corrupt' or 'late' (and the overheat fault's effect)."""
         self.replies += 1
         fate = "send"
         for fault in self.faults:
@@ -200,6 +203,8 @@ class EmulatedServo:
                 fate = "drop"
             if fault.kind == "corrupt" and self.replies % fault.count == 0 and fate == "send":
                 fate = "corrupt"
+            if fault.kind == "late" and self.replies <= fault.count and fate == "send":
+                fate = "late"
             if fault.kind == "overheat" and self.replies > fault.count:
                 self._put(p.PRESENT_TEMPERATURE, 85)
             if fault.kind == "overload" and self.replies > fault.count:
@@ -366,6 +371,8 @@ class BusEmulator:
             reply = bytearray(p.build_status(servo.servo_id, servo.error_bits(), data))
             if fate == "corrupt":
                 reply[-1] ^= 0x5A
+            if fate == "late":
+                cursor += int(LATE_S * 1e9)
             cursor += servo.get(p.RETURN_DELAY) * 2000 + int(len(reply) * self.byte_s * 1e9)
             out += reply
         # One write when the last reply would have ended: a USB adapter hands the host whole chunks
