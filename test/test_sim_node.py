@@ -104,10 +104,26 @@ def test_topics_follow_the_contract(arm6_node, ros):
     assert np.all(np.diff(clock_stamps) > 0)
 
 
+def settled_position(states, window: int = 20, tolerance_rad: float = 2e-5, timeout_s: float = 45.0) -> np.ndarray:
+    """The arm's position [rad] once `window` consecutive joint_states agree within tolerance_rad: the
+    module's tests share one sim node, and an earlier test's command may still be settling (in random
+    order the step test can run just before)."""
+    def still() -> bool:
+        recent = np.array([m.position for m in list(states)[-window:]])
+        return len(recent) == window and float(np.max(np.ptp(recent, axis=0))) < tolerance_rad
+    assert wait_until(still, timeout_s), "the arm never came to rest"
+    return np.array(states[-1].position)
+
+
 def test_bad_commands_are_rejected_counted_and_never_move_the_robot(arm6_node, ros):
     states, status, pub = commanding(ros)
+    # Hold where the arm is (after an earlier test's reset no command holds it, and it sags slowly),
+    # then wait until it rests: only then does "never moved" measure what the bad commands did.
+    accepted = int(latest_status(ros, status, lambda v: True)["commands_accepted"])
+    pub.publish(cv.make_position_command(np.array(states[-1].position)))
+    latest_status(ros, status, lambda v: int(v["commands_accepted"]) > accepted)
+    q0 = settled_position(states, window=50, tolerance_rad=1e-5)
     before = latest_status(ros, status, lambda v: True)
-    q0 = np.array(states[-1].position)
     bad = [np.zeros(5), np.array([0.5, 0, 0, np.nan, 0, 0]), np.array([np.inf, 0, 0, 0, 0, 0]), np.zeros(7)]
     rejected0 = int(before["commands_rejected"])
     for k, values in enumerate(bad, start=1):
