@@ -19,7 +19,7 @@ from .core.control.action_chunk import ActionChunk
 from .core.perception.camera_model import CameraModel
 from .core.report import Level
 from .core.timebase import NS_PER_S
-from .topics import StatusPayload, merged_status_values, status_values
+from .topics import EpisodeOutcome, StatusPayload, merged_status_values, status_values
 
 # Channels and dtype of each image encoding the stack accepts (real drivers publish all of these).
 ENCODING_CHANNELS = {
@@ -298,3 +298,12 @@ def camera_info_to_model(msg: CameraInfo) -> CameraModel:
         )
     except ValueError as err:
         raise MessageError(f"camera_info is invalid: {err}") from err
+
+
+def episode_outcome_message(outcome: Mapping, stamp_ns: int, hardware_id: str) -> DiagnosticArray:
+    """sim/episode: one DiagnosticStatus "episode" (topics.EpisodeOutcome) from a SimWorld's
+    episode_outcome() dict, sent by `hardware_id` (the node judging the episode)."""
+    typed = EpisodeOutcome(int(outcome["episode"]), bool(outcome["success"]), str(outcome["reason"]),
+                           float(outcome["duration_s"]), float(outcome["final_distance_m"]), int(outcome["seed"]),
+                           int(outcome.get("pushes_applied", -1)))
+    return payload_to_diagnostics(typed.to_status(hardware_id), stamp_ns)

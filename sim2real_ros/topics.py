@@ -110,6 +110,8 @@ TOPICS = (CLOCK, JOINT_STATES, CAMERA_IMAGE, CAMERA_INFO, POLICY_IMAGE, POLICY_C
 
 SIM_RESET = "sim/reset"  # std_srvs/Trigger: a new episode
 SIM_RESTART = "sim/restart"  # std_srvs/Trigger: episode 0 of the seed again
+# std_srvs/Trigger of sim_camera with `episodes` on: the next episode of its seed, from now (the arm at home)
+SIM_START_EPISODE = "sim/start_episode"
 SUPERVISOR_RESET = "supervisor/reset"
 SUPERVISOR_ARM = "supervisor/arm"
 SUPERVISOR_HOLD = "supervisor/hold"

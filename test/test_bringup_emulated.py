@@ -191,3 +191,73 @@ def test_the_real_arm_command_line_on_an_emulated_bus_and_a_video_camera(ros, ch
     writes = read_goal_log(goal_log)
     assert writes[0].goals == writes[0].present == {i + 1: int(v.split(":")[1]) for i, v in enumerate(initial)}
     assert launcher.returncode == 0, output[-3000:]
+
+
+def test_sim_camera_starts_the_seeds_episodes_only_with_the_arm_at_home(ros, tmp_path):
+    """sim_camera with `episodes` on: sim/start_episode is refused before joint_states and away from the
+    home pose (naming the joint), then starts episode 0 and 1 of its seed: the core path's seeds and
+    targets (sim/target), judged from the measured positions."""
+    from geometry_msgs.msg import PointStamped
+    from std_srvs.srv import Trigger
+    from support import node_decl, running_nodes
+
+    from sim2real_ros.robots import sim_params_for
+    from sim2real_ros.sim.params import load_sim_params
+    from sim2real_ros.sim.world import SimWorld, episode_seed
+
+    world = SimWorld(load_sim_params(sim_params_for("so101")), robot_description_for("so101"), seed=7, render=False)
+    try:
+        home = world.home_positions
+        world.restart()
+        expected = [world.target_position()]
+        world.reset()
+        expected.append(world.target_position())
+    finally:
+        world.close()
+    targets = ros.collect(PointStamped, "sim/target", LATCHED_QOS)
+    pub = ros.publisher(JointState, "joint_states", JOINT_STATE_QOS)
+    decl = node_decl("sim_camera", {"robot": "so101", "episodes": True, "seed": 7, "rate_hz": 2.0})
+    with running_nodes([decl], tmp_path):
+        answer = ros.call(Trigger, "sim/start_episode", timeout_s=START_TIMEOUT_S)
+        assert not answer.success and "no joint_states yet" in answer.message, answer.message
+        away = {**home, "elbow_flex": home["elbow_flex"] + 0.2}
+        pub.publish(JointState(name=list(away), position=list(away.values())))
+        time.sleep(0.5)
+        answer = ros.call(Trigger, "sim/start_episode")
+        assert not answer.success and "bring the arm home first: elbow_flex +0.200 rad" in answer.message, \
+            answer.message
+        for k in range(2):
+            pub.publish(JointState(name=list(home), position=list(home.values())))
+            time.sleep(0.5)
+            answer = ros.call(Trigger, "sim/start_episode")
+            assert answer.success and f"episode {k} (seed {episode_seed(7, k)}) started" in answer.message, \
+                answer.message
+            assert wait_for(lambda n=k + 1: len(targets) >= n, 10.0)
+            point = targets[k].point
+            assert np.allclose([point.x, point.y, point.z], expected[k]), (point, expected[k])
+
+
+def test_eval_sim_emulate_runs_the_seeds_episodes_and_brings_the_arm_home(tmp_path):
+    """`sim2real eval-sim --emulate --episodes 2`: the shipped SO-101 reach policy on the emulated
+    robot graph; episode k has eval-sim's episode-k seed, the operator brought the arm home through
+    TELEOP before each, no e-stop, and every episode ends within the task's success radius."""
+    import json
+
+    from sim2real_ros.robots import sim_params_for
+    from sim2real_ros.sim.params import load_sim_params
+    from sim2real_ros.sim.world import episode_seed
+
+    out = tmp_path / "emulated.json"
+    run = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "eval-sim", "--emulate", "--episodes", "2",
+                          "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert (result["mode"], result["robot"], result["episodes"]) == ("emulator", "so101", 2)
+    assert [e["seed"] for e in result["per_episode"]] == [episode_seed(1000, k) for k in range(2)]
+    radius = load_sim_params(sim_params_for("so101")).task.success_radius_m
+    for episode in result["per_episode"]:
+        assert episode["success"] and episode["final_distance_m"] <= radius, episode
+    # Episode 1 started after the operator brought the arm back from episode 0's target.
+    assert result["per_episode"][1]["home_s"] > 0.2, result["per_episode"]
+    assert result["supervisor"]["estops"] == 0 and result["supervisor"]["joint_jumps"] == 0, result["supervisor"]
+    assert "success 100%" in run.stdout

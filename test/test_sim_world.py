@@ -327,3 +327,41 @@ def test_robot_description_may_be_urdf_xml():
         w.step(10)
     finally:
         w.close()
+
+
+def test_a_followed_episode_is_judged_on_placed_joints_by_the_tasks_condition():
+    """sim_camera's episodes (eval-sim --emulate): the world's clock is the caller's, nothing steps;
+    the seed's episodes are the core path's (same seed, same target), success and timeout are the task's."""
+    from sim2real_ros.robots import robot_description_for, sim_params_for
+    from sim2real_ros.sim.world import episode_seed
+
+    params = load_sim_params(sim_params_for("so101"))
+    core = SimWorld(params, robot_description_for("so101"), seed=1000, render=False)
+    followed = SimWorld(params, robot_description_for("so101"), seed=1000, render=False)
+    try:
+        t0 = 5_000_000_000  # [ns] some node clock, far from the world's own 0
+        targets = []
+        for k in range(2):
+            info = followed.start_followed_episode(t0, restart=k == 0)
+            assert (info["episode"], info["seed"]) == (k, episode_seed(1000, k))
+            targets.append(followed.target_position())
+        core.restart()
+        assert np.allclose(core.target_position(), targets[0])
+        core.reset()
+        assert np.allclose(core.target_position(), targets[1])
+        home = followed.home_positions
+        assert followed.follow_measured(home, t0 + 1_000_000_000) is None  # at home, 1 s in: still running
+        # The arm measured 9.99 s after the start, still at home: the task's timeout (10 s) not yet.
+        timeout_ns = int(params.task.timeout_s * 1e9)
+        assert followed.follow_measured(home, t0 + timeout_ns - 10_000_000) is None
+        outcome = followed.follow_measured(home, t0 + timeout_ns)
+        assert outcome is not None and not outcome["success"] and outcome["reason"] == "timeout"
+        assert outcome["final_distance_m"] == pytest.approx(float(np.linalg.norm(followed.ee_position() - targets[1])))
+        # A new episode whose target is where the tool point is: the first measurement succeeds.
+        followed.start_followed_episode(t0 + 20_000_000_000)
+        followed.task.set_target(followed, followed.ee_position())
+        outcome = followed.follow_measured(home, t0 + 20_100_000_000)
+        assert outcome is not None and outcome["success"] and outcome["duration_s"] == pytest.approx(0.1)
+    finally:
+        core.close()
+        followed.close()

@@ -1,5 +1,7 @@
 """`sim2real eval-sim [--checkpoint CKPT | --expert] [--robot arm6|so101] [--task reach|reach_hold|pick_lift]
---episodes N [--perturb] [--pushes] [--sim-config YAML] [--graph] [--actuation-latency S] --json OUT`.
+--episodes N [--perturb] [--pushes] [--sim-config YAML] [--graph | --emulate] [--actuation-latency S] --json OUT`.
+
+--emulate runs the SO-101's robot graph on the servo-bus emulator (runtime/emulated_eval.py).
 
 --task runs another task than the sim params' task.name (sim/tasks.py); --expert lets the task's
 scripted expert drive (privileged state, no policy): how solvable the task is. Each episode's
@@ -40,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "defaults; a checkpoint trained for the other robot is refused")
     parser.add_argument("--robot-description", default=None, help="URDF path (default: the robot's)")
     parser.add_argument("--graph", action="store_true", help="run the full ROS graph instead of the core path")
+    parser.add_argument("--emulate", action="store_true",
+                        help="run the SO-101's robot graph on the servo-bus emulator (sim2real launch robot --robot "
+                             "so101 --emulate), homing the arm between episodes through TELEOP (docs/so101.md)")
     parser.add_argument("--no-graph-conditions", action="store_true",
                         help="core path: the plain loop (observe from the episode start at a fixed inference delay, "
                              "no supervisor) instead of the graph's timing and supervisor (docs/graph_gap.md)")
@@ -62,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.checkpoint is None:
-        args.checkpoint = get_robot(args.robot).policy_path() if args.robot else default_policy_path()
+        robot = args.robot or ("so101" if args.emulate else None)  # the emulator is an SO-101's bus
+        args.checkpoint = get_robot(robot).policy_path() if robot else default_policy_path()
     if args.episodes <= 0:
         print(f"--episodes must be > 0, got {args.episodes}")
         return 2
@@ -75,22 +81,26 @@ def run(args: argparse.Namespace) -> int:
     from ..rl.teacher_checkpoint import is_teacher_file
 
     if args.expert:
-        if args.graph or args.actuation_latency is not None or args.workers:
-            print("--expert runs in this process on privileged state: no --graph, --actuation-latency or --workers",
-                  file=sys.stderr)
+        if args.graph or args.emulate or args.actuation_latency is not None or args.workers:
+            print("--expert runs in this process on privileged state: no --graph, --emulate, --actuation-latency "
+                  "or --workers", file=sys.stderr)
             return 2
         result = _evaluate_expert(args)
         if result is None:
             return 2
-    elif args.task is not None and (args.graph or is_teacher_file(args.checkpoint)):
+    elif args.task is not None and (args.graph or args.emulate or is_teacher_file(args.checkpoint)):
         print("--task applies to the core path with a policy checkpoint (or --expert)", file=sys.stderr)
         return 2
     elif is_teacher_file(args.checkpoint):
-        if args.graph or args.backend == "onnxruntime" or args.actuation_latency is not None:
-            print("a teacher checkpoint runs on privileged observations only: no --graph, --backend onnxruntime "
-                  "or --actuation-latency", file=sys.stderr)
+        if args.graph or args.emulate or args.backend == "onnxruntime" or args.actuation_latency is not None:
+            print("a teacher checkpoint runs on privileged observations only: no --graph, --emulate, "
+                  "--backend onnxruntime or --actuation-latency", file=sys.stderr)
             return 2
         result = _evaluate_teacher(args)
+        if result is None:
+            return 2
+    elif args.emulate:
+        result = _evaluate_on_emulator(args)
         if result is None:
             return 2
     elif args.graph:
@@ -149,6 +159,30 @@ def run(args: argparse.Namespace) -> int:
         rate = "n/a" if row["success_rate"] is None else f"{row['success_rate']:.0%}"
         print(f"  {group}: {row['successes']}/{row['episodes']} ({rate})")
     return 0
+
+
+def _evaluate_on_emulator(args: argparse.Namespace) -> dict | None:
+    """eval-sim --emulate (runtime/emulated_eval.py); None after printing an error."""
+    from ..core.errors import Sim2RealError
+
+    others = [flag for flag, used in (("--graph", args.graph), ("--perturb", args.perturb),
+                                      ("--pushes", args.pushes), ("--sim-config", args.sim_config),
+                                      ("--robot-description", args.robot_description), ("--workers", args.workers),
+                                      ("--record", args.record),
+                                      ("--real-time-factor", args.real_time_factor is not None),
+                                      ("--actuation-latency", args.actuation_latency is not None),
+                                      ("--backend", args.backend != "auto")) if used]
+    if others:
+        print(f"sim2real eval-sim: --emulate runs the nominal SO-101 on its emulated bus: drop {', '.join(others)}",
+              file=sys.stderr)
+        return None
+    from ..runtime.emulated_eval import evaluate_on_emulator
+
+    try:
+        return evaluate_on_emulator(args.checkpoint, args.episodes, seed=args.seed, robot=args.robot)
+    except (Sim2RealError, RuntimeError, TimeoutError) as err:
+        print(f"sim2real eval-sim --emulate: {err}", file=sys.stderr)
+        return None
 
 
 def _evaluate_teacher(args: argparse.Namespace) -> dict | None:

@@ -56,7 +56,7 @@ from ..sim.params import load_sim_params
 from ..sim.render_process import RenderedFrame, RenderProcess, RenderProcessError
 from ..sim.schedule import MultiRateSchedule, RateReporter, RealtimePacer, period_ns
 from ..sim.world import SimWorld
-from ..topics import EpisodeOutcome, SimStatus
+from ..topics import SimStatus
 from .background import BackgroundLoop
 from .common import (
     CLOCK_QOS,
@@ -354,7 +354,7 @@ class SimNode(Node):
             stamp = world.time_ns
         self._published_outcome_serial = serial
         self._counters["episodes_finished"] += 1
-        self._episode_pub.publish(_episode_message(outcome, stamp))
+        self._episode_pub.publish(msgconv.episode_outcome_message(outcome, stamp, NODE_NAME))
         self.get_logger().info(
             f"episode {outcome['episode']}: {outcome['reason']} after {outcome['duration_s']:.2f} s "
             f"(final distance {outcome['final_distance_m']:.3f} m, seed {outcome['seed']})")
@@ -431,14 +431,6 @@ class SimNode(Node):
         if hasattr(self, "world"):
             self.world.close()
         super().destroy_node()
-
-
-def _episode_message(outcome: dict[str, Any], stamp_ns: int) -> DiagnosticArray:
-    """sim/episode: one DiagnosticStatus "episode" (topics.EpisodeOutcome) from world.episode_outcome()."""
-    typed = EpisodeOutcome(int(outcome["episode"]), bool(outcome["success"]), str(outcome["reason"]),
-                           float(outcome["duration_s"]), float(outcome["final_distance_m"]), int(outcome["seed"]),
-                           int(outcome.get("pushes_applied", -1)))
-    return msgconv.payload_to_diagnostics(typed.to_status(NODE_NAME), stamp_ns)
 
 
 def main(args: Sequence[str] | None = None) -> None:

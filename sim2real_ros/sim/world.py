@@ -631,6 +631,28 @@ class SimWorld:
                 self.client.resetJointState(self.robot, self._all_idx[self.all_joint_names.index(name)],
                                             float(q), 0.0)
 
+    @property
+    def home_positions(self) -> dict[str, float]:
+        """Where every episode starts: {joint: [rad]} over all_joint_names (the sim params' home pose)."""
+        return {n: float(q) for n, q in zip(self.all_joint_names, self._home_all, strict=True)}
+
+    def start_followed_episode(self, time_ns: int, restart: bool = False) -> dict[str, Any]:
+        """A camera-only world (no physics steps) whose arm is measured elsewhere: start the next
+        episode (restart: episode 0 of the base seed) at `time_ns` [ns] of the caller's clock, which
+        every later follow_measured() must share. Returns what reset() returns (target, seed)."""
+        self.time_ns = int(time_ns)
+        return self.restart() if restart else self.reset()
+
+    def follow_measured(self, positions: dict[str, float], time_ns: int) -> dict[str, Any] | None:
+        """Place the joints at measured `positions` [rad] at `time_ns` [ns] (the clock of
+        start_followed_episode) and judge the running episode by the task's own condition, as a
+        physics step would. Returns episode_outcome(): None while the episode runs."""
+        self.time_ns = int(time_ns)
+        self.place_joints(positions)
+        if self._outcome is None:
+            self._check_outcome()
+        return self.episode_outcome()
+
     def joint_velocities(self, all_joints: bool = False) -> np.ndarray:
         """Velocities [rad/s] of joint_names (or all_joint_names)."""
         qd = np.array([s[1] for s in self._states()])
