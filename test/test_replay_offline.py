@@ -27,13 +27,26 @@ from sim2real_ros.training.untrained import init_checkpoint
 ALL_COMMANDS = ReplayOptions(human_modes=(), progress=False, plots=False)
 
 
-def images_without_joint_state(bag: Path, topics: dict, tolerance_s: float) -> int:
-    """Images in `bag` with no joint state stamped within `tolerance_s` [s] of their stamp."""
+def images_without_joint_state(bag: Path, topics: dict, tolerance_s: float) -> tuple[int, int]:
+    """(images read before any camera_info, the others with no joint state stamped within
+    `tolerance_s` [s] of their stamp) in `bag`, in the order the bag holds them. The replay skips the
+    first kind as no_camera_info whatever their joint states (CI: the recording's first image had
+    neither), so they are not counted in the second."""
     image_ns, joint_ns = [], []
+    before_camera_info = 0
     with BagReader(bag) as reader:
-        for message in reader.messages([topics["image"], topics["joint_states"]]):
+        seen_info = False
+        for message in reader.messages([topics["image"], topics["joint_states"], topics["camera_info"]]):
+            if message.topic == topics["camera_info"]:
+                seen_info = True
+                continue
             stamp = stamp_to_ns(message.msg.header.stamp)
-            (image_ns if message.topic == topics["image"] else joint_ns).append(stamp)
+            if message.topic == topics["joint_states"]:
+                joint_ns.append(stamp)
+            elif seen_info:
+                image_ns.append(stamp)
+            else:
+                before_camera_info += 1
     joints = np.sort(np.array(joint_ns, dtype=np.int64))
     tolerance_ns = int(round(tolerance_s * 1e9))
     missing = 0
@@ -41,7 +54,7 @@ def images_without_joint_state(bag: Path, topics: dict, tolerance_s: float) -> i
         i = int(np.searchsorted(joints, stamp))
         nearest = min((abs(int(joints[j]) - stamp) for j in (i - 1, i) if 0 <= j < len(joints)), default=None)
         missing += nearest is None or nearest > tolerance_ns
-    return missing
+    return before_camera_info, missing
 
 
 def test_offline_replay_of_the_same_policy_has_near_zero_error_and_writes_the_report(sim_recording, tmp_path):
@@ -52,8 +65,10 @@ def test_offline_replay_of_the_same_policy_has_near_zero_error_and_writes_the_re
     assert frames["evaluated"] >= 10, frames
     # Exactly the images the bag holds no joint state for within the pairing tolerance are skipped
     # (counted here independently; how many there are depends on how loaded the recording machine was).
-    assert frames["skipped"]["no_joint_state_within_tolerance"] == images_without_joint_state(
-        sim_recording.bag, report["topics"], options.pairing_tolerance_s), frames
+    no_camera_info, no_joint_state = images_without_joint_state(sim_recording.bag, report["topics"],
+                                                                options.pairing_tolerance_s)
+    assert frames["skipped"].get("no_camera_info", 0) == no_camera_info, frames
+    assert frames["skipped"]["no_joint_state_within_tolerance"] == no_joint_state, frames
     overall = report["metrics"]["overall"]
     assert overall["mae"] < NEAR_ZERO_MAE and overall["max_abs"] < 5e-3, overall
     assert len(report["metrics"]["by_chunk_index"]) == 10
