@@ -264,7 +264,7 @@ def test_eval_rows_carry_pushes_applied_only_from_episodes_with_pushes():
 
 
 def test_sim_node_pushes_parameter_reports_pushes_applied_on_sim_episode(raw, ros, tmp_path):
-    from sim2real_ros.nodes.sim_node import _episode_message
+    from sim2real_ros.conversions import episode_outcome_message
     from sim2real_ros.runtime.graph_session import EpisodeOutcome
 
     data = copy.deepcopy(raw)
@@ -286,4 +286,4 @@ def test_sim_node_pushes_parameter_reports_pushes_applied_on_sim_episode(raw, ro
     assert [o.episode for o in outcomes] == [0, 0] and outcomes[0].seed == outcomes[1].seed
     assert all(o.reason == "timeout" and o.pushes_applied == 3 for o in outcomes), outcomes
     plain = {"episode": 0, "seed": 1, "success": True, "reason": "success", "duration_s": 1.0, "final_distance_m": 0.01}
-    assert EpisodeOutcome.from_msg(_episode_message(plain, 0)).pushes_applied == -1
+    assert EpisodeOutcome.from_msg(episode_outcome_message(plain, 0, "sim_node")).pushes_applied == -1
