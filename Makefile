@@ -14,14 +14,15 @@ BIN_JAZZY := $(VENV_JAZZY)/bin
 STAMP_JAZZY := $(VENV_JAZZY)/.setup-stamp
 # Every test run gets its own DDS domain and stays on localhost (docs/design.md §7).
 TEST_ENV := ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
-# The suite in file order, in one process, by default (what CI runs). PYTEST_ORDER= (empty) runs it in
-# a new random order (pytest-randomly; the log ends with the seed; rerun one with
-# PYTEST_ORDER=--randomly-seed=N): subsets pass in two seeds, the whole suite has not yet been run
-# green in random order, so CI keeps file order until it has. PYTEST_WORKERS=2 splits it over 2
-# processes (pytest-xdist; loadgroup keeps a module on one worker and the modules test/isolation.py
-# groups on one worker each): measured 56 min with 9 wall-clock graph tests starved on this 2-core
-# machine at load 15-20 (issue 35 part 6), so not the default yet.
-PYTEST_WORKERS ?= 0
+# The suite in file order over 2 processes by default (what CI runs: pytest-xdist, `--dist loadgroup`
+# keeps a module on one worker, and the modules test/isolation.py groups on one worker each, one after
+# the other; each worker has its own slice of DDS domains). On the quiet 2-core VM (2026-12-02) the
+# whole check took 17.6 min (Kilted 8.9, Jazzy 8.7) against 35 min in one process. PYTEST_WORKERS=0
+# runs it in one process (an earlier 2-worker run at load 15-20 from other jobs took 56 min with
+# wall-clock graph tests starved: on a busy machine, use one). PYTEST_ORDER= (empty) runs it in a new
+# random order (pytest-randomly; the log ends with the seed; rerun one with
+# PYTEST_ORDER=--randomly-seed=N).
+PYTEST_WORKERS ?= 2
 PYTEST_ORDER ?= -p no:randomly
 PYTEST_ARGS := -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ORDER)
 
