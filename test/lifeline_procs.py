@@ -75,7 +75,7 @@ class _HangsWhenCollected:
 def hung_exit_node() -> None:
     import json
 
-    from sim2real_ros.runtime.lifeline import bound_exit, die_with_launcher
+    from sim2real_ros.runtime.lifeline import WATCH_PERIOD_S, bound_exit, die_with_launcher
 
     if not die_with_launcher(grace_s=HUNG_EXIT_GRACE_S):
         sys.exit(1)
@@ -87,6 +87,9 @@ def hung_exit_node() -> None:
             time.sleep(1.0)  # until SIGTERM (the kernel's, as the launcher dies)
     finally:
         bound_exit(HUNG_EXIT_DEADLINE_S)
+        # Still in Python for a while, as a node's last cleanup may be: the watchdog notices the
+        # launcher's death meanwhile and arms its own, later, timer, which must not replace this one.
+        time.sleep(4 * WATCH_PERIOD_S)
 
 
 if __name__ == "__main__":

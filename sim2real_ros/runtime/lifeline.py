@@ -87,20 +87,35 @@ def die_with_launcher(environ: MutableMapping[str, str] | None = None, grace_s: 
 def bound_exit(deadline_s: float = GRACE_S) -> bool:
     """From now on this process has `deadline_s` [s] to end: a kernel timer then ends it with
     SIGALRM's default action, which needs no Python (a hung interpreter finalization included).
+    A deadline already armed that comes sooner is kept.
 
     Call from the main thread; returns False where no timer can be armed (no setitimer)."""
     if not hasattr(signal, "setitimer"):
         return False
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
-    signal.setitimer(signal.ITIMER_REAL, deadline_s)
+    _arm_alarm_no_later_than(deadline_s)
     return True
+
+
+_ALARM_LOCK = threading.RLock()  # re-entrant: bound_exit may run in a signal handler on the main thread
+
+
+def _arm_alarm_no_later_than(deadline_s: float) -> None:
+    """Arm ITIMER_REAL to fire within `deadline_s` [s], keeping a sooner one already armed. The
+    watchdog thread and the main thread's bound_exit both arm it, in either order: without this,
+    the watchdog noticing late (a loaded machine) replaced bound_exit's short deadline by its own
+    grace, and a hung exit lived that long."""
+    with _ALARM_LOCK:
+        remaining_s, _ = signal.getitimer(signal.ITIMER_REAL)
+        if remaining_s <= 0.0 or deadline_s < remaining_s:
+            signal.setitimer(signal.ITIMER_REAL, deadline_s)
 
 
 def _arm_alarm_from_thread(deadline_s: float) -> None:
     """bound_exit for a worker thread: signal.signal is main-thread only, so the timer is armed
     only where SIGALRM still has its default action (nobody installed a handler)."""
     if hasattr(signal, "setitimer") and signal.getsignal(signal.SIGALRM) == signal.SIG_DFL:
-        signal.setitimer(signal.ITIMER_REAL, deadline_s)
+        _arm_alarm_no_later_than(deadline_s)
 
 
 def _watch(launcher_pid: int, kernel_signals: bool, grace_s: float, period_s: float) -> None:
