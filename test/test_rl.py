@@ -4,6 +4,7 @@ Ray is started once for this module (2 CPUs, no dashboard) and shut down at the 
 """
 from __future__ import annotations
 
+import io
 import re
 import subprocess
 import sys
@@ -366,6 +367,41 @@ def test_train_teacher_resumes_from_its_work_directory(tmp_path):
     other = TeacherTrainer(_config(iterations=1, seed=5, **base), tmp_path / "c.pt", tmp_path / "work", workers=0,
                            log=lines.append).run(resume=True)
     assert other["iterations"] == 1 and any("holds a run of another config" in line for line in lines)
+
+
+def test_a_run_resumed_late_keeps_its_episodes_apart_from_the_evaluation(tmp_path):
+    """A run resumed after iteration 950 (past EVAL_EPISODE_BASE / 1,000,000) plays episodes of its
+    own and still evaluates at its end; the checkpoint records each segment's range. A work
+    directory saved without its ranges, that far on, refuses at start rather than after training."""
+    import json
+
+    from sim2real_ros.rl.ppo import EVAL_EPISODE_BASE, RESUME_EPISODE_BASE, RESUME_STRIDE
+
+    base = dict(env={"pushes": False}, num_envs=2, steps_per_env=4, workers=0,
+                actor={"hidden_dims": [16], "activation": "elu", "init_std": 0.5})
+    work = tmp_path / "work"
+    TeacherTrainer(_config(iterations=2, eval_episodes=0, **base), tmp_path / "a.pt", work, workers=0,
+                   log=lambda s: None).run(resume=True)
+    state_path = work / "ppo_state.json"
+    state = json.loads(state_path.read_text())
+    assert state["episode_ranges"] == [[0, 16 + 2]]
+    state["iteration"] = 950  # as a long run's state would say (the ranges played stay what they were)
+    state_path.write_text(json.dumps(state))
+    result = TeacherTrainer(_config(iterations=951, eval_episodes=2, **base), tmp_path / "b.pt", work, workers=0,
+                            log=lambda s: None).run(resume=True)
+    assert result["iterations"] == 951 and result["evaluation"]["episodes"] == 2
+    resumed = RESUME_EPISODE_BASE + 950 * RESUME_STRIDE
+    recorded = load_teacher(tmp_path / "b.pt").spec.provenance["training_episodes"]
+    assert recorded["index_ranges"] == [[0, 18], [resumed, resumed + 8 + 2]]
+    assert all(last <= EVAL_EPISODE_BASE or first > EVAL_EPISODE_BASE + 2 for first, last in recorded["index_ranges"])
+
+    del state["episode_ranges"]  # saved by the code before the ranges were kept
+    state_path.write_text(json.dumps(state))
+    progress = io.StringIO()
+    with pytest.raises(ValueError, match="reach into the evaluation episodes.*--no-resume"):
+        TeacherTrainer(_config(iterations=960, eval_episodes=2, **base), tmp_path / "c.pt", work, workers=0,
+                       log=lambda s: None, stream=progress).run(resume=True)
+    assert progress.getvalue() == ""  # refused before any iteration
 
 
 def _refuse_a_pool_beyond_the_free_cpus() -> float:

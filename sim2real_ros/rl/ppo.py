@@ -41,6 +41,11 @@ from .rewards import RewardConfig
 from .teacher_checkpoint import TeacherSpec, save_teacher
 
 EVAL_EPISODE_BASE = 900_000_000  # evaluation episodes never overlap training ones
+# A run resumed after iteration i plays its episodes from RESUME_EPISODE_BASE + i * RESUME_STRIDE: a
+# block per iteration (one iteration plays num_envs * steps_per_env episodes at most, far fewer),
+# all past the evaluation episodes, however long the run.
+RESUME_EPISODE_BASE = 1_000_000_000
+RESUME_STRIDE = 1_000_000
 
 DEFAULT_PPO: dict[str, Any] = {
     "learning_rate": 1e-3, "num_learning_epochs": 5, "num_mini_batches": 4, "clip_param": 0.2, "gamma": 0.98,
@@ -228,23 +233,30 @@ class TeacherTrainer:
         later = {"iterations", "eval_episodes", "workers", "target_success"}
         return content_hash({k: v for k, v in self.config.to_dict().items() if k not in later})
 
-    def _load_state(self, alg: Any) -> tuple[int, int, list[dict[str, Any]]]:
+    def _load_state(self, alg: Any) -> tuple[int, int, list[dict[str, Any]], list[list[int]]]:
+        """(iteration, steps, history, episode ranges played) of the run in the work directory."""
         path = self._state_path()
         meta_path = self.work_dir / "ppo_state.json"
         if not path.exists() or not meta_path.exists():
-            return 0, 0, []
+            return 0, 0, [], []
         meta = json.loads(meta_path.read_text())
         if meta.get("config_hash") != self._hash():
             self.log(f"[ppo] {self.work_dir} holds a run of another config; starting fresh")
-            return 0, 0, []
+            return 0, 0, [], []
         alg.load(torch.load(path, weights_only=True), None, strict=True)
         self.log(f"[ppo] resuming after iteration {meta['iteration']} from {self.work_dir}")
-        return int(meta["iteration"]), int(meta["steps"]), list(meta.get("history", []))
+        iteration, steps = int(meta["iteration"]), int(meta["steps"])
+        played = meta.get("episode_ranges")
+        if played is None:  # saved before the ranges were kept: every resume at or before `iteration`
+            played = legacy_training_ranges(iteration, steps, self.config.num_envs)
+        return iteration, steps, list(meta.get("history", [])), [list(map(int, r)) for r in played]
 
-    def _save_state(self, alg: Any, iteration: int, steps: int, history: list[dict[str, Any]]) -> None:
+    def _save_state(self, alg: Any, iteration: int, steps: int, history: list[dict[str, Any]],
+                    episode_ranges: list[list[int]]) -> None:
         torch.save(alg.save(), self._state_path())
         (self.work_dir / "ppo_state.json").write_text(json.dumps(
-            {"config_hash": self._hash(), "iteration": iteration, "steps": steps, "history": history}, indent=1))
+            {"config_hash": self._hash(), "iteration": iteration, "steps": steps, "history": history,
+             "episode_ranges": episode_ranges}, indent=1))
 
     def run(self, resume: bool = True) -> dict[str, Any]:
         from rsl_rl.algorithms import PPO
@@ -268,9 +280,15 @@ class TeacherTrainer:
         dummy_obs = TensorDict({"policy": torch.zeros(c.num_envs, obs_dim)}, batch_size=[c.num_envs])
         with contextlib.redirect_stdout(io.StringIO()):  # rsl_rl prints the models; keep stdout for JSON
             alg = PPO.construct_algorithm(dummy_obs, dummy_env, cfg, "cpu")
-        first_it, steps, history = self._load_state(alg) if resume else (0, 0, [])
+        first_it, steps, history, earlier = self._load_state(alg) if resume else (0, 0, [], [])
         git = training_git_state(self.work_dir, share_dir(), fresh=first_it == 0)
-        pool = RolloutPool(c.env_spec(episode_base=first_it * 1_000_000), c.num_envs, self.workers, log=self.log)
+        segment = Segment(episode_base(first_it), steps, earlier)
+        try:  # before any training: a work directory whose episodes cannot be told apart from the evaluation's
+            training_episodes(c, earlier)
+        except ValueError as err:
+            raise ValueError(f"{err} (a run resumed past iteration 900 before {self.work_dir} kept its episode "
+                             f"ranges); start it again with --no-resume") from None
+        pool = RolloutPool(c.env_spec(episode_base=segment.base), c.num_envs, self.workers, log=self.log)
         env = PoolVecEnv(pool, max_steps, {"env": c.env, "rewards": c.rewards})
         recent: deque[bool] = deque(maxlen=c.success_window)
         for row in history[-1:]:
@@ -318,11 +336,11 @@ class TeacherTrainer:
                                                  row["reward_per_step"], time.monotonic() - start) + "\n")
                 self.stream.flush()
                 if it % 10 == 0 or it == c.iterations:
-                    self._save_state(alg, it, steps, history)
+                    self._save_state(alg, it, steps, history, segment.ranges(steps, c))
                 if c.target_success and success is not None and len(recent) >= c.success_window \
                         and success >= c.target_success:
                     stop_reason = f"target success {c.target_success:.0%} reached"
-                    self._save_state(alg, it, steps, history)
+                    self._save_state(alg, it, steps, history, segment.ranges(steps, c))
                     break
             train_s = time.monotonic() - start
             self.log(f"[ppo] stopped after iteration {it} ({stop_reason}), {steps:,} steps, {train_s:.0f} s")
@@ -332,7 +350,7 @@ class TeacherTrainer:
             evaluation = {}
             if c.eval_episodes:
                 assert_unseen_episodes(c.seed, range(EVAL_EPISODE_BASE, EVAL_EPISODE_BASE + c.eval_episodes),
-                                       training_episodes(c, it, steps), c.source)
+                                       training_episodes(c, segment.ranges(steps, c)), c.source)
                 evaluation = evaluate_policy(pool, policy, c.eval_episodes)
             if evaluation:
                 self.log(f"[ppo] teacher success {evaluation['successes']}/{evaluation['episodes']} (95% CI "
@@ -350,7 +368,7 @@ class TeacherTrainer:
             "rsl_rl": _version("rsl-rl-lib"), "ray": _version("ray"),
             "config": config, "config_hash": content_hash(config), "iterations": it, "steps": steps,
             "stop": stop_reason, "train_time_s": round(train_s, 1), "workers": self.workers,
-            "evaluation": evaluation, "training_episodes": training_episodes(c, it, steps),
+            "evaluation": evaluation, "training_episodes": training_episodes(c, segment.ranges(steps, c)),
             "sim_params_file": config["sim_params"],
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **git,
             "final_success_window": history[-1]["success"] if history else None,
@@ -368,17 +386,40 @@ class TeacherTrainer:
                 "train_time_s": round(train_s, 1), "evaluation": evaluation, "history": history, "curves": written}
 
 
-def training_episodes(config: TeacherConfig, iterations: int, steps: int) -> dict[str, Any]:
-    """The episode indices PPO may have played, as [first, last) ranges of run seed config.seed: a
-    run resumed after iteration i starts at index i * 1_000_000 (TeacherTrainer.run), and each slot
-    starts at most one episode per step, so no index reaches base + steps + num_envs."""
-    ranges = [[0, steps + config.num_envs]]
-    if iterations > 0:
-        ranges.append([1_000_000, iterations * 1_000_000 + steps + config.num_envs])
-    if ranges[-1][1] > EVAL_EPISODE_BASE:
-        raise ValueError(f"{config.source}: training indices reach {ranges[-1][1]}, into the evaluation episodes "
-                         f"from {EVAL_EPISODE_BASE}")
-    return {"seed": config.seed, "index_ranges": ranges}
+def episode_base(resumed_after: int) -> int:
+    """First episode index of a run segment: 0 for a fresh run, a block of its own past the
+    evaluation episodes for a run resumed after iteration `resumed_after`."""
+    return 0 if resumed_after == 0 else RESUME_EPISODE_BASE + resumed_after * RESUME_STRIDE
+
+
+def legacy_training_ranges(iteration: int, steps: int, num_envs: int) -> list[list[int]]:
+    """Episode ranges of a work directory saved before they were kept: resumes (if any) happened
+    after iterations 1..`iteration`, at i * 1,000,000 as the code then played them."""
+    return [[0, steps + num_envs], [1_000_000, iteration * 1_000_000 + steps + num_envs]]
+
+
+@dataclass
+class Segment:
+    """The episodes this process plays: from `base` on, one per slot per step at most, after
+    `first_step` env steps of the run; `earlier`: the ranges of the segments before it."""
+
+    base: int
+    first_step: int
+    earlier: list[list[int]]
+
+    def ranges(self, steps: int, config: TeacherConfig) -> list[list[int]]:
+        """[first, last) episode index ranges played once the run is at `steps` env steps."""
+        return [*self.earlier, [self.base, self.base + steps - self.first_step + config.num_envs]]
+
+
+def training_episodes(config: TeacherConfig, ranges: list[list[int]]) -> dict[str, Any]:
+    """The episode indices PPO may have played (run seed config.seed), as [first, last) ranges; raises
+    ValueError where one reaches into the evaluation episodes."""
+    for first, last in ranges:
+        if first < EVAL_EPISODE_BASE + max(config.eval_episodes, 1) and last > EVAL_EPISODE_BASE:
+            raise ValueError(f"{config.source}: training episodes {first}-{last} reach into the evaluation "
+                             f"episodes from {EVAL_EPISODE_BASE}")
+    return {"seed": config.seed, "index_ranges": [list(r) for r in ranges]}
 
 
 def evaluate_policy(pool: RolloutPool, policy: Any, episodes: int) -> dict[str, Any]:

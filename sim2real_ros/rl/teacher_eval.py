@@ -40,8 +40,9 @@ def teacher_training_episodes(provenance: dict[str, Any]) -> dict[str, Any] | No
     seed, num_envs = config.get("seed"), config.get("num_envs")
     if not isinstance(seed, int) or not isinstance(num_envs, int):
         return None
-    return {"seed": seed, "index_ranges": [[0, steps + num_envs],
-                                           [1_000_000, iterations * 1_000_000 + steps + num_envs]]}
+    from .ppo import legacy_training_ranges
+
+    return {"seed": seed, "index_ranges": legacy_training_ranges(iterations, steps, num_envs)}
 
 
 def evaluate_teacher_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False, pushes: bool = False,
