@@ -362,6 +362,7 @@ def test_train_teacher_resumes_from_its_work_directory(tmp_path):
                             log=lines.append).run(resume=True)
     assert any("resuming after iteration 2" in line for line in lines)
     assert second["iterations"] == 3 and second["steps"] == 24
+    assert second["train_time_s"] > first["train_time_s"]  # the whole run's time, not this process's
     assert [row["iteration"] for row in second["history"]] == [1, 2, 3]
     # another config in the same folder starts fresh
     other = TeacherTrainer(_config(iterations=1, seed=5, **base), tmp_path / "c.pt", tmp_path / "work", workers=0,

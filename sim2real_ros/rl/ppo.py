@@ -233,30 +233,32 @@ class TeacherTrainer:
         later = {"iterations", "eval_episodes", "workers", "target_success"}
         return content_hash({k: v for k, v in self.config.to_dict().items() if k not in later})
 
-    def _load_state(self, alg: Any) -> tuple[int, int, list[dict[str, Any]], list[list[int]]]:
-        """(iteration, steps, history, episode ranges played) of the run in the work directory."""
+    def _load_state(self, alg: Any) -> tuple[int, int, list[dict[str, Any]], list[list[int]], float]:
+        """(iteration, steps, history, episode ranges played, training time so far [s]) of the run in
+        the work directory."""
         path = self._state_path()
         meta_path = self.work_dir / "ppo_state.json"
         if not path.exists() or not meta_path.exists():
-            return 0, 0, [], []
+            return 0, 0, [], [], 0.0
         meta = json.loads(meta_path.read_text())
         if meta.get("config_hash") != self._hash():
             self.log(f"[ppo] {self.work_dir} holds a run of another config; starting fresh")
-            return 0, 0, [], []
+            return 0, 0, [], [], 0.0
         alg.load(torch.load(path, weights_only=True), None, strict=True)
         self.log(f"[ppo] resuming after iteration {meta['iteration']} from {self.work_dir}")
         iteration, steps = int(meta["iteration"]), int(meta["steps"])
         played = meta.get("episode_ranges")
         if played is None:  # saved before the ranges were kept: every resume at or before `iteration`
             played = legacy_training_ranges(iteration, steps, self.config.num_envs)
-        return iteration, steps, list(meta.get("history", [])), [list(map(int, r)) for r in played]
+        return (iteration, steps, list(meta.get("history", [])), [list(map(int, r)) for r in played],
+                float(meta.get("train_time_s", 0.0)))
 
     def _save_state(self, alg: Any, iteration: int, steps: int, history: list[dict[str, Any]],
-                    episode_ranges: list[list[int]]) -> None:
+                    episode_ranges: list[list[int]], train_time_s: float) -> None:
         torch.save(alg.save(), self._state_path())
         (self.work_dir / "ppo_state.json").write_text(json.dumps(
             {"config_hash": self._hash(), "iteration": iteration, "steps": steps, "history": history,
-             "episode_ranges": episode_ranges}, indent=1))
+             "episode_ranges": episode_ranges, "train_time_s": train_time_s}, indent=1))
 
     def run(self, resume: bool = True) -> dict[str, Any]:
         from rsl_rl.algorithms import PPO
@@ -280,7 +282,7 @@ class TeacherTrainer:
         dummy_obs = TensorDict({"policy": torch.zeros(c.num_envs, obs_dim)}, batch_size=[c.num_envs])
         with contextlib.redirect_stdout(io.StringIO()):  # rsl_rl prints the models; keep stdout for JSON
             alg = PPO.construct_algorithm(dummy_obs, dummy_env, cfg, "cpu")
-        first_it, steps, history, earlier = self._load_state(alg) if resume else (0, 0, [], [])
+        first_it, steps, history, earlier, earlier_s = self._load_state(alg) if resume else (0, 0, [], [], 0.0)
         git = training_git_state(self.work_dir, share_dir(), fresh=first_it == 0)
         segment = Segment(episode_base(first_it), steps, earlier)
         try:  # before any training: a work directory whose episodes cannot be told apart from the evaluation's
@@ -295,6 +297,11 @@ class TeacherTrainer:
             recent.extend([True] * int(row.get("window_successes", 0)))
             recent.extend([False] * (int(row.get("window_episodes", 0)) - int(row.get("window_successes", 0))))
         curves = TrainingLog(self.work_dir, f"sim2real train-teacher: {c.source}")
+
+        def run_s() -> float:
+            """[s] the whole run's training time, its earlier segments included."""
+            return earlier_s + time.monotonic() - start
+
         try:
             obs = env.get_observations()
             alg.train_mode()
@@ -336,13 +343,13 @@ class TeacherTrainer:
                                                  row["reward_per_step"], time.monotonic() - start) + "\n")
                 self.stream.flush()
                 if it % 10 == 0 or it == c.iterations:
-                    self._save_state(alg, it, steps, history, segment.ranges(steps, c))
+                    self._save_state(alg, it, steps, history, segment.ranges(steps, c), run_s())
                 if c.target_success and success is not None and len(recent) >= c.success_window \
                         and success >= c.target_success:
                     stop_reason = f"target success {c.target_success:.0%} reached"
-                    self._save_state(alg, it, steps, history, segment.ranges(steps, c))
+                    self._save_state(alg, it, steps, history, segment.ranges(steps, c), run_s())
                     break
-            train_s = time.monotonic() - start
+            train_s = run_s()
             self.log(f"[ppo] stopped after iteration {it} ({stop_reason}), {steps:,} steps, {train_s:.0f} s")
             alg.eval_mode()
             actor = alg.get_policy()
