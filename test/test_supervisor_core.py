@@ -140,10 +140,54 @@ def test_watchdogs_hold_at_the_position_measured_at_the_stop(silent, timeout_fie
     assert sup.mode == Mode.HOLD and cmd.hold and expected in sup.reason
     hold = cmd.positions
     assert sup.counters["watchdog_holds"] == 1
+    if silent == "joints":
+        # Held at the last command while nothing fresh was measured; the first fresh reading is
+        # where the arm is, and becomes the hold.
+        assert np.allclose(sup.hold_target, sup.last_sent)
+        sup.on_joint_state(NAMES, moving, last_fresh + 120 * MS)
     # Later measurements do not move the hold (stop category 2).
-    sup.on_joint_state(NAMES, HOME + 0.3, last_fresh + 120 * MS)
+    sup.on_joint_state(NAMES, HOME + 0.3, last_fresh + 125 * MS)
     assert np.allclose(sup.tick(last_fresh + 130 * MS).positions, hold)
+    assert np.allclose(sup.hold_target, moving)
 
+
+
+def test_a_hold_entered_on_stale_readings_moves_to_the_first_fresh_measurement_only():
+    # A starved supervisor wakes to a silent policy and stale joint states (the newer ones still
+    # queued): it holds the last command for now, and where the arm is once a reading is processed.
+    sup = armed(policy_timeout_s=0.1, joint_state_timeout_s=0.1)
+    t = T0
+    for _ in range(5):
+        t += 10 * MS
+        feed(sup, t)
+        sup.tick(t)
+    t += 300 * MS
+    cmd = sup.tick(t)
+    assert sup.mode == Mode.HOLD and cmd.hold
+    assert np.allclose(sup.hold_target, sup.last_sent)  # no fresh measurement: the last command
+    measured = np.clip(HOME + 0.05, LIMITS.lower, LIMITS.upper)
+    assert sup.on_joint_state(NAMES, measured, t + 1 * MS)
+    assert np.allclose(sup.hold_target, measured)
+    # From then on the hold stays put (stop category 2): a later reading moves nothing.
+    assert sup.on_joint_state(NAMES, measured + 0.01, t + 11 * MS)
+    assert np.allclose(sup.hold_target, measured)
+
+
+def test_an_estop_pressed_during_a_hold_holds_where_the_arm_is_measured():
+    sup = armed(policy_timeout_s=0.1)
+    t = T0 + 10 * MS
+    feed(sup, t)
+    sup.tick(t)
+    assert sup.request_hold(t + 1 * MS)[0] and np.allclose(sup.hold_target, HOME)
+    # The arm sags away from the hold (a weak servo, a push) before the stop is pressed.
+    sagged = np.clip(HOME - 0.04, LIMITS.lower, LIMITS.upper)
+    t_meas = t
+    for _ in range(4):
+        t_meas += 10 * MS
+        sup.on_joint_state(NAMES, HOME + (sagged - HOME) * (t_meas - t) / (40 * MS), t_meas)
+    assert np.allclose(sup.hold_target, HOME)
+    sup.on_estop(True, t_meas + 1 * MS)
+    assert sup.mode == Mode.ESTOP and np.allclose(sup.hold_target, sagged)
 
 # A teleported arm (sim episode reset, re-homed encoder): hold where it now is, never drag it back.
 JUMP = np.clip(HOME + 0.6, LIMITS.lower, LIMITS.upper)  # 0.6 rad in one 10 ms sample: not physical

@@ -149,6 +149,9 @@ class Supervisor:
         self._q_policy: np.ndarray | None = None
         self._joy: JoySample | None = None
         self._hold_target: np.ndarray | None = None
+        # The hold target is the last sent command, not a measurement (none was fresh when it was
+        # captured): the first fresh joint state replaces it, so a stop holds where the arm is.
+        self._hold_is_fallback = False
         self._output = StepLimiter(limits, config.control_period_s)
         self._ramp = HandoverRamp()
         self._shared = SharedCorrection(limits.n, config.shared_authority, config.shared_max_offset_rad)
@@ -247,6 +250,11 @@ class Supervisor:
             self._times.policy_ns = None
         self._q_meas = q
         self._times.joint_state_ns = now_ns
+        if self._hold_is_fallback and self._mode == Mode.HOLD:
+            # A starved process enters HOLD with stale readings although newer ones wait in its
+            # queue: the arm may be far from the last command by now (a sim reset, a push), and a
+            # stop holds it where it is. A latched ESTOP keeps its target until the reset.
+            self._capture_hold(now_ns)
         return True
 
     @_fail_safe("bool")
@@ -621,7 +629,11 @@ class Supervisor:
     def _set_mode(self, mode: Mode, reason: str, now_ns: int) -> None:
         """Every mode change goes through here: hold capture, ramp reset, intervention events."""
         previous = self._mode
-        if mode in (Mode.HOLD, Mode.ESTOP) and (previous in MOVING_MODES or self._hold_target is None):
+        if mode in (Mode.HOLD, Mode.ESTOP) and (previous in MOVING_MODES or self._hold_target is None
+                                                or (mode == Mode.ESTOP and previous != Mode.ESTOP
+                                                    and self._measurement_fresh(now_ns))):
+            # An e-stop holds where the arm is measured now, even pressed during a HOLD (whose target
+            # may be an older position or the last command).
             self._capture_hold(now_ns)
         if mode == Mode.TELEOP and previous != Mode.TELEOP:
             self._teleop_holding = True
@@ -650,15 +662,23 @@ class Supervisor:
 
     # ------------------------------------------------------------------------------------------
     # Commands
+    def _measurement_fresh(self, now_ns: int) -> bool:
+        return self._q_meas is not None and fresh(self._times.joint_state_ns, now_ns,
+                                                  self.config.joint_state_timeout_s)
+
     def _capture_hold(self, now_ns: int) -> None:
-        """Stop category 2 target: measured position now (last sent if the measurement is stale)."""
+        """Stop category 2 target: measured position now (last sent if the measurement is stale, and
+        then replaced by the next fresh measurement while holding)."""
         last_sent = self._output.last_sent
-        if self._q_meas is not None and fresh(self._times.joint_state_ns, now_ns, self.config.joint_state_timeout_s):
+        self._hold_is_fallback = False
+        if self._measurement_fresh(now_ns):
             self._hold_target = clamp_position(self._q_meas, self.limits)
         elif last_sent is not None:
             self._hold_target = last_sent.copy()
+            self._hold_is_fallback = True
         elif self._q_meas is not None:
             self._hold_target = clamp_position(self._q_meas, self.limits)
+            self._hold_is_fallback = True
 
     def _teleop_tick(self, now_ns: int) -> SentCommand | None:
         sample = self._joy
