@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message, serialize_message
 from rosgraph_msgs.msg import Clock
@@ -19,7 +20,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from sim2real_ros.bags import BagReader
 from sim2real_ros.bags.writer import BagWriter
-from sim2real_ros.conversions import stamp_to_ns
+from sim2real_ros.conversions import diagnostic_values, stamp_to_ns
 from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
 from sim2real_ros.core.policy.checkpoint import read_checkpoint, save_checkpoint
 from sim2real_ros.core.policy.model import build_model
@@ -73,16 +74,28 @@ def record_sim_bag(directory: Path, checkpoint: Path) -> Path:
     try:
         chunks = probe.collect(JointTrajectory, "policy/action_chunk", KEEP_ALL)
         clock = probe.collect(Clock, "clock", 10)
+        commands = probe.collect(Float64MultiArray, "forward_position_controller/commands", KEEP_ALL)
+        # What the policy and the preprocessor say they received: a failed recording names its stage.
+        policy_diag = probe.collect(DiagnosticArray, "policy_node/diagnostics", 5)
+        preprocessor_diag = probe.collect(DiagnosticArray, "camera_preprocessor/diagnostics", 5)
+        first_command_sim_ns: list[int] = []  # sim time when the first robot command was seen
 
         def policy_ran_long_enough() -> bool:
-            if not chunks or not clock:
+            # Counted from the later of the first chunk and the first robot command: on a loaded
+            # machine the supervisor (the commands' publisher) can start seconds after the policy.
+            if not chunks or not clock or not commands:
                 return False
-            first = stamp_to_ns(chunks[0].header.stamp)
+            if not first_command_sim_ns:
+                first_command_sim_ns.append(stamp_to_ns(clock[-1].clock))
+            first = max(stamp_to_ns(chunks[0].header.stamp), first_command_sim_ns[0])
             return stamp_to_ns(clock[-1].clock) >= first + int(SIM_SECONDS_OF_POLICY * 1e9)
 
         with running_nodes(decls, directory):
             assert wait_until(policy_ran_long_enough, 240.0, poll_s=0.2), (
-                f"{len(chunks)} chunks, sim time {stamp_to_ns(clock[-1].clock) / 1e9 if clock else None} s")
+                f"{len(chunks)} chunks, {len(commands)} robot commands, "
+                f"sim time {stamp_to_ns(clock[-1].clock) / 1e9 if clock else None} s; policy_node says "
+                f"{diagnostic_values(policy_diag[-1]) if policy_diag else 'nothing'}; camera_preprocessor says "
+                f"{diagnostic_values(preprocessor_diag[-1]) if preprocessor_diag else 'nothing'}")
     finally:
         probe.close()
     return bag

@@ -182,7 +182,7 @@ def test_finetune_fits_the_real_episodes_holds_out_whole_ones_and_records_proven
     spec, parent_state, _ = read_checkpoint(teleop_recording.tiny)
     dataset = build_dataset(teleop_recording.bags, ImagePipeline(PreprocessConfig.from_dict(spec.preprocess)), JOINTS,
                             spec.chunk_length, spec.dt_s, LabelConfig())
-    assert len(dataset.usable()) == 3 and dataset.frames >= 12, dataset.summary()
+    assert len(dataset.usable()) == 3 and dataset.frames >= 12, json.dumps(dataset.summary())
     assert {e.kind for e in dataset.usable()} <= {"demonstration", "intervention"}
     out = tmp_path / "tuned.pt"
     report = finetune(teleop_recording.tiny, teleop_recording.bags, out,

@@ -133,8 +133,9 @@ def test_live_view_of_the_sim(ros, tmp_path):
         # Images: JPEG frames of the camera's size, at the camera's rate, with or without a stalled client.
         frame = cv2.imdecode(np.frombuffer(client.decoded(ch.CAMERA_IMAGE)[-1][2].data, np.uint8), cv2.IMREAD_COLOR)
         assert frame.shape == (world.camera.height, world.camera.width, 3)
-        # At the rate the sim really published (it renders slower than camera_hz on a loaded machine).
-        assert published_alone > 0.4 * camera_hz, f"the sim published {published_alone:.1f} Hz of {camera_hz} Hz"
+        # At the rate the sim really published (it renders slower than camera_hz on a loaded machine:
+        # 11.4 of 30 Hz on a CI machine at load 4); enough frames to measure a ratio on is what counts.
+        assert published_alone > 0.2 * camera_hz, f"the sim published {published_alone:.1f} Hz of {camera_hz} Hz"
         assert rate_alone > 0.85 * published_alone, f"{rate_alone:.1f} Hz alone, camera {published_alone:.1f} Hz"
         assert rate_stalled > 0.85 * published_stalled, (
             f"{rate_stalled:.1f} Hz with a stalled client, camera {published_stalled:.1f} Hz")
