@@ -146,6 +146,9 @@ def test_eval_sim_runs_a_teacher_and_warns_on_other_sim_params(tmp_path, capsys)
     assert groups["pushed"]["episodes"] == sum(r["pushes_applied"] > 0 for r in result["per_episode"])
     assert {"success_rate", "ci95", "failures", "episode_length_s"} <= set(result)
     assert "pushed:" in captured.out and "unpushed:" in captured.out
+    # Outcomes named as the expert's and the graph's are: successes are "success", under the task's name.
+    assert result["task"] == "reach" and "outcomes (reach):" in captured.out
+    assert all((r["failure"] == "success") == r["success"] for r in result["per_episode"])
     # The same seeds as a student's evaluation: episode i of --seed S is episode_seed(S, i).
     from sim2real_ros.sim.world import episode_seed
 

@@ -20,6 +20,7 @@ from ..core.stats import success_by_pushes, summary, wilson_interval
 from ..provenance import assert_unseen_episodes, sim_params_mismatch
 from ..robots import robot_description_for, robot_for_checkpoint, sim_params_for
 from ..sim.params import load_sim_params
+from ..sim.task_base import SUCCESS
 from .batch import EnvSpec
 from .pool import RolloutPool
 from .teacher_checkpoint import load_teacher
@@ -78,12 +79,13 @@ def evaluate_teacher_in_sim(checkpoint: str | Path, episodes: int, perturb: bool
         pool.close()
     per_episode = [{"episode": i, "seed": int(r["seed"]), "success": bool(r["success"]),
                     "duration_s": float(r["duration_s"]), "final_distance_m": float(r["final_distance_m"]),
-                    "failure": "none" if r["success"] else str(r.get("failure", "not_reached")),
+                    "failure": SUCCESS if r["success"] else str(r.get("failure", "not_reached")),
                     "pushes_applied": int(r.get("pushes_applied", 0))} for i, r in zip(indices, rows, strict=True)]
     wins = sum(r["success"] for r in per_episode)
     n = len(per_episode)
     return {"checkpoint": str(checkpoint), "checkpoint_hash": teacher.checkpoint_hash,
             "backend": "torch (teacher, privileged observations)", "kind": "teacher", "robot": robot,
+            "task": str(spec.env.get("task", "reach")),
             "perturb": bool(perturb), "pushes": bool(pushes),
             **({"pushes_applied_total": sum(r["pushes_applied"] for r in per_episode)} if pushes else {}),
             "sim_params_version": params.version, "trained_sim_params_version": spec.sim_params_version,
