@@ -287,6 +287,26 @@ def run_policy_node(params: dict[str, str], timeout_s: float = 120.0) -> subproc
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, cwd=REPO_ROOT)
 
 
+
+def test_images_without_any_joint_state_are_said_in_the_log_not_waited_on_silently(ros, tmp_path, panda_checkpoint):
+    """Each image waits for its joint state and the next one supersedes it: with no joint state
+    ever received nothing is published, and the node must say why (it said nothing before)."""
+    params = {"checkpoint": str(panda_checkpoint), "robot_description": str(PANDA_URDF),
+              "max_observation_age_s": 5.0}
+    chunks = ros.collect(JointTrajectory, "policy/action_chunk", KEEP_ALL)
+    image_pub = ros.publisher(Image, "policy/image", RELIABLE_LATEST_QOS)
+    clock = ros.node.get_clock()
+    log = tmp_path / "graph.log"
+    with running_nodes([node_decl("policy_node", params)], tmp_path):
+        ros.wait_for_subscribers(image_pub, timeout_s=60.0)
+
+        def said() -> bool:
+            image_pub.publish(array_to_image(np.zeros((96, 96, 3), np.uint8), "rgb8", clock.now().nanoseconds))
+            return "no joint state received on /joint_states yet" in log.read_text()
+
+        assert wait_until(said, 30.0, poll_s=0.1), log.read_text()[-2000:]
+    assert chunks == []
+
 def test_node_refuses_a_missing_checkpoint_naming_it(tmp_path):
     missing = tmp_path / "no_such_policy.pt"
     proc = run_policy_node({"checkpoint": str(missing), "robot_description": str(PANDA_URDF)})

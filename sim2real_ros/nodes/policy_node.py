@@ -253,6 +253,10 @@ class PolicyNode(Node):
         inference_dropped or input_dropped) and log it, at most once per LOG_THROTTLE_S per reason."""
         with self._lock:
             count(self._ledger)
+        self._log_drop(reason, detail)
+
+    def _log_drop(self, reason: DropReason, detail: str) -> None:
+        """Log a counted drop, at most once per LOG_THROTTLE_S per reason."""
         now = time.monotonic()
         if now - self._last_log_s.get(reason, -math.inf) >= LOG_THROTTLE_S:
             self._last_log_s[reason] = now
@@ -284,7 +288,13 @@ class PolicyNode(Node):
             self._drop(lambda ledger: ledger.image_refused(DropReason.BAD_IMAGE), DropReason.BAD_IMAGE, str(err))
             return
         with self._lock:
-            self._ledger.image_accepted(_PendingObservation(stamp_ns, image))
+            superseded = self._ledger.image_accepted(_PendingObservation(stamp_ns, image))
+            joint_states = self._ledger.joint_states_received
+        if superseded and joint_states == 0:
+            # Images come but no joint state ever has: each image waits for its joint state and the
+            # next one replaces it, so nothing is published; say so rather than stay silent.
+            self._log_drop(DropReason.SUPERSEDED, f"no joint state received on {self._joint_states.topic_name} "
+                                                  "yet; each image waits for one and the next replaces it")
         self._inference_wake.set()
 
     def _on_joint_state(self, msg: JointState) -> None:
