@@ -13,6 +13,7 @@ import sys
 
 from ..runtime.lifeline import LAUNCHER_PID_ENV, bound_exit, die_with_launcher
 
+REFUSED_AT_START = 2  # run_node's exit code for a configuration refused while building the node
 NODES = ("sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor", "recorder", "viz_node",
          "feetech_driver", "camera_node", "leader_arm", "sim_camera")
 
@@ -30,7 +31,18 @@ def run(args: argparse.Namespace) -> int:
         return 1
     module = importlib.import_module(f"sim2real_ros.nodes.{args.name}")
     try:
-        return int(module.main([f"sim2real_ros.{args.name}", *args.ros_args]) or 0)
+        try:
+            code = int(module.main([f"sim2real_ros.{args.name}", *args.ros_args]) or 0)
+        except SystemExit as done:  # the nodes' main() ends in sys.exit(run_node(...))
+            code = 0 if done.code is None else done.code if isinstance(done.code, int) else 1
+        if code == REFUSED_AT_START:
+            # The node refused its configuration, said why and cleaned up (run_node). Its exit code
+            # is the contract a launcher reads: leave without the interpreter's finalization, where
+            # DDS and extension destructors run (a CI run saw one such exit end in SIGSEGV, rc -11).
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        return code
     finally:
         if launcher:
             # The node has done its cleanup; the interpreter's own exit (DDS and extension
