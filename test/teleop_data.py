@@ -76,8 +76,8 @@ def build_teleop_recording(base: Path) -> TeleopRecording:
         # A 10 Hz camera keeps the graph near real time on a busy machine.
         plan = TeleopPlan(intervention_every=2, policy_s=1.5, camera_rate_hz=10.0)
         for attempt in (1, 2):
-            if out.exists():  # a failed attempt stopped part-way: record afresh, not on top of it
-                shutil.rmtree(out)
+            if out.exists():  # a failed attempt: kept beside for its bags and graph.log, recorded afresh
+                shutil.move(out, base / f"attempt_{attempt - 1}_episodes")
             try:
                 record_teleop_episodes(out, EPISODES, config_path("sim_params_real_a.yaml"), untrained, seed=7,
                                        plan=plan)

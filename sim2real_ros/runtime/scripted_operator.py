@@ -159,12 +159,17 @@ class ScriptedTeleoperator:
         self.hold_stick((*held, role), periods=2.5)
         self.hold_stick(held, periods=2.5)
 
-    def take_over(self) -> bool:
-        """TELEOP, jogging all joints at once; False if the supervisor refused."""
-        if self.session.mode() != "TELEOP":
+    def take_over(self, timeout_s: float = 10.0) -> bool:
+        """TELEOP, jogging all joints at once; False if the supervisor refused. As a person would,
+        the operator presses `takeover` again until the supervisor shows TELEOP or `timeout_s` [s]
+        passes: a press can go unseen (a CI run on a loaded machine: one press, 5 s of AUTONOMOUS)."""
+        deadline = time.monotonic() + timeout_s
+        while self.session.mode() != "TELEOP" and time.monotonic() < deadline:
             self.press("takeover")
-            if not self.session.wait_for_mode("TELEOP", 5.0):
-                return False
+            if self.session.wait_for_mode("TELEOP", 1.0):
+                break
+        if self.session.mode() != "TELEOP":
+            return False
         if self.jog_mode() == "cartesian":
             self.press("toggle_cartesian")
             # supervisor/state repeats at its state rate; the jog mode shows there.
