@@ -72,6 +72,16 @@ def _describe(pid: int) -> str:
     return f"{pid} {read(f'/proc/{pid}/cmdline')}: threads {' '.join(threads)}"
 
 
+def _signals(pid: int) -> str:
+    """Pending, blocked, ignored and caught signal masks and the parent of `pid` (/proc status)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return "no status"
+    return " ".join(line.replace("\t", "") for line in lines
+                    if line.split(":")[0] in ("State", "PPid", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"))
+
+
 def _kill_survivors(processes: dict[int, int | None]) -> None:
     """SIGKILL what a failing test left behind, checking identity first (pids get reused)."""
     for pid, started in processes.items():
@@ -217,7 +227,8 @@ def test_node_whose_exit_hangs_in_interpreter_finalization_is_ended_by_the_kerne
         within_s = HUNG_EXIT_DEADLINE_S + WATCH_PERIOD_S + 4.0
         assert within_s < HUNG_EXIT_GRACE_S  # so the watchdog's own SIGKILL cannot be what ends it
         assert wait_until(lambda: not _alive(pid, started), within_s, poll_s=0.02), (
-            f"a node hung in its interpreter's exit was still running {within_s} s after its launcher died")
+            f"a node hung in its interpreter's exit was still running {within_s} s after its launcher died: "
+            f"{_describe(pid)}; {_signals(pid)}")
         print(f"gone {time.monotonic() - killed_at:.2f} s after the launcher's SIGKILL")
 
 
