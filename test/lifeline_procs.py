@@ -81,8 +81,11 @@ def hung_exit_node() -> None:
         sys.exit(1)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     json.hang_at_exit = _HangsWhenCollected()  # type: ignore[attr-defined]
-    print(f"ready {os.getpid()}", flush=True)
     try:
+        # "ready" inside the try: the test kills the launcher as soon as it reads it, and a SIGTERM
+        # handled between the print and the try skipped bound_exit (the node then lived the
+        # watchdog's 60 s grace: seen in CI and once in 81 runs under load, "5.25 s" each time).
+        print(f"ready {os.getpid()}", flush=True)
         while True:
             time.sleep(1.0)  # until SIGTERM (the kernel's, as the launcher dies)
     finally:
