@@ -14,7 +14,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState, Joy
 from std_msgs.msg import Bool, Float64MultiArray
 from std_srvs.srv import Trigger
-from support import node_decl, running_nodes, wait_until
+from support import RosProbe, node_decl, running_nodes, wait_until
 
 from sim2real_ros import conversions as cv
 from sim2real_ros.core.report import Level
@@ -279,13 +279,27 @@ def follower_graph(tmp_path, follower_port: str, follower_calibration, **supervi
 
 
 class Gamepad:
-    """The test's gamepad at 50 Hz: the live stop source, its buttons (by role) and sticks."""
+    """The test's gamepad at 50 Hz: the live stop source, its buttons (by role) and sticks.
 
-    def __init__(self, ros) -> None:
+    It is a node of its own on its own executor thread: on the test's probe, its timer waited behind
+    the callbacks of three 100 Hz KEEP_ALL subscriptions, and on a loaded CI machine (Jazzy) the
+    stream went unheard for the supervisor's 2 s, which latched ESTOP ("stop source lost") as it
+    must."""
+
+    def __init__(self) -> None:
         self.pressed: list[str] = []
         self.axes = [0.0] * 6
-        self._pub = ros.node.create_publisher(Joy, "joy", JOY_QOS)
-        ros.node.create_timer(0.02, self._publish)
+        self._probe = RosProbe("test_gamepad")
+        self._pub = self._probe.node.create_publisher(Joy, "joy", JOY_QOS)
+        self._probe.node.create_timer(0.02, self._publish)
+
+    @property
+    def node(self):
+        """The gamepad's node (its own executor thread): for timers that move the sticks."""
+        return self._probe.node
+
+    def close(self) -> None:
+        self._probe.close()
 
     def take_over(self, mode) -> bool:
         """Press takeover until `mode()` says TELEOP (True) or TIMEOUT passes. Takeover acts on a press
@@ -307,7 +321,17 @@ class Gamepad:
         self._pub.publish(Joy(axes=list(self.axes), buttons=buttons))
 
 
-def test_the_follower_follows_the_leader_once_aligned_and_holds_when_it_goes_silent(ros, tmp_path):
+@pytest.fixture
+def pad():
+    """The test's gamepad (Gamepad), closed after the test."""
+    gamepad = Gamepad()
+    try:
+        yield gamepad
+    finally:
+        gamepad.close()
+
+
+def test_the_follower_follows_the_leader_once_aligned_and_holds_when_it_goes_silent(ros, pad, tmp_path):
     """TELEOP with the deadman held: the leader starts 0.54 rad away on shoulder_pan and the follower
     holds (the reason says why); a hand brings it within handover_max_gap_rad (0.1 rad), then bends
     its elbow 0.42 rad: the follower's commands and joint states reach the leader's position. The leader process stopped
@@ -321,7 +345,6 @@ def test_the_follower_follows_the_leader_once_aligned_and_holds_when_it_goes_sil
     state = ros.collect(DiagnosticArray, "supervisor/state", LATCHED_QOS)
     teleop = ros.collect(JointState, "command/teleop", KEEP_ALL)
     measured = ros.collect(JointState, "joint_states", KEEP_ALL)
-    pad = Gamepad(ros)
 
     def status() -> dict[str, str]:
         return cv.diagnostic_values(state[-1]) if state else {}
@@ -373,7 +396,7 @@ def test_the_follower_follows_the_leader_once_aligned_and_holds_when_it_goes_sil
                 os.kill(pid, signal.SIGCONT)
 
 
-def test_an_overheating_servo_latches_estop_and_the_follower_holds(ros, tmp_path):
+def test_an_overheating_servo_latches_estop_and_the_follower_holds(ros, pad, tmp_path):
     """The follower's emulated servo 3 (elbow_flex) overheats after 1500 replies (about 15 s at 100 Hz):
     feetech_driver raises `overheat` after 10 samples, the supervisor latches ESTOP naming the servo,
     the follower holds, and the reset is refused while the alarm persists. Meanwhile the gamepad jogs
@@ -382,7 +405,6 @@ def test_an_overheating_servo_latches_estop_and_the_follower_holds(ros, tmp_path
     commands = ros.collect(Float64MultiArray, COMMANDS, KEEP_ALL)
     state = ros.collect(DiagnosticArray, "supervisor/state", LATCHED_QOS)
     measured = ros.collect(JointState, "joint_states", KEEP_ALL)
-    pad = Gamepad(ros)
 
     def status() -> dict[str, str]:
         return cv.diagnostic_values(state[-1]) if state else {}
@@ -397,7 +419,7 @@ def test_an_overheating_servo_latches_estop_and_the_follower_holds(ros, tmp_path
 
         def swing() -> None:  # the first joint to and fro, 1 s each way, away from its limits
             pad.axes[axis] = -0.2 if pad.axes[axis] > 0 else 0.2
-        ros.node.create_timer(1.0, swing)
+        pad.node.create_timer(1.0, swing)
         assert wait_until(lambda: status().get("mode") == "ESTOP", 3 * TIMEOUT), status()
         pad.axes[axis] = 0.0
         reason = status()["reason"]
