@@ -1,7 +1,9 @@
 """Rollout benchmark: privileged-env steps/s on 1 and 2 Ray workers (the ratio, measured in one run,
-interleaved), the seconds a killed rollout worker costs (SIGKILL by PID mid-run; the step that
-meets it waits for a replacement worker), and with --pipeline the whole learning pipeline: PPO
-teacher to its target, the student distilled from it, and their success.
+interleaved) for PPO's rollout (the actor acting in the workers, one call per worker per
+iteration, as `train-teacher` collects) and for the per-step path (one call per env step); the
+seconds a killed rollout worker costs (SIGKILL by PID in the middle of a rollout call: the call
+waits for a replacement worker, which plays that worker's block again); and with --pipeline the
+whole learning pipeline: PPO teacher to its target, the student distilled from it, their success.
 
     .venv/bin/python benchmarks/bench_rollout.py [--quick] [--pipeline] [--json OUT]
 
@@ -26,7 +28,7 @@ from sim2real_ros.rl.pool import RolloutPool
 from sim2real_ros.rl.ppo import load_teacher_config
 
 
-def _rate(pool: RolloutPool, steps: int, rng: np.random.Generator) -> float:
+def _step_rate(pool: RolloutPool, steps: int, rng: np.random.Generator) -> float:
     actions = rng.uniform(-1, 1, size=(steps, pool.num_envs, pool.num_actions))
     pool.step(actions[0])  # warm: first call pays for serialization set-up
     start = time.perf_counter()
@@ -35,69 +37,108 @@ def _rate(pool: RolloutPool, steps: int, rng: np.random.Generator) -> float:
     return (steps - 1) * pool.num_envs / (time.perf_counter() - start)
 
 
+def _rollout_rate(pool: RolloutPool, policy: Any, std: np.ndarray, steps: int, round_index: int) -> float:
+    """Env steps/s of PPO's rollout call (as train-teacher makes it: blocks of `ROLLOUT_STEPS`)."""
+    pool.rollout(policy, std, 2, [0, round_index, 0])  # warm, as above
+    start = time.perf_counter()
+    done = 0
+    while done < steps:
+        block = min(ROLLOUT_STEPS, steps - done)
+        pool.rollout(policy, std, block, [0, round_index, 1 + done])
+        done += block
+    return steps * pool.num_envs / (time.perf_counter() - start)
+
+
+ROLLOUT_STEPS = 32  # policy steps per env per PPO iteration in the shipped teacher configs
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"median": float(np.median(values)), "min": float(min(values)), "max": float(max(values))}
+
+
 def throughput(num_envs: int, steps: int, rounds: int) -> dict[str, Any]:
-    """Env steps/s with 1 and 2 workers, alternating, `rounds` times each."""
+    """Env steps/s with 1 and 2 workers, alternating, `rounds` times each: PPO's rollout (the
+    teacher_reach actor acting in the workers) and the per-step path, each pool measured on both."""
+    from sim2real_ros.paths import share_dir
+    from sim2real_ros.rl.ppo import gaussian_std
+    from sim2real_ros.rl.teacher_checkpoint import read_teacher
+
     spec = load_teacher_config(config_path("teacher_reach.yaml")).env_spec()
+    # The shipped reach teacher acts, with its trained noise: the network a PPO rollout runs.
+    _, actor, _ = read_teacher(share_dir() / "policies" / "teacher_reach.safetensors")
+    policy, std = actor.as_jit().eval(), gaussian_std(actor)
     init_ray(2)
     rng = np.random.default_rng(0)
-    rates: dict[int, list[float]] = {1: [], 2: []}
+    rates: dict[str, dict[int, list[float]]] = {"rollout": {1: [], 2: []}, "step": {1: [], 2: []}}
     try:
-        for _ in range(rounds):
+        for r in range(rounds):
             for w in (1, 2):  # one pool at a time: Ray has 2 CPUs, a worker takes one
                 pool = RolloutPool(spec, num_envs, w)
                 try:
-                    rates[w].append(_rate(pool, steps, rng))
+                    rates["rollout"][w].append(_rollout_rate(pool, policy, std, steps, r))
+                    rates["step"][w].append(_step_rate(pool, steps, rng))
                 finally:
                     pool.close()
     finally:
         shutdown_ray()
-    ratios = [b / a for a, b in zip(rates[1], rates[2], strict=True)]
-    return {
-        "num_envs": num_envs, "steps_per_round": steps, "rounds": rounds,
-        "steps_per_s_1_worker": {"median": float(np.median(rates[1])), "min": float(min(rates[1])),
-                                 "max": float(max(rates[1]))},
-        "steps_per_s_2_workers": {"median": float(np.median(rates[2])), "min": float(min(rates[2])),
-                                  "max": float(max(rates[2]))},
-        "ratio_2_to_1": {"median": float(np.median(ratios)), "min": float(min(ratios)), "max": float(max(ratios))},
-    }
+    out: dict[str, Any] = {"num_envs": num_envs, "steps_per_round": steps, "rounds": rounds,
+                           "rollout_steps_per_call": ROLLOUT_STEPS}
+    for path, by_workers in rates.items():
+        ratios = [b / a for a, b in zip(by_workers[1], by_workers[2], strict=True)]
+        prefix = "" if path == "rollout" else "per_step_"
+        out[f"{prefix}steps_per_s_1_worker"] = _spread(by_workers[1])
+        out[f"{prefix}steps_per_s_2_workers"] = _spread(by_workers[2])
+        out[f"{prefix}ratio_2_to_1"] = _spread(ratios)
+        out[f"{prefix}ratios"] = [round(x, 3) for x in ratios]
+    return out
 
 
 def kill_cost(num_envs: int, steps: int, rounds: int) -> dict[str, Any]:
-    """Seconds `steps` steps of 2 workers take undisturbed and with worker 0 killed (SIGKILL by PID)
-    half-way, alternating, `rounds` times; the cost is their difference and the replacing step's."""
+    """Seconds `steps` steps of PPO rollouts on 2 workers take undisturbed and with worker 0 killed
+    (SIGKILL by PID) in the middle of the run's middle rollout call, alternating, `rounds` times; the
+    cost is their difference, and the call that met the kill is timed on its own."""
     import signal
+    import threading
+
+    from sim2real_ros.paths import share_dir
+    from sim2real_ros.rl.ppo import gaussian_std
+    from sim2real_ros.rl.teacher_checkpoint import read_teacher
 
     spec = load_teacher_config(config_path("teacher_reach.yaml")).env_spec()
+    _, actor, _ = read_teacher(share_dir() / "policies" / "teacher_reach.safetensors")
+    policy, std = actor.as_jit().eval(), gaussian_std(actor)
     init_ray(2)
-    rng = np.random.default_rng(1)
     plain, killed, replacing = [], [], []
+    blocks = max(1, -(-steps // ROLLOUT_STEPS))
     try:
-        for _ in range(rounds):
+        for r in range(rounds):
             for kill in (False, True):
                 pool = RolloutPool(spec, num_envs, 2, log=lambda text: None)
                 try:
-                    actions = rng.uniform(-1, 1, size=(steps, pool.num_envs, pool.num_actions))
-                    pool.step(actions[0])
+                    pool.rollout(policy, std, 2, [1, r, 0])
                     start = time.perf_counter()
-                    for k, a in enumerate(actions[1:]):
-                        if kill and k == steps // 2:
-                            os.kill(pool.worker_info[0]["pid"], signal.SIGKILL)
-                            tick = time.perf_counter()
-                            pool.step(a)
+                    block_s = 0.0
+                    for k in range(blocks):
+                        tick = time.perf_counter()
+                        timer = None
+                        if kill and k == blocks // 2:  # half-way through this call, by the last call's time
+                            pid = pool.worker_info[0]["pid"]
+                            timer = threading.Timer(block_s / 2, os.kill, (pid, signal.SIGKILL))
+                            timer.start()
+                        pool.rollout(policy, std, min(ROLLOUT_STEPS, steps - k * ROLLOUT_STEPS), [1, r, 1 + k])
+                        if timer is not None:
+                            timer.join()
                             replacing.append(time.perf_counter() - tick)
-                        else:
-                            pool.step(a)
+                        block_s = time.perf_counter() - tick
                     (killed if kill else plain).append(time.perf_counter() - start)
                 finally:
                     pool.close()
     finally:
         shutdown_ray()
     costs = [b - a for a, b in zip(plain, killed, strict=True)]
-    return {"num_envs": num_envs, "steps": steps, "rounds": rounds,
+    return {"num_envs": num_envs, "steps": steps, "rounds": rounds, "rollout_steps_per_call": ROLLOUT_STEPS,
             "undisturbed_s": [round(x, 2) for x in plain], "with_kill_s": [round(x, 2) for x in killed],
-            "kill_cost_s": {"median": float(np.median(costs)), "min": float(min(costs)), "max": float(max(costs))},
-            "replacing_step_s": {"median": float(np.median(replacing)), "min": float(min(replacing)),
-                                 "max": float(max(replacing))}}
+            "kill_cost_s": _spread(costs), "replacing_call_s": _spread(replacing)}
 
 
 def pipeline(out_dir: Path, eval_episodes: int) -> dict[str, Any]:

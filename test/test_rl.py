@@ -4,6 +4,7 @@ Ray is started once for this module (2 CPUs, no dashboard) and shut down at the 
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 import subprocess
@@ -192,6 +193,69 @@ def test_two_ray_workers_collect_what_serial_collection_collects(ray_local):
     assert serial[3] == parallel[3]
     assert [e["index"] for e in serial[3]] == list(range(1000, 1006))
     assert sum(e["pushes_applied"] for e in serial[2]) > 0
+
+
+def test_a_rollout_in_the_workers_does_not_depend_on_the_worker_count_and_samples_the_actors_gaussian(ray_local):
+    """RolloutPool.rollout (the policy acting where the worlds are) on 0 and 2 workers gives the same
+    observations, actions, rewards and episodes; each action is the policy's mean plus std times the
+    slot's own noise, so the worker layout cannot change what a run explores."""
+    from sim2real_ros.rl.batch import slot_noise
+
+    spec = _config(env={"pushes": True}).env_spec()
+    std = np.array([0.5, 0.1, 0.2, 0.3, 0.4, 0.05])
+    runs = {}
+    for workers in (0, 2):
+        pool = RolloutPool(spec, 4, workers)
+        try:
+            torch.manual_seed(0)
+            policy = build_actor(_spec_for(pool)).as_jit().eval()
+            first = pool.rollout(policy, std, 70, [3, 0, 1])
+            second = pool.rollout(policy, std, 70, [3, 0, 2])  # continues the same episodes
+            runs[workers] = (first, second, policy)
+        finally:
+            pool.close()
+    for serial, parallel in zip(runs[0][:2], runs[2][:2], strict=True):
+        for name in ("obs", "actions", "rewards", "terminated", "truncated"):
+            np.testing.assert_array_equal(getattr(serial, name), getattr(parallel, name), err_msg=name)
+        assert serial.episodes == parallel.episodes
+    first, second, policy = runs[2]
+    np.testing.assert_array_equal(first.obs[-1], second.obs[0])
+    assert len(first.episodes) + len(second.episodes) >= 4  # 140 steps of 0.05 s: every env ended one
+    with torch.inference_mode():
+        mean = policy(torch.from_numpy(first.obs[:-1].reshape(-1, first.obs.shape[-1]))).numpy()
+    noise = np.stack([slot_noise([3, 0, 1], slot, 70, 6) for slot in range(4)], axis=1).reshape(-1, 6)
+    np.testing.assert_allclose(first.actions.reshape(-1, 6), mean + std * noise, atol=1e-5)
+    assert not np.allclose(first.actions, second.actions[:, :, :]), "a new key draws new noise"
+
+
+def test_a_transition_recorded_from_a_worker_rollout_is_what_ppo_act_stores():
+    """record_transition (the actions sampled in a worker) fills rsl_rl's transition as PPO.act does:
+    values, log-probabilities and distribution parameters of the same actor for the same actions."""
+    from rsl_rl.algorithms import PPO
+    from tensordict import TensorDict
+
+    from sim2real_ros.rl.ppo import gaussian_std, record_transition, rsl_config
+
+    config = _config(num_envs=5, steps_per_env=4, actor={"hidden_dims": [16, 16], "activation": "elu",
+                                                         "init_std": 0.4})
+    obs = TensorDict({"policy": torch.randn(5, 75)}, batch_size=[5])
+    env = type("Sizes", (), {"num_envs": 5, "num_actions": 6})()
+    torch.manual_seed(1)
+    with contextlib.redirect_stdout(io.StringIO()):
+        alg = PPO.construct_algorithm(obs, env, rsl_config(config), "cpu")
+    alg.actor.obs_normalizer.update(torch.randn(50, 75) * 3 + 1)  # statistics that matter
+    with torch.inference_mode():
+        actions = alg.act(obs)
+        reference = {name: getattr(alg.transition, name) for name in
+                     ("actions", "values", "actions_log_prob", "distribution_params", "observations")}
+        alg.transition.clear()
+        record_transition(alg, obs, actions.clone())
+    for name in ("actions", "values", "actions_log_prob"):
+        torch.testing.assert_close(getattr(alg.transition, name), reference[name], msg=name)
+    for mine, theirs in zip(alg.transition.distribution_params, reference["distribution_params"], strict=True):
+        torch.testing.assert_close(mine, theirs)
+    assert alg.transition.observations is obs
+    np.testing.assert_allclose(gaussian_std(alg.actor), np.full(6, 0.4), rtol=1e-6)
 
 
 def _spec_for(pool: RolloutPool):

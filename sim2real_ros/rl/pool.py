@@ -3,7 +3,8 @@
 `RolloutPool(spec, num_envs, workers)` spreads the run's env slots over `workers` Ray actors
 (`workers=0`: in this process, the serial reference). Slot j always plays episodes j, j + N, ...
 (N = num_envs), so what a run collects does not depend on the worker count. The pool serves PPO
-rollouts (`step`) and whole evaluation episodes (`run_episodes`).
+rollouts (`rollout`: the policy acts in the workers, one call per worker per iteration; `step`: one
+call per env step), and whole evaluation episodes (`run_episodes`).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .batch import BatchedEnv, EnvSpec, StepResult
+from .batch import BatchedEnv, EnvSpec, Rollout, StepResult
 from .cluster import RayClusterError
 
 # observations (k, obs_dim) float32 -> actions (k, n) in [-1, 1]
@@ -75,6 +76,12 @@ class _Worker:
 
     def step(self, actions: np.ndarray) -> StepResult:
         return self.batch.step(actions)
+
+    def rollout(self, policy: Any, std: np.ndarray, steps: int, noise_key: list[int]) -> Rollout:
+        import torch
+
+        with torch.inference_mode():
+            return self.batch.rollout(policy, std, steps, noise_key)
 
     def run_episodes(self, shares: Sequence[Sequence[int]], policy: Any) -> list[dict[str, Any]]:
         """Play whole episodes with `policy` (a torch module: obs -> mean action): env i of this
@@ -339,13 +346,29 @@ class RolloutPool:
             for name, value in r.terms.items():
                 terms[name] = terms.get(name, 0.0) + value
         episodes = [e for r in results for e in r.episodes]
+        self._note_finished(episodes)
+        return StepResult(np.concatenate([r.obs for r in results]), np.concatenate([r.rewards for r in results]),
+                          np.concatenate([r.terminated for r in results]),
+                          np.concatenate([r.truncated for r in results]), episodes, terms)
+
+    def _note_finished(self, episodes: list[dict[str, Any]]) -> None:
         for e in episodes:  # episode m of a slot finished: its env started episode m + 1
             slot, m = (int(e["index"]) - self.spec.episode_base) % self.num_envs, \
                 (int(e["index"]) - self.spec.episode_base) // self.num_envs
             self._started[slot] = max(self._started[slot], m + 2)
-        return StepResult(np.concatenate([r.obs for r in results]), np.concatenate([r.rewards for r in results]),
-                          np.concatenate([r.terminated for r in results]),
-                          np.concatenate([r.truncated for r in results]), episodes, terms)
+
+    def rollout(self, policy: Any, std: np.ndarray, steps: int, noise_key: Sequence[int]) -> Rollout:
+        """`steps` steps of every env with the Gaussian policy mean policy(obs) + std * noise, run in
+        the workers (one call each, in parallel: no round trip and no wait for the slowest worker per
+        step). The noise of slot j is batch.slot_noise(noise_key, j): the rollout does not depend on
+        the worker count. A worker lost meanwhile is replaced and its slots' rollout runs again on the
+        replacement (their next episodes: the episodes it was playing end unrecorded)."""
+        key = [int(k) for k in noise_key]
+        parts: list[Rollout] = self._call("rollout", common=(policy, np.asarray(std, dtype=np.float64), int(steps),
+                                                            key))
+        rollout = Rollout.concatenate(parts)
+        self._note_finished(rollout.episodes)
+        return rollout
 
     def run_episodes(self, indices: Sequence[int], policy: Any) -> list[dict[str, Any]]:
         """Whole episodes `indices` with `policy`; results in the order of `indices`.

@@ -187,6 +187,60 @@ class PoolVecEnv:
                 torch.from_numpy(done.astype(np.float32)), extras)
 
 
+    def collect(self, alg: Any, steps: int, noise_key: list[int]) -> float:
+        """One PPO rollout of `steps` steps per env into `alg`'s storage, the policy acting in the
+        rollout workers (RolloutPool.rollout: one call per worker per iteration), then the returns.
+        Returns the sum over steps of the mean reward. The storage gets what alg.act and
+        process_env_step would have stored for the same actions (record_transition)."""
+        from tensordict import TensorDict
+
+        rollout = self.pool.rollout(alg.actor.as_jit().eval(), gaussian_std(alg.actor), steps, noise_key)
+
+        def wrap(obs: np.ndarray) -> Any:
+            return TensorDict({"policy": torch.from_numpy(obs)}, batch_size=[self.num_envs])
+
+        for t in range(steps):
+            record_transition(alg, wrap(rollout.obs[t]), torch.from_numpy(rollout.actions[t]))
+            done = rollout.terminated[t] | rollout.truncated[t]
+            extras = {"time_outs": torch.from_numpy(rollout.truncated[t].astype(np.float32))}
+            alg.process_env_step(wrap(rollout.obs[t + 1]), torch.from_numpy(rollout.rewards[t]),
+                                 torch.from_numpy(done.astype(np.float32)), extras)
+            self.episode_length_buf += 1
+            self.episode_length_buf[torch.from_numpy(done)] = 0
+        self._obs = rollout.obs[-1]
+        alg.compute_returns(wrap(rollout.obs[-1]))
+        self.finished += rollout.episodes
+        for name, value in rollout.terms.items():
+            self.term_sums[name] = self.term_sums.get(name, 0.0) + value
+        return float(rollout.rewards.mean(axis=1).sum())
+
+
+def gaussian_std(actor: Any) -> np.ndarray:
+    """(n,) the standard deviation of the actor's Gaussian (rsl_rl's GaussianDistribution: one per
+    action, the same for every observation)."""
+    from rsl_rl.modules.distribution import GaussianDistribution
+
+    if not isinstance(actor.distribution, GaussianDistribution):
+        raise TypeError(f"rollouts in the workers sample a Gaussian; the actor has {type(actor.distribution).__name__}")
+    with torch.inference_mode():
+        actor.distribution.update(torch.zeros(1, actor.distribution.output_dim))
+        return actor.output_std[0].double().numpy().copy()
+
+
+def record_transition(alg: Any, obs: Any, actions: torch.Tensor) -> None:
+    """What rsl_rl's PPO.act(obs) stores in alg.transition, for actions sampled elsewhere (by the
+    rollout workers from the same actor): hidden states, actions, values, their log-probability
+    and distribution parameters under the actor, the observations."""
+    actor = alg.actor
+    alg.transition.hidden_states = (actor.get_hidden_state(), alg.critic.get_hidden_state())
+    actor.distribution.update(actor.mlp(actor.get_latent(obs)))
+    alg.transition.actions = actions
+    alg.transition.values = alg.critic(obs).detach()
+    alg.transition.actions_log_prob = actor.get_output_log_prob(actions).detach()
+    alg.transition.distribution_params = tuple(p.detach() for p in actor.output_distribution_params)
+    alg.transition.observations = obs
+
+
 def rsl_config(config: TeacherConfig) -> dict[str, Any]:
     """The rsl_rl runner-style config PPO.construct_algorithm reads."""
     actor = dict(config.actor)
@@ -303,7 +357,6 @@ class TeacherTrainer:
             return earlier_s + time.monotonic() - start
 
         try:
-            obs = env.get_observations()
             alg.train_mode()
             it = first_it
             stop_reason = "iterations"
@@ -311,12 +364,7 @@ class TeacherTrainer:
                 tick = time.monotonic()
                 rewards_sum = 0.0
                 with torch.inference_mode():
-                    for _ in range(c.steps_per_env):
-                        actions = alg.act(obs)
-                        obs, rewards, dones, extras = env.step(actions)
-                        alg.process_env_step(obs, rewards, dones, extras)
-                        rewards_sum += float(rewards.mean())
-                    alg.compute_returns(obs)
+                    rewards_sum = env.collect(alg, c.steps_per_env, [c.seed, segment.base, it])
                 collect_s = time.monotonic() - tick
                 losses = alg.update()
                 steps += c.num_envs * c.steps_per_env
