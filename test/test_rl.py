@@ -26,7 +26,7 @@ from sim2real_ros.rl.env import observation_layout
 from sim2real_ros.rl.pool import RolloutPool, split_slots
 from sim2real_ros.rl.ppo import TeacherConfig, TeacherTrainer, load_teacher_config
 from sim2real_ros.rl.rewards import RewardConfig, StepState
-from sim2real_ros.rl.teacher_checkpoint import build_actor, load_teacher
+from sim2real_ros.rl.teacher_checkpoint import build_actor, load_teacher, read_teacher
 
 
 @pytest.fixture(scope="module")
@@ -529,3 +529,68 @@ def test_ppo_labels_do_not_leak_a_push_that_starts_after_the_observation(small_t
     finally:
         for world in worlds.values():
             world.close()
+
+
+# -- behaviour-cloning initialisation (rl/bc.py) -------------------------------------------------------
+@pytest.mark.parametrize(("block", "field", "value"), [
+    ({"episodes": 0}, "bc_init.episodes", "0"),
+    ({"epochs": 2.5}, "bc_init.epochs", "2.5"),
+    ({"learning_rate": -0.001}, "bc_init.learning_rate", "-0.001"),
+    ({"learning_rate": "1e-3"}, "bc_init.learning_rate", "'1e-3'"),  # YAML 1.1 reads 1e-3 as a string
+    ({"action_noise": -0.1}, "bc_init.action_noise", "-0.1"),
+    ({"init_std": 0}, "bc_init.init_std", "0"),
+    ({"critic": "yes"}, "bc_init.critic", "'yes'"),
+    ({"epoks": 5}, "bc_init.epoks", "5"),
+    ([4000], "bc_init", r"\[4000\]"),
+])
+def test_a_bad_bc_init_field_fails_at_load_naming_it(tmp_path, block, field, value):
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({"bc_init": block}))
+    with pytest.raises(ConfigError, match=rf"field '{re.escape(field)}' = {value}"):
+        load_teacher_config(path)
+
+
+def test_zero_ppo_iterations_need_bc_init(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({"iterations": 0}))
+    with pytest.raises(ConfigError, match=r"field 'iterations' = 0.*only with bc_init"):
+        load_teacher_config(path)
+    path.write_text(yaml.safe_dump({"iterations": 0, "bc_init": {"episodes": 8}}))
+    assert load_teacher_config(path).bc().episodes == 8
+
+
+def test_a_resumed_run_does_not_redo_bc_init(tmp_path):
+    """BC (0 PPO iterations) saves the work directory at iteration 0; a second run with PPO
+    iterations resumes from the cloned weights without collecting or regressing again, and its
+    checkpoint still records BC's episodes and figures."""
+    import json
+
+    from sim2real_ros.rl.bc import BC_EPISODE_BASE
+
+    base = dict(env={"pushes": False}, num_envs=2, steps_per_env=4, eval_episodes=0, workers=0,
+                actor={"hidden_dims": [16], "activation": "elu", "init_std": 0.5},
+                bc_init={"episodes": 2, "epochs": 3, "init_std": 0.3})
+    work, lines, progress = tmp_path / "work", [], io.StringIO()
+    first = TeacherTrainer(_config(iterations=0, **base), tmp_path / "a.pt", work, workers=0, log=lines.append,
+                           stream=progress).run(resume=True)
+    assert progress.getvalue().count("[bc] actor epoch") == 3 and first["iterations"] == 0
+    saved = json.loads((work / "ppo_state.json").read_text())
+    assert saved["iteration"] == 0 and saved["bc"] == first["bc_init"]
+    cloned = read_teacher(tmp_path / "a.pt")[1].state_dict()
+    assert int(cloned["obs_normalizer.count"]) == first["bc_init"]["pairs"]  # fitted on BC's observations
+
+    lines, progress = [], io.StringIO()
+    second = TeacherTrainer(_config(iterations=2, **base), tmp_path / "b.pt", work, workers=0, log=lines.append,
+                            stream=progress).run(resume=True)
+    assert "[bc]" not in progress.getvalue() and not any("expert episodes" in line for line in lines)
+    assert any("[bc] done earlier" in line for line in lines) and any("resuming after iteration 0" in line
+                                                                      for line in lines)
+    assert second["iterations"] == 2 and second["bc_init"] == first["bc_init"]
+    provenance = load_teacher(tmp_path / "b.pt").spec.provenance
+    assert provenance["training_episodes"]["index_ranges"] == [[BC_EPISODE_BASE, BC_EPISODE_BASE + 2], [0, 16 + 2]]
+    assert provenance["bc_init"] == first["bc_init"] and provenance["method"].startswith("behaviour cloning")
+    # PPO went on from the cloned actor: its normaliser kept BC's statistics and added PPO's 2 x 4 x 2
+    # observations; its std started at bc_init.init_std (0.3) rather than actor.init_std (0.5).
+    after = read_teacher(tmp_path / "b.pt")[1].state_dict()
+    assert int(after["obs_normalizer.count"]) == int(cloned["obs_normalizer.count"]) + 2 * 4 * 2
+    np.testing.assert_allclose(cloned["distribution.std_param"].numpy(), 0.3, rtol=1e-6)

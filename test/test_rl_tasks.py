@@ -17,7 +17,7 @@ from sim2real_ros.rl.labeller import PPOChunkTeacher
 from sim2real_ros.rl.pool import RolloutPool
 from sim2real_ros.rl.ppo import TeacherConfig, TeacherTrainer, evaluate_policy
 from sim2real_ros.rl.rewards import RewardConfig
-from sim2real_ros.rl.teacher_checkpoint import build_actor, load_teacher
+from sim2real_ros.rl.teacher_checkpoint import build_actor, load_teacher, read_teacher
 from sim2real_ros.robots import robot_description_for, sim_params_for
 from sim2real_ros.sim.params import load_sim_params
 from sim2real_ros.sim.world import SimWorld
@@ -123,3 +123,74 @@ def test_a_tiny_ppo_run_improves_an_easy_reach_hold(ray_local, tmp_path):
         world.close()
     print(f"reach_hold (easy): untrained {before['successes']}/16, after 30 PPO iterations {after['successes']}/16")
     assert after["successes"] >= before["successes"] + 6, (before, after)
+
+
+def _easy_bc_config(tmp_path: Path, workers: int) -> TeacherConfig:
+    """The easy reach_hold of the PPO test, behaviour-cloned from the expert and no PPO at all. Its
+    lenient hold (10 cm/s) keeps the expert's episodes successful under action noise 0.1, which
+    covers more states off the expert's path than the default 0.02 (16/16 after BC here, 11/16 with
+    0.02)."""
+    return TeacherConfig(source="test", sim_params=_easy_reach_hold(tmp_path),
+                         env={"task": "reach_hold", "pushes": False, "randomize": False, "episode_s": 2.5},
+                         rewards={"distance": 2.0, "distance_fine": 1.0, "holding": 1.0, "success": 10.0,
+                                  "action_rate": 0.02},
+                         num_envs=16, steps_per_env=25, iterations=0, eval_episodes=16, workers=workers,
+                         actor={"hidden_dims": [64, 64], "activation": "elu", "init_std": 0.5},
+                         bc_init={"episodes": 32, "epochs": 30, "learning_rate": 0.003, "batch_size": 256,
+                                  "init_std": 0.2, "action_noise": 0.1})
+
+
+def test_bc_init_from_the_expert_makes_a_teacher_of_an_easy_reach_hold(ray_local, tmp_path):
+    """32 expert episodes on 2 Ray workers, 30 epochs of regression, 0 PPO iterations: the
+    deterministic actor holds where the untrained one never does, and on expert episodes it did
+    not see its actions are close to the expert's (MSE far below the untrained actor's)."""
+    import torch
+
+    from sim2real_ros.rl.bc import BC_EPISODE_BASE
+
+    config = _easy_bc_config(tmp_path, workers=2)
+    out = tmp_path / "teacher.safetensors"
+    result = TeacherTrainer(config, out, tmp_path / "work", workers=2, log=lambda s: None).run(resume=False)
+    teacher = load_teacher(out)
+    record = teacher.spec.provenance["bc_init"]
+    assert record["episodes"] == 32 and record == result["bc_init"]
+    ranges = teacher.spec.provenance["training_episodes"]["index_ranges"]
+    assert ranges[0] == [BC_EPISODE_BASE, BC_EPISODE_BASE + 32] and ranges[1][0] == 0
+    # The exploration std PPO would start from is bc_init.init_std, not actor.init_std.
+    _, actor, _ = read_teacher(out)
+    np.testing.assert_allclose(actor.state_dict()["distribution.std_param"].numpy(), 0.2, rtol=1e-6)
+    pool = RolloutPool(config.env_spec(), 8, 2)
+    try:
+        held_out = pool.expert_pairs(range(BC_EPISODE_BASE + 100_000, BC_EPISODE_BASE + 100_008), gamma=0.98)
+        torch.manual_seed(0)
+        untrained = build_actor(teacher.spec).as_jit().eval()
+        before = evaluate_policy(pool, untrained, 16)
+        after = evaluate_policy(pool, teacher.policy, 16)
+    finally:
+        pool.close()
+    obs, expert = torch.from_numpy(held_out.obs), torch.from_numpy(held_out.actions)
+    with torch.inference_mode():
+        mse = float(((teacher.policy(obs) - expert) ** 2).mean())
+        mse_untrained = float(((untrained(obs) - expert) ** 2).mean())
+    print(f"reach_hold (easy): untrained {before['successes']}/16, after BC {after['successes']}/16; "
+          f"held-out action MSE {mse:.4f} (untrained {mse_untrained:.4f})")
+    assert after["successes"] >= 12 and after["successes"] >= before["successes"] + 10, (before, after)
+    assert mse < 0.02 and mse < 0.2 * mse_untrained, (mse, mse_untrained)
+
+
+def test_the_expert_pairs_do_not_depend_on_the_worker_count(ray_local, tmp_path):
+    """BC's collection (with its action noise) gives the same pairs on 2 Ray workers as in process."""
+    from sim2real_ros.rl.bc import BC_EPISODE_BASE
+
+    spec = _easy_bc_config(tmp_path, workers=0).env_spec(episode_base=BC_EPISODE_BASE)
+    pairs = {}
+    for workers in (0, 2):
+        pool = RolloutPool(spec, 4, workers)
+        try:
+            pairs[workers] = pool.expert_pairs(range(BC_EPISODE_BASE, BC_EPISODE_BASE + 4), 0.98, 0.1)
+        finally:
+            pool.close()
+    assert [e["index"] for e in pairs[0].episodes] == list(range(BC_EPISODE_BASE, BC_EPISODE_BASE + 4))
+    assert len(pairs[0].obs) > 4 * 10 and np.abs(pairs[0].actions).max() <= 1.0
+    for name in ("obs", "actions", "returns"):
+        np.testing.assert_array_equal(getattr(pairs[0], name), getattr(pairs[2], name))

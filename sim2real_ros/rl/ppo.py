@@ -34,6 +34,7 @@ from ..provenance import assert_unseen_episodes, portable_provenance, sim_params
 from ..robots import DEFAULT_ROBOT, get_robot, robot_description_for, sim_params_for
 from ..sim.params import load_sim_params
 from .batch import EnvSpec
+from .bc import BCConfig, fit_normalizer, regress, set_exploration_std
 from .cluster import default_workers
 from .env import EnvConfig
 from .pool import RolloutPool
@@ -62,7 +63,9 @@ class TeacherConfig:
     most PPO iterations; target_success: stop once the success over the last `success_window`
     episodes reaches it (0 = never stop early); actor: hidden_dims, activation, init_std; ppo: rsl_rl
     PPO arguments (DEFAULT_PPO); eval_episodes: teacher evaluation after training; workers: Ray
-    rollout workers (0 = in this process; default one per core)."""
+    rollout workers (0 = in this process; default one per core); bc_init: behaviour cloning of the
+    actor from the task's scripted expert before PPO (rl/bc.BCConfig; None = PPO from scratch;
+    with it, iterations may be 0: the BC actor is the teacher)."""
 
     source: str
     seed: int = 0
@@ -83,12 +86,15 @@ class TeacherConfig:
     ppo: dict[str, Any] = field(default_factory=dict)
     eval_episodes: int = 40
     workers: int = field(default_factory=default_workers)
+    bc_init: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         get_robot(self.robot, self.source)
         object.__setattr__(self, "robot_description", robot_description_for(self.robot, self.robot_description))
         object.__setattr__(self, "sim_params", sim_params_for(self.robot, self.sim_params))
-        for name in ("num_envs", "steps_per_env", "iterations", "success_window"):
+        if self.bc_init is not None:
+            BCConfig.from_dict(self.bc_init, self.source)
+        for name in ("num_envs", "steps_per_env", "success_window"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(self.source, name, value, "must be an integer >= 1")
@@ -96,6 +102,10 @@ class TeacherConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(self.source, name, value, "must be an integer >= 0")
+        least = 0 if self.bc_init is not None else 1  # 0 PPO iterations: the BC actor alone
+        if isinstance(self.iterations, bool) or not isinstance(self.iterations, int) or self.iterations < least:
+            raise ConfigError(self.source, "iterations", self.iterations, f"must be an integer >= {least}"
+                              + ("" if least == 0 else " (0 only with bc_init)"))
         if not 0.0 <= float(self.target_success) <= 1.0:
             raise ConfigError(self.source, "target_success", self.target_success, "must be in [0, 1]")
         for name in ("robot_description", "sim_params"):
@@ -112,7 +122,16 @@ class TeacherConfig:
             raise ConfigError(self.source, "actor.hidden_dims", hidden, "must be a list of positive integers")
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if k != "source"}
+        """The config as recorded (provenance, work directory hash); without bc_init when it is
+        None, so runs and work directories of configs without it keep their hashes."""
+        out = {k: v for k, v in asdict(self).items() if k != "source"}
+        if out["bc_init"] is None:
+            del out["bc_init"]
+        return out
+
+    def bc(self) -> BCConfig | None:
+        """The validated bc_init block (None: PPO from scratch)."""
+        return None if self.bc_init is None else BCConfig.from_dict(self.bc_init, self.source)
 
     def env_spec(self, episode_base: int = 0) -> EnvSpec:
         return EnvSpec(self.sim_params, self.robot_description, dict(self.env), dict(self.rewards), self.seed,
@@ -279,6 +298,8 @@ class TeacherTrainer:
         self.log = log
         self.stream = stream or sys.stderr
         self.params = load_sim_params(config.sim_params)
+        # What behaviour cloning did (rl/bc.py), kept in the work directory: a resumed run does not redo it.
+        self.bc_record: dict[str, Any] | None = None
 
     def _state_path(self) -> Path:
         return self.work_dir / "ppo_state.pt"
@@ -299,6 +320,10 @@ class TeacherTrainer:
             self.log(f"[ppo] {self.work_dir} holds a run of another config; starting fresh")
             return 0, 0, [], [], 0.0
         alg.load(torch.load(path, weights_only=True), None, strict=True)
+        self.bc_record = meta.get("bc")
+        if self.bc_record:
+            self.log(f"[bc] done earlier in {self.work_dir} ({self.bc_record['pairs']:,} pairs, action MSE "
+                     f"{self.bc_record['action_mse']:.4f}); not repeated")
         self.log(f"[ppo] resuming after iteration {meta['iteration']} from {self.work_dir}")
         iteration, steps = int(meta["iteration"]), int(meta["steps"])
         played = meta.get("episode_ranges")
@@ -312,7 +337,56 @@ class TeacherTrainer:
         torch.save(alg.save(), self._state_path())
         (self.work_dir / "ppo_state.json").write_text(json.dumps(
             {"config_hash": self._hash(), "iteration": iteration, "steps": steps, "history": history,
-             "episode_ranges": episode_ranges, "train_time_s": train_time_s}, indent=1))
+             "episode_ranges": episode_ranges, "train_time_s": train_time_s, "bc": self.bc_record}, indent=1))
+
+    def _training_ranges(self, segment: Segment, steps: int) -> list[list[int]]:
+        """Every episode range the run played: behaviour cloning's (if any), then PPO's segments."""
+        bc = [list(self.bc_record["index_range"])] if self.bc_record else []
+        return [*bc, *segment.ranges(steps, self.config)]
+
+    def _behaviour_clone(self, alg: Any, bc: BCConfig, curves: TrainingLog, clock: Callable[[], float]) -> None:
+        """Initialise alg's actor (normaliser and mean) and critic from the scripted expert, on the
+        training worlds (a pool of its own over BC's episode indices), then save the work directory
+        at iteration 0 so a resumed run starts from here. Progress per epoch on the stream."""
+        c = self.config
+        tick = time.monotonic()
+        gamma = float({**DEFAULT_PPO, **c.ppo}["gamma"])
+        first, last = bc.index_range(c.num_envs)
+        pool = RolloutPool(c.env_spec(episode_base=first), c.num_envs, self.workers, log=self.log)
+        try:
+            pairs = pool.expert_pairs(range(first, first + bc.episodes), gamma, bc.action_noise)
+        finally:
+            pool.close()
+        wins = sum(bool(e["success"]) for e in pairs.episodes)
+        collect_s = time.monotonic() - tick
+        self.log(f"[bc] {bc.episodes} expert episodes ({wins} successes), {len(pairs.obs):,} pairs, "
+                 f"{collect_s:.0f} s")
+        obs, actions = torch.from_numpy(pairs.obs), torch.from_numpy(pairs.actions)
+        returns = torch.from_numpy(pairs.returns)[:, None]
+        for model in (alg.actor, alg.critic):  # both normalise the same observations
+            fit_normalizer(model, obs)
+
+        def progress(what: str, tag: str) -> Callable[[int, float], None]:
+            def on_epoch(epoch: int, loss: float) -> None:
+                curves.add(epoch, {tag: loss})
+                self.stream.write(f"[bc] {what} epoch {epoch}/{bc.epochs} | {len(obs):,} pairs | mse {loss:.5f} | "
+                                  f"{clock():5.0f} s\n")
+                self.stream.flush()
+            return on_epoch
+
+        action_mse = regress(alg.actor, obs, actions, bc, c.seed, progress("actor", "bc/loss"))
+        value_mse = regress(alg.critic, obs, returns, bc, c.seed + 1, progress("critic", "bc/critic_loss")) \
+            if bc.critic else None
+        if bc.init_std is not None:
+            set_exploration_std(alg.actor, bc.init_std)
+        self.bc_record = {"episodes": bc.episodes, "expert_successes": wins, "pairs": len(obs),
+                          "index_range": [first, last], "epochs": bc.epochs, "action_mse": action_mse,
+                          "value_mse": value_mse, "return_var": float(returns.var()), "init_std": bc.init_std,
+                          "time_s": round(time.monotonic() - tick, 1)}
+        critic = "" if value_mse is None else \
+            f", critic value MSE {value_mse:.4f} (the returns' variance {self.bc_record['return_var']:.4f})"
+        self.log(f"[bc] actor action MSE {action_mse:.5f}{critic} ({self.bc_record['time_s']:.0f} s)")
+        self._save_state(alg, 0, 0, [], [], clock())
 
     def run(self, resume: bool = True) -> dict[str, Any]:
         from rsl_rl.algorithms import PPO
@@ -344,8 +418,6 @@ class TeacherTrainer:
         except ValueError as err:
             raise ValueError(f"{err} (a run resumed past iteration 900 before {self.work_dir} kept its episode "
                              f"ranges); start it again with --no-resume") from None
-        pool = RolloutPool(c.env_spec(episode_base=segment.base), c.num_envs, self.workers, log=self.log)
-        env = PoolVecEnv(pool, max_steps, {"env": c.env, "rewards": c.rewards})
         recent: deque[bool] = deque(maxlen=c.success_window)
         for row in history[-1:]:
             recent.extend([True] * int(row.get("window_successes", 0)))
@@ -356,7 +428,13 @@ class TeacherTrainer:
             """[s] the whole run's training time, its earlier segments included."""
             return earlier_s + time.monotonic() - start
 
+        bc = c.bc()
+        pool: RolloutPool | None = None
         try:
+            if bc is not None and self.bc_record is None:  # a resumed run's BC is in its saved weights
+                self._behaviour_clone(alg, bc, curves, run_s)
+            pool = RolloutPool(c.env_spec(episode_base=segment.base), c.num_envs, self.workers, log=self.log)
+            env = PoolVecEnv(pool, max_steps, {"env": c.env, "rewards": c.rewards})
             alg.train_mode()
             it = first_it
             stop_reason = "iterations"
@@ -405,25 +483,28 @@ class TeacherTrainer:
             evaluation = {}
             if c.eval_episodes:
                 assert_unseen_episodes(c.seed, range(EVAL_EPISODE_BASE, EVAL_EPISODE_BASE + c.eval_episodes),
-                                       training_episodes(c, segment.ranges(steps, c)), c.source)
+                                       training_episodes(c, self._training_ranges(segment, steps)), c.source)
                 evaluation = evaluate_policy(pool, policy, c.eval_episodes)
             if evaluation:
                 self.log(f"[ppo] teacher success {evaluation['successes']}/{evaluation['episodes']} (95% CI "
                          f"{evaluation['ci95'][0]:.2f}-{evaluation['ci95'][1]:.2f}), pushes applied "
                          f"{evaluation['pushes_applied']}")
         finally:
-            pool.close()
+            if pool is not None:
+                pool.close()
             written = curves.close()
         self.log(f"[ppo] curves: tensorboard --logdir {written['tensorboard']}; summary {written['png']}")
         # Paths relative to the repository (or name + content hash), core/provenance.py.
         config = portable_provenance(c.to_dict(), [share_dir()])
         provenance = {
             "robot": c.robot,
-            "method": "PPO (rsl_rl) with privileged observations over Ray-batched randomized sims",
+            "method": ("behaviour cloning of the scripted expert, then " if self.bc_record else "")
+            + "PPO (rsl_rl) with privileged observations over Ray-batched randomized sims",
+            **({"bc_init": self.bc_record} if self.bc_record else {}),
             "rsl_rl": _version("rsl-rl-lib"), "ray": _version("ray"),
             "config": config, "config_hash": content_hash(config), "iterations": it, "steps": steps,
             "stop": stop_reason, "train_time_s": round(train_s, 1), "workers": self.workers,
-            "evaluation": evaluation, "training_episodes": training_episodes(c, segment.ranges(steps, c)),
+            "evaluation": evaluation, "training_episodes": training_episodes(c, self._training_ranges(segment, steps)),
             "sim_params_file": config["sim_params"],
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **git,
             "final_success_window": history[-1]["success"] if history else None,
@@ -438,7 +519,8 @@ class TeacherTrainer:
         self.log(f"[ppo] wrote {self.out} (hash {digest})")
         (self.work_dir / "history.json").write_text(json.dumps(history, indent=1))
         return {"checkpoint": str(self.out), "hash": digest, "iterations": it, "steps": steps,
-                "train_time_s": round(train_s, 1), "evaluation": evaluation, "history": history, "curves": written}
+                "train_time_s": round(train_s, 1), "evaluation": evaluation, "history": history, "curves": written,
+                **({"bc_init": self.bc_record} if self.bc_record else {})}
 
 
 def episode_base(resumed_after: int) -> int:
