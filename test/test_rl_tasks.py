@@ -82,11 +82,15 @@ def test_a_student_config_names_its_task_and_refuses_an_ik_teacher_for_a_grasp()
 
 
 def _easy_reach_hold(tmp_path: Path) -> str:
-    """The nominal arm6 sim with the target close to the home tool point, and a lenient hold (5 cm,
-    10 cm/s, 0.3 s): reach_hold PPO improves on it within a couple of minutes here."""
+    """The nominal arm6 sim with the target close to the home tool point, and a lenient hold (6 cm,
+    15 cm/s, 0.2 s): reach_hold PPO improves on it within a couple of minutes here. (With 5 cm,
+    10 cm/s, 0.3 s and 30 iterations, success after training was all or nothing by seed: 10/16 for
+    seed 0 with the driver sampling the noise, 0/16 for seeds 0-2 with the workers sampling it. With
+    this hold: seeds 1-3 gave 15, 11, 12/16 after 30 iterations, seed 0 0/16 after 30 and 16/16
+    after 45.)"""
     data = yaml.safe_load(config_path("sim_params.yaml").read_text())
     data["task"]["target_region"] = {"x": [0.26, 0.34], "y": [-0.08, 0.08], "z": [0.06, 0.06]}
-    data["task"]["reach_hold"] = {"radius_m": 0.05, "max_speed_m_s": 0.1, "hold_s": 0.3}
+    data["task"]["reach_hold"] = {"radius_m": 0.06, "max_speed_m_s": 0.15, "hold_s": 0.2}
     data["camera"]["calibration_file"] = str(config_path(data["camera"]["calibration_file"]))
     path = tmp_path / "easy_reach_hold.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -98,7 +102,7 @@ def test_a_tiny_ppo_run_improves_an_easy_reach_hold(ray_local, tmp_path):
                            env={"task": "reach_hold", "pushes": False, "randomize": False, "episode_s": 2.5},
                            rewards={"distance": 2.0, "distance_fine": 1.0, "holding": 1.0, "success": 10.0,
                                     "action_rate": 0.02},
-                           num_envs=16, steps_per_env=25, iterations=30, eval_episodes=16, workers=2,
+                           num_envs=16, steps_per_env=25, iterations=45, eval_episodes=16, workers=2,
                            actor={"hidden_dims": [64, 64], "activation": "elu", "init_std": 0.5},
                            ppo={"learning_rate": 0.003})
     out = tmp_path / "teacher.safetensors"
@@ -121,15 +125,15 @@ def test_a_tiny_ppo_run_improves_an_easy_reach_hold(ray_local, tmp_path):
             PPOChunkTeacher(teacher, world, 0.0)
     finally:
         world.close()
-    print(f"reach_hold (easy): untrained {before['successes']}/16, after 30 PPO iterations {after['successes']}/16")
+    print(f"reach_hold (easy): untrained {before['successes']}/16, after 45 PPO iterations {after['successes']}/16")
     assert after["successes"] >= before["successes"] + 6, (before, after)
 
 
 def _easy_bc_config(tmp_path: Path, workers: int) -> TeacherConfig:
     """The easy reach_hold of the PPO test, behaviour-cloned from the expert and no PPO at all. Its
-    lenient hold (10 cm/s) keeps the expert's episodes successful under action noise 0.1, which
-    covers more states off the expert's path than the default 0.02 (16/16 after BC here, 11/16 with
-    0.02)."""
+    lenient hold (15 cm/s) keeps the expert's episodes successful under action noise 0.1, which
+    covers more states off the expert's path than the default 0.02 (with the earlier 10 cm/s hold:
+    16/16 after BC, 11/16 with 0.02)."""
     return TeacherConfig(source="test", sim_params=_easy_reach_hold(tmp_path),
                          env={"task": "reach_hold", "pushes": False, "randomize": False, "episode_s": 2.5},
                          rewards={"distance": 2.0, "distance_fine": 1.0, "holding": 1.0, "success": 10.0,
