@@ -49,9 +49,16 @@ def tiny_checkpoint(path: Path, seed: int = 1) -> Path:
 
 
 def labelled_frames_in_every_episode(out: Path, checkpoint: Path) -> None:
-    """Raise, with the labeller's reasons, unless every episode bag gives labelled frames (on a CI
-    machine at load 4 one 1.4 s demonstration gave none; what it said was cut off in the report)."""
+    """Raise, with the labeller's reasons, unless every episode succeeded and its bag gives labelled
+    frames (on a CI machine at load 4 one 1.4 s demonstration gave none; what it said was cut off in
+    the report). The tests need EPISODES finished episodes: fine-tuning leaves out one the person did
+    not finish, and a CI run at load 7.5 had a demonstration time out after 10 s."""
     import json
+
+    listed = json.loads((out / "episodes.json").read_text())["episodes"]
+    unfinished = [(e["index"], e["kind"], e["reason"]) for e in listed if not e["success"]]
+    if unfinished or len(listed) != EPISODES:
+        raise AssertionError(f"{len(listed)} episodes recorded, not finished: {unfinished}")
 
     from sim2real_ros.core.perception.preprocess import ImagePipeline
     from sim2real_ros.episodes.dataset import LabelConfig, build_dataset
@@ -65,6 +72,12 @@ def labelled_frames_in_every_episode(out: Path, checkpoint: Path) -> None:
                              + json.dumps({k: v for k, v in dataset.summary().items() if k != "bags"}))
 
 
+# A stopgap, said as one: under CI load the scripted operator's episodes sometimes give no labelled
+# frame or do not finish (graph.log of a kept attempt: the graph's nodes came up 33 s apart, a
+# demonstration's frames all "not_human_controlled"); the cause is not found yet.
+ATTEMPTS = (1, 2, 3)
+
+
 def build_teleop_recording(base: Path) -> TeleopRecording:
     """Record EPISODES scripted-operator episodes on the "real A" sim variant under `base`."""
     out = base / "episodes"
@@ -75,7 +88,7 @@ def build_teleop_recording(base: Path) -> TeleopRecording:
         tiny_checkpoint(tiny)
         # A 10 Hz camera keeps the graph near real time on a busy machine.
         plan = TeleopPlan(intervention_every=2, policy_s=1.5, camera_rate_hz=10.0)
-        for attempt in (1, 2):
+        for attempt in ATTEMPTS:
             if out.exists():  # a failed attempt: kept beside for its bags and graph.log, recorded afresh
                 shutil.move(out, base / f"attempt_{attempt - 1}_episodes")
             try:
@@ -90,7 +103,7 @@ def build_teleop_recording(base: Path) -> TeleopRecording:
                 first = traceback.format_exc()
                 (base / f"attempt_{attempt}_failed.txt").write_text(first)
                 print(f"teleop recording attempt {attempt} failed:\n{first}", file=sys.stderr, flush=True)
-                if attempt == 2:
+                if attempt == ATTEMPTS[-1]:
                     raise
         (base / "done").write_text("ok")
     bags = sorted(p for p in out.iterdir() if p.is_dir())
