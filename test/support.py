@@ -95,3 +95,17 @@ def run_measured(args: list[str], limit_bytes: int, timeout_s: float, cwd: Path,
         raise TimeoutError(f"{args} still running after {timeout_s} s") from None
     measured = json.loads(result.read_text())
     return int(measured["code"]), int(measured["max_rss_kib"]) * 1024
+
+
+def untrained_and_trained(pool: Any, teacher: Any, episodes: int = 16) -> tuple[Any, dict, dict]:
+    """(the untrained actor of `teacher`'s spec, its evaluation, the teacher's evaluation) on the
+    same `episodes` fixed evaluation episodes of `pool`: what a training test compares. The
+    untrained weights are torch's seed 0, so every test compares against the same start."""
+    import torch
+
+    from sim2real_ros.rl.ppo import evaluate_policy
+    from sim2real_ros.rl.teacher_checkpoint import build_actor
+
+    torch.manual_seed(0)
+    untrained = build_actor(teacher.spec).as_jit().eval()
+    return untrained, evaluate_policy(pool, untrained, episodes), evaluate_policy(pool, teacher.policy, episodes)

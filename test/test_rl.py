@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from support import REPO_ROOT
+from support import REPO_ROOT, untrained_and_trained
 
 from sim2real_ros.core.errors import CheckpointError, ConfigError
 from sim2real_ros.paths import config_path, urdf_path
@@ -282,12 +282,7 @@ def test_a_tiny_ppo_run_learns_an_easy_reach_and_saves_a_safe_teacher(ray_local,
     pool = RolloutPool(config.env_spec(), config.num_envs, 2)
     try:
         assert teacher.spec.obs_dim == pool.obs_dim and list(teacher.spec.observation_layout)[0] == "joint_pos"
-        torch.manual_seed(0)
-        untrained = build_actor(teacher.spec).as_jit().eval()
-        from sim2real_ros.rl.ppo import evaluate_policy
-
-        before = evaluate_policy(pool, untrained, 16)
-        after = evaluate_policy(pool, teacher.policy, 16)
+        _, before, after = untrained_and_trained(pool, teacher)
     finally:
         pool.close()
     assert after["successes"] == result["evaluation"]["successes"]  # the saved file acts as the trained actor did

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from support import untrained_and_trained
 
 from sim2real_ros.core.errors import ConfigError
 from sim2real_ros.paths import config_path
@@ -15,9 +16,9 @@ from sim2real_ros.rl.cluster import init_ray, shutdown_ray
 from sim2real_ros.rl.env import EnvConfig, TaskEnv
 from sim2real_ros.rl.labeller import PPOChunkTeacher
 from sim2real_ros.rl.pool import RolloutPool
-from sim2real_ros.rl.ppo import TeacherConfig, TeacherTrainer, evaluate_policy
+from sim2real_ros.rl.ppo import TeacherConfig, TeacherTrainer
 from sim2real_ros.rl.rewards import RewardConfig
-from sim2real_ros.rl.teacher_checkpoint import build_actor, load_teacher, read_teacher
+from sim2real_ros.rl.teacher_checkpoint import load_teacher, read_teacher
 from sim2real_ros.robots import robot_description_for, sim_params_for
 from sim2real_ros.sim.params import load_sim_params
 from sim2real_ros.sim.world import SimWorld
@@ -111,11 +112,7 @@ def test_a_tiny_ppo_run_improves_an_easy_reach_hold(ray_local, tmp_path):
     assert teacher.spec.env["task"] == "reach_hold" and "task_hold_progress" in teacher.spec.observation_layout
     pool = RolloutPool(config.env_spec(), config.num_envs, 2)
     try:
-        import torch
-
-        torch.manual_seed(0)
-        before = evaluate_policy(pool, build_actor(teacher.spec).as_jit().eval(), 16)
-        after = evaluate_policy(pool, teacher.policy, 16)
+        _, before, after = untrained_and_trained(pool, teacher)
     finally:
         pool.close()
     # A student's labeller refuses this teacher on a world of another task, naming it.
@@ -166,10 +163,7 @@ def test_bc_init_from_the_expert_makes_a_teacher_of_an_easy_reach_hold(ray_local
     pool = RolloutPool(config.env_spec(), 8, 2)
     try:
         held_out = pool.expert_pairs(range(BC_EPISODE_BASE + 100_000, BC_EPISODE_BASE + 100_008), gamma=0.98)
-        torch.manual_seed(0)
-        untrained = build_actor(teacher.spec).as_jit().eval()
-        before = evaluate_policy(pool, untrained, 16)
-        after = evaluate_policy(pool, teacher.policy, 16)
+        untrained, before, after = untrained_and_trained(pool, teacher)
     finally:
         pool.close()
     obs, expert = torch.from_numpy(held_out.obs), torch.from_numpy(held_out.actions)
