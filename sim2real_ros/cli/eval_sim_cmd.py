@@ -1,4 +1,4 @@
-"""`sim2real eval-sim [--checkpoint CKPT | --expert] [--robot arm6|so101] [--task reach|reach_hold|pick_lift]
+"""`sim2real eval-sim [--checkpoint CKPT | --expert] [--robot arm6|so101] [--task reach|reach_hold|pick_lift|pick_place]
 --episodes N [--perturb] [--pushes] [--sim-config YAML] [--graph | --emulate] [--actuation-latency S] --json OUT`.
 
 --emulate runs the SO-101's robot graph on the servo-bus emulator (runtime/emulated_eval.py).

@@ -10,10 +10,10 @@ A training config lists the terms it wants with a weight each:
       joint_limit: 1.0       # -sum over joints of how far inside the last 10 % of the range [0, 1]
 
 Tasks add their own quantities (sim/task_base.Task.reward_terms), weighted the same way: `holding`
-(reach_hold, pick_lift: 1 while the success condition holds), `tool_speed` (reach_hold), `grasp`,
-`cube_height` and `tool_to_cube` (pick_lift). The reward of a policy step is the sum of weight *
-term. Unknown names, and a task term the env's task does not provide, fail at start-up naming the
-field; weights must be finite numbers.
+(reach_hold, pick_lift, pick_place: 1 while the success condition holds), `tool_speed` (reach_hold),
+`grasp`, `cube_height` and `tool_to_cube` (pick_lift, pick_place), `cube_to_zone` (pick_place).
+The reward of a policy step is the sum of weight * term. Unknown names, and a task term the env's
+task does not provide, fail at start-up naming the field; weights must be finite numbers.
 """
 from __future__ import annotations
 
@@ -102,9 +102,14 @@ def _tool_to_cube(s: StepState) -> float:
     return -float(s.task["tool_to_cube_m"])
 
 
+def _cube_to_zone(s: StepState) -> float:
+    return -float(s.task["cube_to_zone_m"])
+
+
 # Terms computed from a task's own quantity: term -> the Task.reward_terms key it needs.
 TASK_QUANTITY = {"holding": "holding", "tool_speed": "tool_speed_m_s", "grasp": "grasp",
-                 "cube_height": "cube_height_m", "tool_to_cube": "tool_to_cube_m"}
+                 "cube_height": "cube_height_m", "tool_to_cube": "tool_to_cube_m",
+                 "cube_to_zone": "cube_to_zone_m"}
 
 # name -> (term, one-line description with units)
 TERMS: dict[str, tuple[Callable[[StepState], float], str]] = {
@@ -115,11 +120,12 @@ TERMS: dict[str, tuple[Callable[[StepState], float], str]] = {
     "joint_limit": (_joint_limit, f"-sum of how deep each joint is in the outer {JOINT_LIMIT_MARGIN:.0%} of its range"),
     "joint_velocity": (_joint_velocity, "-||qd||^2 [rad^2/s^2]"),
     "table_contact": (_table_contact, "-1 while the tool point is within 5 mm of the table"),
-    "holding": (_holding, "1 while the task's success condition holds (reach_hold, pick_lift)"),
+    "holding": (_holding, "1 while the task's success condition holds (reach_hold, pick_lift, pick_place)"),
     "tool_speed": (_tool_speed, "-speed of the tool point [m/s] (reach_hold)"),
     "grasp": (_grasp, "1 while both jaws touch the cube (pick_lift)"),
     "cube_height": (_cube_height, "height of the cube's lowest point [m], capped at the lift height (pick_lift)"),
-    "tool_to_cube": (_tool_to_cube, "-||tool - cube|| [m] (pick_lift)"),
+    "tool_to_cube": (_tool_to_cube, "-||tool - cube|| [m] (pick_lift, pick_place)"),
+    "cube_to_zone": (_cube_to_zone, "-horizontal distance cube -> zone center [m] (pick_place)"),
 }
 
 

@@ -121,7 +121,7 @@ class ActuatorParams:
     servo: ServoParams | None = None
 
 
-TASK_NAMES = ("reach", "reach_hold", "pick_lift")
+TASK_NAMES = ("reach", "reach_hold", "pick_lift", "pick_place")
 
 
 @dataclass(frozen=True)
@@ -153,10 +153,28 @@ class PickLiftParams:
 
 
 @dataclass(frozen=True)
+class PickPlaceParams:
+    """pick_place (task.pick_place, optional; the cube is drawn from task.pick_lift's ranges): a
+    square zone marked on the table, half-side zone_half_m [m], its center x, y [m] drawn uniformly
+    in zone_region (world frame) at least min_separation_m [m] from the cube. Success: the cube's
+    center over the zone, resting on the table (lowest point under rest_height_m [m]), touched by
+    neither jaw and slower than settle_speed_m_s [m/s], for settle_s [s] without a break."""
+
+    zone_half_m: float = 0.03
+    zone_region: tuple[tuple[float, float], tuple[float, float]] = ((0.16, 0.25), (-0.12, 0.12))
+    min_separation_m: float = 0.08
+    zone_rgba: tuple[float, float, float, float] = (0.1, 0.7, 0.2, 1.0)
+    rest_height_m: float = 0.004
+    settle_speed_m_s: float = 0.02
+    settle_s: float = 0.5
+
+
+@dataclass(frozen=True)
 class TaskParams:
-    """The task (name: reach | reach_hold | pick_lift, sim/tasks.py): success radius [m] (reach),
-    timeout [s] (sim time), target sphere and sampling box [m] (reach, reach_hold), and the
-    settings of the other tasks (defaults unless the file has task.reach_hold / task.pick_lift)."""
+    """The task (name: reach | reach_hold | pick_lift | pick_place, sim/tasks.py): success radius [m]
+    (reach), timeout [s] (sim time), target sphere and sampling box [m]
+    (reach, reach_hold), and the settings of the other tasks (defaults unless the file has
+    task.reach_hold / task.pick_lift / task.pick_place)."""
 
     name: str
     success_radius_m: float
@@ -166,6 +184,7 @@ class TaskParams:
     target_region: tuple[tuple[float, float], tuple[float, float], tuple[float, float]]
     reach_hold: ReachHoldParams = field(default_factory=ReachHoldParams)
     pick_lift: PickLiftParams = field(default_factory=PickLiftParams)
+    pick_place: PickPlaceParams = field(default_factory=PickPlaceParams)
 
 
 @dataclass(frozen=True)
@@ -469,6 +488,26 @@ def _pick_lift_params(r: _Reader) -> PickLiftParams:
     return replace(default, **values)
 
 
+def _pick_place_params(r: _Reader) -> PickPlaceParams:
+    """task.pick_place (optional, defaults of PickPlaceParams)."""
+    path = "task.pick_place"
+    default = PickPlaceParams()
+    given = _known_keys(r, path, tuple(PickPlaceParams.__dataclass_fields__))
+    values: dict[str, Any] = {}
+    if "zone_region" in given:
+        values["zone_region"] = (r.interval(f"{path}.zone_region.x"), r.interval(f"{path}.zone_region.y"))
+    if "zone_rgba" in given:
+        values["zone_rgba"] = r.vector(f"{path}.zone_rgba", 4, 0.0, 1.0)
+    if "zone_half_m" in given:
+        values["zone_half_m"] = r.number(f"{path}.zone_half_m", 0.005, 0.2)
+    for key in ("rest_height_m", "settle_speed_m_s", "settle_s"):
+        if key in given:
+            values[key] = r.number(f"{path}.{key}", 0.0, strict_low=True)
+    if "min_separation_m" in given:
+        values["min_separation_m"] = r.number(f"{path}.min_separation_m", 0.0)
+    return replace(default, **values)
+
+
 def with_task(params: SimParams, task_name: str, source: str = "--task") -> SimParams:
     """The same sim params with task.name = task_name (validated again, so the version is the hash
     of what runs). ConfigError naming `source` for an unknown task."""
@@ -541,6 +580,7 @@ def sim_params_from_dict(data: dict, source: str) -> SimParams:
                        r.interval("task.target_region.z")),
         reach_hold=_reach_hold_params(r),
         pick_lift=_pick_lift_params(r),
+        pick_place=_pick_place_params(r),
     )
     table = TableParams(
         size=r.vector("table.size", 3, 1e-3),

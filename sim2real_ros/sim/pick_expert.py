@@ -95,6 +95,8 @@ class PickLiftExpert:
         self._waypoints: list[np.ndarray] = []
         self._descent = np.zeros((0, len(self.joint_names)))
         self._lift = np.zeros((0, len(self.joint_names)))
+        self.grasp_point = self.lift_point = np.zeros(3)
+        self.tool_rotation = np.eye(3)
 
     def solve_ik(self, position: np.ndarray, rotation: np.ndarray, *seeds: np.ndarray) -> np.ndarray:
         """The best of _solve_ik from each seed (smallest weighted pose error)."""
@@ -157,13 +159,16 @@ class PickLiftExpert:
         q_above = self.solve_ik(above, rotation, self.home_q)
         # Straight vertical lines (IK every few mm): a joint-space line between two poses bulges
         # sideways, enough for a jaw to hit the cube on the way down or shake it loose on the way up.
-        self._descent = self._vertical_line(q_above, above, grasp, rotation)
-        self._lift = self._vertical_line(self._descent[-1], grasp, lift, rotation)
+        self._descent = self._line(q_above, above, grasp, rotation)
+        self._lift = self._line(self._descent[-1], grasp, lift, rotation)
         self._waypoints = [q_above, self._descent[-1], self._lift[-1]]
+        # The tool poses of the plan (base frame), for a task that goes on from the lift.
+        self.grasp_point, self.lift_point, self.tool_rotation = grasp, lift, rotation
 
-    def _vertical_line(self, seed: np.ndarray, start: np.ndarray, end: np.ndarray,
+    def _line(self, seed: np.ndarray, start: np.ndarray, end: np.ndarray,
                        rotation: np.ndarray) -> np.ndarray:
-        """Joint waypoints (m, n) [rad] along the straight line start -> end (3,) [m], every
+        """Joint waypoints (m, n) [rad] along the straight line start -> end (3,) [m] (vertical for
+        the pick; the place also carries along a horizontal one), every
         line_step_m or closer, each IK solution seeding the next."""
         count = max(2, int(math.ceil(float(np.linalg.norm(end - start)) / self.config.line_step_m)) + 1)
         points = [seed]
@@ -211,3 +216,90 @@ def _smooth(fraction: float) -> float:
     """Smoothstep of fraction in [0, 1] (zero speed at both ends)."""
     f = min(1.0, max(0.0, float(fraction)))
     return f * f * (3.0 - 2.0 * f)
+
+
+@dataclass(frozen=True)
+class PlaceExpertConfig:
+    """The place phases after the grasp [s]: lift (to carry_height_m), carry (a straight line at
+    that height to above the zone), lower (to the place height), release (the jaw opens to
+    jaw_release_rad [rad]), retreat (the tool rises to retreat_height_m).
+    carry_height_m [m]: tool point above the table while carrying. place_gap_m [m]: the cube's
+    lowest point above the table when the jaw opens (it drops that far onto the zone).
+    retreat_height_m [m]: tool point above the table after the release."""
+
+    lift_s: float = 0.8
+    carry_s: float = 1.2
+    lower_s: float = 0.8
+    release_s: float = 0.4
+    retreat_s: float = 0.5
+    carry_height_m: float = 0.07
+    place_gap_m: float = 0.003
+    retreat_height_m: float = 0.07
+    jaw_release_rad: float = 0.8
+
+
+class PickPlaceExpert(PickLiftExpert):
+    """PickLiftExpert's grasp, then carry the cube to a zone and put it down: lift, a straight line
+    at the carry height to above the zone (the tool keeps the grasp's orientation, so the cube
+    lands with the yaw it had), lower, open, rise. `command(t, q_now)` is a pure function of the plan
+    and t [s]."""
+
+    def __init__(self, model: RobotModel, joint_names: list[str], gripper: str, tool_link: str,
+                 home_q: np.ndarray, config: PickExpertConfig | None = None,
+                 place: PlaceExpertConfig | None = None) -> None:
+        self.place = place or PlaceExpertConfig()
+        pick = config or PickExpertConfig()
+        # The grasp's lift ends at the carry height, in the place's time.
+        pick = PickExpertConfig(**{**pick.__dict__, "lift_s": self.place.lift_s,
+                                   "lift_height_m": self.place.carry_height_m})
+        super().__init__(model, joint_names, gripper, tool_link, home_q, pick)
+        self._carry = np.zeros((0, len(self.joint_names)))
+        self._lower = np.zeros((0, len(self.joint_names)))
+        self._retreat = np.zeros((0, len(self.joint_names)))
+
+    def plan_place(self, cube_center: np.ndarray, cube_yaw_rad: float, cube_size_m: float,
+                   zone_center: np.ndarray) -> None:
+        """The pick (PickLiftExpert.plan) and the place of its cube at `zone_center` (3,) [m] (base
+        frame, on the table top), all lines solved now."""
+        self.plan(cube_center, cube_yaw_rad, cube_size_m)
+        lift_tool, rotation = self.lift_point, self.tool_rotation
+        # The tool point keeps its offset from the cube center across the carry.
+        tool_from_cube = self.grasp_point - np.asarray(cube_center, dtype=float)
+        zone = np.asarray(zone_center, dtype=float)
+        table_z = float(cube_center[2]) - cube_size_m / 2.0
+        above_zone = zone + tool_from_cube
+        above_zone[2] = lift_tool[2]
+        place = above_zone.copy()
+        place[2] = table_z + self.config.grasp_height_m + self.place.place_gap_m
+        retreat = place.copy()
+        retreat[2] = table_z + self.place.retreat_height_m
+        self._carry = self._line(self._lift[-1], lift_tool, above_zone, rotation)
+        self._lower = self._line(self._carry[-1], above_zone, place, rotation)
+        self._retreat = self._line(self._lower[-1], place, retreat, rotation)
+
+    def command(self, t_s: float, q_now: np.ndarray) -> np.ndarray:
+        """The joint targets (n,) [rad] for time t_s [s] after the episode start (plan_place first)."""
+        if not len(self._carry):
+            raise RuntimeError("PickPlaceExpert.command before plan_place")
+        cfg, place = self.config, self.place
+        t_carry = cfg.approach_s + cfg.descend_s + cfg.close_s + cfg.squeeze_s + cfg.lift_s
+        if t_s < t_carry:
+            return super().command(t_s, q_now)
+        t_lower = t_carry + place.carry_s
+        t_release = t_lower + place.lower_s
+        t_retreat = t_release + place.release_s
+        jaw = cfg.jaw_closed_rad
+        if t_s < t_lower:
+            target = _along(self._carry, _smooth((t_s - t_carry) / place.carry_s))
+        elif t_s < t_release:
+            target = _along(self._lower, _smooth((t_s - t_lower) / place.lower_s))
+        elif t_s < t_retreat:
+            target = self._lower[-1]
+            jaw = cfg.jaw_closed_rad + _smooth((t_s - t_release) / place.release_s) * (
+                place.jaw_release_rad - cfg.jaw_closed_rad)
+        else:
+            target = _along(self._retreat, _smooth(min(1.0, (t_s - t_retreat) / place.retreat_s)))
+            jaw = place.jaw_release_rad
+        target = target.copy()
+        target[self.gripper_index] = jaw
+        return target

@@ -2,8 +2,9 @@
 
 reach (the original, kept as it was: success latched on the first step the tool point is within
 success_radius_m of the target sphere), reach_hold (reach it, then stay: within radius_m, slower
-than max_speed_m_s, for hold_s without a break, while pushes keep coming) and pick_lift
-(sim/task_pick_lift.py: lift a cube with a gripper and hold it).
+than max_speed_m_s, for hold_s without a break, while pushes keep coming), pick_lift
+(sim/task_pick_lift.py: lift a cube with a gripper and hold it) and pick_place
+(sim/task_pick_place.py: carry that cube into a zone on the table and let go).
 """
 from __future__ import annotations
 
@@ -212,4 +213,8 @@ def make_task(params: TaskParams) -> Task:
         from .task_pick_lift import PickLiftTask
 
         return PickLiftTask(params)
+    if params.name == "pick_place":
+        from .task_pick_place import PickPlaceTask
+
+        return PickPlaceTask(params)
     raise ValueError(f"unknown task {params.name!r}")

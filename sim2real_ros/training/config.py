@@ -76,9 +76,9 @@ class TrainConfig:
             raise ConfigError(self.source, "teacher", self.teacher, "must be ik or ppo")
         if self.task and self.task not in TASK_NAMES:
             raise ConfigError(self.source, "task", self.task, f"unknown task (known: {', '.join(TASK_NAMES)})")
-        if self.task == "pick_lift" and self.teacher == "ik":
-            raise ConfigError(self.source, "teacher", self.teacher, "the IK teacher reaches a point; pick_lift "
-                              "needs a grasp: teacher: ppo with a pick_lift teacher checkpoint")
+        if self.task in ("pick_lift", "pick_place") and self.teacher == "ik":
+            raise ConfigError(self.source, "teacher", self.teacher, f"the IK teacher reaches a point; {self.task} "
+                              f"needs a grasp: teacher: ppo with a {self.task} teacher checkpoint")
         if self.teacher == "ppo" and not (self.teacher_checkpoint and Path(self.teacher_checkpoint).is_file()):
             raise ConfigError(self.source, "teacher_checkpoint", self.teacher_checkpoint,
                               "teacher: ppo needs an existing teacher checkpoint (sim2real train-teacher --out ...)")

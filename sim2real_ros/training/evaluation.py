@@ -137,7 +137,7 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     sim_config; a checkpoint trained for another robot raises CheckpointError naming both.
     timeout_s [s] / log: a Ray worker silent on one block of `block` episodes for longer is replaced
     (named in log); on_block(n): called after each finished block of n episodes. task: the sim task
-    (sim/tasks.py: reach | reach_hold | pick_lift) instead of the sim params' task.name."""
+    (sim/tasks.py: reach | reach_hold | pick_lift | pick_place) instead of the sim params' task.name."""
     policy = load_policy(checkpoint, backend=backend, num_threads=num_threads)
     robot = robot_for_checkpoint(robot, policy.spec.joint_names, policy.spec.provenance, str(checkpoint))
     params = load_sim_params(sim_params_for(robot, sim_config))
