@@ -1,4 +1,4 @@
-"""The privileged env on the harder tasks (reach_hold, pick_lift): the task's own observation and
+"""The privileged env on the harder tasks (reach_hold, pick_lift, pick_place): the task's own observation and
 reward terms, failure categories, and a tiny PPO run that learns an easy reach_hold (real PyBullet,
 real Ray, real rsl_rl). Ray is started once for this module (2 CPUs, no dashboard) and shut down."""
 from __future__ import annotations
@@ -67,6 +67,23 @@ def test_the_env_observes_and_rewards_the_tasks_own_terms():
         env.close()
 
 
+def test_the_pick_place_env_targets_the_zone_and_rewards_the_cube_reaching_it():
+    env = _env("so101", "pick_place", {"tool_to_cube": 1.0, "grasp": 1.0, "cube_to_zone": 5.0})
+    try:
+        task = env.world.task
+        assert list(env.layout)[-7:] == ["task_cube_pos", "task_cube_quat", "task_cube_size_m", "task_cube_mass_kg",
+                                         "task_cube_friction", "task_jaw_contacts", "task_hold_progress"]
+        np.testing.assert_allclose(env.world.target_position(), task.zone_center)
+        _, reward, _, _, info = env.step(np.zeros(env.n))
+        assert info["terms"]["cube_to_zone"] == pytest.approx(-5.0 * task.cube_to_zone_m(env.world))
+        assert task.cube_to_zone_m(env.world) >= env.world.params.task.pick_place.min_separation_m - 0.01
+        assert reward == pytest.approx(sum(info["terms"].values()))
+    finally:
+        env.close()
+    with pytest.raises(ConfigError, match=r"rewards\.cube_to_zone.*task 'pick_lift' has no 'cube_to_zone_m'"):
+        _env("so101", "pick_lift", {"cube_to_zone": 1.0})
+
+
 def test_a_reward_term_the_task_does_not_have_fails_naming_it():
     with pytest.raises(ConfigError, match=r"rewards\.grasp.*task 'reach' has no 'grasp'"):
         _env("arm6", "", {"distance": 1.0, "grasp": 1.0})
@@ -80,6 +97,8 @@ def test_a_student_config_names_its_task_and_refuses_an_ik_teacher_for_a_grasp()
         TrainConfig(source="t", task="stack_cups")
     with pytest.raises(ConfigError, match=r"field 'teacher' = 'ik'.*pick_lift needs a grasp"):
         TrainConfig(source="t", robot="so101", task="pick_lift")
+    with pytest.raises(ConfigError, match=r"field 'teacher' = 'ik'.*pick_place needs a grasp"):
+        TrainConfig(source="t", robot="so101", task="pick_place")
 
 
 def _easy_reach_hold(tmp_path: Path) -> str:

@@ -14,6 +14,7 @@ import yaml
 from sim2real_ros.core.errors import ConfigError
 from sim2real_ros.robots import get_robot
 from sim2real_ros.sim.expert_rollout import evaluate_expert, run_expert_episode
+from sim2real_ros.sim.objects import links_touching
 from sim2real_ros.sim.params import load_sim_params, sim_params_from_dict, with_task
 from sim2real_ros.sim.task_base import target_in_base_frame
 from sim2real_ros.sim.world import SimWorld
@@ -75,6 +76,17 @@ def test_task_names_and_settings_are_validated():
     parsed = sim_params_from_dict(good, "good.yaml").task
     assert parsed.reach_hold.hold_s == 0.5 and parsed.reach_hold.radius_m == 0.02
     assert parsed.pick_lift.mass_kg == (0.05, 0.05) and parsed.pick_lift.region == ((0.2, 0.2), (0.0, 0.0))
+    bad = copy.deepcopy(raw)
+    bad["task"]["pick_place"] = {"zone_half_m": 0.0}
+    with pytest.raises(ConfigError, match="task.pick_place.zone_half_m"):
+        sim_params_from_dict(bad, "bad.yaml")
+    bad["task"]["pick_place"] = {"bowl": True}
+    with pytest.raises(ConfigError, match="task.pick_place.bowl.*unknown key"):
+        sim_params_from_dict(bad, "bad.yaml")
+    good["task"]["pick_place"] = {"zone_half_m": 0.04, "zone_region": {"x": [0.2, 0.22], "y": [0.1, 0.1]}}
+    parsed = sim_params_from_dict(good, "good.yaml").task
+    assert parsed.pick_place.zone_half_m == 0.04 and parsed.pick_place.zone_region == ((0.2, 0.22), (0.1, 0.1))
+    assert parsed.pick_place.settle_s == 0.5
     # --task: same file, another task; the version is the hash of what runs
     switched = with_task(params, "reach_hold")
     assert switched.task.name == "reach_hold" and switched.version != params.version
@@ -220,8 +232,103 @@ def test_pick_lift_cube_pushed_off_the_table_is_knocked_off():
 
 
 # ----------------------------------------------------------------------------------------------
+# pick_place: lifted, put down in the zone, let go, settled
+def place_expert(world, release: bool = True):
+    """The task's expert, started; with release=False the jaw stays closed after the place."""
+    expert = world.task.make_expert(world)
+    expert.start(world)
+    pick, place = expert.expert.config, expert.expert.place
+    release_s = (pick.approach_s + pick.descend_s + pick.close_s + pick.squeeze_s + place.lift_s + place.carry_s
+                 + place.lower_s)
+
+    def command(w):
+        q = expert.command(w)
+        if not release and w.episode_elapsed_s() >= release_s:
+            q[expert.expert.gripper_index] = pick.jaw_closed_rad
+        return q
+
+    return expert, command
+
+
+def test_pick_place_expert_succeeds_only_once_the_cube_rests_let_go_in_the_zone():
+    with task_world(SO101, "pick_place") as (params, world):
+        info = world.reset(seed=3)
+        task = world.task
+        zone = np.asarray(info["zone"]["center"])
+        separation = np.linalg.norm(zone[:2] - np.asarray(info["cube"]["position"][:2]))
+        assert separation >= params.task.pick_place.min_separation_m
+        assert np.allclose(world.target_position(), zone)
+        _, command = place_expert(world)
+        let_go = []
+
+        def note(w):
+            if task._was_up_in_hand and not let_go and not (links_touching(w.client, task.cube, w.robot) & task._jaws):
+                let_go.append(w.episode_elapsed_s())
+
+        run_until(world, params.task.timeout_s, command, record=note, chunk=1)
+        outcome = world.episode_outcome()
+        assert outcome is not None and outcome["success"], outcome
+        assert outcome["duration_s"] >= let_go[0] + params.task.pick_place.settle_s - 1e-6
+        assert task.cube_in_zone(world) and outcome["final_distance_m"] < params.task.pick_place.zone_half_m
+        assert task.privileged_observation(world)["hold_progress"][0] == 1.0
+
+
+def test_pick_place_cube_held_in_the_zone_is_not_placed():
+    with task_world(SO101, "pick_place") as (params, world):
+        world.reset(seed=3)
+        _, command = place_expert(world, release=False)
+        run_until(world, params.task.timeout_s, command)
+        outcome = world.episode_outcome()
+        assert outcome is not None and outcome["reason"] == "timeout"
+        assert world.task.cube_in_zone(world) and world.task.jaws_on_cube(world)
+        assert world.task.classify_failure(world, outcome) == "timeout"
+
+
+def test_pick_place_cube_slid_into_the_zone_without_a_lift_does_not_count():
+    with task_world(SO101, "pick_place", timeout_s=2.0) as (params, world):
+        info = world.reset(seed=7)
+        task = world.task
+        zone = info["zone"]["center"]
+        size = info["cube"]["size_m"]
+        world.client.resetBasePositionAndOrientation(task.cube, [zone[0], zone[1], size / 2.0], [0, 0, 0, 1])
+        home = world.joint_positions()
+        run_until(world, 2.0, lambda w: home)
+        outcome = world.episode_outcome()
+        assert task.cube_in_zone(world) and outcome is not None and outcome["reason"] == "timeout"
+        assert task.classify_failure(world, outcome) == "missed_grasp"
+
+
+def test_pick_place_drop_in_the_carry_and_a_put_down_outside_the_zone_are_told_apart():
+    with task_world(SO101, "pick_place") as (params, world):
+        world.reset(seed=3)
+        expert, command = place_expert(world)
+        cfg = expert.expert.config
+        carrying_s = cfg.approach_s + cfg.descend_s + cfg.close_s + cfg.squeeze_s + cfg.lift_s + 0.3
+        opened = world.task.make_expert(world).expert.place.jaw_release_rad
+
+        def drop(w):
+            q = command(w)
+            if w.episode_elapsed_s() >= carrying_s:
+                q[expert.expert.gripper_index] = opened
+            return q
+
+        run_until(world, params.task.timeout_s, drop)
+        outcome = world.episode_outcome()
+        assert outcome is not None and not outcome["success"]
+        assert world.task.classify_failure(world, outcome) == "dropped", outcome
+    with task_world(SO101, "pick_place") as (params, world):
+        world.reset(seed=3)
+        _, command = place_expert(world)
+        world.task.zone_center = world.task.zone_center + np.array([0.0, 0.1, 0.0])  # moved after the plan
+        run_until(world, params.task.timeout_s, command)
+        outcome = world.episode_outcome()
+        assert outcome is not None and not outcome["success"] and not world.task.cube_in_zone(world)
+        assert world.task.classify_failure(world, outcome) == "misplaced"
+
+
+# ----------------------------------------------------------------------------------------------
 # scripted experts in the nominal sim (the 40-seed figures: docs/learning.md, "Tasks")
-@pytest.mark.parametrize("robot, task", [(ARM6, "reach_hold"), (SO101, "pick_lift")])
+@pytest.mark.parametrize("robot, task", [(ARM6, "reach_hold"), (SO101, "pick_lift"), (SO101, "pick_place")])
 def test_scripted_expert_solves_its_task(robot, task):
     result = evaluate_expert(task_params(robot, task), str(robot.urdf_path()), episodes=10, seed=1000)
     assert result["success_rate"] == 1.0, result["failures"]
