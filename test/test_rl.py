@@ -73,6 +73,19 @@ def test_a_teacher_yaml_with_an_unknown_reward_term_fails_at_load(tmp_path):
         load_teacher_config(path)
 
 
+@pytest.mark.parametrize("name", sorted(p.name for p in config_path(".").glob("teacher_*.yaml")))
+def test_every_shipped_teacher_config_builds_its_env(name):
+    """The configs users start from: each loads, and its env (task, reward terms the task must provide,
+    bc_init) builds on the robot it names."""
+    config = load_teacher_config(config_path(name))
+    batch = BatchedEnv(config.env_spec(), 0, 1)
+    try:
+        assert batch.observations().shape[0] == 1
+    finally:
+        batch.close()
+    assert config.bc() is None or config.bc().episodes > 0
+
+
 def test_reward_terms_are_weighted_and_summed():
     n = 2
     state = StepState(distance_m=0.1, success=True, action=np.array([1.0, 0.0]), last_action=np.zeros(n),
