@@ -196,18 +196,28 @@ def test_bc_init_from_the_expert_makes_a_teacher_of_an_easy_reach_hold(ray_local
 
 
 def test_the_expert_pairs_do_not_depend_on_the_worker_count(ray_local, tmp_path):
-    """BC's collection (with its action noise) gives the same pairs on 2 Ray workers as in process."""
-    from sim2real_ros.rl.bc import BC_EPISODE_BASE
+    """BC's collection (with its action noise) gives the same pairs on 2 Ray workers as in process,
+    and in blocks as in one call."""
+    from sim2real_ros.rl.bc import BC_EPISODE_BASE, ExpertPairs
 
     spec = _easy_bc_config(tmp_path, workers=0).env_spec(episode_base=BC_EPISODE_BASE)
+    indices = list(range(BC_EPISODE_BASE, BC_EPISODE_BASE + 8))
     pairs = {}
     for workers in (0, 2):
         pool = RolloutPool(spec, 4, workers)
         try:
-            pairs[workers] = pool.expert_pairs(range(BC_EPISODE_BASE, BC_EPISODE_BASE + 4), 0.98, 0.1)
+            pairs[workers] = pool.expert_pairs(indices, 0.98, 0.1)
         finally:
             pool.close()
-    assert [e["index"] for e in pairs[0].episodes] == list(range(BC_EPISODE_BASE, BC_EPISODE_BASE + 4))
-    assert len(pairs[0].obs) > 4 * 10 and np.abs(pairs[0].actions).max() <= 1.0
+    # train-teacher collects in blocks of whole rounds of the slots (a progress line each): the same pairs
+    pool = RolloutPool(spec, 4, 2)
+    try:
+        pairs["blocks"] = ExpertPairs.concatenate([pool.expert_pairs(indices[:4], 0.98, 0.1),
+                                                   pool.expert_pairs(indices[4:], 0.98, 0.1)])
+    finally:
+        pool.close()
+    assert [e["index"] for e in pairs[0].episodes] == indices
+    assert len(pairs[0].obs) > 8 * 10 and np.abs(pairs[0].actions).max() <= 1.0
     for name in ("obs", "actions", "returns"):
         np.testing.assert_array_equal(getattr(pairs[0], name), getattr(pairs[2], name))
+        np.testing.assert_array_equal(getattr(pairs[0], name), getattr(pairs["blocks"], name))

@@ -34,7 +34,7 @@ from ..provenance import assert_unseen_episodes, portable_provenance, sim_params
 from ..robots import DEFAULT_ROBOT, get_robot, robot_description_for, sim_params_for
 from ..sim.params import load_sim_params
 from .batch import EnvSpec
-from .bc import BCConfig, fit_normalizer, regress, set_exploration_std
+from .bc import BCConfig, ExpertPairs, fit_normalizer, regress, set_exploration_std
 from .cluster import default_workers
 from .env import EnvConfig
 from .pool import RolloutPool
@@ -47,6 +47,7 @@ EVAL_EPISODE_BASE = 900_000_000  # evaluation episodes never overlap training on
 # all past the evaluation episodes, however long the run.
 RESUME_EPISODE_BASE = 1_000_000_000
 RESUME_STRIDE = 1_000_000
+BC_ROUNDS_PER_LINE = 4  # BC's expert episodes per progress line: this many per slot
 
 DEFAULT_PPO: dict[str, Any] = {
     "learning_rate": 1e-3, "num_learning_epochs": 5, "num_mini_batches": 4, "clip_param": 0.2, "gamma": 0.98,
@@ -353,10 +354,21 @@ class TeacherTrainer:
         gamma = float({**DEFAULT_PPO, **c.ppo}["gamma"])
         first, last = bc.index_range(c.num_envs)
         pool = RolloutPool(c.env_spec(episode_base=first), c.num_envs, self.workers, log=self.log)
+        indices = list(range(first, first + bc.episodes))
+        # In blocks of whole rounds of the slots, for a progress line: slot j still plays its
+        # indices in the same order on the same world, so the pairs are those of one call.
+        block = c.num_envs * BC_ROUNDS_PER_LINE
+        parts = []
         try:
-            pairs = pool.expert_pairs(range(first, first + bc.episodes), gamma, bc.action_noise)
+            for start in range(0, len(indices), block):
+                parts.append(pool.expert_pairs(indices[start:start + block], gamma, bc.action_noise))
+                done = min(len(indices), start + block)
+                wins = sum(bool(e["success"]) for part in parts for e in part.episodes)
+                self.log(f"[bc] expert episodes {done}/{len(indices)} | {wins} successes | "
+                         f"{time.monotonic() - tick:.0f} s")
         finally:
             pool.close()
+        pairs = ExpertPairs.concatenate(parts)
         wins = sum(bool(e["success"]) for e in pairs.episodes)
         collect_s = time.monotonic() - tick
         self.log(f"[bc] {bc.episodes} expert episodes ({wins} successes), {len(pairs.obs):,} pairs, "
