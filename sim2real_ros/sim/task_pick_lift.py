@@ -171,21 +171,26 @@ class PickLiftTask:
 
 
 class PickLiftScriptedExpert:
-    """sim/pick_expert.PickLiftExpert on the task's privileged cube pose (robot base frame)."""
+    """sim/pick_expert.PickLiftExpert (or a subclass: `expert_class`) on the task's privileged cube
+    pose (robot base frame)."""
 
-    def __init__(self, world: SimWorld, task: PickLiftTask) -> None:
+    def __init__(self, world: SimWorld, task: PickLiftTask,
+                 expert_class: type[PickLiftExpert] = PickLiftExpert) -> None:
         home = world.params.home_pose(world.joint_names)
         home_q = np.clip([home.get(n, 0.0) for n in world.joint_names], world.lower, world.upper)
         self.task = task
-        self.expert = PickLiftExpert(world.model, world.joint_names, task.gripper_joint, world.ee_link, home_q)
+        self.expert = expert_class(world.model, world.joint_names, task.gripper_joint, world.ee_link, home_q)
 
-    def start(self, world: SimWorld) -> None:
+    def cube_in_base(self, world: SimWorld) -> tuple[np.ndarray, float, float]:
+        """The cube's center (3,) [m] and yaw [rad] in the robot base frame, and its edge [m]."""
         spec = self.task.spec
         assert spec is not None, "start after world.reset"
         base = world.link_pose(world._root_link_name())  # noqa: SLF001 - the world's own root frame
         base_yaw = float(np.arctan2(base[1, 0], base[0, 0]))
-        self.expert.plan(target_in_base_frame(world, self.task.cube_position(world)), spec.yaw_rad - base_yaw,
-                         spec.size_m)
+        return target_in_base_frame(world, self.task.cube_position(world)), spec.yaw_rad - base_yaw, spec.size_m
+
+    def start(self, world: SimWorld) -> None:
+        self.expert.plan(*self.cube_in_base(world))
 
     def command(self, world: SimWorld) -> np.ndarray:
         return self.expert.command(world.episode_elapsed_s(), world.joint_positions())

@@ -20,7 +20,7 @@ from .objects import body_velocity, links_touching
 from .params import TaskParams
 from .pick_expert import PickPlaceExpert
 from .task_base import COLLISION, SUCCESS, TIMEOUT, HoldTimer, ScriptedExpert, arm_touches, target_in_base_frame
-from .task_pick_lift import DROPPED, FALLEN_M, KNOCKED_OFF, LIFTED_M, MISSED_GRASP, PickLiftTask
+from .task_pick_lift import DROPPED, FALLEN_M, KNOCKED_OFF, LIFTED_M, MISSED_GRASP, PickLiftScriptedExpert, PickLiftTask
 
 if TYPE_CHECKING:
     from .world import SimWorld
@@ -157,25 +157,17 @@ class PickPlaceTask(PickLiftTask):
         self._settle.restore(settle)
 
 
-class PickPlaceScriptedExpert:
+class PickPlaceScriptedExpert(PickLiftScriptedExpert):
     """sim/pick_expert.PickPlaceExpert on the task's privileged cube pose and zone (robot base frame)."""
 
+    task: PickPlaceTask
+    expert: PickPlaceExpert
+
     def __init__(self, world: SimWorld, task: PickPlaceTask) -> None:
-        home = world.params.home_pose(world.joint_names)
-        home_q = np.clip([home.get(n, 0.0) for n in world.joint_names], world.lower, world.upper)
-        self.task = task
-        self.expert = PickPlaceExpert(world.model, world.joint_names, task.gripper_joint, world.ee_link, home_q)
+        super().__init__(world, task, PickPlaceExpert)
 
     def start(self, world: SimWorld) -> None:
-        spec = self.task.spec
-        assert spec is not None, "start after world.reset"
-        base = world.link_pose(world._root_link_name())  # noqa: SLF001 - the world's own root frame
-        base_yaw = float(np.arctan2(base[1, 0], base[0, 0]))
-        cube = self.task.cube_position(world)
+        cube, yaw, size = self.cube_in_base(world)
         zone = self.task.zone_center.copy()
-        zone[2] = cube[2]  # the cube's center height at rest: the place mirrors the pick
-        self.expert.plan_place(target_in_base_frame(world, cube), spec.yaw_rad - base_yaw, spec.size_m,
-                               target_in_base_frame(world, zone))
-
-    def command(self, world: SimWorld) -> np.ndarray:
-        return self.expert.command(world.episode_elapsed_s(), world.joint_positions())
+        zone[2] = self.task.cube_position(world)[2]  # the cube's center height at rest: the place mirrors the pick
+        self.expert.plan_place(cube, yaw, size, target_in_base_frame(world, zone))
