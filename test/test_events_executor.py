@@ -70,7 +70,32 @@ def test_supervisor_on_the_events_executor_holds_on_estop(ros, tmp_path, monkeyp
     # Neither of the supervisor's nodes can be served by the EventsExecutor (the e-stop thread's
     # callback takes the MessageInfo; the main node has a guard condition): both fall back
     assert "e-stop thread spinning on SingleThreadedExecutor" in log, log[-3000:]
-    assert "spinning on SingleThreadedExecutor (SIM2REAL_EXECUTOR=events)" in log, log[-3000:]
+    assert "spinning on SingleThreadedExecutor (executor events; SIM2REAL_EXECUTOR=events)" in log, log[-3000:]
+
+
+def test_a_nodes_executor_parameter_overrides_the_environment_and_a_bad_one_is_named(ros, tmp_path, monkeypatch):
+    """The graph can choose per node (graph.ROBOT_REALTIME): `executor: rclpy` on a node process
+    while SIM2REAL_EXECUTOR says lean; `auto` follows the environment; a bad value ends the node at
+    start-up (exit 2) naming the parameter and the value."""
+    from sim2real_ros.runtime.launcher import GraphLauncher
+
+    monkeypatch.setenv(EXECUTOR_ENV, "lean")
+    with running_nodes([node_decl("supervisor", {"robot_description": URDF, "auto_arm": True, "executor": "rclpy"}),
+                        node_decl("actuator_node", {"robot_description": URDF})], tmp_path):
+        assert wait_until(lambda: (tmp_path / "graph.log").read_text().count("spinning on") >= 2, TIMEOUT)
+    log = (tmp_path / "graph.log").read_text()
+    assert "spinning on SingleThreadedExecutor (executor rclpy; SIM2REAL_EXECUTOR=lean)" in log, log[-3000:]
+    assert "spinning on LeanExecutor (executor lean; SIM2REAL_EXECUTOR=lean)" in log, log[-3000:]
+    bad = GraphLauncher([node_decl("actuator_node", {"robot_description": URDF, "executor": "fast"})], echo=False,
+                        log_file=tmp_path / "bad.log")
+    bad.start()
+    try:
+        assert wait_until(lambda: bad.check(), TIMEOUT)
+        assert bad.check() == [("actuator_node", 2)]
+    finally:
+        bad.shutdown()
+    said = (tmp_path / "bad.log").read_text()
+    assert "'executor' = 'fast'" in said and "one of" in said, said[-2000:]
 
 
 def test_events_executor_serves_a_plain_node_and_refuses_message_info_callbacks():

@@ -29,7 +29,7 @@ from rclpy.qos import (
 
 from .. import topics
 from ..core.errors import ConfigError, Sim2RealError
-from .executor import EXECUTOR_ENV, executor_choice, make_executor
+from .executor import EXECUTOR_ENV, executor_choice, make_executor, node_executor_choice
 from .executor import single_threaded_executor as single_threaded_executor  # re-exported
 from .realtime import apply_realtime_knobs
 
@@ -176,7 +176,8 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_thr
         apply_realtime_knobs(node)  # every node's scheduling, affinity, memory lock (nodes/realtime.py)
         executor = make_executor(node, num_threads)
         executor.add_node(node)
-        node.get_logger().info(f"spinning on {type(executor).__name__} ({EXECUTOR_ENV}={executor_choice()})")
+        node.get_logger().info(f"spinning on {type(executor).__name__} (executor {node_executor_choice(node)}; "
+                               f"{EXECUTOR_ENV}={executor_choice()})")
         freeze_startup_objects()
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):

@@ -2,8 +2,10 @@
 
 Every node process spins through `make_executor` (via `common.run_node`), the recorder and the
 supervisor's e-stop thread through `single_threaded_executor`. Which single-threaded executor they
-get is chosen here, by the environment variable SIM2REAL_EXECUTOR (the launcher passes its
-environment to every node, so one setting covers a whole graph):
+get is chosen here: by a node's `executor` parameter (config/parameters/realtime.yaml, every node
+has it; the graph may set it per node), and where that is `auto` (its default) by the environment
+variable SIM2REAL_EXECUTOR (the launcher passes its environment to every node, so one setting
+covers a whole graph):
 
 - `auto` (or unset): the measured default, DEFAULT_CHOICE (docs/design.md §7 has the figures).
 - `lean`: LeanExecutor (lean_executor.py) for a node it supports, else rclpy's.
@@ -48,6 +50,18 @@ def executor_choice() -> str:
     return DEFAULT_CHOICE if value == "auto" else value
 
 
+def node_executor_choice(node: Node) -> str:
+    """`lean`, `rclpy` or `events` for this node: its `executor` parameter (config/parameters/
+    realtime.yaml) when it names one, else executor_choice() (its `auto`, or a node without it)."""
+    if node.has_parameter("executor"):
+        value = str(node.get_parameter("executor").value).strip().lower()
+        if value not in CHOICES:
+            raise ConfigError(f"{node.get_name()} parameter", "executor", value, f"must be one of {', '.join(CHOICES)}")
+        if value != "auto":
+            return value
+    return executor_choice()
+
+
 def events_supports(node: Node) -> bool:
     """Whether rclpy's EventsExecutor can serve `node`. Checked by feature, on Kilted and Jazzy:
     it refuses guard conditions ("Guard conditions not supported": the supervisor's main node has
@@ -84,8 +98,8 @@ def single_threaded_executor(node: Node, choice: str | None = None) -> Executor:
 
 
 def make_executor(node: Node, num_threads: int = 1) -> Executor:
-    """The executor a node process spins: single-threaded as above for num_threads=1, else
-    rclpy's MultiThreadedExecutor with that many threads."""
+    """The executor a node process spins: single-threaded as above for num_threads=1 (the node's
+    own choice: node_executor_choice), else rclpy's MultiThreadedExecutor with that many threads."""
     if num_threads == 1:
-        return single_threaded_executor(node)
+        return single_threaded_executor(node, node_executor_choice(node))
     return MultiThreadedExecutor(num_threads, context=node.context)
