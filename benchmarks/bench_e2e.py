@@ -177,10 +177,11 @@ SETTLE_S = 0.5  # [s] after switching the load, before a segment counts
 
 
 def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool = True,
-                    load: BusyLoad | None = None) -> dict:
+                    load: BusyLoad | None = None, parameters: dict[str, dict] | None = None) -> dict:
     """The robot graph on the wall clock against the stand-in (see the module docstring).
 
     knobs: the robot graph's real-time knobs (graph.ROBOT_REALTIME) as shipped, else all off.
+    parameters: node name -> parameters set on top (e.g. a per-node `executor`).
     load: switched quiet / loaded / quiet / loaded over `duration_s`; figures per phase."""
     from rclpy.node import Node
 
@@ -193,6 +194,8 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
     robot = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--robot"], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     extra = {} if knobs else {name: dict(KNOBS_OFF) for name in ROBOT_REALTIME}
+    for name, values in (parameters or {}).items():
+        extra[name] = {**extra.get(name, {}), **values}
     launcher = GraphLauncher(declare_graph("robot", GraphArgs(checkpoint=str(checkpoint), extra_parameters=extra)),
                              echo=False, log_file=tmp / f"robot_graph_knobs_{'on' if knobs else 'off'}.log")
     launcher.start()
