@@ -86,6 +86,24 @@ def test_every_shipped_teacher_config_builds_its_env(name):
     assert config.bc() is None or config.bc().episodes > 0
 
 
+def test_a_success_reward_that_staying_short_of_success_outpays_is_warned_about():
+    from sim2real_ros.rl.rewards import STEP_MAX, TERMS, success_outweighs_staying
+
+    assert set(STEP_MAX) == set(TERMS) - {"success"}  # a new term says what it can pay
+
+    # reach_hold's first BC config: 4 per step of positive terms, gamma 0.98: 200 for never succeeding
+    weights = {"distance": 2.0, "distance_fine": 2.0, "holding": 2.0, "tool_speed": 0.5, "success": 10.0}
+    warning = success_outweighs_staying(weights, 0.98)
+    assert warning is not None and "rewards.success = 10" in warning and "at least 200" in warning
+    assert success_outweighs_staying({**weights, "success": 200.0}, 0.98) is None
+    assert success_outweighs_staying({"distance": 1.0, "success": 1.0}, 0.99) is None  # nothing positive
+    # cube_height pays at most its cap [m] per unit weight
+    assert "at least 100" in success_outweighs_staying({"cube_height": 20.0, "success": 5.0}, 0.99)
+    for name in sorted(config_path(".").glob("teacher_*_bc.yaml")):  # the BC configs are set above it
+        config = load_teacher_config(name)
+        assert success_outweighs_staying(config.rewards, config.ppo.get("gamma", 0.98)) is None, name
+
+
 def test_reward_terms_are_weighted_and_summed():
     n = 2
     state = StepState(distance_m=0.1, success=True, action=np.array([1.0, 0.0]), last_action=np.zeros(n),

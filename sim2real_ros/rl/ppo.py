@@ -38,7 +38,7 @@ from .bc import BCConfig, ExpertPairs, fit_normalizer, regress, set_exploration_
 from .cluster import default_workers
 from .env import EnvConfig
 from .pool import RolloutPool
-from .rewards import RewardConfig
+from .rewards import RewardConfig, success_outweighs_staying
 from .teacher_checkpoint import TeacherSpec, save_teacher
 
 EVAL_EPISODE_BASE = 900_000_000  # evaluation episodes never overlap training ones
@@ -414,7 +414,11 @@ class TeacherTrainer:
         layout = dict(probe._local[0].batch.observation_layout)  # noqa: SLF001 - with the task's own terms
         task_name = probe._local[0].batch.envs[0].world.task.name  # noqa: SLF001 - recorded in env.task
         max_steps = probe._local[0].batch.envs[0].max_steps  # noqa: SLF001
+        lift_cap_m = probe._local[0].batch.envs[0].world.params.task.pick_lift.lift_height_m  # noqa: SLF001
         probe.close()
+        warning = success_outweighs_staying(c.rewards, float({**DEFAULT_PPO, **c.ppo}["gamma"]), lift_cap_m)
+        if warning:
+            self.log(f"[ppo] warning: {warning}")
         # The algorithm is built on a dummy batch so its state can be resumed before workers start.
         from tensordict import TensorDict
 
