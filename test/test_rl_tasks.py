@@ -84,6 +84,18 @@ def test_the_pick_place_env_targets_the_zone_and_rewards_the_cube_reaching_it():
         _env("so101", "pick_lift", {"cube_to_zone": 1.0})
 
 
+@pytest.mark.parametrize("name", sorted(p.name for p in config_path(".").glob("train_*.yaml")))
+def test_every_shipped_student_config_loads_with_its_teacher(name):
+    """The student configs users start from load (their files exist, a PPO teacher's task is the
+    student's: TrainConfig and the labeller check both)."""
+    from sim2real_ros.training.config import load_train_config
+
+    config = load_train_config(config_path(name))
+    if config.teacher == "ppo":
+        spec, _, _ = read_teacher(config.teacher_checkpoint)
+        assert (spec.env.get("task") or "reach") == (config.task or "reach"), name
+
+
 def test_a_reward_term_the_task_does_not_have_fails_naming_it():
     with pytest.raises(ConfigError, match=r"rewards\.grasp.*task 'reach' has no 'grasp'"):
         _env("arm6", "", {"distance": 1.0, "grasp": 1.0})
