@@ -82,10 +82,14 @@ def test_a_nodes_executor_parameter_overrides_the_environment_and_a_bad_one_is_n
     monkeypatch.setenv(EXECUTOR_ENV, "lean")
     with running_nodes([node_decl("supervisor", {"robot_description": URDF, "auto_arm": True, "executor": "rclpy"}),
                         node_decl("actuator_node", {"robot_description": URDF})], tmp_path):
-        assert wait_until(lambda: (tmp_path / "graph.log").read_text().count("spinning on") >= 2, TIMEOUT)
+        # both nodes' start-up lines (the supervisor's e-stop thread says "spinning on" too)
+        said = {"spinning on SingleThreadedExecutor (executor rclpy; SIM2REAL_EXECUTOR=lean)",
+                "spinning on LeanExecutor (executor lean; SIM2REAL_EXECUTOR=lean)"}
+        assert wait_until(lambda: all(line in (tmp_path / "graph.log").read_text() for line in said), TIMEOUT), \
+            (tmp_path / "graph.log").read_text()[-3000:]
     log = (tmp_path / "graph.log").read_text()
-    assert "spinning on SingleThreadedExecutor (executor rclpy; SIM2REAL_EXECUTOR=lean)" in log, log[-3000:]
-    assert "spinning on LeanExecutor (executor lean; SIM2REAL_EXECUTOR=lean)" in log, log[-3000:]
+    assert "[supervisor]" in log.split("(executor rclpy;")[0].splitlines()[-1], log[-3000:]
+    assert "[actuator_node]" in log.split("(executor lean;")[0].splitlines()[-1], log[-3000:]
     bad = GraphLauncher([node_decl("actuator_node", {"robot_description": URDF, "executor": "fast"})], echo=False,
                         log_file=tmp_path / "bad.log")
     bad.start()
