@@ -113,7 +113,13 @@ class PickLiftTask:
         if not self._collided and arm_touches(world, world.table, self._arm_links):
             self._collided = True
         result = {"final_distance_m": distance, "cube_height_m": bottom, "held_s": self._held_s}
-        if self._held_s >= self.pick.hold_s - 1e-9:
+        return self._episode_end(world, self._held_s >= self.pick.hold_s - 1e-9, center, result)
+
+    def _episode_end(self, world: SimWorld, succeeded: bool, center: np.ndarray,
+                     result: dict[str, Any]) -> dict[str, Any] | None:
+        """The outcome once the episode is over (success, the cube off the table, the time-out), else
+        None; `center` (3,) [m] is the cube's, `result` the task's figures for the outcome."""
+        if succeeded:
             return {"success": True, "reason": SUCCESS, **result}
         if center[2] < -FALLEN_M:
             return {"success": False, "reason": KNOCKED_OFF, **result}

@@ -111,13 +111,8 @@ class PickPlaceTask(PickLiftTask):
         result = {"final_distance_m": self.cube_to_zone_m(world), "cube_height_m": bottom,
                   "settled_s": self._settled_s}
         # A pick and place: a cube slid or shoved into the zone without being lifted does not count.
-        if self._settled_s >= self.place.settle_s - 1e-9 and self._was_up_in_hand:
-            return {"success": True, "reason": SUCCESS, **result}
-        if center[2] < -FALLEN_M:
-            return {"success": False, "reason": KNOCKED_OFF, **result}
-        if world.episode_elapsed_s() >= self.params.timeout_s:
-            return {"success": False, "reason": TIMEOUT, **result}
-        return None
+        placed = self._settled_s >= self.place.settle_s - 1e-9 and self._was_up_in_hand
+        return self._episode_end(world, placed, center, result)
 
     def classify_failure(self, world: SimWorld, outcome: dict[str, Any]) -> str:
         """success | knocked_off_table | dropped | misplaced | collision | missed_grasp | timeout."""
