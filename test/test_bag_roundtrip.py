@@ -12,6 +12,7 @@ from std_msgs.msg import Float64MultiArray
 
 from sim2real_ros.bags import BagReader, iter_messages
 from sim2real_ros.bags.info import bag_info
+from sim2real_ros.bags.reader import publish_times
 from sim2real_ros.bags.repair import repair_bag
 from sim2real_ros.bags.writer import BagWriter
 from sim2real_ros.cli.main import main as cli_main
@@ -54,6 +55,30 @@ def _write_bag(path, storage: str, max_file_bytes: int = 20_000):
         for log_time, topic, data in sorted(events):
             writer.write(topic, log_time, data)
     return events
+
+
+def test_messages_of_one_log_time_keep_file_order_across_a_clock_step_back(tmp_path):
+    """A frozen sim clock gives many messages one log time, and a clock stepped back makes a later
+    chunk start earlier than the one before it. The messages keep the order they were written in,
+    and the k-th publish time still belongs to the k-th message (a soak once read a supervisor's
+    steady ramp 0.33, 0.30, 0.27, 0.25 rad as 0.27, 0.25, 0.33, 0.30 and reported step violations)."""
+    topic = "/forward_position_controller/commands"
+    bag = tmp_path / "bag"
+    # (log time, publish time, value): chunk 1 at one frozen time; chunk 2 starts 50 ms earlier
+    chunks = [[(T0 + 100 * MS, T0 + 1, 0.33), (T0 + 100 * MS, T0 + 2, 0.30)],
+              [(T0 + 50 * MS, T0 + 3, 9.0), (T0 + 100 * MS, T0 + 4, 0.27), (T0 + 100 * MS, T0 + 5, 0.25)]]
+    with BagWriter(bag, storage="mcap", flush_period_ns=10**18) as writer:
+        writer.add_topic(topic, "std_msgs/msg/Float64MultiArray")
+        for chunk in chunks:
+            for log_time, publish_time, value in chunk:
+                writer.write(topic, log_time, serialize_message(Float64MultiArray(data=[value])),
+                             publish_time_ns=publish_time)
+            writer.flush()  # one MCAP chunk each
+    messages = list(iter_messages(bag, [topic]))
+    assert [m.msg.data[0] for m in messages] == [9.0, 0.33, 0.30, 0.27, 0.25]
+    pairs = publish_times(bag, [topic])[topic]
+    assert [int(log) for log, _ in pairs] == [m.log_time_ns for m in messages]
+    assert [int(published) - T0 for _, published in pairs] == [3, 1, 2, 4, 5]
 
 
 @pytest.mark.parametrize("storage", ["sqlite3", "mcap"])

@@ -410,19 +410,21 @@ class McapFile:
             return
         refs = sorted((r for r in self._index.chunks if r.channel_ids is None or r.channel_ids & wanted.keys()),
                       key=lambda r: (r.start_ns, r.offset))
-        heap: list[tuple[int, int, str, memoryview]] = []
-        order = 0  # ties keep file order
+        # Ties keep file order (the chunk's byte offset, then its place in the chunk), not the order
+        # the chunks were read in: after a clock stepped back, a later chunk can start earlier, and
+        # the messages one publisher sent at one frozen sim time must come out as they were written.
+        heap: list[tuple[int, int, int, str, memoryview]] = []
         next_ref = 0
         while next_ref < len(refs) or heap:
             while next_ref < len(refs) and (not heap or refs[next_ref].start_ns <= heap[0][0]):
-                for log_time, channel_id, data in self._read_ref_or_skip(refs[next_ref]):
+                ref = refs[next_ref]
+                for place, (log_time, channel_id, data) in enumerate(self._read_ref_or_skip(ref)):
                     topic = wanted.get(channel_id)
                     if topic is not None:
-                        heapq.heappush(heap, (log_time, order, topic, data))
-                        order += 1
+                        heapq.heappush(heap, (log_time, ref.offset, place, topic, data))
                 next_ref += 1
             if heap:
-                log_time, _, topic, data = heapq.heappop(heap)
+                log_time, _, _, topic, data = heapq.heappop(heap)
                 yield log_time, topic, data
 
     def publish_times(self, topics: set[str]) -> dict[str, list[tuple[int, int]]]:
@@ -430,7 +432,7 @@ class McapFile:
         stores the DDS source timestamp puts it in the publish time; others repeat the log time."""
         wanted = {cid: ch.topic for cid, ch in self._index.channels.items() if ch.topic in topics}
         out: dict[str, list[tuple[int, int]]] = {t: [] for t in topics}
-        for ref in self._index.chunks:
+        for ref in sorted(self._index.chunks, key=lambda r: r.offset):
             if ref.channel_ids is not None and not ref.channel_ids & wanted.keys():
                 continue
             try:

@@ -485,7 +485,9 @@ def publish_times(path: str | Path, topics: Iterable[str]) -> dict[str, np.ndarr
     """Per topic, the (log time, publish time) [ns] pairs (K, 2) sorted by log time, from the bag's
     MCAP files (sqlite3 has no publish time: those topics get an empty array). A recorder that
     stores each message's DDS source timestamp (`sim2real record`) puts it in the publish time;
-    other writers repeat the log time there."""
+    other writers repeat the log time there. Pairs with one log time keep file order, as
+    `iter_messages` does, so the k-th pair belongs to the k-th message (a frozen sim clock gives
+    many messages one log time)."""
     wanted = set(topics)
     pairs: dict[str, list[tuple[int, int]]] = {t: [] for t in wanted}
     with BagReader(path) as reader:
@@ -493,4 +495,5 @@ def publish_times(path: str | Path, topics: Iterable[str]) -> dict[str, np.ndarr
             if hasattr(storage, "publish_times"):
                 for topic, rows in storage.publish_times(wanted).items():
                     pairs[topic].extend(rows)
-    return {t: np.array(sorted(rows), dtype=np.int64).reshape(-1, 2) for t, rows in pairs.items()}
+    return {t: np.array(sorted(rows, key=lambda row: row[0]), dtype=np.int64).reshape(-1, 2)
+            for t, rows in pairs.items()}
