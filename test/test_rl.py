@@ -405,6 +405,52 @@ def test_the_ppo_labeller_rolls_the_teacher_out_and_leaves_the_world_as_it_was(s
         world.close()
 
 
+class _ConstantActions(torch.nn.Module):
+    """A "teacher" that always asks for the same normalized action (n,)."""
+
+    def __init__(self, action: np.ndarray) -> None:
+        super().__init__()
+        self.action = torch.as_tensor(action, dtype=torch.float32)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.action.expand(obs.shape[0], -1)
+
+
+def test_a_teacher_driving_through_chunks_keeps_its_own_pace(small_teacher):
+    """Acting alone, a teacher adds each action to the command it set one decision ago. Driving
+    through chunks (10 Hz, sampled at the tick + the compensated latency, interpolated, crossfaded),
+    the newest command already leans toward the next point; starting each look-ahead from it ran the
+    arm 40 % ahead of the teacher (the pick_lift teacher then grasped 0/4). The command after 1 s
+    is 20 decisions of the constant action, within one decision, and the labeller sees the action."""
+    from sim2real_ros.core.perception.preprocess import ImagePipeline
+    from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
+    from sim2real_ros.rl.labeller import PPOChunkTeacher
+    from sim2real_ros.rl.teacher_checkpoint import LoadedTeacher
+    from sim2real_ros.sim.params import load_sim_params
+    from sim2real_ros.sim.world import SimWorld
+    from sim2real_ros.training.rollout import RolloutConfig, run_episode
+
+    loaded = load_teacher(small_teacher)
+    action = np.array([0.25, 0.0, 0.0, 0.0, 0.0, 0.0])
+    teacher = LoadedTeacher(loaded.spec, _ConstantActions(action), loaded.checkpoint_hash, "constant")
+    scale = float(loaded.spec.env["action_scale_rad"])
+    world = SimWorld(load_sim_params(config_path("sim_params.yaml")), str(urdf_path()), seed=3)
+    try:
+        labeller = PPOChunkTeacher(teacher, world, compensated_latency_s=0.05)
+        config = RolloutConfig(obs_period_s=0.1, actuation_latency_s=0.05, inference_delay_s=0.02,
+                               max_episode_s=1.0)
+        pipeline = ImagePipeline(PreprocessConfig.from_yaml(config_path("preprocess.yaml")))
+        run_episode(world, pipeline, labeller, None, 10, 0.05, config, randomize=False, seed=4,
+                    record_images=False)
+        last = world.sent_at_or_before(world.time_ns)
+        advance = float(last[0] - labeller.home_q[0])  # from the reset pose (home: randomize off)
+        assert advance == pytest.approx(20 * scale * action[0], abs=scale * action[0]), advance
+        _, seen = labeller.integrated_target()
+        np.testing.assert_allclose(seen, action, atol=0.02)
+    finally:
+        world.close()
+
+
 def test_train_with_a_ppo_teacher_labels_the_student_from_it(small_teacher, tmp_path):
     from sim2real_ros.training.config import load_train_config
     from sim2real_ros.training.trainer import Trainer

@@ -146,3 +146,31 @@ def test_save_restore_discard_cycles_do_not_grow_memory():
         assert not world._live_states  # noqa: SLF001 - nothing left on the physics server
     finally:
         world.close()
+
+
+def test_the_commands_sent_are_remembered_restored_and_forgotten_at_reset():
+    """sent_at_or_before answers "which command was in force then" (the PPO labeller's integrated
+    target); a restore forgets what was sent after the snapshot, a reset forgets the episode."""
+    world = SimWorld(load_sim_params(), ARM6, seed=2, render=False)
+    try:
+        world.reset()
+        start = world.time_ns
+        assert world.sent_at_or_before(start) is None
+        home = world.joint_positions()
+        commands = {k: home + 0.01 * (k + 1) for k in range(3)}
+        for k in range(3):
+            world.set_command(commands[k])
+            world.step(10)
+        sent_ns = [start + k * 10 * world.dt_ns for k in range(3)]
+        np.testing.assert_array_equal(world.sent_at_or_before(sent_ns[1]), commands[1])
+        np.testing.assert_array_equal(world.sent_at_or_before(sent_ns[2] - 1), commands[1])
+        np.testing.assert_array_equal(world.sent_at_or_before(world.time_ns), commands[2])
+        snapshot = world.save_state()
+        world.set_command(home - 0.2)
+        world.step(10)
+        world.restore_state(snapshot, discard=True)
+        np.testing.assert_array_equal(world.sent_at_or_before(world.time_ns + 10**9), commands[2])
+        world.reset()
+        assert world.sent_at_or_before(world.time_ns + 10**9) is None
+    finally:
+        world.close()

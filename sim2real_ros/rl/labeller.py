@@ -11,7 +11,16 @@ leaks a future the student could not have seen.
 
 Latency: the deployed actuator sends the chunk's point for time s at s - L (L: the latency it
 compensates), so label point j is the teacher's command at t + j dt - L (the nearest decision;
-before t: the command last sent).
+before t: the command in force).
+
+The teacher's integrated target: acting alone, the teacher adds each action to the command it set
+at its last decision, one dt ago, and sees its last action. Through a chunk, the newest command
+sent is an interpolation that already leans toward the next point (sampled L ahead), so starting
+from it would count most of an action twice on every chunk: the arm ran 40 % ahead of the teacher's
+own pace and the pick_lift teacher, 91/100 acting alone, grasped 0/4 through the chunk path. The
+look-ahead starts from the command set one decision before the observation, and the last action
+is the step between the two commands before that (SimWorld.sent_at_or_before): what the teacher
+would have seen, whoever drove (the student too, in DAgger).
 """
 from __future__ import annotations
 
@@ -62,7 +71,7 @@ class PPOChunkTeacher:
         base_inverse = np.linalg.inv(w.link_pose(w._root_link_name()))  # noqa: SLF001 - the world's own root
         max_steps = max(1, int(round(self.env.episode_s / self.decision_s)))
         steps_done = int(round(w.episode_elapsed_s() / self.decision_s))
-        command = w._queue.newest()  # noqa: SLF001 - the last target the arm was sent
+        command, last_action = self.integrated_target()
         sent_before = command.copy()
         shift = min(self.latency_steps, chunk_length)
         commands: list[np.ndarray] = []
@@ -71,19 +80,34 @@ class PPOChunkTeacher:
             # No label may answer a push that starts after this observation (the student cannot see
             # it coming): pushes not yet started are withheld from the look-ahead; those acting now go on.
             with w.unstarted_pushes_withheld():
-                self._roll_out(chunk_length - shift, steps_done, max_steps, base_inverse, command, commands)
+                self._roll_out(chunk_length - shift, steps_done, max_steps, base_inverse, command, last_action,
+                               commands)
         finally:
             w.restore_state(snapshot, discard=True)
         self.labels_made += 1
         # point j is sent at t + j dt - L: the decision j - shift (before t: the command last sent)
         return np.stack([sent_before] * shift + commands)
 
-    def _roll_out(self, decisions: int, steps_done: int, max_steps: int, base_inverse: np.ndarray,
-                  command: np.ndarray, commands: list[np.ndarray]) -> None:
-        """Let the teacher act `decisions` times from the world's state, appending each target [rad]
-        it commands to `commands` (the world moves on: the caller restores it)."""
+    def integrated_target(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the command set one decision ago (n,) [rad], the action (n,) in [-1, 1] that the step
+        from the command one decision before it amounts to). At an episode's start (nothing sent
+        yet) the measured position and no action, as the teacher's own episodes begin."""
         w = self.world
-        last_action = np.zeros(len(w.joint_names))
+        decision_ns = int(round(self.decision_s * 1e9))
+        command = w.sent_at_or_before(w.time_ns - decision_ns)
+        if command is None:
+            return w.joint_positions().copy(), np.zeros(len(w.joint_names))
+        before = w.sent_at_or_before(w.time_ns - 2 * decision_ns)
+        if before is None:
+            return command, np.zeros(len(w.joint_names))
+        return command, np.clip((command - before) / self.env.action_scale_rad, -1.0, 1.0)
+
+    def _roll_out(self, decisions: int, steps_done: int, max_steps: int, base_inverse: np.ndarray,
+                  command: np.ndarray, last_action: np.ndarray, commands: list[np.ndarray]) -> None:
+        """Let the teacher act `decisions` times from the world's state, from the integrated target
+        `command` (n,) [rad] and its last action (n,), appending each target [rad] it commands to
+        `commands` (the world moves on: the caller restores it)."""
+        w = self.world
         for k in range(decisions):
             time_left = max(0.0, 1.0 - (steps_done + k) / max_steps)
             obs = privileged_observation(w, self.home_q, base_inverse, command, last_action, time_left)

@@ -26,6 +26,7 @@ class WorldState:
     time_ns, episode_start_ns [ns]: sim time and the episode's start.
     outcome: the episode outcome dict, None while running. last_effort (n_all,) [N*m].
     queue_active (n,) [rad] and queue_pending ((due_ns, target (n,) [rad]), ...): the latency queue.
+    sent ((time_ns, target (n,) [rad]), ...): the latest commands set, oldest first.
     servo_reference (n_all,) [rad], servo_speed (n_all,) [rad/s]: the servo loop (None with the pd model).
     push_first, pushes_started: the push schedule's progress.
     target (3,) [m], target_rgba: the task's goal and its color (None if the task has none).
@@ -50,3 +51,4 @@ class WorldState:
     target_rgba: tuple[float, ...] | None
     image_rng_state: dict[str, Any]
     task_state: Any = None
+    sent: tuple[tuple[int, np.ndarray], ...] = ()

@@ -18,6 +18,7 @@ import functools
 import itertools
 import tempfile
 import weakref
+from collections import deque
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from .tasks import Task, make_task
 DYNAMICS_KEYS = ("kp", "kd", "damping", "friction", "effort_limit", "actuation_latency_s", "gravity_compensation",
                  "servo_max_speed", "servo_max_acceleration", "servo_gain", "servo_deadband")
 SERVO_KEYS = ("servo_max_speed", "servo_max_acceleration", "servo_gain", "servo_deadband")
+SENT_LOG_LENGTH = 64  # commands kept by SimWorld.sent_at_or_before (0.64 s at 100 Hz)
 _WORLD_SERIALS = itertools.count()
 
 
@@ -118,6 +120,9 @@ class SimWorld:
         self._overrides: dict[str, np.ndarray | float] = {}
         self._home_all = self._home_pose()
         self._queue = LatencyQueue(self._home_all[self._cmd_pos])
+        # (sim time [ns], target (n,) [rad]) of the latest commands, newest last: what a labeller
+        # needs to know which command was in force one decision ago (sent_at_or_before).
+        self._sent: deque[tuple[int, np.ndarray]] = deque(maxlen=SENT_LOG_LENGTH)
         self.actuator_model = params.actuator.model
         self._servo = ServoLoop(self._home_all) if self.actuator_model == "servo" else None
         self._last_effort = np.zeros(len(self.all_joint_names))
@@ -336,6 +341,7 @@ class SimWorld:
         for index, q in zip(self._all_idx, self._home_all, strict=True):
             c.resetJointState(self.robot, index, float(q), 0.0)
         self._queue.reset(self._home_all[self._cmd_pos])
+        self._sent.clear()
         if self._servo is not None:
             self._servo.reset(self._home_all)
         self._last_effort = np.zeros(len(self.all_joint_names))
@@ -392,6 +398,15 @@ class SimWorld:
         if not np.all(np.isfinite(q)):
             raise ValueError(f"command contains NaN/Inf: {q.tolist()}")
         self._queue.push(self.time_ns, self._latency_ns, q)
+        self._sent.append((self.time_ns, q.copy()))
+
+    def sent_at_or_before(self, time_ns: int) -> np.ndarray | None:
+        """The last command (n,) [rad] set at or before sim time `time_ns` [ns] in this episode;
+        None when none was (or it is older than the last SENT_LOG_LENGTH commands)."""
+        for sent_ns, q in reversed(self._sent):
+            if sent_ns <= time_ns:
+                return q.copy()
+        return None
 
     def pending_commands(self) -> int:
         """Commands received but not yet in effect (still in the latency queue)."""
@@ -557,6 +572,7 @@ class SimWorld:
             last_effort=self._last_effort.copy(), queue_active=self._queue.active.copy(),
             # the queue's pending commands: (due [ns], target) pairs, never changed in place
             queue_pending=tuple((due, q.copy()) for due, q in self._queue._pending),  # noqa: SLF001
+            sent=tuple(self._sent),  # its arrays are never changed in place
             servo_reference=None if self._servo is None else self._servo.reference.copy(),
             servo_speed=None if self._servo is None else self._servo.speed.copy(),
             push_first=self._push_first, pushes_started=self._pushes_started, target=target,
@@ -586,6 +602,7 @@ class SimWorld:
         self._queue.reset(state.queue_active)
         for due, q in state.queue_pending:
             self._queue._pending.append((due, q.copy()))  # noqa: SLF001 - exact due times, not re-queued
+        self._sent = deque(state.sent, maxlen=SENT_LOG_LENGTH)
         if self._servo is not None and state.servo_reference is not None and state.servo_speed is not None:
             self._servo.reference = state.servo_reference.copy()
             self._servo.speed = state.servo_speed.copy()
