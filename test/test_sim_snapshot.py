@@ -149,8 +149,8 @@ def test_save_restore_discard_cycles_do_not_grow_memory():
 
 
 def test_the_commands_sent_are_remembered_restored_and_forgotten_at_reset():
-    """sent_at_or_before answers "which command was in force then" (the PPO labeller's integrated
-    target); a restore forgets what was sent after the snapshot, a reset forgets the episode."""
+    """sent_at_or_before / commanded_at answer "which command was in force then" (the PPO labeller's
+    integrated target); a restore forgets what was sent after the snapshot, a reset the episode."""
     world = SimWorld(load_sim_params(), ARM6, seed=2, render=False)
     try:
         world.reset()
@@ -165,6 +165,12 @@ def test_the_commands_sent_are_remembered_restored_and_forgotten_at_reset():
         np.testing.assert_array_equal(world.sent_at_or_before(sent_ns[1]), commands[1])
         np.testing.assert_array_equal(world.sent_at_or_before(sent_ns[2] - 1), commands[1])
         np.testing.assert_array_equal(world.sent_at_or_before(world.time_ns), commands[2])
+        # the commanded trajectory between two ticks is linear between their commands
+        np.testing.assert_allclose(world.commanded_at(sent_ns[0] + 4 * world.dt_ns),
+                                   commands[0] + 0.4 * (commands[1] - commands[0]))
+        np.testing.assert_array_equal(world.commanded_at(sent_ns[1]), commands[1])
+        np.testing.assert_array_equal(world.commanded_at(world.time_ns), commands[2])
+        assert world.commanded_at(start - 1) is None
         snapshot = world.save_state()
         world.set_command(home - 0.2)
         world.step(10)

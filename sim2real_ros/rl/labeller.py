@@ -19,7 +19,8 @@ sent is an interpolation that already leans toward the next point (sampled L ahe
 from it would count most of an action twice on every chunk: the arm ran 40 % ahead of the teacher's
 own pace and the pick_lift teacher, 91/100 acting alone, grasped 0/4 through the chunk path. The
 look-ahead starts from the command set one decision before the observation, and the last action
-is the step between the two commands before that (SimWorld.sent_at_or_before): what the teacher
+is the step between the two commands before that (SimWorld.commanded_at: the commanded
+trajectory at those times, between the control ticks around them): what the teacher
 would have seen, whoever drove (the student too, in DAgger).
 """
 from __future__ import annotations
@@ -89,15 +90,15 @@ class PPOChunkTeacher:
         return np.stack([sent_before] * shift + commands)
 
     def integrated_target(self) -> tuple[np.ndarray, np.ndarray]:
-        """(the command set one decision ago (n,) [rad], the action (n,) in [-1, 1] that the step
-        from the command one decision before it amounts to). At an episode's start (nothing sent
+        """(the commanded trajectory one decision ago (n,) [rad], the action (n,) in [-1, 1] that
+        the step from one decision before that amounts to). At an episode's start (nothing sent
         yet) the measured position and no action, as the teacher's own episodes begin."""
         w = self.world
         decision_ns = int(round(self.decision_s * 1e9))
-        command = w.sent_at_or_before(w.time_ns - decision_ns)
+        command = w.commanded_at(w.time_ns - decision_ns)
         if command is None:
             return w.joint_positions().copy(), np.zeros(len(w.joint_names))
-        before = w.sent_at_or_before(w.time_ns - 2 * decision_ns)
+        before = w.commanded_at(w.time_ns - 2 * decision_ns)
         if before is None:
             return command, np.zeros(len(w.joint_names))
         return command, np.clip((command - before) / self.env.action_scale_rad, -1.0, 1.0)

@@ -408,6 +408,20 @@ class SimWorld:
                 return q.copy()
         return None
 
+    def commanded_at(self, time_ns: int) -> np.ndarray | None:
+        """The commanded trajectory (n,) [rad] at sim time `time_ns` [ns]: linear between the two
+        commands set around it (a control tick rarely falls on the time asked for), the last one
+        after it; None before the first command of the episode (or past the log)."""
+        later: tuple[int, np.ndarray] | None = None
+        for sent_ns, q in reversed(self._sent):
+            if sent_ns <= time_ns:
+                if later is None or sent_ns == time_ns:
+                    return q.copy()
+                fraction = (time_ns - sent_ns) / (later[0] - sent_ns)
+                return q + fraction * (later[1] - q)
+            later = (sent_ns, q)
+        return None
+
     def pending_commands(self) -> int:
         """Commands received but not yet in effect (still in the latency queue)."""
         return len(self._queue)
