@@ -22,7 +22,7 @@ from sim2real_ros.core.errors import CheckpointError, ConfigError
 from sim2real_ros.paths import config_path, urdf_path
 from sim2real_ros.rl.batch import BatchedEnv
 from sim2real_ros.rl.cluster import RayClusterError, init_ray, shutdown_ray
-from sim2real_ros.rl.env import observation_layout
+from sim2real_ros.rl.env import EnvConfig, observation_layout
 from sim2real_ros.rl.pool import RolloutPool, split_slots
 from sim2real_ros.rl.ppo import TeacherConfig, TeacherTrainer, load_teacher_config
 from sim2real_ros.rl.rewards import RewardConfig, StepState
@@ -167,6 +167,25 @@ def test_the_privileged_observation_holds_the_true_target_and_physics():
         assert part["latency"][0] == pytest.approx(10 * env.world.actuation_latency_s, abs=1e-6)
     finally:
         batch.close()
+
+
+@pytest.mark.parametrize("observe_time", [True, False])
+def test_the_time_term_counts_down_unless_switched_off(observe_time):
+    """env.observe_time: false holds the time term at 1 (a clone of the expert then cannot learn
+    *when* to close the jaw, only where); a value that is not a bool fails naming the field."""
+    batch = BatchedEnv(_config(env={"pushes": False, "observe_time": observe_time}).env_spec(), 0, 1)
+    env = batch.envs[0]
+    try:
+        offsets = np.cumsum([0, *env.layout.values()])
+        at = offsets[list(env.layout).index("time_left")]
+        for _ in range(5):
+            obs, *_ = env.step(np.zeros(env.n))
+        expected = 1.0 - 5 / env.max_steps if observe_time else 1.0
+        assert obs[at] == pytest.approx(expected, abs=1e-6)
+    finally:
+        batch.close()
+    with pytest.raises(ConfigError, match=r"env\.observe_time.*true or false"):
+        EnvConfig.from_dict({"observe_time": "no"})
 
 
 def test_an_action_acts_through_the_worlds_latency_queue():

@@ -30,6 +30,10 @@ class EnvConfig:
     action_scale_rad: joint target change for an action of 1 [rad per decision].
     randomize: per-episode domain randomization from the sim params. pushes: random pushes on.
     task: sim/tasks.py task name ("" = the sim params' task.name).
+    observe_time: the fraction of the episode left is part of the observation. False holds it at
+    1: a teacher cloned from a scripted expert otherwise learns *when* to act (close the jaw at
+    2.7 s) rather than *where* (the jaw around the cube), and an arm that started 0.1 s late (the
+    graph's start hold and hand-over ramp) closes short of the cube.
     """
 
     policy_hz: float = 20.0
@@ -38,6 +42,7 @@ class EnvConfig:
     randomize: bool = True
     pushes: bool = True
     task: str = ""
+    observe_time: bool = True
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, source: str = "env") -> EnvConfig:
@@ -53,7 +58,13 @@ class EnvConfig:
                 raise ConfigError(source, f"env.{name}", value, "must be a number > 0")
         if not isinstance(config.task, str):
             raise ConfigError(source, "env.task", config.task, "must be a task name (sim/tasks.py) or empty")
+        if not isinstance(config.observe_time, bool):
+            raise ConfigError(source, "env.observe_time", config.observe_time, "must be true or false")
         return config
+
+    def time_term(self, time_left: float) -> float:
+        """The observation's time term for `time_left` (fraction of the episode left, [0, 1])."""
+        return time_left if self.observe_time else 1.0
 
     def params_for(self, params: SimParams, source: str = "env.task") -> SimParams:
         """The sim params with this env's task (unchanged when task is empty)."""
@@ -149,7 +160,7 @@ class TaskEnv:
     def observe(self) -> np.ndarray:
         """The privileged observation (obs_dim,) float32, terms in `layout` order."""
         return privileged_observation(self.world, self.home_q, self.base_inverse, self.target, self.last_action,
-                                      1.0 - self.steps / self.max_steps)
+                                      self.config.time_term(1.0 - self.steps / self.max_steps))
 
     def pushes_started(self, elapsed_s: float) -> int:
         """Pushes of this episode that started by `elapsed_s` [s]."""

@@ -110,7 +110,7 @@ class PPOChunkTeacher:
         `commands` (the world moves on: the caller restores it)."""
         w = self.world
         for k in range(decisions):
-            time_left = max(0.0, 1.0 - (steps_done + k) / max_steps)
+            time_left = self.env.time_term(max(0.0, 1.0 - (steps_done + k) / max_steps))
             obs = privileged_observation(w, self.home_q, base_inverse, command, last_action, time_left)
             with torch.inference_mode():
                 action = self.teacher.policy(torch.from_numpy(obs)[None])[0].double().numpy()
