@@ -302,8 +302,9 @@ def camera_info_to_model(msg: CameraInfo) -> CameraModel:
 
 def episode_outcome_message(outcome: Mapping, stamp_ns: int, hardware_id: str) -> DiagnosticArray:
     """sim/episode: one DiagnosticStatus "episode" (topics.EpisodeOutcome) from a SimWorld's
-    episode_outcome() dict, sent by `hardware_id` (the node judging the episode)."""
+    episode_outcome() dict (with its task's failure category under "failure" when known), sent by
+    `hardware_id` (the node judging the episode)."""
     typed = EpisodeOutcome(int(outcome["episode"]), bool(outcome["success"]), str(outcome["reason"]),
                            float(outcome["duration_s"]), float(outcome["final_distance_m"]), int(outcome["seed"]),
-                           int(outcome.get("pushes_applied", -1)))
+                           int(outcome.get("pushes_applied", -1)), str(outcome.get("failure", "")))
     return payload_to_diagnostics(typed.to_status(hardware_id), stamp_ns)

@@ -309,7 +309,9 @@ class Intervention:
 @dataclass(frozen=True)
 class EpisodeOutcome:
     """One sim/episode message: index, success, reason, duration [s], final distance [m], the
-    episode's seed (-1 when the message has none), the pushes that started (-1: pushes were off)."""
+    episode's seed (-1 when the message has none), the pushes that started (-1: pushes were off),
+    the task's failure category (sim/tasks.py: "missed_grasp", "dropped", ...; "" when the
+    message has none: recorded before 2026-12-03)."""
 
     episode: int
     success: bool
@@ -318,20 +320,22 @@ class EpisodeOutcome:
     final_distance_m: float
     seed: int = -1
     pushes_applied: int = -1
+    failure: str = ""
 
     def to_status(self, hardware_id: str = "sim_node") -> StatusPayload:
         """One status "episode", message = reason (pushes_applied only when pushes were on)."""
         values = {"episode": str(self.episode), "success": "true" if self.success else "false",
                   "duration_s": f"{self.duration_s:.4f}", "reason": self.reason,
                   "final_distance_m": f"{self.final_distance_m:.4f}", "seed": str(self.seed),
-                  **({"pushes_applied": str(self.pushes_applied)} if self.pushes_applied >= 0 else {})}
+                  **({"pushes_applied": str(self.pushes_applied)} if self.pushes_applied >= 0 else {}),
+                  **({"failure": self.failure} if self.failure else {})}
         return StatusPayload("episode", values, "ok" if self.success else "warn", self.reason, hardware_id)
 
     @classmethod
     def from_values(cls, v: Mapping[str, str], message: str = "") -> EpisodeOutcome:
         return cls(_int(v.get("episode"), -1), v.get("success", "false") == "true", v.get("reason", message),
                    _float(v.get("duration_s")), _float(v.get("final_distance_m")), _int(v.get("seed"), -1),
-                   _int(v.get("pushes_applied"), -1))
+                   _int(v.get("pushes_applied"), -1), str(v.get("failure", "")))
 
     @classmethod
     def from_msg(cls, msg: object) -> EpisodeOutcome:

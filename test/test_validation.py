@@ -148,6 +148,40 @@ def test_failure_modes_that_differ_in_kind_point_to_a_sim_gap():
     assert not same["differ_in_kind"] and "agree" in same["message"]
 
 
+def test_every_tasks_failure_category_points_to_a_gap():
+    """validate explains a failure that appears only in real runs for every task's categories."""
+    from sim2real_ros.sim.task_pick_lift import PickLiftTask
+    from sim2real_ros.sim.task_pick_place import PickPlaceTask
+    from sim2real_ros.sim.tasks import ReachHoldTask, ReachTask
+    from sim2real_ros.validation.sim_vs_real import GAP_OF_FAILURE
+
+    for task in (ReachTask, ReachHoldTask, PickLiftTask, PickPlaceTask):
+        name = task.name
+        missing = set(task.failure_categories) - set(GAP_OF_FAILURE)
+        assert not missing, f"task {name}: {sorted(missing)} have no gap"
+    # a pick_lift policy that misses its grasps only in real: a sensing gap
+    grasp = compare_failure_modes({"success": 38, "dropped": 2}, {"success": 5, "missed_grasp": 4})
+    assert grasp["only_in_real"] == ["missed_grasp"] and grasp["gap"] == ["sensing"]
+
+
+def test_a_recorded_episode_keeps_the_tasks_failure_category(tmp_path):
+    """A sim/episode message with the task's category (what the sim node sends) is read back as it."""
+    from rclpy.serialization import serialize_message
+
+    from sim2real_ros.bags.writer import BagWriter
+    from sim2real_ros.conversions import episode_outcome_message
+
+    bag = tmp_path / "bag"
+    outcome = {"episode": 3, "success": False, "reason": "timeout", "duration_s": 8.0, "final_distance_m": 0.02,
+               "seed": 7, "failure": "missed_grasp"}
+    with BagWriter(bag) as writer:
+        writer.add_topic("/sim/episode", "diagnostic_msgs/msg/DiagnosticArray")
+        message = episode_outcome_message(outcome, 9 * 10**9, "sim_node")
+        writer.write("/sim/episode", 9 * 10**9, serialize_message(message))
+    (episode,) = read_real_episodes(bag)
+    assert episode.category == "missed_grasp" and episode.driver == "policy" and not episode.success
+
+
 def test_real_episodes_from_the_bags_count_only_what_the_policy_started(teleop_recording):
     episodes = [e for bag in teleop_recording.bags for e in read_real_episodes(bag)]
     assert [e.driver for e in episodes] == ["demonstration", "intervention", "demonstration"]

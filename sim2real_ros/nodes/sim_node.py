@@ -352,6 +352,8 @@ class SimNode(Node):
             if outcome is None or serial == self._published_outcome_serial:
                 return
             stamp = world.time_ns
+            # the task's category (missed_grasp, dropped, ...): what validate compares with real runs
+            outcome = {**outcome, "failure": world.task.classify_failure(world, outcome)}
         self._published_outcome_serial = serial
         self._counters["episodes_finished"] += 1
         self._episode_pub.publish(msgconv.episode_outcome_message(outcome, stamp, NODE_NAME))

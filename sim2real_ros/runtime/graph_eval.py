@@ -57,9 +57,12 @@ RECORDED_TOPICS = (JOINT_STATES.name, ACTION_CHUNK.name, POLICY_COMMAND.name, RO
 
 
 def failure_category(outcome: EpisodeOutcome) -> str:
-    """The categories the core evaluation uses, from what sim/episode reports."""
+    """The categories the core evaluation uses, from what sim/episode reports: the task's own
+    (the sim node sends it: missed_grasp, dropped, ...), else from the final distance."""
     if outcome.success:
         return "success"
+    if outcome.failure:
+        return outcome.failure
     return "timeout_near" if outcome.final_distance_m < 0.10 else "timeout_far"
 
 

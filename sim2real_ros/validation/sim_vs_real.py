@@ -37,6 +37,18 @@ GAP_OF_FAILURE = {
     "joint_limit": ("actuation", "the arm overshoots into a joint limit (gains, latency)"),
     "table_contact": ("actuation", "the arm overshoots into the table (gains, latency, gravity compensation)"),
     "estop": ("actuation", "an e-stop latched during the episode (unsafe motion or a watchdog)"),
+    # the tasks' own categories (sim/tasks.py, sim/task_pick_lift.py, sim/task_pick_place.py)
+    "timeout": ("actuation", "the policy gets there but never completes the task in time (gains, latency, "
+                "servo limits)"),
+    "collision": ("actuation", "an arm link hits the table (overshoot: gains, latency, gravity compensation)"),
+    "unsteady": ("actuation", "the tool reaches the target but cannot stay still there (latency, gains, friction)"),
+    "missed_grasp": ("sensing", "the jaws close beside the cube: the policy sees it elsewhere (camera pose, "
+                     "calibration, lighting)"),
+    "dropped": ("actuation", "the cube slips out of the jaws in the lift (grip torque, friction, the gripper "
+                "servo's limits)"),
+    "knocked_off_table": ("actuation", "the arm sweeps the cube off the table (overshoot: gains, latency)"),
+    "misplaced": ("sensing", "the cube is put down outside the zone: the policy sees the zone elsewhere "
+                  "(camera pose, calibration)"),
 }
 NOT_COMPARABLE = ("success", "taken_over")
 
@@ -44,7 +56,9 @@ NOT_COMPARABLE = ("success", "taken_over")
 @dataclass(frozen=True)
 class RealEpisode:
     """One recorded episode: bag, driver (policy | intervention | demonstration), outcome and its
-    failure category (success | timeout_near | timeout_far | estop | taken_over | demonstration)."""
+    failure category (success | estop | taken_over | demonstration | the task's category that the
+    sim node recorded, e.g. missed_grasp; timeout_near | timeout_far from the final distance in
+    bags recorded before episodes carried it)."""
 
     bag: str
     episode: str
@@ -95,6 +109,8 @@ def read_real_episodes(bag: str | Path, human_modes: tuple[str, ...] = HUMAN_MOD
             category = "estop"
         elif success:
             category = "success"
+        elif outcome.failure and outcome.failure != "success":
+            category = outcome.failure
         else:
             category = "timeout_near" if distance < NEAR_M else "timeout_far"
         episode = str(outcome.episode) if outcome.episode >= 0 else ""
