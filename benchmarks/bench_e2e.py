@@ -83,10 +83,13 @@ def _checkpoint(tmp: Path) -> Path:
     return path
 
 
-def _first_carrier_latencies(chunks: list, ticks: np.ndarray, commands: np.ndarray, to_stamp_time) -> list[float]:
+def _first_carrier_latencies(chunks: list, ticks: np.ndarray, commands: np.ndarray, to_stamp_time,
+                             stages: dict[str, list[float]] | None = None) -> list[float]:
     """[ms] per chunk (receipt time, msg): capture stamp -> the first robot command after the first
     command/policy tick after the chunk arrived. Receipt times in one clock; to_stamp_time maps them
-    to the stamps' clock [ns]."""
+    to the stamps' clock [ns]. `stages`, when given, gets the two parts of each figure [ms]:
+    "capture_to_chunk" (preprocessor, policy inference, DDS: the camera path) and
+    "chunk_to_command" (actuator tick, supervisor, DDS: the control path)."""
     latencies = []
     for received, msg in chunks:
         i = np.searchsorted(ticks, received)
@@ -95,7 +98,11 @@ def _first_carrier_latencies(chunks: list, ticks: np.ndarray, commands: np.ndarr
         j = np.searchsorted(commands, ticks[i])
         if j >= len(commands):
             continue
-        latencies.append((to_stamp_time(commands[j]) - stamp_to_ns(msg.header.stamp)) / 1e6)
+        captured = stamp_to_ns(msg.header.stamp)
+        latencies.append((to_stamp_time(commands[j]) - captured) / 1e6)
+        if stages is not None:
+            stages.setdefault("capture_to_chunk", []).append((to_stamp_time(received) - captured) / 1e6)
+            stages.setdefault("chunk_to_command", []).append((commands[j] - received) / 1e6)
     return latencies
 
 
@@ -253,9 +260,10 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
         tick_t, command_t = np.array(list(ticks), dtype=float), np.array(list(commands), dtype=float)
         latencies: dict[str, list[float]] = {QUIET: [], LOADED: []}
         periods: dict[str, list[float]] = {QUIET: [], LOADED: []}
+        stages: dict[str, dict[str, list[float]]] = {QUIET: {}, LOADED: {}}
         for phase, start_ns, end_ns in windows:
             in_window = [c for c in chunk_all if start_ns <= c[0] < end_ns]
-            latencies[phase] += _first_carrier_latencies(in_window, tick_t, command_t, lambda t: t)
+            latencies[phase] += _first_carrier_latencies(in_window, tick_t, command_t, lambda t: t, stages[phase])
             window_commands = command_t[(command_t >= start_ns) & (command_t < end_ns)]
             periods[phase] += list(np.diff(window_commands) / 1e6)
     finally:
@@ -270,7 +278,12 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
         except subprocess.TimeoutExpired:
             robot.kill()
     suffix = "" if knobs else "_knobs_off"
-    out = {f"e2e_latency{suffix}_ms": latency_stats(latencies[QUIET], digits=2),
+    # Where the time goes: the camera path (capture -> chunk at the bench) and the control path
+    # (chunk -> first carrying command), per phase; their sum is each chunk's e2e figure.
+    stage_stats = {phase: {name: latency_stats(values, digits=2) for name, values in sorted(by_stage.items())}
+                   for phase, by_stage in stages.items() if by_stage}
+    out = {f"e2e_stages{suffix}_ms": stage_stats,
+           f"e2e_latency{suffix}_ms": latency_stats(latencies[QUIET], digits=2),
            f"robot_command_period{suffix}_ms": latency_stats(periods[QUIET], digits=2),
            f"realtime{suffix}": {name: {k: values.get(k, "") for k in ("sched_policy", "sched_priority",
                                                                         "nice", "memory_locked", "refused")}

@@ -60,3 +60,14 @@ def test_odd_period_rounds_the_thresholds_down():
     fwd.ticked(100)
     assert [fwd.forward_now(True, 100 + d) for d in (0, 1, 2)] == [False, True, True]
     assert [fwd.timer_ticks(True, 100 + d) for d in (3, 4)] == [False, True]
+
+
+@pytest.mark.parametrize(("since_ns", "deferred"), [(0, True), (4_999_999, True), (5_000_000, False)])
+def test_a_policy_command_too_soon_after_a_tick_is_deferred_not_dropped(since_ns, deferred):
+    """Too soon to go out now: it goes out half a period after the last tick (the node's one-shot
+    timer), not with whatever command comes next; outside AUTONOMOUS or disabled nothing waits."""
+    fwd = CommandForwarding(PERIOD_NS)
+    fwd.ticked(2_000_000_000)
+    assert fwd.deferred(True, 2_000_000_000 + since_ns) is deferred
+    assert fwd.deferred(False, 2_000_000_000 + since_ns) is False
+    assert CommandForwarding(PERIOD_NS, enabled=False).deferred(True, 1) is False

@@ -295,6 +295,10 @@ class SupervisorNode(Node):
         self.create_service(Trigger, topics.SUPERVISOR_ARM, self._on_arm)
         self.create_service(Trigger, topics.SUPERVISOR_HOLD, self._on_hold)
         self._control_timer = self.create_timer(config.control_period_s, self._on_tick, clock=self._steady)
+        # A policy command too soon after the last tick goes out half a period later (one shot,
+        # armed by reset(); command_order.CommandForwarding.deferred).
+        self._deferred_timer = self.create_timer(config.control_period_s / 2, self._on_deferred, clock=self._steady)
+        self._deferred_timer.cancel()
         self.create_timer(1.0 / params.state_rate_hz, self._publish_state, clock=self._steady)
         self.create_timer(GRAPH_POLL_PERIOD_S, self._poll_estop_publishers, clock=self._steady)
         # The e-stop thread asks this node's executor to report the change (state, events, log).
@@ -384,13 +388,33 @@ class SupervisorNode(Node):
                 self._core.on_policy_command(sample.names, sample.positions, now_ns(self))
                 # Forward it now rather than at the next tick (up to a control period later): the
                 # commands then go out at the actuator's rate, in phase with it.
-                forward = self._forwarding.forward_now(self._core.mode == Mode.AUTONOMOUS, self._steady_ns())
+                autonomous, steady = self._core.mode == Mode.AUTONOMOUS, self._steady_ns()
+                forward = self._forwarding.forward_now(autonomous, steady)
+                defer = self._forwarding.deferred(autonomous, steady)
             if forward:
-                self._tick()
-                # The timer is the fallback for when commands stop: restarting its period on every
-                # forwarded command keeps it from waking the process 100 times a second for nothing.
-                self._control_timer.reset()
+                self._forward()
+            elif defer and self._deferred_timer.is_canceled():
+                self._deferred_timer.reset()
         self._after_input()
+
+    def _forward(self) -> None:
+        """Tick now for a policy command."""
+        self._deferred_timer.cancel()
+        self._tick()
+        # The timer is the fallback for when commands stop: restarting its period on every
+        # forwarded command keeps it from waking the process 100 times a second for nothing.
+        self._control_timer.reset()
+
+    def _on_deferred(self) -> None:
+        """Half a period after a policy command that came too soon: send it, if still due."""
+        self._deferred_timer.cancel()
+        if not self.context.ok():
+            return
+        with self._core_lock:
+            forward = self._forwarding.forward_now(self._core.mode == Mode.AUTONOMOUS, self._steady_ns())
+        if forward:
+            self._forward()
+            self._after_input()
 
     def _on_teleop(self, msg: JointState) -> None:
         try:

@@ -51,7 +51,8 @@ class CommandForwarding:
 
     period_ns: the control period [ns]; enabled: forward_policy_commands. In AUTONOMOUS, a policy
     command is sent at once when at least half a control period has passed since the last tick,
-    else it waits for the next one (at most one command per half period). The control timer is then
+    else once half a period has passed (`deferred`: at most one command per half period, none
+    waiting longer than half a period). The control timer is then
     the fallback for when commands stop: its tick runs only when no tick came for 1.5 periods.
     Outside AUTONOMOUS (or disabled) every timer tick runs and no policy command is forwarded.
     """
@@ -73,6 +74,13 @@ class CommandForwarding:
     def forward_now(self, autonomous: bool, now_ns: int) -> bool:
         """A policy command arrived at `now_ns` [ns]: tick (send it) now?"""
         return self.enabled and autonomous and self.since_tick_ns(now_ns) >= self.period_ns // 2
+
+    def deferred(self, autonomous: bool, now_ns: int) -> bool:
+        """A policy command arrived at `now_ns` [ns] too soon after the last tick to go out: send it
+        when half a period has passed (at most period / 2 from now), rather than with whatever
+        comes next? The actuator's extra command for a new chunk (tick_on_chunk) otherwise waited
+        for its next regular one, up to a period: the quiet camera-to-command tail (13 ms p99)."""
+        return self.enabled and autonomous and not self.forward_now(autonomous, now_ns)
 
     def timer_ticks(self, autonomous: bool, now_ns: int) -> bool:
         """The control timer fired at `now_ns` [ns]: tick now? False while commands are forwarded
