@@ -301,8 +301,8 @@ class SupervisorNode(Node):
         self._deferred_timer.cancel()
         self.create_timer(1.0 / params.state_rate_hz, self._publish_state, clock=self._steady)
         self.create_timer(GRAPH_POLL_PERIOD_S, self._poll_estop_publishers, clock=self._steady)
-        # The e-stop thread asks this node's executor to report the change (state, events, log).
-        self._report_guard = self.create_guard_condition(self._after_input)
+        # Reports (state, events, log) come from both threads, one at a time and in order.
+        self._report_lock = threading.Lock()
         self._estop = EstopListener(self, self.resolve_topic_name(topics.ESTOP.name), self._on_estop)
         self.get_logger().info(
             f"supervising {len(joints)} joints {joints} at {params.control_rate_hz} Hz; "
@@ -350,7 +350,8 @@ class SupervisorNode(Node):
         return SetParametersResult(successful=True)
 
     def _on_estop(self, msg: Bool, info: object) -> None:
-        """E-stop thread: the hold goes out from here; reporting waits for the executor thread.
+        """E-stop thread: the hold goes out from here, then the state that says ESTOP (not left to
+        the executor thread, which a loaded machine kept from reporting within 100 ms in a soak).
 
         Two required arguments, so rclpy passes the MessageInfo (with a default for `info`, it
         would pass the message alone and every publisher would look the same)."""
@@ -359,7 +360,7 @@ class SupervisorNode(Node):
         # Without a GID, a release counts the publishers now (the e-stop thread's own node: its graph).
         count = None if active or publisher else self._estop.count_publishers()
         self._decide(lambda t: self._core.on_estop(active, t, publisher, count))
-        self._report_guard.trigger()
+        self._after_input()
 
     def _on_joy(self, msg: Joy) -> None:
         self._decide(lambda t: self._core.on_joy(msg.axes, msg.buttons, t))
@@ -477,6 +478,10 @@ class SupervisorNode(Node):
     # ------------------------------------------------------------------------------------------
     def _after_input(self) -> None:
         """Publish intervention events and, when the mode or reason changed, the state."""
+        with self._report_lock:
+            self._report_change()
+
+    def _report_change(self) -> None:
         with self._core_lock:
             key = self._core.change_key()
             if key == self._last_change_key:
@@ -502,10 +507,13 @@ class SupervisorNode(Node):
     def _publish_state(self) -> None:
         if not self.context.ok():
             return
-        with self._core_lock:
-            status = self._core.status(now_ns(self))
-        self._publish(self._state_pub, status_message(status, now_ns(self)))
-        self._after_input()
+        # Under the report lock: a periodic state read before an e-stop must not go out after the
+        # e-stop thread's ESTOP (it would read as ESTOP -> AUTONOMOUS -> ESTOP).
+        with self._report_lock:
+            with self._core_lock:
+                status = self._core.status(now_ns(self))
+            self._publish(self._state_pub, status_message(status, now_ns(self)))
+            self._report_change()
 
     def _poll_estop_publishers(self) -> None:
         """List the `estop` publishers: the heard ones' GIDs (a pressed one gone stays pressed until
