@@ -5,8 +5,9 @@ and services, and serializes every call into the core with one short lock. Two t
 executor thread serves everything but the e-stop (ticks, inputs, services, state); the `estop`
 subscription has a node, executor and thread of its own (EstopListener), whose wait set holds
 nothing else, and publishes the hold from its callback instead of waiting for the next tick
-(issue #6: p99 <= 10 ms from the e-stop's publication to the hold on the robot topic). Commands
-leave in decision order (CommandOrder). The e-stop node is `<name>_estop` in the same namespace.
+(issue #6: p99 <= 10 ms from the e-stop's publication to the hold on the robot topic), then the
+state that says ESTOP. Commands leave in decision order (CommandOrder); state reports from both
+threads one at a time, in order. The e-stop node is `<name>_estop` in the same namespace.
 `estop` is reliable + transient local (docs/design.md §2); a publisher with a QoS this subscription cannot hear
 (volatile or best effort), or of another message type (a std_msgs/String, an example_interfaces/Bool),
 is itself treated as a pressed, faulty e-stop for as long as it exists, so no stop request is lost
