@@ -67,8 +67,9 @@ def events_supports(node: Node) -> bool:
     it refuses guard conditions ("Guard conditions not supported": the supervisor's main node has
     one), and a subscription callback of two arguments (message, MessageInfo) fails inside it
     ("SystemError: null argument to internal routine"): the supervisor's e-stop subscription takes
-    the MessageInfo for the publisher's GID, and an e-stop callback that fails is an e-stop unheard."""
-    if list(node.guards):
+    the MessageInfo for the publisher's GID, and an e-stop callback that fails is an e-stop unheard.
+    A node may also say why not in `events_executor_unsupported` (the supervisor's main node)."""
+    if list(node.guards) or getattr(node, "events_executor_unsupported", ""):
         return False
     return all(_positional_arity(sub.callback) == 1 for sub in node.subscriptions)
 
