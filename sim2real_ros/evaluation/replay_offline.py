@@ -111,12 +111,14 @@ def replay_offline(bag: str | Path, policy: LoadedPolicy, options: ReplayOptions
     infer_s: list[float] = []
     start = time.perf_counter()
 
-    batch: list[tuple[int, np.ndarray, np.ndarray]] = []  # paired observations not yet evaluated
+    # paired observations not yet evaluated: (stamp, image, q, joint history or None)
+    batch: list[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]] = []
+    lags_s = tuple(spec.joint_history_s)  # a policy with history sees the bag's joint states before each image
 
-    def evaluate_one(stamp_ns: int, image: np.ndarray, q: np.ndarray) -> None:
+    def evaluate_one(stamp_ns: int, image: np.ndarray, q: np.ndarray, history: np.ndarray | None) -> None:
         t0 = time.perf_counter()
         try:
-            chunk = policy.select_action(image, q)
+            chunk = policy.select_action(image, q, history)
         except (ValueError, RuntimeError):
             skipped[DropReason.INFERENCE_ERROR.value] += 1
             return
@@ -138,21 +140,22 @@ def replay_offline(bag: str | Path, policy: LoadedPolicy, options: ReplayOptions
             return
         t0 = time.perf_counter()
         try:
-            chunks = policy.select_actions(np.stack([image for _, image, _ in items]),
-                                           np.stack([np.asarray(q, dtype=float) for _, _, q in items]))
+            chunks = policy.select_actions(np.stack([image for _, image, _, _ in items]),
+                                           np.stack([np.asarray(q, dtype=float) for _, _, q, _ in items]),
+                                           np.stack([h for _, _, _, h in items]) if lags_s else None)
         except (ValueError, RuntimeError):
             for item in items:
                 evaluate_one(*item)
             return
         per_frame_s = (time.perf_counter() - t0) / len(items)
-        for (stamp_ns, _, q), chunk in zip(items, chunks, strict=True):
+        for (stamp_ns, _, q, _), chunk in zip(items, chunks, strict=True):
             infer_s.append(per_frame_s)
             stamps.append(stamp_ns)
             targets.append(chunk)
             observed.append(np.array(q, dtype=float))
 
-    def predict(stamp_ns: int, image: np.ndarray, q: np.ndarray) -> None:
-        batch.append((stamp_ns, image, np.array(q, dtype=float)))  # q may be the pairer's buffer
+    def predict(stamp_ns: int, image: np.ndarray, q: np.ndarray, history: np.ndarray | None) -> None:
+        batch.append((stamp_ns, image, np.array(q, dtype=float), history))  # q may be the pairer's buffer
         if len(batch) >= options.batch_size:
             flush()
 
@@ -164,7 +167,7 @@ def replay_offline(bag: str | Path, policy: LoadedPolicy, options: ReplayOptions
         if pairing.positions is None:
             skipped["no_joint_state_within_tolerance"] += 1
         else:
-            predict(stamp_ns, image, pairing.positions)
+            predict(stamp_ns, image, pairing.positions, pairer.history(stamp_ns, lags_s) if lags_s else None)
         return True
 
     with BagReader(bag) as reader:

@@ -246,6 +246,11 @@ def finetune(checkpoint: str | Path, bags: list[str | Path], out: str | Path, co
     if bad:
         raise CheckpointError(f"{checkpoint}: tensors {abbreviate(bad)} contain NaN/Inf; refusing to fine-tune from "
                               f"it")
+    if spec.joint_history_s:
+        # Recorded frames carry one joint state each; their histories are not assembled yet.
+        raise CheckpointError(f"{checkpoint}: the policy takes a joint history (joint_history_s = "
+                              f"{list(spec.joint_history_s)} s); fine-tuning such a policy on recorded data is not "
+                              f"supported yet: fine-tune a policy without history, or retrain in sim")
     model = build_model(spec.architecture, spec, **spec.hparams)
     model.load_state_dict(state, strict=True)
     model.eval()

@@ -51,6 +51,7 @@ from ..conversions import (
     stamp_to_ns,
 )
 from ..core.control.action_chunk import ActionChunk
+from ..core.control.joint_history import buffer_length
 from ..core.control.observation_pairing import (
     NS_PER_S,
     DropCounter,
@@ -188,6 +189,8 @@ class PolicyNode(Node):
         self._pairer = ObservationPairer(PairingConfig(
             tolerance_ns=int(round(cfg.pairing_tolerance_s * NS_PER_S)),
             max_age_ns=int(round(cfg.max_observation_age_s * NS_PER_S)),
+            # Long enough to reach the policy's oldest history lag back at up to 1 kHz joint states.
+            history=buffer_length(spec.joint_history_s),
         ))
         # Counts, drops, timing and the pending observation; every change under self._lock.
         self._ledger: ImageLedger[_PendingObservation] = ImageLedger()
@@ -210,8 +213,9 @@ class PolicyNode(Node):
         self.get_logger().info(
             f"policy {cfg.checkpoint} (hash {self.policy.checkpoint_hash}, {spec.architecture}) on "
             f"{self.policy.backend} {cfg.device}: "
-            f"{spec.image_width}x{spec.image_height} image + {len(self._joint_names)} joints -> "
-            f"{spec.chunk_length} points every {spec.dt_s} s; observing every "
+            f"{spec.image_width}x{spec.image_height} image + {len(self._joint_names)} joints"
+            + (f" (and their history at {list(spec.joint_history_s)} s)" if spec.joint_history_s else "")
+            + f" -> {spec.chunk_length} points every {spec.dt_s} s; observing every "
             f"{self.observation_period_s:g} s" + (" (every image)" if self.observation_period_s == 0 else "")
         )
 
@@ -340,6 +344,9 @@ class PolicyNode(Node):
             pairing = self._pairer.pair(observation.stamp_ns, now_ns(self))
             if pairing.wait:
                 return True  # it stays pending: the matching joint state may still arrive
+            # The joint positions before the image, for a policy with history (its spec's lags).
+            history = self._pairer.history(observation.stamp_ns, self.policy.spec.joint_history_s) \
+                if pairing.positions is not None and self.policy.spec.joint_history_s else None
             self._ledger.start_inference()
         if pairing.drop is not None or pairing.positions is None:
             reason = pairing.drop or DropReason.UNPAIRED
@@ -348,7 +355,7 @@ class PolicyNode(Node):
             return False
         start = time.perf_counter()
         try:
-            targets = self.policy.select_action(observation.image, pairing.positions)
+            targets = self.policy.select_action(observation.image, pairing.positions, history)
         except (ValueError, RuntimeError) as err:
             self._drop(lambda ledger: ledger.inference_dropped(DropReason.INFERENCE_ERROR), DropReason.INFERENCE_ERROR,
                        str(err))

@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from ..core.control.joint_history import check_history_lags
 from ..core.errors import ConfigError
 from ..paths import config_path
 from ..robots import DEFAULT_ROBOT, get_robot, robot_description_for, sim_params_for
@@ -25,7 +26,9 @@ class TrainConfig:
     measured after training); num_threads (torch); teacher: ik (the scripted IK solver) | ppo (a
     PPO teacher checkpoint, `teacher_checkpoint`, from `sim2real train-teacher`); pushes: random
     pushes in the collection episodes (the sim params' randomization.pushes); task: the sim task
-    (sim/tasks.py; "" = the sim params' task.name), recorded in the checkpoint for eval-sim."""
+    (sim/tasks.py; "" = the sim params' task.name), recorded in the checkpoint for eval-sim;
+    joint_history_s: lags [s] of the student's joint history (core/control/joint_history.py: the
+    measured joint positions that long before each image), [] for none."""
 
     source: str
     seed: int = 0
@@ -53,8 +56,10 @@ class TrainConfig:
     teacher_checkpoint: str | None = None
     pushes: bool = False
     task: str = ""
+    joint_history_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "joint_history_s", check_history_lags(self.joint_history_s, self.source))
         get_robot(self.robot, self.source)
         object.__setattr__(self, "robot_description", robot_description_for(self.robot, self.robot_description))
         object.__setattr__(self, "sim_params", sim_params_for(self.robot, self.sim_params))
@@ -84,8 +89,10 @@ class TrainConfig:
                               "teacher: ppo needs an existing teacher checkpoint (sim2real train-teacher --out ...)")
 
     def to_dict(self) -> dict[str, Any]:
-        data = {k: v for k, v in self.__dict__.items() if k != "rollout"}
+        data = {k: v for k, v in self.__dict__.items() if k not in ("rollout", "joint_history_s")}
         data["rollout"] = self.rollout.to_dict()
+        if self.joint_history_s:  # left out when empty: the config hashes of runs without history stay
+            data["joint_history_s"] = list(self.joint_history_s)
         return data
 
 

@@ -166,7 +166,8 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     config = rollout_config_from(policy, latency, graph_conditions)
     job = EpisodeJob(str(params.source), description, preprocess.to_dict(),
                      list(policy.spec.joint_names), config.to_dict(), policy.spec.chunk_length, policy.spec.dt_s,
-                     pushes=pushes, record_images=False, backend=policy.backend, task=task)
+                     pushes=pushes, record_images=False, backend=policy.backend, task=task,
+                     joint_history_s=tuple(policy.spec.joint_history_s))
     assert_unseen_episodes(seed, range(episodes), student_training_episodes(policy.spec.provenance), str(checkpoint))
     pool = EpisodePool(job, workers, num_threads=num_threads, timeout_s=timeout_s, log=log)
     progress_bar = counting_progress(episodes, f"[{label}] episodes")

@@ -34,6 +34,7 @@ import numpy as np
 
 from ..core.control.action_chunk import ActionChunk
 from ..core.control.actuator import ActuatorConfig, ActuatorCore
+from ..core.control.joint_history import JointTrack
 from ..core.control.observation_pairing import ObservationThrottle
 from ..core.errors import ConfigError
 from ..core.safety.joystick import load_joystick_mapping
@@ -130,9 +131,10 @@ class _Grid:
         return True
 
 
-# (policy image (H, W, 3) uint8, paired joint positions (n,) [rad]) -> chunk (K, n) [rad]: the
-# rollout's observe step (it records the observation and asks the controller or the expert).
-Observe = Callable[[np.ndarray, np.ndarray], np.ndarray]
+# (policy image (H, W, 3) uint8, paired joint positions (n,) [rad], their history (H, n) [rad] or
+# None) -> chunk (K, n) [rad]: the rollout's observe step (it records the observation and asks the
+# controller or the expert).
+Observe = Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]
 
 
 @dataclass
@@ -152,9 +154,11 @@ class GraphLoopStats:
 def run_graph_loop(world: SimWorld, conditions: GraphConditions, observe: Observe, render: Callable[[], np.ndarray],
                    chunk_times_s: np.ndarray, obs_period_s: float, control_rate_hz: float,
                    actuation_latency_s: float, interpolation: str, blending: str,
-                   limit_ns: int | None, seed: int) -> GraphLoopStats:
+                   limit_ns: int | None, seed: int, joint_history_s: tuple[float, ...] = ()) -> GraphLoopStats:
     """Run the episode `world` was just reset to, under the graph's conditions, until it ends (or
-    limit_ns [ns] of sim time). `observe` gets each accepted observation and returns the chunk."""
+    limit_ns [ns] of sim time). `observe` gets each accepted observation and returns the chunk;
+    with joint_history_s (lags [s]) each observation carries the joint states' history at the
+    image stamp, sampled from the published joint states as the policy node samples it."""
     rng = np.random.default_rng([int(seed), 24])
     params = world.params
     camera_hz = conditions.camera_hz or params.rates.camera_hz
@@ -170,14 +174,16 @@ def run_graph_loop(world: SimWorld, conditions: GraphConditions, observe: Observ
     supervisor = make_supervisor(world, conditions, control_rate_hz) if conditions.supervisor else None
     names = list(world.joint_names)
     samples: deque[tuple[int, np.ndarray]] = deque(maxlen=64)  # joint states (stamp, q)
+    track = JointTrack(max(joint_history_s, default=0.0))  # the same joint states, for histories
     in_flight: list[tuple[int, ActionChunk]] = []  # (arrival [ns], chunk), arrival order
     busy_until = start  # inference is running until then
-    waiting: tuple[int, np.ndarray, np.ndarray] | None = None  # the observation queued behind it
+    # the observation queued behind it: (stamp, image, q, history)
+    waiting: tuple[int, np.ndarray, np.ndarray, np.ndarray | None] | None = None
     stats = GraphLoopStats()
 
-    def infer(now: int, stamp: int, image: np.ndarray, q: np.ndarray) -> None:
+    def infer(now: int, stamp: int, image: np.ndarray, q: np.ndarray, history: np.ndarray | None) -> None:
         nonlocal busy_until
-        action = observe(image, q)
+        action = observe(image, q, history)
         busy_until = now + conditions.draw_delay_ns(rng)
         in_flight.append((busy_until, ActionChunk(tuple(names), stamp, chunk_times_s, action)))
         stats.observations += 1
@@ -187,19 +193,22 @@ def run_graph_loop(world: SimWorld, conditions: GraphConditions, observe: Observ
         if grids["joint_states"].due(now):
             q_now = world.joint_positions()
             samples.append((now, q_now))
+            if joint_history_s:
+                track.add(now, q_now)
             if supervisor is not None:
                 supervisor.on_joint_state(names, q_now, now, now)
         if grids["camera"].due(now) and throttle.accept(now) and samples:
             image, q_paired = render(), samples[-1][1]
+            history = track.history(now, joint_history_s) if joint_history_s else None
             if now >= busy_until:
-                infer(now, now, image, q_paired)
+                infer(now, now, image, q_paired, history)
             else:
                 stats.superseded += waiting is not None
-                waiting = (now, image, q_paired)
+                waiting = (now, image, q_paired, history)
         if waiting is not None and now >= busy_until:
-            stamp, image, q_paired = waiting
+            stamp, image, q_paired, history = waiting
             waiting = None
-            infer(now, stamp, image, q_paired)
+            infer(now, stamp, image, q_paired, history)
         while in_flight and in_flight[0][0] <= now:
             actuator.on_chunk(in_flight.pop(0)[1], now)
             if stats.first_chunk_s is None:

@@ -17,13 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from ..core.perception.preprocess import ImagePipeline
 from ..core.perception.preprocess_config import PreprocessConfig
 from ..sim.params import load_sim_params, with_task
 from ..sim.world import SimWorld
-from .rollout import EpisodeRecord, RolloutConfig, run_episode
+from .rollout import Controller, EpisodeRecord, RolloutConfig, run_episode
 
 
 @dataclass(frozen=True)
@@ -35,7 +33,9 @@ class EpisodeJob:
     pushes; teacher: None (the student drives, no labels) | "ik" | "ppo" with teacher_checkpoint;
     record_images: keep the policy images (training data) or not (evaluation); backend: what runs
     a checkpoint-path driver (core/policy_backend.py: auto, torch or onnxruntime); task: the sim
-    task to run instead of the sim params' task.name (sim/tasks.py; None: the file's)."""
+    task to run instead of the sim params' task.name (sim/tasks.py; None: the file's);
+    joint_history_s: the lags [s] of the joint history each observation carries (the driven or
+    trained student's spec; () for none)."""
 
     sim_params: str
     robot_description: str
@@ -50,6 +50,7 @@ class EpisodeJob:
     record_images: bool = True
     backend: str = "auto"
     task: str | None = None
+    joint_history_s: tuple[float, ...] = ()
 
 
 # A driver: a PolicyModel (DAgger student), a checkpoint path (evaluation), or None (the teacher drives).
@@ -105,7 +106,7 @@ class EpisodeRunner:
         self._policies: dict[str, Any] = {}
         self.labels_made = 0  # chunks the PPO teacher labelled (its rollouts are the costly part)
 
-    def _controller(self, driver: Driver) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
+    def _controller(self, driver: Driver) -> Controller | None:
         if driver is None:
             return None
         if isinstance(driver, ShippedCheckpoint):
@@ -156,7 +157,8 @@ class EpisodeRunner:
                 records.append(run_episode(world, self.pipeline, labeller, controller,
                                            self.job.chunk_length, self.job.dt_s, self.rollout,
                                            randomize=randomize, seed=int(seed),
-                                           record_images=self.job.record_images))
+                                           record_images=self.job.record_images,
+                                           joint_history_s=tuple(self.job.joint_history_s)))
             finally:
                 self.labels_made += int(getattr(labeller, "labels_made", 0))
                 world.close()

@@ -15,14 +15,16 @@ import numpy as np
 
 from ..core.control.action_chunk import ActionChunk
 from ..core.control.chunk_buffer import ChunkBuffer, ChunkBufferConfig
+from ..core.control.joint_history import JointTrack
 from ..core.perception.preprocess import ImagePipeline
 from ..core.timebase import NS_PER_S
 from ..sim.expert import ReachExpert
 from ..sim.world import SimWorld
 from .graph_conditions import GraphConditions, run_graph_loop
 
-# (policy image (H, W, 3) uint8, joint positions (n,) [rad]) -> chunk (K, n) absolute targets [rad]
-Controller = Callable[[np.ndarray, np.ndarray], np.ndarray]
+# (policy image (H, W, 3) uint8, joint positions (n,) [rad], their history (H, n) [rad] or None)
+# -> chunk (K, n) absolute targets [rad]
+Controller = Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -62,11 +64,13 @@ class RolloutConfig:
 
 @dataclass
 class EpisodeRecord:
-    """What one episode produced: frames (policy images, joint positions, teacher labels), the
-    commands sent, and the outcome dict of the sim (success, reason, duration_s, ...)."""
+    """What one episode produced: frames (policy images, joint positions, their histories (H, n) at
+    the run's lags, teacher labels), the commands sent, and the outcome dict of the sim (success,
+    reason, duration_s, ...)."""
 
     images: list[np.ndarray] = field(default_factory=list)
     joints: list[np.ndarray] = field(default_factory=list)
+    histories: list[np.ndarray] = field(default_factory=list)
     labels: list[np.ndarray] = field(default_factory=list)
     actions: list[np.ndarray] = field(default_factory=list)
     outcome: dict[str, Any] = field(default_factory=dict)
@@ -86,9 +90,12 @@ def classify_failure(world: SimWorld, outcome: dict[str, Any]) -> str:
 
 def run_episode(world: SimWorld, pipeline: ImagePipeline, expert: ReachExpert | None, controller: Controller | None,
                 chunk_length: int, dt_s: float, config: RolloutConfig, randomize: bool,
-                seed: int | None = None, record_images: bool = True) -> EpisodeRecord:
+                seed: int | None = None, record_images: bool = True,
+                joint_history_s: tuple[float, ...] = ()) -> EpisodeRecord:
     """One episode. `controller` drives (None: the expert drives); the expert, when given, labels
-    every observation (DAgger: labels for the states the driver reaches)."""
+    every observation (DAgger: labels for the states the driver reaches). joint_history_s: the lags
+    [s] of the joint history each observation carries (the student's spec; () for none): sampled
+    from the joint states the graph would publish (core/control/joint_history.py)."""
     if controller is None and expert is None:
         raise ValueError("run_episode needs a controller or an expert")
     info = world.reset(randomize=randomize, seed=seed)
@@ -103,13 +110,15 @@ def run_episode(world: SimWorld, pipeline: ImagePipeline, expert: ReachExpert | 
     limit_ns = None if config.max_episode_s is None else world.time_ns + int(config.max_episode_s * NS_PER_S)
     record = EpisodeRecord()
 
-    def observe(image: np.ndarray, q: np.ndarray) -> np.ndarray:
+    def observe(image: np.ndarray, q: np.ndarray, history: np.ndarray | None) -> np.ndarray:
         """Record the observation (and the teacher's label); the driver's chunk (K, n) [rad]."""
         label = expert.chunk(q, target, chunk_length, dt_s) if expert is not None else None
-        action = label if controller is None else controller(image, q)
+        action = label if controller is None else controller(image, q, history)
         if record_images:
             record.images.append(image)
         record.joints.append(q)
+        if history is not None:
+            record.histories.append(history)
         if label is not None:
             record.labels.append(label)
         record.actions.append(action)
@@ -119,18 +128,22 @@ def run_episode(world: SimWorld, pipeline: ImagePipeline, expert: ReachExpert | 
         stats = run_graph_loop(world, config.graph_conditions, observe,
                                lambda: pipeline.process(world.render(), "rgb8", world.camera), times,
                                config.obs_period_s, config.control_rate_hz, config.actuation_latency_s,
-                               config.interpolation, config.blending, limit_ns, int(info["seed"]))
+                               config.interpolation, config.blending, limit_ns, int(info["seed"]),
+                               joint_history_s)
         _finish(world, record)
         record.outcome["graph"] = stats.to_dict()
         return record
     next_obs_ns = world.time_ns
     pending: list[tuple[int, ActionChunk]] = []
+    track = JointTrack(max(joint_history_s, default=0.0))  # measured at every control tick
     while world.episode_outcome() is None and (limit_ns is None or world.time_ns < limit_ns):
         now = world.time_ns
+        if joint_history_s:
+            track.add(now, world.joint_positions())
         if now >= next_obs_ns:
             image = pipeline.process(world.render(), "rgb8", world.camera)
             q = world.joint_positions()
-            action = observe(image, q)
+            action = observe(image, q, track.history(now, joint_history_s) if joint_history_s else None)
             pending.append((now + delay_ns, ActionChunk(tuple(world.joint_names), now, times, action)))
             next_obs_ns += obs_ns
         while pending and pending[0][0] <= now:

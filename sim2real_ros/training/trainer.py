@@ -34,21 +34,27 @@ from ..sim.params import load_sim_params, with_task
 from ..sim.world import SimWorld, episode_seed
 from .config import TrainConfig
 from .parallel import EpisodeJob, EpisodePool, counting_progress
-from .rollout import EpisodeRecord
+from .rollout import Controller, EpisodeRecord
 
 
 @dataclass
 class Dataset:
-    """Aggregated frames: images (N, H, W, 3) uint8, joints (N, n) [rad], labels (N, K, n) [rad]."""
+    """Aggregated frames: images (N, H, W, 3) uint8, joints (N, n) [rad], labels (N, K, n) [rad],
+    histories (N, H, n) [rad] (empty when the student has no joint history)."""
 
     images: list[np.ndarray] = field(default_factory=list)
     joints: list[np.ndarray] = field(default_factory=list)
     labels: list[np.ndarray] = field(default_factory=list)
+    histories: list[np.ndarray] = field(default_factory=list)
 
     def add(self, record: EpisodeRecord) -> None:
         self.images += record.images
         self.joints += record.joints
         self.labels += record.labels
+        self.histories += record.histories
+        if self.histories and len(self.histories) != len(self.joints):
+            raise ValueError(f"{len(self.joints)} frames but {len(self.histories)} joint histories: every episode "
+                             f"must carry histories or none")
 
     def __len__(self) -> int:
         return len(self.images)
@@ -56,38 +62,47 @@ class Dataset:
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return np.stack(self.images), np.stack(self.joints), np.stack(self.labels)
 
+    def history_array(self) -> np.ndarray | None:
+        """(N, H, n) [rad], or None when the frames carry no history."""
+        return np.stack(self.histories) if self.histories else None
+
     def save(self, path: Path) -> None:
         images, joints, labels = self.arrays()
-        np.savez(path, images=images, joints=joints, labels=labels)
+        extra = {"histories": self.history_array()} if self.histories else {}
+        np.savez(path, images=images, joints=joints, labels=labels, **extra)
 
     @classmethod
     def load(cls, path: Path) -> Dataset:
         data = np.load(path)
-        return cls(list(data["images"]), list(data["joints"]), list(data["labels"]))
+        histories = list(data["histories"]) if "histories" in data.files else []
+        return cls(list(data["images"]), list(data["joints"]), list(data["labels"]), histories)
 
 
 # Episode index offset of the nominal evaluation after training (DAgger rounds use 100_000 * round).
 EVAL_SEED_OFFSET = 900_000
 
-LossFn = Callable[[PolicyModel, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+# (model, images, joints, labels, joint histories or None) -> loss
+LossFn = Callable[[PolicyModel, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
 
 
 def normalized_delta_loss(model: PolicyModel, images: torch.Tensor, joints: torch.Tensor,
-                          labels: torch.Tensor) -> torch.Tensor:
+                          labels: torch.Tensor, histories: torch.Tensor | None = None) -> torch.Tensor:
     """MSE between predicted and labelled chunks as normalized deltas (what sim training regresses)."""
-    return torch.nn.functional.mse_loss(model.forward_normalized(images, joints),
+    return torch.nn.functional.mse_loss(model.forward_normalized(images, joints, histories),
                                         model.normalize_targets(labels, joints))
 
 
 def regress(model: PolicyModel, images: np.ndarray, joints: np.ndarray, labels: np.ndarray, loss_fn: LossFn,
             epochs: int, batch_size: int, lr: float, weight_decay: float, seed: int, log: Callable[[str], None],
-            label: str, describe: Callable[[float], str] = lambda loss: f"loss {loss:.4f}") -> list[float]:
+            label: str, describe: Callable[[float], str] = lambda loss: f"loss {loss:.4f}",
+            histories: np.ndarray | None = None) -> list[float]:
     """Minibatch AdamW with a cosine schedule over (images (N, H, W, 3) uint8, joints (N, n) [rad],
-    labels (N, K, n) [rad]); only parameters that require gradients are optimized (a frozen encoder
-    stays as loaded). Returns the mean loss of each epoch."""
+    labels (N, K, n) [rad], histories (N, H, n) [rad] or None); only parameters that require
+    gradients are optimized (a frozen encoder stays as loaded). Returns the mean loss of each epoch."""
     images_t = torch.from_numpy(np.ascontiguousarray(images))
     joints_t = torch.from_numpy(joints.astype(np.float32))
     labels_t = torch.from_numpy(labels.astype(np.float32))
+    histories_t = None if histories is None else torch.from_numpy(histories.astype(np.float32))
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, epochs))
@@ -99,7 +114,8 @@ def regress(model: PolicyModel, images: np.ndarray, joints: np.ndarray, labels: 
         total, count = 0.0, 0
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
-            loss = loss_fn(model, images_t[idx], joints_t[idx], labels_t[idx])
+            loss = loss_fn(model, images_t[idx], joints_t[idx], labels_t[idx],
+                           None if histories_t is None else histories_t[idx])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -118,15 +134,17 @@ def fit(model: PolicyModel, data: Dataset, epochs: int, batch_size: int, lr: flo
     """Regress normalized chunk deltas (MSE). Returns the mean loss of each epoch."""
     images, joints, labels = data.arrays()
     return regress(model, images, joints, labels, normalized_delta_loss, epochs, batch_size, lr, weight_decay,
-                   seed, log, label)
+                   seed, log, label, histories=data.history_array() if model.history_length else None)
 
 
-def student_controller(model: PolicyModel) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+def student_controller(model: PolicyModel) -> Controller:
     """The student as a rollout controller: the same forward pass select_action runs."""
 
-    def act(image: np.ndarray, q: np.ndarray) -> np.ndarray:
+    def act(image: np.ndarray, q: np.ndarray, history: np.ndarray | None) -> np.ndarray:
+        past = torch.from_numpy(history.astype(np.float32))[None] \
+            if model.history_length and history is not None else None
         with torch.inference_mode():
-            out = model(torch.from_numpy(image)[None], torch.from_numpy(q.astype(np.float32))[None])
+            out = model(torch.from_numpy(image)[None], torch.from_numpy(q.astype(np.float32))[None], past)
         return out[0].double().numpy()
 
     return act
@@ -154,11 +172,12 @@ class Trainer:
         job = EpisodeJob(config.sim_params, config.robot_description, self.preprocess.to_dict(),
                          list(self.world.joint_names), config.rollout.to_dict(), config.chunk_length, config.dt_s,
                          pushes=config.pushes, teacher=config.teacher, teacher_checkpoint=config.teacher_checkpoint,
-                         task=config.task or None)
+                         task=config.task or None, joint_history_s=tuple(config.joint_history_s))
         self.pool = EpisodePool(job, workers, num_threads=config.num_threads)
         self.spec = make_policy_spec(
             self.world.joint_names, self.preprocess, architecture=config.architecture, hparams=config.hparams,
             chunk_length=config.chunk_length, dt_s=config.dt_s, sim_params_version=self.params.version,
+            joint_history_s=config.joint_history_s,
         )
         self.history: list[dict[str, Any]] = []
 
@@ -237,7 +256,7 @@ class Trainer:
             for r in records:
                 data.add(r)
             images, joints, labels = data.arrays()
-            model.set_normalization_from_data(joints, labels)
+            model.set_normalization_from_data(joints, labels, data.history_array())
             losses = fit(model, data, c.epochs_bc, c.batch_size, c.lr, c.weight_decay, c.seed, self.log, "bc")
             self.history.append({"stage": 0, "kind": "bc", "episodes": c.bc_episodes, "frames": len(data),
                                  "teacher_success": teacher_rate, "final_loss": losses[-1], "losses": losses})
@@ -294,6 +313,7 @@ class Trainer:
         spec = make_policy_spec(
             self.world.joint_names, self.preprocess, architecture=c.architecture, hparams=model.hparams,
             chunk_length=c.chunk_length, dt_s=c.dt_s, sim_params_version=self.params.version, provenance=provenance,
+            joint_history_s=c.joint_history_s,
         )
         self.out.parent.mkdir(parents=True, exist_ok=True)
         digest = save_checkpoint(self.out, model, spec)

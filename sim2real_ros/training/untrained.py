@@ -29,6 +29,7 @@ def init_checkpoint(
     architecture: str = DEFAULT_ARCHITECTURE,
     hparams: dict[str, Any] | None = None,
     provenance: dict[str, Any] | None = None,
+    joint_history_s: Sequence[float] = (),
 ) -> str:
     """Write a randomly initialized checkpoint with a correct spec, so the graph runs before any
     training: its normalization (action_std = UNTRAINED_ACTION_STD, action_mean = 0) keeps every
@@ -43,6 +44,7 @@ def init_checkpoint(
         joint_names, preprocess, architecture=architecture, hparams=hparams, chunk_length=chunk_length, dt_s=dt_s,
         sim_params_version=sim_params_version(sim_params_path),
         provenance=portable_provenance({**info, **(provenance or {})}, [source_tree]),
+        joint_history_s=joint_history_s,
     )
     model = build_model(architecture, spec, **(hparams or {}))
     return save_checkpoint(out, model, spec)

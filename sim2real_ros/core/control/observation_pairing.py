@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..timebase import NS_PER_S
+from .joint_history import sample_history
 
 # A joint stamp this much older than the newest one means the clock was reset [ns].
 CLOCK_RESET_NS = NS_PER_S
@@ -121,6 +122,12 @@ class ObservationPairer:
             # Joint states lag the image: the matching one may still be in flight.
             return Pairing(wait=True)
         return Pairing(drop=DropReason.UNPAIRED)
+
+    def history(self, stamp_ns: int, lags_s: Sequence[float]) -> np.ndarray:
+        """The buffered joint positions at stamp_ns - lag for each lag [s], (H, n) [rad]
+        (core/control/joint_history.sample_history: linear between samples, the oldest held
+        before them). Call after a successful pair (the buffer is not empty)."""
+        return sample_history(self._stamps, self._positions, stamp_ns, lags_s)
 
 
 class DropCounter:

@@ -33,12 +33,15 @@ class Policy(Protocol):
     checkpoint_hash: str  # sha256 of the file (16 hex digits)
     source: str  # the file it came from
 
-    def select_action(self, image: np.ndarray, joint_positions: np.ndarray) -> np.ndarray:
-        """image (H, W, 3) uint8, joint_positions (n,) [rad] -> (K, n) float64 absolute targets [rad]."""
+    def select_action(self, image: np.ndarray, joint_positions: np.ndarray,
+                      joint_history: np.ndarray | None = None) -> np.ndarray:
+        """image (H, W, 3) uint8, joint_positions (n,) [rad], joint_history (H, n) [rad] at
+        spec.joint_history_s before (None without history) -> (K, n) float64 absolute targets [rad]."""
         ...
 
-    def select_actions(self, images: np.ndarray, joint_positions: np.ndarray) -> np.ndarray:
-        """select_action for B observations: (B, H, W, 3), (B, n) -> (B, K, n)."""
+    def select_actions(self, images: np.ndarray, joint_positions: np.ndarray,
+                       joint_histories: np.ndarray | None = None) -> np.ndarray:
+        """select_action for B observations: (B, H, W, 3), (B, n)[, (B, H, n)] -> (B, K, n)."""
         ...
 
     def check_compatible(self, joint_names: Sequence[str], preprocess: PreprocessConfig) -> None:

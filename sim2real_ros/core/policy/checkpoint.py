@@ -115,6 +115,7 @@ def make_policy_spec(
     dt_s: float = DEFAULT_DT_S,
     sim_params_version: str = "unknown",
     provenance: dict[str, Any] | None = None,
+    joint_history_s: Sequence[float] = (),
 ) -> PolicySpec:
     """A spec whose image size and intrinsics come from the preprocessing config's policy camera."""
     camera = preprocess.policy_camera
@@ -123,7 +124,7 @@ def make_policy_spec(
         image_width=camera.width, image_height=camera.height, policy_camera=camera.to_dict(),
         chunk_length=int(chunk_length), dt_s=float(dt_s), preprocess=preprocess.to_dict(),
         preprocess_hash=preprocess.content_hash, sim_params_version=sim_params_version,
-        provenance=dict(provenance or {}),
+        provenance=dict(provenance or {}), joint_history_s=tuple(joint_history_s),
     )
 
 
@@ -581,41 +582,53 @@ class LoadedPolicy:
         self.source = source
         self.device = device
 
-    def select_action(self, image: np.ndarray, joint_positions: np.ndarray) -> np.ndarray:
+    def select_action(self, image: np.ndarray, joint_positions: np.ndarray,
+                      joint_history: np.ndarray | None = None) -> np.ndarray:
         """One deterministic inference.
 
         image: (H, W, 3) uint8 RGB at the policy resolution (spec.image_height, spec.image_width).
         joint_positions: (n,) [rad] in spec.joint_names order, at the image's capture time.
+        joint_history: (H, n) [rad], the positions at spec.joint_history_s before it (None for a
+        policy without history; core/control/joint_history.py).
         Returns (K, n) float64 absolute targets [rad]: row k is the target for time stamp + k * dt
         (row 0 at the observation time). The current positions are added in float64 so that a
         zero delta holds exactly. Raises ValueError for wrong shapes, dtype or non-finite joints.
         """
-        image, q = checked_observation(self.spec, image, joint_positions)
+        image, q, history = checked_observation(self.spec, image, joint_positions, joint_history)
         with torch.inference_mode():
             images = torch.from_numpy(np.ascontiguousarray(image)).unsqueeze(0).to(self.device)
             joints = torch.from_numpy(q.astype(np.float32)).unsqueeze(0).to(self.device)
-            deltas = self.model.predict_deltas(images, joints)[0].to("cpu").numpy()
+            past = torch.from_numpy(history.astype(np.float32)).unsqueeze(0).to(self.device) \
+                if self.spec.joint_history_s else None
+            deltas = self.model.predict_deltas(images, joints, past)[0].to("cpu").numpy()
         return q[None, :] + deltas.astype(np.float64)
 
-    def select_actions(self, images: np.ndarray, joint_positions: np.ndarray) -> np.ndarray:
+    def select_actions(self, images: np.ndarray, joint_positions: np.ndarray,
+                       joint_histories: np.ndarray | None = None) -> np.ndarray:
         """select_action for B observations in one forward pass (offline replay: all are known).
 
-        images: (B, H, W, 3) uint8 RGB; joint_positions: (B, n) [rad]. Returns (B, K, n) float64
-        absolute targets [rad]. Row b equals select_action(images[b], joint_positions[b]) up to the
-        float32 rounding of the network (a batched matrix product sums in another order: measured
-        <= 1e-6 rad). ValueError for wrong shapes, dtype or non-finite joints.
+        images: (B, H, W, 3) uint8 RGB; joint_positions: (B, n) [rad]; joint_histories (B, H, n)
+        [rad] (policies with history). Returns (B, K, n) float64 absolute targets [rad]. Row b
+        equals select_action(images[b], joint_positions[b], joint_histories[b]) up to the float32
+        rounding of the network (a batched matrix product sums in another order: measured <= 1e-6
+        rad). ValueError for wrong shapes, dtype or non-finite joints.
         """
         images = np.asarray(images)
         q = np.asarray(joint_positions, dtype=np.float64)
         if images.ndim != 4 or q.ndim != 2 or images.shape[0] != q.shape[0]:
             raise ValueError(f"images (B, H, W, 3) and joint_positions (B, n) must share B, got {images.shape} "
                              f"and {q.shape}")
-        for image, joints in zip(images, q, strict=True):
-            checked_observation(self.spec, image, joints)
+        if joint_histories is not None and len(joint_histories) != len(q):
+            raise ValueError(f"joint_histories must have B = {len(q)} rows, got {len(joint_histories)}")
+        histories = [checked_observation(self.spec, image, joints,
+                                         None if joint_histories is None else joint_histories[b])[2]
+                     for b, (image, joints) in enumerate(zip(images, q, strict=True))]
         with torch.inference_mode():
             batch = torch.from_numpy(np.ascontiguousarray(images)).to(self.device)
             joints = torch.from_numpy(q.astype(np.float32)).to(self.device)
-            deltas = self.model.predict_deltas(batch, joints).to("cpu").numpy()
+            past = torch.from_numpy(np.stack(histories).astype(np.float32)).to(self.device) \
+                if self.spec.joint_history_s else None
+            deltas = self.model.predict_deltas(batch, joints, past).to("cpu").numpy()
         return q[:, None, :] + deltas.astype(np.float64)
 
     def check_compatible(self, joint_names: Sequence[str], preprocess: PreprocessConfig) -> None:
@@ -674,8 +687,9 @@ def load_checkpoint(path: str | Path, device: str = "cpu", num_threads: int | No
     policy = LoadedPolicy(spec, model, digest, str(path), torch_device)
     if warmup:
         image = np.zeros((spec.image_height, spec.image_width, 3), dtype=np.uint8)
+        q = model.joint_mean.to("cpu").numpy().astype(np.float64)
         try:
-            policy.select_action(image, model.joint_mean.to("cpu").numpy().astype(np.float64))
+            policy.select_action(image, q, np.tile(q, (len(spec.joint_history_s), 1)) if spec.joint_history_s else None)
         except (ValueError, RuntimeError) as err:
             raise CheckpointError(f"{path}: the warm-up inference failed: {err}") from err
     return policy

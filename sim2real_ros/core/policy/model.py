@@ -14,6 +14,12 @@ is, which is the safe behaviour, and training regresses a well-scaled, zero-mean
 positions are normalized as (q - joint_mean) / joint_std before entering the network. Images enter
 as uint8 RGB (B, H, W, 3) and are scaled to [-1, 1] inside the model.
 
+Joint history (core/control/joint_history.py): a spec with `joint_history_s` (H lags) builds a
+model that also takes the joint positions at those lags before the observation, (B, H, n) [rad].
+They enter as deltas from the current positions, (history - q) / history_std, flattened after the
+normalized current positions; history_std (H, n) [rad] is a buffer fitted from data like the
+others. A model without history has no such buffer and the state it always had.
+
 Time convention (docs/design.md §3): chunk point k is the target for time `stamp + k * dt`, where stamp
 is the observation's capture time; point 0 is therefore the target at the observation time.
 """
@@ -51,6 +57,9 @@ MIN_JOINT_STD = 0.05  # [rad] floor of the joint-position std learned from data
 # action_std of an untrained model [rad]: its outputs stay within ~a milliradian of the current
 # position, i.e. it holds still.
 UNTRAINED_ACTION_STD = 1e-3
+# Floor of the history deltas' std [rad]: a joint that never moved over a lag in the data (a
+# gripper held open) must not turn a small later motion into a huge input.
+MIN_HISTORY_STD = 0.01
 
 # Caps on every size a spec gives (docs/design.md §5: a checkpoint is untrusted input, and each of these
 # sizes becomes an allocation when the model is built or warmed up). Generous: each is 10x or more
@@ -66,25 +75,39 @@ MAX_LAYERS = 16  # entries of a list hyperparameter (convs, MLP layers): 2-4 her
 class PolicyModel(nn.Module):
     """Base class of every architecture: normalization buffers and the (de)normalization maths.
 
-    Subclasses implement `encode(images_float (B, 3, H, W) in [-1, 1], joints_normalized (B, n))
-    -> (B, K * n)` normalized deltas, and list their hyperparameters with defaults in DEFAULT_HPARAMS.
+    Subclasses implement `encode(images_float (B, 3, H, W) in [-1, 1], joints_normalized (B,
+    joint_input_width)) -> (B, K * n)` normalized deltas, and list their hyperparameters with
+    defaults in DEFAULT_HPARAMS. joints_normalized holds the current positions (n), then the
+    history's deltas (H * n) when the model has a history.
     """
 
     DEFAULT_HPARAMS: dict[str, Any] = {}
 
-    def __init__(self, joint_count: int, chunk_length: int, image_height: int, image_width: int) -> None:
+    def __init__(self, joint_count: int, chunk_length: int, image_height: int, image_width: int,
+                 history_length: int = 0) -> None:
         super().__init__()
         self.joint_count = int(joint_count)
         self.chunk_length = int(chunk_length)
         self.image_height = int(image_height)
         self.image_width = int(image_width)
+        self.history_length = int(history_length)
+        if self.history_length < 0:
+            raise ValueError(f"history_length must be >= 0, got {history_length}")
         self.hparams: dict[str, Any] = {}
         n, k = self.joint_count, self.chunk_length
+        if self.history_length:
+            # (q(t - lag) - q(t)) / history_std: its own scale, the deltas are far smaller than q's spread.
+            self.register_buffer("history_std", torch.ones(self.history_length, n))  # [rad]
         # Buffers, not parameters: saved with the weights, never touched by the optimizer.
         self.register_buffer("joint_mean", torch.zeros(n))  # [rad]
         self.register_buffer("joint_std", torch.ones(n))  # [rad]
         self.register_buffer("action_mean", torch.zeros(k, n))  # delta from current q [rad]
         self.register_buffer("action_std", torch.full((k, n), UNTRAINED_ACTION_STD))  # [rad]
+
+    @property
+    def joint_input_width(self) -> int:
+        """Numbers of joint input the encoder sees: n current positions, then H * n history deltas."""
+        return self.joint_count * (1 + self.history_length)
 
     # -- to implement ---------------------------------------------------------------------------
     def encode(self, images: torch.Tensor, joints_normalized: torch.Tensor) -> torch.Tensor:
@@ -118,9 +141,29 @@ class PolicyModel(nn.Module):
         self.action_mean.copy_(as_tensor(action_mean, (k, n), "action_mean"))
         self.action_std.copy_(as_tensor(action_std, (k, n), "action_std").clamp_min(MIN_STD))
 
-    def set_normalization_from_data(self, joint_positions: np.ndarray, target_chunks: np.ndarray) -> None:
+    def set_history_normalization(self, history_std: Sequence[float] | np.ndarray | torch.Tensor) -> None:
+        """history_std (H, n) [rad] of the history deltas q(t - lag) - q(t), floored at MIN_HISTORY_STD."""
+        shape = (self.history_length, self.joint_count)
+        tensor = torch.as_tensor(np.asarray(history_std, dtype=np.float32))
+        if tuple(tensor.shape) != shape or not torch.all(torch.isfinite(tensor)):
+            raise ValueError(f"history_std must be finite with shape {shape}, got {tuple(tensor.shape)}")
+        if self.history_length:
+            self.history_std.copy_(tensor.clamp_min(MIN_HISTORY_STD))
+
+    def set_normalization_from_data(self, joint_positions: np.ndarray, target_chunks: np.ndarray,
+                                    joint_histories: np.ndarray | None = None) -> None:
         """Compute and set the statistics from a dataset: joint_positions (N, n) [rad] observed,
-        target_chunks (N, K, n) absolute targets [rad] for the same samples."""
+        target_chunks (N, K, n) absolute targets [rad] for the same samples, joint_histories
+        (N, H, n) [rad] their histories (a model with history needs them)."""
+        if self.history_length:
+            if joint_histories is None:
+                raise ValueError(f"a model with a joint history of {self.history_length} needs joint_histories")
+            histories = np.asarray(joint_histories, dtype=np.float64)
+            q_all = np.asarray(joint_positions, dtype=np.float64)
+            if histories.shape != (q_all.shape[0], self.history_length, self.joint_count):
+                raise ValueError(f"need joint_histories (N, {self.history_length}, {self.joint_count}), "
+                                 f"got {histories.shape}")
+            self.set_history_normalization((histories - q_all[:, None, :]).std(0))
         q = np.asarray(joint_positions, dtype=np.float64)
         targets = np.asarray(target_chunks, dtype=np.float64)
         expected = (q.shape[0], self.chunk_length, self.joint_count)
@@ -140,7 +183,8 @@ class PolicyModel(nn.Module):
         return (deltas - self.action_mean) / self.action_std
 
     # -- inference ------------------------------------------------------------------------------
-    def _check_inputs(self, images: torch.Tensor, joint_positions: torch.Tensor) -> None:
+    def _check_inputs(self, images: torch.Tensor, joint_positions: torch.Tensor,
+                      joint_history: torch.Tensor | None = None) -> None:
         expected = (self.image_height, self.image_width, 3)
         if images.dim() != 4 or tuple(images.shape[1:]) != expected:
             raise ValueError(f"images must be (B, {expected[0]}, {expected[1]}, 3), got {tuple(images.shape)}")
@@ -150,25 +194,38 @@ class PolicyModel(nn.Module):
             raise ValueError(
                 f"joint_positions must be (B={images.shape[0]}, {self.joint_count}), got {tuple(joint_positions.shape)}"
             )
+        if self.history_length:
+            expected_history = (images.shape[0], self.history_length, self.joint_count)
+            if joint_history is None or tuple(joint_history.shape) != expected_history:
+                got = None if joint_history is None else tuple(joint_history.shape)
+                raise ValueError(f"joint_history must be {expected_history} [rad] for this model, got {got}")
 
-    def forward_normalized(self, images: torch.Tensor, joint_positions: torch.Tensor) -> torch.Tensor:
-        """images uint8 (B, H, W, 3) RGB, joint_positions (B, n) [rad] -> normalized deltas (B, K, n)."""
-        self._check_inputs(images, joint_positions)
+    def forward_normalized(self, images: torch.Tensor, joint_positions: torch.Tensor,
+                           joint_history: torch.Tensor | None = None) -> torch.Tensor:
+        """images uint8 (B, H, W, 3) RGB, joint_positions (B, n) [rad], joint_history (B, H, n)
+        [rad] (models with history only) -> normalized deltas (B, K, n)."""
+        self._check_inputs(images, joint_positions, joint_history)
         x = images.permute(0, 3, 1, 2).to(self.joint_mean.dtype) * (2.0 / 255.0) - 1.0
         q = joint_positions.to(self.joint_mean.dtype)
         q_normalized = (q - self.joint_mean) / self.joint_std
+        if self.history_length and joint_history is not None:
+            past = (joint_history.to(q.dtype) - q.unsqueeze(1)) / self.history_std
+            q_normalized = torch.cat([q_normalized, past.flatten(1)], dim=1)
         out = self.encode(x, q_normalized)
         return out.reshape(-1, self.chunk_length, self.joint_count)
 
-    def predict_deltas(self, images: torch.Tensor, joint_positions: torch.Tensor) -> torch.Tensor:
+    def predict_deltas(self, images: torch.Tensor, joint_positions: torch.Tensor,
+                       joint_history: torch.Tensor | None = None) -> torch.Tensor:
         """Targets minus current positions (B, K, n) [rad]."""
-        return self.forward_normalized(images, joint_positions) * self.action_std + self.action_mean
+        return self.forward_normalized(images, joint_positions, joint_history) * self.action_std + self.action_mean
 
-    def forward(self, images: torch.Tensor, joint_positions: torch.Tensor) -> torch.Tensor:
-        """images uint8 (B, H, W, 3) RGB, joint_positions (B, n) [rad] -> absolute targets (B, K, n)
-        [rad]; point k is the target for time stamp + k * dt."""
+    def forward(self, images: torch.Tensor, joint_positions: torch.Tensor,
+                joint_history: torch.Tensor | None = None) -> torch.Tensor:
+        """images uint8 (B, H, W, 3) RGB, joint_positions (B, n) [rad], joint_history (B, H, n) [rad]
+        (models with history only) -> absolute targets (B, K, n) [rad]; point k is the target for
+        time stamp + k * dt."""
         q = joint_positions.to(self.joint_mean.dtype)
-        return q.unsqueeze(1) + self.predict_deltas(images, q)
+        return q.unsqueeze(1) + self.predict_deltas(images, q, joint_history)
 
 
 ARCHITECTURES: dict[str, type[PolicyModel]] = {}
@@ -208,8 +265,8 @@ class CnnMlpPolicy(PolicyModel):
 
     def __init__(self, joint_count: int, chunk_length: int, image_height: int, image_width: int,
                  channels: Sequence[int] = (16, 32, 32, 32), pool_size: int = 3, image_features: int = 128,
-                 hidden: Sequence[int] = (256, 256)) -> None:
-        super().__init__(joint_count, chunk_length, image_height, image_width)
+                 hidden: Sequence[int] = (256, 256), history_length: int = 0) -> None:
+        super().__init__(joint_count, chunk_length, image_height, image_width, history_length)
         channels = [int(c) for c in channels]
         hidden = [int(h) for h in hidden]
         if not channels or min(channels) <= 0 or not hidden or min(hidden) <= 0:
@@ -231,7 +288,7 @@ class CnnMlpPolicy(PolicyModel):
                    nn.Linear(in_channels * int(pool_size) ** 2, int(image_features)), nn.ReLU()]
         self.image_encoder = nn.Sequential(*layers)
         mlp: list[nn.Module] = []
-        width = int(image_features) + joint_count
+        width = int(image_features) + self.joint_input_width
         for size in hidden:
             mlp += [nn.Linear(width, size), nn.ReLU()]
             width = size
@@ -273,8 +330,9 @@ class SpatialSoftmaxPolicy(PolicyModel):
     DEFAULT_HPARAMS: dict[str, Any] = {"channels": [16, 32], "keypoints": 32, "hidden": [256, 256]}
 
     def __init__(self, joint_count: int, chunk_length: int, image_height: int, image_width: int,
-                 channels: Sequence[int] = (16, 32), keypoints: int = 32, hidden: Sequence[int] = (256, 256)) -> None:
-        super().__init__(joint_count, chunk_length, image_height, image_width)
+                 channels: Sequence[int] = (16, 32), keypoints: int = 32, hidden: Sequence[int] = (256, 256),
+                 history_length: int = 0) -> None:
+        super().__init__(joint_count, chunk_length, image_height, image_width, history_length)
         channels = [int(c) for c in channels]
         hidden = [int(h) for h in hidden]
         if not channels or min(channels) <= 0 or int(keypoints) <= 0 or not hidden or min(hidden) <= 0:
@@ -293,7 +351,7 @@ class SpatialSoftmaxPolicy(PolicyModel):
         self.image_encoder = nn.Sequential(*layers)
         self.keypoints = SpatialSoftmax(h, w)
         mlp: list[nn.Module] = []
-        width = 2 * int(keypoints) + joint_count
+        width = 2 * int(keypoints) + self.joint_input_width
         for size in hidden:
             mlp += [nn.Linear(width, size), nn.ReLU()]
             width = size
@@ -367,7 +425,8 @@ def plan_model(architecture: str, spec: PolicySpec, **hparams: Any) -> ModelPlan
     merged = resolve_hparams(architecture, hparams)
     try:
         with torch.device("meta"):
-            model = cls(spec.joint_count, spec.chunk_length, spec.image_height, spec.image_width, **merged)
+            model = cls(spec.joint_count, spec.chunk_length, spec.image_height, spec.image_width, **merged,
+                        history_length=len(spec.joint_history_s))
     except (TypeError, ValueError, RuntimeError) as err:
         raise ConfigError("policy", "hparams", merged, str(err)) from err
     state = {name: (tuple(t.shape), t.dtype) for name, t in model.state_dict().items()}
@@ -399,8 +458,10 @@ def _meta_activations(model: PolicyModel, spec: PolicySpec) -> int:
     try:
         images = torch.zeros((1, spec.image_height, spec.image_width, 3), dtype=torch.uint8, device="meta")
         joints = torch.zeros((1, spec.joint_count), device="meta")
+        history = torch.zeros((1, len(spec.joint_history_s), spec.joint_count), device="meta") \
+            if spec.joint_history_s else None
         with torch.no_grad():
-            model.forward_normalized(images, joints)
+            model.forward_normalized(images, joints, history)
     except (TypeError, ValueError, RuntimeError) as err:
         raise ConfigError("policy", "hparams", model.hparams, f"the model cannot run: {err}") from err
     finally:
@@ -420,6 +481,7 @@ def build_model(architecture: str, spec: PolicySpec, **hparams: Any) -> PolicyMo
     merged = resolve_hparams(architecture, hparams)
     plan_model(architecture, spec, **merged)
     try:
-        return cls(spec.joint_count, spec.chunk_length, spec.image_height, spec.image_width, **merged)
+        return cls(spec.joint_count, spec.chunk_length, spec.image_height, spec.image_width, **merged,
+                   history_length=len(spec.joint_history_s))
     except (TypeError, ValueError) as err:
         raise ConfigError("policy", "hparams", merged, str(err)) from err

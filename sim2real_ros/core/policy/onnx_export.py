@@ -23,7 +23,7 @@ from torch import nn
 from ..errors import CheckpointError
 from .checkpoint import load_checkpoint, write_atomically
 from .model import PolicyModel
-from .onnx_policy import INPUT_NAMES, OUTPUT_NAMES, load_onnx_policy, spec_metadata
+from .onnx_policy import OUTPUT_NAMES, input_names, load_onnx_policy, spec_metadata
 
 OPSET = 18
 # Largest |onnxruntime - torch| [rad] over the check inputs for an export to count as done.
@@ -32,16 +32,18 @@ CHECK_SAMPLES = 8
 
 
 class _ObservationToChunk(nn.Module):
-    """(image uint8 (1, H, W, 3), joint_positions float32 (1, n) [rad]) -> (targets, deltas),
-    both (1, K, n) [rad]: PolicyModel.forward, with the deltas as a second output."""
+    """(image uint8 (1, H, W, 3), joint_positions float32 (1, n) [rad][, joint_history float32
+    (1, H, n) [rad]]) -> (targets, deltas), both (1, K, n) [rad]: PolicyModel.forward, with the
+    deltas as a second output."""
 
     def __init__(self, model: PolicyModel) -> None:
         super().__init__()
         self.model = model
 
-    def forward(self, image: torch.Tensor, joint_positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, image: torch.Tensor, joint_positions: torch.Tensor,
+                joint_history: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         q = joint_positions.to(self.model.joint_mean.dtype)
-        deltas = self.model.predict_deltas(image, q)
+        deltas = self.model.predict_deltas(image, q, joint_history)
         return q.unsqueeze(1) + deltas, deltas
 
 
@@ -56,6 +58,9 @@ def export_onnx(checkpoint: str | Path, out: str | Path, seed: int = 0) -> dict[
     wrapper = _ObservationToChunk(policy.model).eval()
     image = torch.zeros((1, spec.image_height, spec.image_width, 3), dtype=torch.uint8)
     joints = policy.model.joint_mean.detach().clone().unsqueeze(0)
+    inputs: tuple[torch.Tensor, ...] = (image, joints)
+    if spec.joint_history_s:
+        inputs = (image, joints, joints.unsqueeze(1).repeat(1, len(spec.joint_history_s), 1))
     try:
         quiet = logging.getLogger("torch.onnx")
         level = quiet.level
@@ -63,7 +68,7 @@ def export_onnx(checkpoint: str | Path, out: str | Path, seed: int = 0) -> dict[
         # The exporter's progress lines go to stderr: a command's --json stdout stays JSON alone.
         with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
             warnings.simplefilter("ignore")  # the exporter's deprecation chatter
-            program = torch.onnx.export(wrapper, (image, joints), None, input_names=list(INPUT_NAMES),
+            program = torch.onnx.export(wrapper, inputs, None, input_names=list(input_names(spec)),
                                         output_names=list(OUTPUT_NAMES), opset_version=OPSET, dynamo=True,
                                         verbose=False)
         model = program.model_proto
@@ -78,7 +83,10 @@ def export_onnx(checkpoint: str | Path, out: str | Path, seed: int = 0) -> dict[
     model.producer_name = "sim2real_ros"
     model.doc_string = (f"sim2real policy {spec.architecture} exported from checkpoint {policy.checkpoint_hash}: "
                         f"image uint8 (1,{spec.image_height},{spec.image_width},3) + joint_positions float32 "
-                        f"(1,{spec.joint_count}) [rad] -> targets, deltas float32 (1,{spec.chunk_length},"
+                        f"(1,{spec.joint_count}) [rad]"
+                        + (f" + joint_history float32 (1,{len(spec.joint_history_s)},{spec.joint_count}) [rad]"
+                           if spec.joint_history_s else "")
+                        + f" -> targets, deltas float32 (1,{spec.chunk_length},"
                         f"{spec.joint_count}) [rad]")
     onnx.checker.check_model(model)
     buffer = io.BytesIO()
@@ -100,7 +108,8 @@ def export_onnx(checkpoint: str | Path, out: str | Path, seed: int = 0) -> dict[
 
 
 def _max_difference(policy: Any, exported: Any, seed: int) -> float:
-    """Largest |onnxruntime - torch| [rad] over random images and joint positions near the data's."""
+    """Largest |onnxruntime - torch| [rad] over random images, joint positions near the data's and
+    histories a few centiradians from them."""
     rng = np.random.default_rng(seed)
     spec = policy.spec
     mean = policy.model.joint_mean.detach().numpy().astype(np.float64)
@@ -109,5 +118,8 @@ def _max_difference(policy: Any, exported: Any, seed: int) -> float:
     for _ in range(CHECK_SAMPLES):
         image = rng.integers(0, 256, (spec.image_height, spec.image_width, 3), dtype=np.uint8)
         q = mean + std * rng.normal(size=spec.joint_count)
-        worst = max(worst, float(np.max(np.abs(exported.select_action(image, q) - policy.select_action(image, q)))))
+        history = q + 0.05 * rng.normal(size=(len(spec.joint_history_s), spec.joint_count)) \
+            if spec.joint_history_s else None
+        difference = exported.select_action(image, q, history) - policy.select_action(image, q, history)
+        worst = max(worst, float(np.max(np.abs(difference))))
     return worst

@@ -5,13 +5,16 @@ to-chunk computation of a checkpoint as one ONNX graph:
 
     inputs:  image            uint8 (1, H, W, 3) RGB at the policy resolution
              joint_positions  float32 (1, n) [rad], in the spec's joint order
+             joint_history    float32 (1, H, n) [rad] at the spec's joint_history_s lags (only
+                              for a policy with history; core/control/joint_history.py)
     outputs: targets          float32 (1, K, n) absolute joint targets [rad] (row k: stamp + k * dt)
              deltas           float32 (1, K, n) targets minus joint_positions [rad]
 
-with input normalization and output de-normalization inside the graph. The checkpoint's spec
-travels in the model's metadata_props, one JSON value per PolicySpec field under
-"sim2real.<field>", plus "sim2real.format_version" and "sim2real.parent_hash" (the hash of the
-checkpoint it was exported from), so the file is as self-describing as a checkpoint.
+with input normalization and output de-normalization inside the graph. The checkpoint's spec travels
+in the model's metadata_props, one JSON value per PolicySpec field under "sim2real.<field>"
+(`joint_history_s` only when the policy has a history), plus "sim2real.format_version" and
+"sim2real.parent_hash" (the hash of the checkpoint it was exported from), so the file is as self-
+describing as a checkpoint.
 
 An ONNX file is untrusted input, as a checkpoint is: its size is bounded before it is read, it is
 parsed from the bytes read (never from the path: a model naming external data files beside it
@@ -50,6 +53,7 @@ METADATA_PREFIX = "sim2real."
 SPEC_FIELDS = ("architecture", "hparams", "joint_names", "image_width", "image_height", "policy_camera",
                "chunk_length", "dt_s", "preprocess", "preprocess_hash", "sim_params_version", "provenance")
 INPUT_NAMES = ("image", "joint_positions")
+HISTORY_INPUT = "joint_history"  # the third input of a policy with joint history
 OUTPUT_NAMES = ("targets", "deltas")
 # The largest ONNX policy file read: the checkpoint cap of 64 Mi float32 parameters (256 MiB,
 # policy_model.MAX_PARAMETERS) plus 64 MiB of graph and metadata. The models here are 0.5 MB.
@@ -70,9 +74,16 @@ def spec_metadata(spec: PolicySpec, parent_hash: str) -> dict[str, str]:
     the hash of the checkpoint it came from."""
     data = spec.to_dict()
     props = {f"{METADATA_PREFIX}{key}": json.dumps(data[key], sort_keys=True, allow_nan=False) for key in SPEC_FIELDS}
+    if spec.joint_history_s:
+        props[f"{METADATA_PREFIX}joint_history_s"] = json.dumps(list(spec.joint_history_s), allow_nan=False)
     props[f"{METADATA_PREFIX}format_version"] = str(ONNX_FORMAT_VERSION)
     props[f"{METADATA_PREFIX}parent_hash"] = str(parent_hash)
     return props
+
+
+def input_names(spec: PolicySpec) -> tuple[str, ...]:
+    """The graph inputs of an ONNX policy of `spec`, in order."""
+    return (*INPUT_NAMES, HISTORY_INPUT) if spec.joint_history_s else INPUT_NAMES
 
 
 def _refuse_constant(literal: str) -> Any:
@@ -94,8 +105,11 @@ def spec_from_metadata(props: Mapping[str, str], source: str) -> tuple[PolicySpe
         raise CheckpointError(f"{source}: metadata field '{version_key}' = {abbreviate(props[version_key])}, "
                               f"this code reads {ONNX_FORMAT_VERSION}")
     data: dict[str, Any] = {}
-    for key in (*SPEC_FIELDS, "parent_hash"):
+    optional = ("joint_history_s",)  # absent: a policy of the present only
+    for key in (*SPEC_FIELDS, *optional, "parent_hash"):
         name = f"{METADATA_PREFIX}{key}"
+        if name not in props and key in optional:
+            continue
         if name not in props:
             raise CheckpointError(f"{source}: metadata field '{name}' is missing")
         if key == "parent_hash":
@@ -197,6 +211,7 @@ def _check_io(model: Any, spec: PolicySpec, source: str) -> None:
     wanted = {
         "image": (uint8, [1, spec.image_height, spec.image_width, 3]),
         "joint_positions": (float32, [1, n]),
+        HISTORY_INPUT: (float32, [1, len(spec.joint_history_s), n]),
         "targets": (float32, [1, k, n]),
         "deltas": (float32, [1, k, n]),
     }
@@ -204,7 +219,8 @@ def _check_io(model: Any, spec: PolicySpec, source: str) -> None:
     initializers = {tensor.name for tensor in model.graph.initializer}
     # Inputs that are initializers are weights (old exporters list them), not feeds.
     inputs = [value for value in model.graph.input if value.name not in initializers]
-    for kind, items, names in (("input", inputs, INPUT_NAMES), ("output", list(model.graph.output), OUTPUT_NAMES)):
+    for kind, items, names in (("input", inputs, input_names(spec)),
+                               ("output", list(model.graph.output), OUTPUT_NAMES)):
         found = {item.name: item for item in items}
         if sorted(found) != sorted(names) or len(found) != len(items):
             raise CheckpointError(f"{source}: graph {kind}s are {abbreviate([i.name for i in items])}, an ONNX "
@@ -264,25 +280,35 @@ class OnnxPolicy:
         self.source = source
         self.device = device
 
-    def select_action(self, image: np.ndarray, joint_positions: np.ndarray) -> np.ndarray:
+    def select_action(self, image: np.ndarray, joint_positions: np.ndarray,
+                      joint_history: np.ndarray | None = None) -> np.ndarray:
         """One inference; the contract of LoadedPolicy.select_action: image (H, W, 3) uint8 RGB,
-        joint_positions (n,) [rad] in spec.joint_names order -> (K, n) float64 absolute targets
-        [rad], row k for stamp + k * dt. ValueError for wrong shapes, dtype or non-finite joints."""
-        return self._run(image, joint_positions, None)
+        joint_positions (n,) [rad] in spec.joint_names order, joint_history (H, n) [rad] (policies
+        with history) -> (K, n) float64 absolute targets [rad], row k for stamp + k * dt.
+        ValueError for wrong shapes, dtype or non-finite joints."""
+        return self._run(image, joint_positions, joint_history, None)
 
-    def _run(self, image: np.ndarray, joint_positions: np.ndarray, run_options: Any) -> np.ndarray:
-        image, q = checked_observation(self.spec, image, joint_positions)
+    def _run(self, image: np.ndarray, joint_positions: np.ndarray, joint_history: np.ndarray | None,
+             run_options: Any) -> np.ndarray:
+        image, q, history = checked_observation(self.spec, image, joint_positions, joint_history)
         feeds = {"image": np.ascontiguousarray(image)[None], "joint_positions": q.astype(np.float32)[None]}
+        if self.spec.joint_history_s:
+            feeds[HISTORY_INPUT] = history.astype(np.float32)[None]
         try:
             (deltas,) = self.session.run(["deltas"], feeds, run_options)
         except Exception as err:  # noqa: BLE001 - onnxruntime's own error types
             raise RuntimeError(f"{self.source}: onnxruntime inference failed: {err}") from err
         return q[None, :] + np.asarray(deltas, dtype=np.float64)[0]
 
-    def select_actions(self, images: np.ndarray, joint_positions: np.ndarray) -> np.ndarray:
+    def select_actions(self, images: np.ndarray, joint_positions: np.ndarray,
+                       joint_histories: np.ndarray | None = None) -> np.ndarray:
         """LoadedPolicy.select_actions' contract, (B, K, n). The exported graph has a batch of 1
         (what the node runs), so this runs one inference per observation."""
-        return np.stack([self.select_action(image, q) for image, q in zip(images, joint_positions, strict=True)])
+        histories = [None] * len(joint_positions) if joint_histories is None else list(joint_histories)
+        if len(histories) != len(joint_positions):
+            raise ValueError(f"joint_histories must have B = {len(joint_positions)} rows, got {len(histories)}")
+        return np.stack([self.select_action(image, q, h)
+                         for image, q, h in zip(images, joint_positions, histories, strict=True)])
 
     def check_compatible(self, joint_names: Sequence[str], preprocess: PreprocessConfig) -> None:
         """Refuse (CheckpointError) a graph that differs from the one the policy was trained for."""
@@ -306,7 +332,9 @@ class OnnxPolicy:
         image = np.zeros((self.spec.image_height, self.spec.image_width, 3), dtype=np.uint8)
         timer.start()
         try:
-            self._run(image, np.zeros(self.spec.joint_count), options)
+            history = np.zeros((len(self.spec.joint_history_s), self.spec.joint_count)) \
+                if self.spec.joint_history_s else None
+            self._run(image, np.zeros(self.spec.joint_count), history, options)
         except (ValueError, RuntimeError) as err:
             if abandoned.is_set():
                 raise CheckpointError(f"{self.source}: the warm-up inference ran longer than {timeout_s:g} s; "

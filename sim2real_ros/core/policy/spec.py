@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..control.joint_history import check_history_lags, checked_history
 from ..errors import CheckpointError, ConfigError
 from ..perception.preprocess_config import PreprocessConfig
 
@@ -52,6 +53,8 @@ class PolicySpec:
     PreprocessConfig.to_dict() the policy was trained with, preprocess_hash its content hash.
     sim_params_version: content hash of the sim parameters YAML trained on ("unknown" if none).
     provenance: how it was trained (method, parent checkpoint hash, data, date, git commit, ...).
+    joint_history_s: lags [s] at which the policy also sees the measured joint positions before
+    the observation (core/control/joint_history.py); () for a policy that sees the present only.
     """
 
     architecture: str
@@ -66,10 +69,12 @@ class PolicySpec:
     preprocess_hash: str
     sim_params_version: str = "unknown"
     provenance: dict[str, Any] = field(default_factory=dict)
+    joint_history_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         source = "PolicySpec"
         object.__setattr__(self, "joint_names", tuple(str(n) for n in self.joint_names))
+        object.__setattr__(self, "joint_history_s", check_history_lags(self.joint_history_s, source))
         if not self.architecture:
             raise ConfigError(source, "architecture", self.architecture, "must be a non-empty name")
         if not self.joint_names:
@@ -109,6 +114,11 @@ class PolicySpec:
         """JSON-ready dict (tuples become lists)."""
         data = asdict(self)
         data["joint_names"] = list(self.joint_names)
+        # Left out when empty: a policy of the present only writes the spec it always wrote.
+        if self.joint_history_s:
+            data["joint_history_s"] = list(self.joint_history_s)
+        else:
+            del data["joint_history_s"]
         return data
 
     @classmethod
@@ -150,6 +160,8 @@ class PolicySpec:
                 preprocess_hash=str(data["preprocess_hash"]),
                 sim_params_version=str(data.get("sim_params_version", "unknown")),
                 provenance=dict(data.get("provenance", {})),
+                # Absent in checkpoints from before the history input: a policy of the present only.
+                joint_history_s=check_history_lags(data.get("joint_history_s", []), source),
             )
         except ConfigError as err:
             raise ConfigError(source, err.field, err.value, err.problem) from err
@@ -229,10 +241,12 @@ def abbreviate(value: Any, limit: int = 120) -> _Shown:
     return _Shown(text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)")
 
 
-def checked_observation(spec: PolicySpec, image: Any, joint_positions: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(image, q) ready for inference, whatever the backend: image (H, W, 3) uint8 RGB at the
-    policy resolution, q (n,) float64 [rad] in spec.joint_names order. Raises ValueError for a
-    wrong shape or dtype, or non-finite joints."""
+def checked_observation(spec: PolicySpec, image: Any, joint_positions: Any,
+                        joint_history: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(image, q, history) ready for inference, whatever the backend: image (H, W, 3) uint8 RGB at
+    the policy resolution, q (n,) float64 [rad] in spec.joint_names order, history (len(spec.
+    joint_history_s), n) float64 [rad] (None for a policy without history). Raises ValueError for
+    a wrong shape or dtype, non-finite joints, or a missing history the policy needs."""
     image = np.asarray(image)
     if image.shape != (spec.image_height, spec.image_width, 3) or image.dtype != np.uint8:
         raise ValueError(f"image must be uint8 ({spec.image_height}, {spec.image_width}, 3), "
@@ -242,4 +256,4 @@ def checked_observation(spec: PolicySpec, image: Any, joint_positions: Any) -> t
         raise ValueError(f"joint_positions must have shape ({spec.joint_count},), got {q.shape}")
     if not np.all(np.isfinite(q)):
         raise ValueError(f"joint_positions contain NaN/Inf: {q.tolist()}")
-    return image, q
+    return image, q, checked_history(joint_history, spec.joint_history_s, spec.joint_count)
