@@ -455,3 +455,55 @@ def test_node_warns_naming_both_sim_params_versions_and_runs_on(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_node_gives_a_history_policy_the_joint_states_before_the_image(ros, tmp_path):
+    """Issue 32 part 3, over DDS: a policy with joint_history_s gets, with each image, the joint
+    positions the node received at those lags before the image stamp (linear between samples), the
+    same as core/control/joint_history samples them in training; a different past gives another chunk."""
+    from sim2real_ros.core.control.joint_history import sample_history
+    from sim2real_ros.core.policy.checkpoint import save_checkpoint
+    from sim2real_ros.core.policy.model import build_model
+
+    joints = RobotModel.from_file(PANDA_URDF).joint_names
+    lags = (0.05, 0.15)
+    spec = make_policy_spec(joints, PreprocessConfig.from_yaml(config_path("preprocess.yaml")),
+                            joint_history_s=lags)
+    model = build_model(spec.architecture, spec, **spec.hparams)
+    n, k = spec.joint_count, spec.chunk_length
+    # a wide action scale: the chunk moves with the history (an untrained one holds still whatever it sees)
+    model.set_normalization(np.zeros(n), np.ones(n), np.zeros((k, n)), np.full((k, n), 0.3))
+    model.set_history_normalization(np.full((len(lags), n), 0.02))
+    checkpoint = tmp_path / "history.safetensors"
+    save_checkpoint(checkpoint, model, spec)
+    reference = load_checkpoint(checkpoint, warmup=False)
+    params = {"checkpoint": str(checkpoint), "robot_description": str(PANDA_URDF),
+              "pairing_tolerance_s": 0.005, "max_observation_age_s": 5.0}
+    chunks = ros.collect(JointTrajectory, "policy/action_chunk", KEEP_ALL)
+    image_pub = ros.publisher(Image, "policy/image", RELIABLE_LATEST_QOS)
+    joint_pub = ros.publisher(JointState, "joint_states", JOINT_STATE_QOS)
+    rng = np.random.default_rng(7)
+    clock = ros.node.get_clock()
+    with running_nodes([node_decl("policy_node", params)], tmp_path):
+        ros.wait_for_subscribers(image_pub, timeout_s=60.0)
+        ros.wait_for_subscribers(joint_pub, timeout_s=60.0)
+        sent = []
+        stamp = clock.now().nanoseconds
+        for i, velocity in enumerate((0.0, 0.8, -0.5)):  # [rad/s] on every joint: still, then two ramps
+            stamp += 1 * S
+            base = rng.uniform(-0.3, 0.3, n)
+            sample_stamps = [stamp - m * 10 * MS for m in range(25, -1, -1)]  # 100 Hz, 250 ms back
+            positions = [base + velocity * (t - stamp) / S for t in sample_stamps]
+            for t, q in zip(sample_stamps, positions, strict=True):
+                joint_pub.publish(make_joint_state(joints, q, t))
+            image = rng.integers(0, 256, (96, 96, 3), dtype=np.uint8)
+            image_pub.publish(array_to_image(image, "rgb8", stamp))
+            history = sample_history(sample_stamps, positions, stamp, lags)
+            sent.append((stamp, image, positions[-1], history))
+            ros.wait_for_messages(chunks, i + 1, timeout_s=20.0)
+    assert [stamp_to_ns(c.header.stamp) for c in chunks] == [s[0] for s in sent]
+    for (_, image, q, history), chunk in zip(sent, chunks, strict=True):
+        got = np.array([p.positions for p in chunk.points])
+        np.testing.assert_allclose(got, reference.select_action(image, q, history), atol=1e-5)
+        if np.abs(history - q).max() > 0.01:  # a moving arm: the present alone would give another chunk
+            assert np.abs(got - reference.select_action(image, q, np.tile(q, (len(lags), 1)))).max() > 1e-3
