@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from recordings import JOINTS, NAMESPACE, NEAR_ZERO_MAE, PERTURBATION, PERTURBED_JOINT
 from support import TALKER_BAGS
 
@@ -181,3 +182,49 @@ def test_select_actions_matches_select_action_and_refuses_a_bad_observation(sim_
     joints[2, 0] = np.nan
     with pytest.raises(ValueError, match="NaN"):
         policy.select_actions(images, joints)
+
+
+def test_a_history_policy_replays_the_bags_joint_states_before_each_image_batched_or_not(sim_recording, tmp_path):
+    """Issue 32 part 3: offline replay gives a policy with joint_history_s the bag's joint states at
+    those lags before each image (linear between them), the same batched or one at a time. The
+    policy's image features are made constant, so a frame's prediction can be recomputed from its
+    joints and the history sampled here from the bag."""
+    from sim2real_ros.core.control.joint_history import sample_history
+    from sim2real_ros.core.policy.backend import load_policy
+    from sim2real_ros.core.policy.checkpoint import make_policy_spec, read_checkpoint, save_checkpoint
+    from sim2real_ros.core.policy.model import build_model
+    from sim2real_ros.evaluation.replay_offline import replay_offline
+
+    trained, _, _ = read_checkpoint(sim_recording.checkpoint)
+    lags = (0.1, 0.2)
+    spec = make_policy_spec(trained.joint_names, PreprocessConfig.from_dict(trained.preprocess), joint_history_s=lags)
+    model = build_model(spec.architecture, spec, **spec.hparams)
+    n, k = spec.joint_count, spec.chunk_length
+    model.set_normalization(np.zeros(n), np.ones(n), np.zeros((k, n)), np.full((k, n), 0.3))
+    with torch.no_grad():
+        # The recorded arm (an untrained policy) moves by tens of microradians: a history scale far
+        # below the trained floor makes that motion count, so a wrong history would show.
+        model.history_std.fill_(1e-6)
+        model.image_encoder[-2].weight.zero_()  # the image's features: a constant (the layer's bias)
+    path = tmp_path / "history.safetensors"
+    save_checkpoint(path, model, spec)
+    policy = load_policy(path, num_threads=1)
+    runs = {size: replay_offline(sim_recording.bag, policy, ReplayOptions(human_modes=(), progress=False,
+                                                                          plots=False, batch_size=size))
+            for size in (1, 16)}
+    one, batched = runs[1].predictions, runs[16].predictions
+    assert len(one.stamps_ns) >= 10
+    np.testing.assert_array_equal(batched.stamps_ns, one.stamps_ns)
+    np.testing.assert_allclose(batched.targets, one.targets, rtol=0, atol=1e-5)
+    with BagReader(sim_recording.bag) as reader:
+        states = [m.msg for m in reader.messages(["/joint_states"])]
+    stamps = [stamp_to_ns(m.header.stamp) for m in states]
+    positions = [np.array([dict(zip(m.name, m.position, strict=True))[j] for j in spec.joint_names]) for m in states]
+    black = np.zeros((spec.image_height, spec.image_width, 3), np.uint8)
+    telling = 0  # frames whose prediction a present-only history would have changed
+    for stamp, q, targets in zip(one.stamps_ns, one.observed_q, one.targets, strict=True):
+        history = sample_history(stamps, positions, int(stamp), lags)
+        np.testing.assert_allclose(targets, policy.select_action(black, q, history), rtol=0, atol=1e-5)
+        present = policy.select_action(black, q, np.tile(q, (len(lags), 1)))
+        telling += np.abs(targets - present).max() > 1e-3
+    assert telling >= 3
