@@ -1,9 +1,11 @@
 """Observation pairing (pure, at fixed times) and policy_node over real DDS, as a process."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -152,6 +154,20 @@ IMAGE_OUTCOMES = ("chunks_published", "drops_stale", "drops_unpaired", "drops_su
 KEEP_ALL = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
 
 
+@contextlib.contextmanager
+def policy_node_running(ros, tmp_path, params: dict) -> Iterator[tuple[list, object, object]]:
+    """policy_node as a process with `params`, and the test's side ready: every chunk it publishes
+    collected, and image and joint-state publishers it has subscribed to. Yields (chunks,
+    image_pub, joint_pub)."""
+    chunks = ros.collect(JointTrajectory, "policy/action_chunk", KEEP_ALL)
+    image_pub = ros.publisher(Image, "policy/image", RELIABLE_LATEST_QOS)
+    joint_pub = ros.publisher(JointState, "joint_states", JOINT_STATE_QOS)
+    with running_nodes([node_decl("policy_node", params)], tmp_path):
+        ros.wait_for_subscribers(image_pub, timeout_s=60.0)
+        ros.wait_for_subscribers(joint_pub, timeout_s=60.0)
+        yield chunks, image_pub, joint_pub
+
+
 def test_node_publishes_chunks_and_counts_every_drop(ros, tmp_path, panda_checkpoint):
     """Over DDS, with nothing left to scheduling: stamps only ever increase (the pairer ignores a
     joint state older than the newest), the age limit (5 s) is far above any stall of a loaded
@@ -160,16 +176,11 @@ def test_node_publishes_chunks_and_counts_every_drop(ros, tmp_path, panda_checkp
     params = {"checkpoint": str(panda_checkpoint), "robot_description": str(PANDA_URDF),
               "pairing_tolerance_s": 0.005, "max_observation_age_s": 5.0, "diagnostics_period_s": 0.3}
     reference = load_checkpoint(panda_checkpoint, warmup=False)
-    chunks = ros.collect(JointTrajectory, "policy/action_chunk", KEEP_ALL)
     diagnostics = ros.collect(DiagnosticArray, "policy_node/diagnostics", LATCHED_QOS)
-    image_pub = ros.publisher(Image, "policy/image", RELIABLE_LATEST_QOS)
-    joint_pub = ros.publisher(JointState, "joint_states", JOINT_STATE_QOS)
     rng = np.random.default_rng(0)
     clock = ros.node.get_clock()
 
-    with running_nodes([node_decl("policy_node", params)], tmp_path):
-        ros.wait_for_subscribers(image_pub, timeout_s=60.0)
-        ros.wait_for_subscribers(joint_pub, timeout_s=60.0)
+    with policy_node_running(ros, tmp_path, params) as (chunks, image_pub, joint_pub):
         assert wait_until(lambda: ros.node.count_publishers("policy/action_chunk") > 0, 30.0)
 
         def latest_diagnostics() -> dict[str, str]:
@@ -479,14 +490,9 @@ def test_node_gives_a_history_policy_the_joint_states_before_the_image(ros, tmp_
     reference = load_checkpoint(checkpoint, warmup=False)
     params = {"checkpoint": str(checkpoint), "robot_description": str(PANDA_URDF),
               "pairing_tolerance_s": 0.005, "max_observation_age_s": 5.0}
-    chunks = ros.collect(JointTrajectory, "policy/action_chunk", KEEP_ALL)
-    image_pub = ros.publisher(Image, "policy/image", RELIABLE_LATEST_QOS)
-    joint_pub = ros.publisher(JointState, "joint_states", JOINT_STATE_QOS)
     rng = np.random.default_rng(7)
     clock = ros.node.get_clock()
-    with running_nodes([node_decl("policy_node", params)], tmp_path):
-        ros.wait_for_subscribers(image_pub, timeout_s=60.0)
-        ros.wait_for_subscribers(joint_pub, timeout_s=60.0)
+    with policy_node_running(ros, tmp_path, params) as (chunks, image_pub, joint_pub):
         sent = []
         stamp = clock.now().nanoseconds
         for i, velocity in enumerate((0.0, 0.8, -0.5)):  # [rad/s] on every joint: still, then two ramps
