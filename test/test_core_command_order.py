@@ -1,24 +1,64 @@
 """core.command_order at fixed times: which decisions go out, and forward-or-wait of policy commands."""
 from __future__ import annotations
 
+import random
+import threading
+import time
+
+import numpy as np
 import pytest
 
 from sim2real_ros.core.control.command_order import CommandForwarding, CommandOrder
+from sim2real_ros.core.safety.limits import SafetyLimits, clamp_command
 
 PERIOD_NS = 10_000_000  # 100 Hz
 
 
-def test_commands_leave_in_decision_order_and_late_ones_are_dropped():
+def test_every_decided_command_is_published_in_decision_order_across_threads():
+    """Two threads (the executor's ticks, the e-stop thread's holds) decide step-limited commands
+    while publishing is slow: the robot gets every one, in order, so no step between two published
+    commands exceeds one control period's travel. (Dropping a command that lost the race to the
+    publisher, as an earlier design did, made steps of up to two periods.)"""
+    limits = SafetyLimits(("j",), np.array([-10.0]), np.array([10.0]), np.array([1.0]),
+                          np.array([-10.0]), np.array([10.0]))
+    published: list[float] = []
+    last = {"q": np.zeros(1), "decided": 0}
+    rng = random.Random(3)
+
+    def publish(q: float) -> None:
+        time.sleep(rng.uniform(0.0, 0.0005))  # a publish the other thread can overtake
+        published.append(q)
+
+    order = CommandOrder(publish)
+
+    def decision(wish: float):
+        def decide() -> float:
+            last["q"] = clamp_command(np.array([wish]), last["q"], limits, PERIOD_NS / 1e9)
+            last["decided"] += 1
+            return float(last["q"][0])
+        return decide
+
+    def drive(wish: float) -> None:
+        for _ in range(150):
+            assert order.decide(decision(wish))
+
+    threads = [threading.Thread(target=drive, args=(w,)) for w in (5.0, -5.0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(published) == last["decided"] == order.sent == 300
+    steps = np.abs(np.diff([0.0, *published]))
+    assert steps.max() <= 1.0 * PERIOD_NS / 1e9 + 1e-12, steps.max()
+    assert published[-1] == last["q"][0]
+
+
+def test_a_decision_without_a_command_publishes_nothing():
     sent = []
     order = CommandOrder(sent.append)
-    first, second, third = order.number(), order.number(), order.number()
-    assert (first, second, third) == (1, 2, 3)
-    assert order.send(second, "b") is True
-    assert order.send(first, "a") is False  # decided before one already out: dropped, never late
-    assert order.send(second, "b again") is False  # the same decision twice: once
-    assert order.send(third, "c") is True
-    assert sent == ["b", "c"]
-    assert order.superseded == 2
+    assert order.decide(lambda: None) is False
+    assert order.decide(lambda: "hold") is True
+    assert sent == ["hold"] and order.sent == 1
 
 
 def test_no_tick_yet_or_a_clock_that_went_back_counts_as_two_periods_ago():

@@ -16,7 +16,6 @@ from std_srvs.srv import Trigger
 from support import node_decl, running_nodes, wait_until
 
 from sim2real_ros import conversions as cv
-from sim2real_ros.core.control.command_order import CommandOrder
 from sim2real_ros.core.robot.urdf import RobotModel
 from sim2real_ros.core.safety.joystick import load_joystick_mapping
 from sim2real_ros.core.safety.limits import limits_from_urdf
@@ -172,17 +171,6 @@ def test_estop_thread_hears_a_remapped_topic_in_a_namespace_and_holds(ros, tmp_p
         assert wait_until(lambda: reason().startswith("ESTOP") and "estop topic is true" in reason(), TIMEOUT), \
             reason()
         assert np.allclose(np.asarray(commands[-1].data), HOME, atol=1e-12)
-
-
-def test_a_command_decided_before_one_already_sent_is_dropped_not_sent_late():
-    sent: list[str] = []
-    order = CommandOrder(sent.append)
-    tick = order.number()  # the executor thread decided a tick command ...
-    hold = order.number()  # ... then the e-stop thread decided the hold, and published first
-    assert order.send(hold, "hold")
-    assert not order.send(tick, "tick")  # the stale tick must not overwrite the hold
-    assert order.send(order.number(), "next tick")
-    assert sent == ["hold", "next tick"] and order.superseded == 1
 
 
 def test_deadman_release_holds_at_the_measured_position(rig, tmp_path):

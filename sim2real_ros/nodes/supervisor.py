@@ -6,7 +6,8 @@ executor thread serves everything but the e-stop (ticks, inputs, services, state
 subscription has a node, executor and thread of its own (EstopListener), whose wait set holds
 nothing else, and publishes the hold from its callback instead of waiting for the next tick
 (issue #6: p99 <= 10 ms from the e-stop's publication to the hold on the robot topic), then the
-state that says ESTOP. Commands leave in decision order (CommandOrder); state reports from both
+state that says ESTOP. Commands are decided and published under one lock (CommandOrder), so none
+is dropped or reordered; state reports from both
 threads one at a time, in order. The e-stop node is `<name>_estop` in the same namespace.
 `estop` is reliable + transient local (docs/design.md §2); a publisher with a QoS this subscription cannot hear
 (volatile or best effort), or of another message type (a std_msgs/String, an example_interfaces/Bool),
@@ -266,9 +267,6 @@ class SupervisorNode(Node):
         check_stop_source_on_robot(config, bool(self.get_parameter("use_sim_time").value))
         self._core = Supervisor(config, limits, Jogger(mapping, limits, model, params.ee_link))
         self._params = params
-        # Held only for a core call (and numbering its command), so the e-stop thread never waits
-        # behind logging, message building, publishing or graph queries.
-        self._core_lock = threading.Lock()
         self._last_state_key: tuple = ()
         self._last_change_key: tuple = ()
         self._last_rejections = 0
@@ -281,6 +279,9 @@ class SupervisorNode(Node):
 
         self._command_pub = self.create_publisher(Float64MultiArray, COMMAND_TOPIC, RELIABLE_LATEST_QOS)
         self._commands = CommandOrder(lambda msg: self._publish(self._command_pub, msg))
+        # Held for a core call and, for a command, its publish (CommandOrder), never for logging or
+        # graph queries: the e-stop thread waits for at most one publish already in progress.
+        self._core_lock = self._commands.lock
         self._state_pub = self.create_publisher(DiagnosticArray, topics.SUPERVISOR_STATE.name, LATCHED_QOS)
         self._events_pub = self.create_publisher(DiagnosticArray, topics.INTERVENTIONS.name, EVENTS_QOS)
         self.create_subscription(JointState, topics.JOINT_STATES.name, self._on_joint_state, JOINT_STATE_QOS)
@@ -329,17 +330,16 @@ class SupervisorNode(Node):
                 raise
 
     def _decide(self, decision: Callable[[int], SentCommand | None]) -> None:
-        """Run one core call under the core lock and send the command it returns, if any.
+        """Run one core call and publish the command it returns, if any, under the core lock.
 
-        Called from the executor thread and from the e-stop thread. Commands leave in decision
-        order: one decided before a command that is already out is dropped, never sent late.
+        Called from the executor thread and from the e-stop thread: every decided command reaches
+        the robot, in decision order (each is step-limited against the one before it).
         """
-        with self._core_lock:
+        def decide() -> Float64MultiArray | None:
             command = decision(now_ns(self))
-            if command is None:
-                return
-            number = self._commands.number()
-        self._commands.send(number, msgconv.make_position_command(command.positions))
+            return None if command is None else msgconv.make_position_command(command.positions)
+
+        self._commands.decide(decide)
 
     def _steady_ns(self) -> int:
         """The steady clock [ns]: never stops or jumps, whatever use_sim_time says."""

@@ -73,6 +73,7 @@ class GraphLauncher:
         self._log = open(log_file, "a") if log_file else None  # noqa: SIM115 - closed in shutdown
         self._tmp = tempfile.TemporaryDirectory(prefix="sim2real_launch_")
         self.nodes: list[RunningNode] = []
+        self._pumps: list[threading.Thread] = []
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -91,7 +92,9 @@ class GraphLauncher:
                 start_new_session=True,  # our Ctrl-C is forwarded explicitly, once
             )
             self.nodes.append(RunningNode(decl, proc))
-            threading.Thread(target=self._pump, args=(decl.name, proc), daemon=True).start()
+            pump = threading.Thread(target=self._pump, args=(decl.name, proc), daemon=True)
+            pump.start()
+            self._pumps.append(pump)
 
     def _pump(self, name: str, proc: subprocess.Popen) -> None:
         assert proc.stdout is not None
@@ -159,8 +162,15 @@ class GraphLauncher:
             while time.monotonic() < deadline and any(n.process.poll() is None for n in alive):
                 time.sleep(0.05)
         codes = {n.decl.name: n.process.wait() for n in self.nodes}
-        if self._log:
-            self._log.close()
+        # A node's last lines (often the error it exited with) may still be in its pipe: read them
+        # all before the log closes. Bounded: a grandchild holding the pipe open must not hang us.
+        deadline = time.monotonic() + timeout_s
+        for pump in self._pumps:
+            pump.join(timeout=max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            if self._log:
+                self._log.close()
+                self._log = None
         self._tmp.cleanup()
         return codes
 
