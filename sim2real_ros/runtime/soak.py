@@ -1,7 +1,8 @@
 """`sim2real soak`: the sim graph with the policy driving while faults are injected (issue 34).
 
 The graph is the sim graph of `declare_graph("sim")` with the robot's supervisor settings (no
-auto_arm, a stop source required, an `estop` heartbeat with a timeout), plus the recorder. The
+auto_arm, a stop source required, an `estop` heartbeat with a timeout) and the robot graph's
+real-time knobs for the supervisor and the actuator, plus the recorder. The
 injector (this process) is the person at the robot: it publishes the e-stop heartbeat, arms after
 every stop, and injects one fault at a time from `core.soak.iter_faults(seed)`, each after a random
 gap once the graph has recovered from the previous one. Joint states reach the graph through a
@@ -38,7 +39,7 @@ from ..core import soak as core
 from ..core.control.action_chunk import ActionChunk
 from ..core.robot.urdf import RobotModel
 from ..core.stats import summary
-from ..graph import GraphArgs, NodeDecl, declare_graph
+from ..graph import ROBOT_REALTIME, GraphArgs, NodeDecl, declare_graph
 from ..nodes.common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS
 from ..paths import default_policy_path
 from ..topics import (
@@ -200,11 +201,15 @@ class Soak:
     def __init__(self, config: SoakConfig, log=print) -> None:
         self.config = config
         self.log = log
-        supervisor = {"auto_arm": False, "require_stop_source": True,
+        # The robot graph's real-time knobs too (graph.ROBOT_REALTIME: applied where the process
+        # may, else one warning): the e-stop bound is a robot's, and without them a restarted policy
+        # node importing torch beside the CPU hogs kept the whole supervisor off the CPU for 184 ms.
+        supervisor = {**ROBOT_REALTIME["supervisor"], "auto_arm": False, "require_stop_source": True,
                       "estop_heartbeat_timeout_s": config.heartbeat_timeout_s,
                       "control_rate_hz": config.control_rate_hz}
         self.args = GraphArgs(checkpoint=str(config.checkpoint),
-                              extra_parameters={"sim_node": {"seed": config.seed}, "supervisor": supervisor})
+                              extra_parameters={"sim_node": {"seed": config.seed}, "supervisor": supervisor,
+                                                "actuator_node": dict(ROBOT_REALTIME["actuator_node"])})
         self.model = RobotModel.from_description(self.args.description())
         self.joint_names = self.model.joint_names
         self.recovery = core.RecoveryLog()
