@@ -43,6 +43,32 @@ def print_and_save(results: dict[str, Any], json_path: Path | None) -> None:
         json_path.write_text(text + "\n")
 
 
+def median_over_runs(runs: Sequence[Any]) -> Any:
+    """Several runs' figures of one benchmark, combined (`sim2real bench --repeat N`).
+
+    A number (in every run) becomes {"median", "min", "max", "runs"}: the median and the spread
+    over the runs, and each run's value in run order. A dict is combined key by key over the keys
+    every run has (a key one run lacks is left out, not guessed). Anything else (text, lists, a
+    value that is a number in some runs only) is kept as the list of the runs' values. NaN runs are
+    left out of the median and spread (a phase without samples) but kept in "runs".
+    """
+    if not runs:
+        return {}
+    if all(isinstance(r, bool) for r in runs):
+        return list(runs)
+    if all(isinstance(r, int | float) and not isinstance(r, bool) for r in runs):
+        values = [float(r) for r in runs]
+        finite = [v for v in values if np.isfinite(v)]
+        if not finite:
+            return {"median": float("nan"), "min": float("nan"), "max": float("nan"), "runs": values}
+        return {"median": round(float(np.median(finite)), 4), "min": min(finite), "max": max(finite),
+                "runs": values}
+    if all(isinstance(r, dict) for r in runs):
+        common = [k for k in runs[0] if all(k in r for r in runs[1:])]
+        return {k: median_over_runs([r[k] for r in runs]) for k in common}
+    return list(runs)
+
+
 # ----------------------------------------------------------------------------------------------
 # Load beside a benchmark (issue 36): quiet and loaded phases interleaved in one run.
 QUIET, LOADED = "quiet", "loaded"
