@@ -2,6 +2,7 @@
 declaration, a clean main()."""
 from __future__ import annotations
 
+import faulthandler
 import gc
 import os
 import signal
@@ -166,6 +167,9 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_thr
     with exit code 0.
     num_threads=1 spins one thread on the executor that executor.py chooses (SIM2REAL_EXECUTOR).
     """
+    # A crash in C (SIGSEGV, SIGABRT) prints every thread's Python stack to stderr, which the
+    # launcher puts in the graph's log: a node that once exited -11 left nothing to go on.
+    faulthandler.enable()
     rclpy.init(args=args)
     end_on_hangup()
     node = None
