@@ -139,6 +139,26 @@ def test_reach_hold_a_swipe_through_the_target_does_not_count_a_hold_does():
         assert outcome["held_s"] >= params.task.reach_hold.hold_s - 1e-9
 
 
+def test_reach_hold_reports_arm_table_contact_while_the_arm_presses_on_the_table():
+    """The quantity behind the `arm_contact` reward: 0 at home, 1 while a link is on the table, and
+    the episode that touched it ends as `collision`."""
+    from sim2real_ros.rl.rewards import TASK_QUANTITY, TERMS
+
+    with task_world(ARM6, "reach_hold", timeout_s=2.0) as (params, world):
+        world.reset(seed=11)
+        assert world.task.reward_terms(world)["arm_table_contact"] == 0.0
+        expert = world.task.make_expert(world)
+        below = world.target_position() * np.array([1.0, 1.0, 0.0]) - np.array([0.0, 0.0, 0.05])
+        q_down = expert.expert.solve_ik(target_in_base_frame(world, below))  # 5 cm into the table
+        touching = []
+        run_until(world, 2.0, lambda w: q_down,
+                  record=lambda w: touching.append(w.task.reward_terms(w)["arm_table_contact"]))
+        assert max(touching) == 1.0 and min(touching) == 0.0
+        outcome = world.episode_outcome()
+        assert outcome is not None and world.task.classify_failure(world, outcome) == "collision"
+    assert TASK_QUANTITY["arm_contact"] == "arm_table_contact" and "arm_contact" in TERMS
+
+
 def test_reach_keeps_its_first_touch_success():
     """The original task is unchanged: the same swipe that reach_hold refuses is a reach success."""
     with task_world(ARM6, "reach", timeout_s=4.0) as (params, world):

@@ -82,6 +82,10 @@ def _table_contact(s: StepState) -> float:
     return -1.0 if s.tool_height_m < 0.005 else 0.0
 
 
+def _arm_contact(s: StepState) -> float:
+    return -float(s.task["arm_table_contact"])
+
+
 def _holding(s: StepState) -> float:
     return float(s.task["holding"])
 
@@ -107,7 +111,8 @@ def _cube_to_zone(s: StepState) -> float:
 
 
 # Terms computed from a task's own quantity: term -> the Task.reward_terms key it needs.
-TASK_QUANTITY = {"holding": "holding", "tool_speed": "tool_speed_m_s", "grasp": "grasp",
+TASK_QUANTITY = {"arm_contact": "arm_table_contact", "holding": "holding", "tool_speed": "tool_speed_m_s",
+                 "grasp": "grasp",
                  "cube_height": "cube_height_m", "tool_to_cube": "tool_to_cube_m",
                  "cube_to_zone": "cube_to_zone_m"}
 
@@ -120,6 +125,7 @@ TERMS: dict[str, tuple[Callable[[StepState], float], str]] = {
     "joint_limit": (_joint_limit, f"-sum of how deep each joint is in the outer {JOINT_LIMIT_MARGIN:.0%} of its range"),
     "joint_velocity": (_joint_velocity, "-||qd||^2 [rad^2/s^2]"),
     "table_contact": (_table_contact, "-1 while the tool point is within 5 mm of the table"),
+    "arm_contact": (_arm_contact, "-1 while an arm link touches the table, sampled at each decision (reach_hold)"),
     "holding": (_holding, "1 while the task's success condition holds (reach_hold, pick_lift, pick_place)"),
     "tool_speed": (_tool_speed, "-speed of the tool point [m/s] (reach_hold)"),
     "grasp": (_grasp, "1 while both jaws touch the cube (pick_lift)"),
@@ -133,7 +139,7 @@ TERMS: dict[str, tuple[Callable[[StepState], float], str]] = {
 # for success_outweighs_staying. cube_height is capped at pick_lift's lift height, 0.05 m by default.
 STEP_MAX: dict[str, float | None] = {
     "distance": 0.0, "distance_fine": 1.0, "action_rate": 0.0, "joint_limit": 0.0, "joint_velocity": 0.0,
-    "table_contact": 0.0, "holding": 1.0, "tool_speed": 0.0, "grasp": 1.0, "cube_height": None,
+    "table_contact": 0.0, "arm_contact": 0.0, "holding": 1.0, "tool_speed": 0.0, "grasp": 1.0, "cube_height": None,
     "tool_to_cube": 0.0, "cube_to_zone": 0.0,
 }
 

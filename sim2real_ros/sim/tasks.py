@@ -191,9 +191,11 @@ class ReachHoldTask(ReachTask):
                 "hold_progress": np.array([min(1.0, self._held_s / self.hold.hold_s)])}
 
     def reward_terms(self, world: SimWorld) -> dict[str, float]:
-        """distance_m [m]; tool_speed_m_s [m/s]; holding (1 while the hold condition is met)."""
+        """distance_m [m]; tool_speed_m_s [m/s]; holding (1 while the hold condition is met);
+        arm_table_contact (1 while an arm link touches the table: what ends as `collision`)."""
         return {**super().reward_terms(world), "tool_speed_m_s": tool_speed(world),
-                "holding": 1.0 if self._timer.since_ns is not None else 0.0}
+                "holding": 1.0 if self._timer.since_ns is not None else 0.0,
+                "arm_table_contact": 1.0 if arm_touches(world, world.table, self._arm_links) else 0.0}
 
     def state(self) -> Any:
         return self._timer.state(), self._collided, self._held_s, self._reached
