@@ -273,6 +273,7 @@ def test_out_of_range_parameters_fail_at_start_naming_parameter_and_value(tmp_pa
         "sup_no_confirm": ({"joint_jump_confirm_samples": 1},
                            "supervisor parameters: field 'joint_jump_confirm_samples' = 1: "
                            "must be an integer in [2, 50]"),
+        "sup_no_history": ({"command_history_depth": 0}, "'command_history_depth' = 0:"),
         "sup_rate_high": ({"control_rate_hz": 5000.0},
                           "supervisor parameters: field 'control_rate_hz' = 5000.0: must be a finite number in "
                           "[1.0, 2000.0]"),

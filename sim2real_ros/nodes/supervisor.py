@@ -76,6 +76,7 @@ from .common import (
     RELIABLE_LATEST_QOS,
     SERVO_DIAGNOSTICS_QOS,
     now_ns,
+    qos_profile,
     run_node,
 )
 from .executor import single_threaded_executor
@@ -105,6 +106,7 @@ class SupervisorNodeParams:
     state_rate_hz: float
     forward_policy_commands: bool
     servo_diagnostics_topic: str
+    command_history_depth: int
 
     def __post_init__(self) -> None:
         for name, (low, high) in (("control_rate_hz", CONTROL_RATE_RANGE), ("state_rate_hz", STATE_RATE_RANGE)):
@@ -126,6 +128,7 @@ def declare_parameters(node: Node) -> tuple[SupervisorNodeParams, dict]:
         control_rate_hz=float(v.pop("control_rate_hz")), state_rate_hz=float(v.pop("state_rate_hz")),
         forward_policy_commands=bool(v.pop("forward_policy_commands")),
         servo_diagnostics_topic=str(v.pop("servo_diagnostics_topic")).strip(),
+        command_history_depth=int(v.pop("command_history_depth")),
     )
     v["auto_arm"], v["require_stop_source"] = bool(v["auto_arm"]), bool(v["require_stop_source"])
     for parameter, field in (("position_lower_limits", "lower"), ("position_upper_limits", "upper"),
@@ -277,7 +280,10 @@ class SupervisorNode(Node):
         self._forwarding = CommandForwarding(int(round(config.control_period_s * 1e9)),
                                              enabled=params.forward_policy_commands)
 
-        self._command_pub = self.create_publisher(Float64MultiArray, COMMAND_TOPIC, RELIABLE_LATEST_QOS)
+        # Reliable, newest only by default; a deeper history lets a stalled recorder still get every
+        # command sent (the soak checks each step), while a depth-1 reader still gets the newest.
+        self._command_pub = self.create_publisher(
+            Float64MultiArray, COMMAND_TOPIC, qos_profile(topics.QosSpec(depth=params.command_history_depth)))
         self._commands = CommandOrder(lambda msg: self._publish(self._command_pub, msg))
         # Held for a core call and, for a command, its publish (CommandOrder), never for logging or
         # graph queries: the e-stop thread waits for at most one publish already in progress.

@@ -204,7 +204,11 @@ class Soak:
         # The robot graph's real-time knobs too (graph.ROBOT_REALTIME: applied where the process
         # may, else one warning): the e-stop bound is a robot's, and without them a restarted policy
         # node importing torch beside the CPU hogs kept the whole supervisor off the CPU for 184 ms.
+        # command_history_depth: the recorder must see every command the supervisor sent to check
+        # each step; with depth 1 a recorder stalled by the load lost some and a step across the
+        # gap read as too large (CI, 2026-12-04: 0.054 > 0.030 rad after 117 ms without a sample).
         supervisor = {**ROBOT_REALTIME["supervisor"], "auto_arm": False, "require_stop_source": True,
+                      "command_history_depth": 500,
                       "estop_heartbeat_timeout_s": config.heartbeat_timeout_s,
                       "control_rate_hz": config.control_rate_hz}
         self.args = GraphArgs(checkpoint=str(config.checkpoint),
