@@ -17,7 +17,7 @@ from support import REPO_ROOT, node_decl, running_nodes, wait_until
 
 from sim2real_ros.bags import BagReader, iter_messages
 from sim2real_ros.bags.info import bag_info
-from sim2real_ros.bags.reader import publish_times
+from sim2real_ros.bags.reader import publish_records, publish_times
 from sim2real_ros.bags.topic_selection import DURABILITY_TRANSIENT_LOCAL, adapt_qos, select_topics
 from sim2real_ros.cli.main import main as cli_main
 from sim2real_ros.conversions import ns_to_stamp
@@ -121,6 +121,9 @@ def test_recorder_records_every_topic_with_publisher_qos(ros, tmp_path):
     assert len(pairs) == 50
     age = pairs[:, 0] - pairs[:, 1]
     assert np.all(age >= 0) and np.all(age < 10**9) and np.any(age > 0)
+    # The MCAP sequence is the publisher's count (DDS publication sequence number): all 50 were
+    # published after the recorder matched, so 1..50 in order (a lost one would leave a gap).
+    assert publish_records(bag, ["/joint_states"])["/joint_states"][:, 2].tolist() == list(range(1, 51))
     assert next(m for m in recorded if m.topic == "/supervisor/state").msg.status[0].message == "ESTOP"
     image = next(m for m in recorded if m.topic == "/camera/image_raw").msg
     assert (image.height, image.width, image.encoding, len(image.data)) == (2, 3, "rgb8", 18)

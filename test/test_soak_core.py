@@ -47,6 +47,24 @@ def test_commands_are_checked_in_publish_order():
     assert soak.check_commands(shuffled, LIMITS) == []
 
 
+def test_commands_the_recording_lacks_are_counted_by_sequence_number_and_bound_the_step():
+    # The supervisor sent 5 commands, 0.02 rad apart on joint 0; the bag lacks the middle three
+    # (a stalled recorder). Sequence numbers 1 and 5: four steps were sent, so 0.08 rad is allowed.
+    sent = stream(0, [[0.02 * k, 0.0] for k in range(5)])
+    recorded = [soak.TimedPositions(c.t_ns, c.positions, k + 1) for k, c in enumerate(sent) if k in (0, 4)]
+    assert soak.check_commands(recorded, LIMITS) == [] and soak.missed_commands(recorded) == 3
+    # The same two recorded as neighbours (consecutive numbers, or unknown: 0) jump 0.08 rad in one.
+    for first, second in ((1, 2), (0, 0), (0, 5), (5, 1)):
+        pair = [soak.TimedPositions(recorded[0].t_ns, recorded[0].positions, first),
+                soak.TimedPositions(recorded[1].t_ns, recorded[1].positions, second)]
+        [violation] = soak.check_commands(pair, LIMITS)
+        assert violation.kind == "command_step_too_large" and "0.080000 rad > 0.020000 rad" in violation.detail
+    # Across the gap a jump larger than one step per command sent is still caught.
+    jumped = [recorded[0], soak.TimedPositions(recorded[1].t_ns, np.array([0.081, 0.0]), 5)]
+    [violation] = soak.check_commands(jumped, LIMITS)
+    assert "0.081000 rad > 0.080000 rad across 4 commands sent" in violation.detail
+
+
 def estop_recording(hold_from_ms: int):
     """The arm moves +0.004 rad per 10 ms on joint 0 (measured = commanded); the e-stop is pressed at
     t = 1000 ms and released at 1500 ms; from `hold_from_ms` on, the commands hold where the arm

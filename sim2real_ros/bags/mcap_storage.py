@@ -427,18 +427,19 @@ class McapFile:
                 log_time, _, _, topic, data = heapq.heappop(heap)
                 yield log_time, topic, data
 
-    def publish_times(self, topics: set[str]) -> dict[str, list[tuple[int, int]]]:
-        """(log time, publish time) [ns] of every message of `topics`, in file order. A recorder that
-        stores the DDS source timestamp puts it in the publish time; others repeat the log time."""
+    def publish_records(self, topics: set[str]) -> dict[str, list[tuple[int, int, int]]]:
+        """(log time, publish time [ns], sequence) of every message of `topics`, in file order. A
+        recorder that stores the DDS source timestamp puts it in the publish time, others repeat the
+        log time; `sim2real record` stores the DDS publication sequence number as the sequence."""
         wanted = {cid: ch.topic for cid, ch in self._index.channels.items() if ch.topic in topics}
         out: dict[str, list[tuple[int, int]]] = {t: [] for t in topics}
         for ref in sorted(self._index.chunks, key=lambda r: r.offset):
             if ref.channel_ids is not None and not ref.channel_ids & wanted.keys():
                 continue
             try:
-                for log_time, channel_id, _data, publish in self._read_ref(ref, with_publish=True):
+                for log_time, channel_id, _data, publish, seq in self._read_ref(ref, with_publish=True):
                     if channel_id in wanted:
-                        out[wanted[channel_id]].append((log_time, publish))
+                        out[wanted[channel_id]].append((log_time, publish, seq))
             except (*_PARSE_ERRORS, RuntimeError, OSError):
                 continue  # damaged: messages() reports it
         return out
@@ -464,16 +465,16 @@ class McapFile:
         opcode = record[0]
         body = memoryview(record)[9:]
         if opcode == OP_MESSAGE:
-            channel_id, _seq, log_time, pub = _MESSAGE_HEADER.unpack_from(body, 0)
-            yield (log_time, channel_id, body[_MESSAGE_HEADER.size:]) + ((pub,) if with_publish else ())
+            channel_id, seq, log_time, pub = _MESSAGE_HEADER.unpack_from(body, 0)
+            yield (log_time, channel_id, body[_MESSAGE_HEADER.size:]) + ((pub, seq) if with_publish else ())
             return
         if opcode != OP_CHUNK:
             raise BagError(f"{self.path}: expected a chunk at byte {ref.offset}, found record 0x{opcode:02x}")
         _start, _end, records = _parse_chunk_body(body, self.path, ref.offset)
         for inner_op, inner in _iter_records(records, self.path, ref.offset):
             if inner_op == OP_MESSAGE:
-                channel_id, _seq, log_time, pub = _MESSAGE_HEADER.unpack_from(inner, 0)
-                yield (log_time, channel_id, inner[_MESSAGE_HEADER.size:]) + ((pub,) if with_publish else ())
+                channel_id, seq, log_time, pub = _MESSAGE_HEADER.unpack_from(inner, 0)
+                yield (log_time, channel_id, inner[_MESSAGE_HEADER.size:]) + ((pub, seq) if with_publish else ())
 
     def raw_records(self) -> tuple[dict[int, Schema], dict[int, Channel]]:
         """Schemas and channels of the file (for repair)."""

@@ -481,19 +481,26 @@ def topic_types(path: str | Path) -> dict[str, str]:
         return reader.topic_types()
 
 
-def publish_times(path: str | Path, topics: Iterable[str]) -> dict[str, np.ndarray]:
-    """Per topic, the (log time, publish time) [ns] pairs (K, 2) sorted by log time, from the bag's
-    MCAP files (sqlite3 has no publish time: those topics get an empty array). A recorder that
-    stores each message's DDS source timestamp (`sim2real record`) puts it in the publish time;
-    other writers repeat the log time there. Pairs with one log time keep file order, as
-    `iter_messages` does, so the k-th pair belongs to the k-th message (a frozen sim clock gives
-    many messages one log time)."""
+def publish_records(path: str | Path, topics: Iterable[str]) -> dict[str, np.ndarray]:
+    """Per topic, the (log time [ns], publish time [ns], sequence) rows (K, 3) sorted by log time,
+    from the bag's MCAP files (sqlite3 has neither field: those topics get an empty array). A
+    recorder that stores each message's DDS source timestamp (`sim2real record`) puts it in the
+    publish time and the DDS publication sequence number (the publisher's count, 0 when unknown) in
+    the sequence; other writers repeat the log time and count the file's messages. Rows with one
+    log time keep file order, as `iter_messages` does, so the k-th row belongs to the k-th message
+    (a frozen sim clock gives many messages one log time)."""
     wanted = set(topics)
-    pairs: dict[str, list[tuple[int, int]]] = {t: [] for t in wanted}
+    rows_by_topic: dict[str, list[tuple[int, int, int]]] = {t: [] for t in wanted}
     with BagReader(path) as reader:
         for storage in reader._files:  # noqa: SLF001 - same module family
-            if hasattr(storage, "publish_times"):
-                for topic, rows in storage.publish_times(wanted).items():
-                    pairs[topic].extend(rows)
-    return {t: np.array(sorted(rows, key=lambda row: row[0]), dtype=np.int64).reshape(-1, 2)
-            for t, rows in pairs.items()}
+            if hasattr(storage, "publish_records"):
+                for topic, rows in storage.publish_records(wanted).items():
+                    rows_by_topic[topic].extend(rows)
+    return {t: np.array(sorted(rows, key=lambda row: row[0]), dtype=np.int64).reshape(-1, 3)
+            for t, rows in rows_by_topic.items()}
+
+
+def publish_times(path: str | Path, topics: Iterable[str]) -> dict[str, np.ndarray]:
+    """Per topic, the (log time, publish time) [ns] pairs (K, 2) sorted by log time: the first two
+    columns of `publish_records`."""
+    return {t: rows[:, :2] for t, rows in publish_records(path, topics).items()}

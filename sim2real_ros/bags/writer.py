@@ -120,10 +120,14 @@ class _McapFileWriter:
             metadata["topic_type_hash"] = topic.type_hash
         self._channels[topic.name] = self._writer.register_channel(topic.name, "cdr", schema_id, metadata)
 
-    def write(self, topic: str, log_time_ns: int, data: bytes, publish_time_ns: int | None = None) -> None:
+    def write(self, topic: str, log_time_ns: int, data: bytes, publish_time_ns: int | None = None,
+              sequence: int | None = None) -> None:
         self._sequence += 1
         publish = log_time_ns if publish_time_ns is None else publish_time_ns
-        self._writer.add_message(self._channels[topic], log_time_ns, data, publish, self._sequence)
+        # MCAP's sequence is the publisher's message counter when there is one (the DDS publication
+        # sequence number), else ours (one count over the file).
+        seq = self._sequence if sequence is None else int(sequence) & 0xFFFFFFFF
+        self._writer.add_message(self._channels[topic], log_time_ns, data, publish, seq)
 
     def flush(self) -> None:
         self._writer.flush()  # closes the chunk in progress and flushes the file
@@ -170,8 +174,9 @@ class _SqliteFileWriter:
                 "type_description_hash) VALUES (?, ?, ?, ?)",
                 (topic.msgtype, "ros2msg" if topic.msgdef else "unknown", topic.msgdef, topic.type_hash))
 
-    def write(self, topic: str, log_time_ns: int, data: bytes, publish_time_ns: int | None = None) -> None:
-        # rosbag2's sqlite3 schema has no publish time: only the receive time is stored.
+    def write(self, topic: str, log_time_ns: int, data: bytes, publish_time_ns: int | None = None,
+              sequence: int | None = None) -> None:
+        # rosbag2's sqlite3 schema has no publish time or sequence: only the receive time is stored.
         self._db.execute("INSERT INTO messages (topic_id, timestamp, data) VALUES (?, ?, ?)",
                          (self._ids[topic], log_time_ns, data))
 
@@ -258,11 +263,13 @@ class BagWriter:
         return {name: t.msgtype for name, t in self._topics.items()}
 
     def write(self, topic: str, log_time_ns: int, data: bytes | memoryview, now_ns: int | None = None,
-              publish_time_ns: int | None = None) -> None:
+              publish_time_ns: int | None = None, sequence: int | None = None) -> None:
         """Append one serialized (CDR) message received at `log_time_ns`. `now_ns` (default: the log
         time) drives the periodic flush. `publish_time_ns` [ns]: when the publisher sent it (the DDS
         source timestamp), stored as the MCAP publish time (default: the log time; sqlite3 bags
-        have no such field)."""
+        have no such field). `sequence`: the publisher's count of this message (the DDS publication
+        sequence number, 0: unknown), stored as the MCAP sequence modulo 2**32 (default: a count of
+        the file's messages; sqlite3 bags have no such field)."""
         if self._closed:
             raise BagError(f"{self.path}: write after close")
         entry = self._topics.get(topic)
@@ -273,7 +280,7 @@ class BagWriter:
             self._open_next_file()
             self._last_flush_ns = None
         payload = bytes(data)
-        self._current.write(topic, log_time_ns, payload, publish_time_ns)
+        self._current.write(topic, log_time_ns, payload, publish_time_ns, sequence)
         self._files[-1].add(log_time_ns, len(payload))
         entry.count += 1
         self._dirty = True

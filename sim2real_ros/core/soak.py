@@ -102,10 +102,12 @@ def fault_schedule(seed: int, count: int, gap_range_s: tuple[float, float] = (1.
 # What was recorded
 @dataclass(frozen=True)
 class TimedPositions:
-    """A command or a measured joint state: publish time [ns] (wall) and positions [rad] (n,)."""
+    """A command or a measured joint state: publish time [ns] (wall), positions [rad] (n,) and the
+    publisher's count of it (the DDS publication sequence number; 0: unknown)."""
 
     t_ns: int
     positions: np.ndarray
+    sequence: int = 0
 
 
 @dataclass(frozen=True)
@@ -166,11 +168,30 @@ class CommandLimits:
                    velocity_arr * control_period_s, tol_rad)
 
 
+def sent_between(previous: TimedPositions, command: TimedPositions) -> int:
+    """How many commands the publisher sent from `previous` to `command` (1: none in between),
+    from their publication sequence numbers; 1 when either is unknown (0) or they do not increase
+    (another publisher, a restart): then the two are judged as neighbours, the strict reading."""
+    if previous.sequence > 0 and command.sequence > previous.sequence:
+        return command.sequence - previous.sequence
+    return 1
+
+
+def missed_commands(commands: Sequence[TimedPositions]) -> int:
+    """Commands the publisher sent that the recording lacks (by publication sequence number)."""
+    ordered = sorted(commands, key=lambda c: c.t_ns)
+    return sum(sent_between(a, b) - 1 for a, b in zip(ordered[:-1], ordered[1:], strict=True))
+
+
 def check_commands(commands: Sequence[TimedPositions], limits: CommandLimits) -> list[Violation]:
-    """Every command finite, inside the position limits, and at most one step from the one before
-    (in publish order). Returns one Violation per offending command."""
+    """Every command finite, inside the position limits, and at most one step from the one sent
+    before it (in publish order). When the recording lacks commands in between (a recorder stalled
+    past its queue loses the oldest: the publication sequence numbers of the two recorded ones say
+    how many were sent), the bound is one step per command sent: each of them was itself limited,
+    so a larger difference is still a violation, and one command that jumps is caught wherever it
+    is. Returns one Violation per offending command."""
     violations: list[Violation] = []
-    previous: np.ndarray | None = None
+    previous: TimedPositions | None = None
     for command in sorted(commands, key=lambda c: c.t_ns):
         q = np.asarray(command.positions, dtype=float)
         if q.shape != limits.lower.shape or not np.all(np.isfinite(q)):
@@ -184,14 +205,17 @@ def check_commands(commands: Sequence[TimedPositions], limits: CommandLimits) ->
                                         f"joint {joint}: {q[joint]:.6f} rad outside "
                                         f"[{limits.lower[joint]:.6f}, {limits.upper[joint]:.6f}]"))
         if previous is not None:
-            step = np.abs(q - previous)
-            over = step > limits.max_step + limits.tol_rad
+            sent = sent_between(previous, command)
+            step = np.abs(q - np.asarray(previous.positions, dtype=float))
+            bound = limits.max_step * sent
+            over = step > bound + limits.tol_rad
             if np.any(over):
-                joint = int(np.argmax(step - limits.max_step))
+                joint = int(np.argmax(step - bound))
+                across = f" across {sent} commands sent" if sent > 1 else ""
                 violations.append(Violation("command_step_too_large", command.t_ns,
                                             f"joint {joint}: step {step[joint]:.6f} rad > "
-                                            f"{limits.max_step[joint]:.6f} rad"))
-        previous = q
+                                            f"{bound[joint]:.6f} rad{across}"))
+        previous = command
     return violations
 
 

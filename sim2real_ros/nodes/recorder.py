@@ -221,11 +221,15 @@ class RecorderNode(Node):
         # commands without a header (Float64MultiArray) get a time free of the receive jitter.
         source = info.get("source_timestamp") if isinstance(info, dict) else None
         publish_ns = int(source) if source else None
+        # The publisher's count of this message: a gap between two recorded ones says how many
+        # this recorder never got (the soak's step check needs to know, docs/safety.md).
+        sequence = info.get("publication_sequence_number") if isinstance(info, dict) else None
         with self._lock:
             if self._closed:
                 return
             self._write_description(received_ns)
-            self.writer.write(topic, received_ns, data, now_ns=time.monotonic_ns(), publish_time_ns=publish_ns)
+            self.writer.write(topic, received_ns, data, now_ns=time.monotonic_ns(), publish_time_ns=publish_ns,
+                              sequence=int(sequence) if sequence else 0)
             self.received += 1
 
     def _flush_tick(self) -> None:

@@ -33,7 +33,7 @@ from std_msgs.msg import Bool
 from trajectory_msgs.msg import JointTrajectory
 
 from ..bags.info import bag_info
-from ..bags.reader import iter_messages, publish_times
+from ..bags.reader import iter_messages, publish_records
 from ..conversions import chunk_to_trajectory, ns_to_stamp, stamp_to_ns
 from ..core import soak as core
 from ..core.control.action_chunk import ActionChunk
@@ -423,6 +423,8 @@ class Soak:
         if recorded is not None:
             commands, measured, modes = recorded
             bag_report["commands"] = len(commands)
+            # Sent by the supervisor but not in the bag (the recorder stalled past its queue).
+            bag_report["commands_missed"] = core.missed_commands(commands)
             if not commands:
                 violations.append(core.Violation("bag_unreadable", 0, f"no {COMMAND_TOPIC} message in {bag}"))
             check_limits = core.CommandLimits.from_limits(limits["lower"], limits["upper"], limits["velocity"],
@@ -459,7 +461,7 @@ def read_recording(bag: Path, joint_names: list[str], namespace: str = "") -> Re
     [ns] (the publisher's wall clock); ValueError if the bag lacks publish times."""
     topics = tuple(absolute(t, namespace) for t in (COMMAND_TOPIC, JOINT_STATES.name, SUPERVISOR_STATE.name))
     command_topic, joint_topic, state_topic = topics
-    published = publish_times(bag, topics)
+    published = publish_records(bag, topics)
     by_topic: dict[str, list[Any]] = {t: [] for t in topics}
     for m in iter_messages(bag, topics):
         by_topic[m.topic].append(m)
@@ -469,16 +471,16 @@ def read_recording(bag: Path, joint_names: list[str], namespace: str = "") -> Re
         pairs = published[topic]
         if len(pairs) != len(messages) or any(int(p[0]) != m.log_time_ns for p, m in zip(pairs, messages, strict=True)):
             raise ValueError(f"{bag}: publish times of {topic} do not match its messages")
-        timed[topic] = sorted(((int(p[1]), m.msg) for p, m in zip(pairs, messages, strict=True)),
+        timed[topic] = sorted(((int(p[1]), m.msg, int(p[2])) for p, m in zip(pairs, messages, strict=True)),
                               key=lambda pm: pm[0])
-    commands = [core.TimedPositions(t, np.asarray(msg.data, dtype=float)) for t, msg in timed[command_topic]]
+    commands = [core.TimedPositions(t, np.asarray(msg.data, dtype=float), seq) for t, msg, seq in timed[command_topic]]
     measured = []
-    for t, msg in timed[joint_topic]:
+    for t, msg, _seq in timed[joint_topic]:
         index = {n: i for i, n in enumerate(msg.name)}
         if all(n in index for n in joint_names):
             measured.append(core.TimedPositions(t, np.array([msg.position[index[n]] for n in joint_names])))
     modes = []
-    for t, msg in timed[state_topic]:
+    for t, msg, _seq in timed[state_topic]:
         state = SupervisorState.from_msg(msg)
         reason = msg.status[0].message if msg.status else ""
         modes.append(core.ModeSample(t, state.mode if state is not None else "", reason))
