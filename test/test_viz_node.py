@@ -54,6 +54,15 @@ def _published_rate(received: list, since: float) -> float:
     return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 2 else 0.0
 
 
+def _delivered_fraction(client: FoxgloveClient, camera: list, since: float, until: float) -> tuple[float, int]:
+    """(share of the camera frames the test received between `since` and `until` [s, monotonic]
+    that reached the foxglove client, how many frames that is), matched by stamp: counts, not
+    rates, so a frame early or late at the window's edge does not move it."""
+    wanted = {stamp_to_ns(msg.header.stamp) for t, msg in list(camera) if since <= t <= until}
+    got = {ts.timestamp.seconds * 10**9 + ts.timestamp.nanos for _, _, ts in client.decoded(ch.CAMERA_IMAGE)}
+    return (len(wanted & got) / len(wanted) if wanted else 0.0), len(wanted)
+
+
 def test_live_view_of_the_sim(ros, tmp_path):
     from sim2real_ros.sim.world import SimWorld
 
@@ -89,6 +98,7 @@ def test_live_view_of_the_sim(ros, tmp_path):
                 phase = (time.monotonic() - start) / 3.0
                 commands.publish(Float64MultiArray(data=list(home + 0.5 * np.sin(np.pi * phase))))
                 time.sleep(0.02)
+            alone_until = time.monotonic()
             rate_alone, published_alone = _image_rate(client, start + 1.0), _published_rate(camera, start + 1.0)
 
             # A stalled client (subscribed to everything, reading nothing) does not slow the others.
@@ -99,6 +109,7 @@ def test_live_view_of_the_sim(ros, tmp_path):
                 commands.publish(Float64MultiArray(data=list(home - 0.3 * np.sin(np.pi * (time.monotonic()
                                                                                             - stalled_from) / 3.0))))
                 time.sleep(0.02)
+            stalled_until = time.monotonic()
             rate_stalled = _image_rate(client, stalled_from + 0.5)
             published_stalled = _published_rate(camera, stalled_from + 0.5)
 
@@ -108,6 +119,10 @@ def test_live_view_of_the_sim(ros, tmp_path):
                                     cwd=REPO_ROOT)
             stalled.close()
             stats = client.decoded(ch.STATS)[-1][2]["topics"]
+            # Frames of the windows still on their way have arrived by now (the second viz_node
+            # took seconds).
+            delivered_alone = _delivered_fraction(client, camera, start + 1.0, alone_until)
+            delivered_stalled = _delivered_fraction(client, camera, stalled_from + 0.5, stalled_until)
             client.close()
         assert result.returncode == 2, result.stderr
         assert f"'port' = {port}" in result.stderr and "in use" in result.stderr, result.stderr
@@ -136,9 +151,15 @@ def test_live_view_of_the_sim(ros, tmp_path):
         # At the rate the sim really published (it renders slower than camera_hz on a loaded machine:
         # 11.4 of 30 Hz on a CI machine at load 4); enough frames to measure a ratio on is what counts.
         assert published_alone > 0.2 * camera_hz, f"the sim published {published_alone:.1f} Hz of {camera_hz} Hz"
-        assert rate_alone > 0.85 * published_alone, f"{rate_alone:.1f} Hz alone, camera {published_alone:.1f} Hz"
-        assert rate_stalled > 0.85 * published_stalled, (
-            f"{rate_stalled:.1f} Hz with a stalled client, camera {published_stalled:.1f} Hz")
+        # Every frame forwarded, with or without a stalled client: counted by stamp (a rate from the
+        # first and last arrival in a 2.5 s window moved by a frame's jitter: 23.9 Hz against
+        # 0.85 x 28.3 once in CI under load); the rates are in the message.
+        for label, (share, frames), rate, published in (("alone", delivered_alone, rate_alone, published_alone),
+                                                        ("with a stalled client", delivered_stalled, rate_stalled,
+                                                         published_stalled)):
+            assert frames > 10 and share >= 0.85, (
+                f"{label}: {share:.2f} of {frames} camera frames reached the client ({rate:.1f} Hz, "
+                f"camera {published:.1f} Hz)")
         assert stats["joint_states"]["received"] > 100 and stats["camera/image_raw"]["published"] > 30
     finally:
         world.close()
