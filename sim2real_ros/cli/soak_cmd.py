@@ -53,6 +53,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"[soak] faults injected {report['faults_injected']}")
     print(f"[soak] e-stops honoured {report['estops']['honoured']}/{report['estops']['pressed']}; "
           f"violations {violations} {({k: v for k, v in report['violations'].items() if v})}")
+    bag = report.get("bag", {})
+    if "commands" in bag:
+        print(f"[soak] robot commands recorded {bag['commands']}, sent but not recorded "
+              f"{bag.get('commands_missed', 0)} (by publication sequence number)")
     for detail in report["violation_details"][:10]:
         print(f"[soak]   {detail['kind']}: {detail['detail']}")
     if report["error"]:
