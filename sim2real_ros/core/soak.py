@@ -168,19 +168,26 @@ class CommandLimits:
                    velocity_arr * control_period_s, tol_rad)
 
 
-def sent_between(previous: TimedPositions, command: TimedPositions) -> int:
-    """How many commands the publisher sent from `previous` to `command` (1: none in between),
-    from their publication sequence numbers; 1 when either is unknown (0) or they do not increase
-    (another publisher, a restart): then the two are judged as neighbours, the strict reading."""
-    if previous.sequence > 0 and command.sequence > previous.sequence:
-        return command.sequence - previous.sequence
-    return 1
+def sent_counts(ordered: Sequence[TimedPositions]) -> list[int]:
+    """For each recorded command after the first (in publish order), how many commands were sent
+    since the one recorded before it (1: none in between), from the publication sequence numbers.
+
+    The numbers count one writer's samples, and the bag does not say which writer sent a message:
+    only a recording whose numbers are all known (> 0) and strictly increase is one writer's
+    uninterrupted stream. Anything else (a second publisher on the topic, a restart, numbers the
+    middleware did not give) is judged strictly: every pair as neighbours (all 1)."""
+    sequences = [c.sequence for c in ordered]
+    one_stream = all(s > 0 for s in sequences) and all(b > a for a, b in zip(sequences[:-1], sequences[1:],
+                                                                              strict=True))
+    if not one_stream:
+        return [1] * max(len(ordered) - 1, 0)
+    return [b - a for a, b in zip(sequences[:-1], sequences[1:], strict=True)]
 
 
 def missed_commands(commands: Sequence[TimedPositions]) -> int:
-    """Commands the publisher sent that the recording lacks (by publication sequence number)."""
-    ordered = sorted(commands, key=lambda c: c.t_ns)
-    return sum(sent_between(a, b) - 1 for a, b in zip(ordered[:-1], ordered[1:], strict=True))
+    """Commands the publisher sent that the recording lacks (by publication sequence number; 0 when
+    the numbers do not make one writer's stream, see sent_counts)."""
+    return sum(k - 1 for k in sent_counts(sorted(commands, key=lambda c: c.t_ns)))
 
 
 def check_commands(commands: Sequence[TimedPositions], limits: CommandLimits) -> list[Violation]:
@@ -192,7 +199,9 @@ def check_commands(commands: Sequence[TimedPositions], limits: CommandLimits) ->
     is. Returns one Violation per offending command."""
     violations: list[Violation] = []
     previous: TimedPositions | None = None
-    for command in sorted(commands, key=lambda c: c.t_ns):
+    ordered = sorted(commands, key=lambda c: c.t_ns)
+    sent_since_previous = [1, *sent_counts(ordered)]
+    for command, sent_since in zip(ordered, sent_since_previous, strict=True):
         q = np.asarray(command.positions, dtype=float)
         if q.shape != limits.lower.shape or not np.all(np.isfinite(q)):
             violations.append(Violation("command_not_finite", command.t_ns, f"command {q.tolist()}"))
@@ -205,7 +214,7 @@ def check_commands(commands: Sequence[TimedPositions], limits: CommandLimits) ->
                                         f"joint {joint}: {q[joint]:.6f} rad outside "
                                         f"[{limits.lower[joint]:.6f}, {limits.upper[joint]:.6f}]"))
         if previous is not None:
-            sent = sent_between(previous, command)
+            sent = sent_since  # `previous` is the command recorded just before (None after a bad one)
             step = np.abs(q - np.asarray(previous.positions, dtype=float))
             bound = limits.max_step * sent
             over = step > bound + limits.tol_rad
