@@ -1,4 +1,5 @@
 """Training and sim evaluation through the same core the nodes run (real PyBullet, real torch)."""
+import dataclasses
 import json
 
 import numpy as np
@@ -66,8 +67,11 @@ def test_train_writes_a_checkpoint_with_spec_and_provenance_and_resumes(tmp_path
     assert 0.0 <= result["evaluation"]["success_rate"] <= 1.0
     action = policy.select_action(np.zeros((96, 96, 3), np.uint8), np.zeros(len(spec.joint_names)))
     assert action.shape == (10, len(spec.joint_names)) and np.all(np.isfinite(action))
-    # A second run with the same config resumes after the last stage instead of collecting again.
-    trainer = Trainer(config, tmp_path / "again.pt", work, log=print)
+    # A second run with the same config resumes after the last stage instead of collecting again,
+    # also from a copy of the file elsewhere (as one would to add DAgger rounds: the path is no part
+    # of what the saved data depend on).
+    copy = dataclasses.replace(config, source=str(tmp_path / "copied" / "train.yaml"))
+    trainer = Trainer(copy, tmp_path / "again.pt", work, log=print)
     try:
         again = trainer.run()
     finally:

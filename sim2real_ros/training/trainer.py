@@ -193,10 +193,14 @@ class Trainer:
     def _state_path(self) -> Path:
         return self.work_dir / "state.json"
 
-    def _bc_hash(self) -> str:
+    def _bc_hash(self, with_source: bool = False) -> str:
         """Hash of what the saved data and BC student depend on. The DAgger and evaluation settings
-        are not in it, so a finished run can be resumed with more rounds."""
+        are not in it, so a finished run can be resumed with more rounds, nor is the config file's
+        own path (a copy with more rounds resumes too). with_source: the hash as work directories
+        written before 2026-12-04 have it (with the path), still accepted."""
         later = {"dagger_rounds", "dagger_episodes", "epochs_per_round", "eval_episodes", "num_threads"}
+        if not with_source:
+            later.add("source")
         return content_hash({k: v for k, v in self.config.to_dict().items() if k not in later})
 
     def _save_state(self, stage: int, model: PolicyModel, data: Dataset) -> None:
@@ -210,7 +214,7 @@ class Trainer:
         if not path.exists():
             return -1, Dataset()
         state = json.loads(path.read_text())
-        if state.get("bc_hash") != self._bc_hash():
+        if state.get("bc_hash") not in (self._bc_hash(), self._bc_hash(with_source=True)):
             self.log(f"[train] {self.work_dir} holds a run of another config; starting fresh")
             return -1, Dataset()
         model.load_state_dict(torch.load(self.work_dir / "student.pt", weights_only=True))
