@@ -333,3 +333,40 @@ def test_stopping_takes_in_what_the_readers_already_hold(ros, tmp_path):
     finally:
         node.destroy_node()
         rclpy.try_shutdown(context=context)
+
+
+def test_a_recorder_stalled_for_seconds_loses_nothing_of_a_reliable_stream(ros, tmp_path):
+    """The soak's lost commands (CI stop 45): a recorder that gets no CPU for a while, or a reliable
+    stream waiting for a lost sample's resend (Fast DDS heartbeats every 3 s by default), must hold
+    what keeps arriving meanwhile. Its readers' depth (RECORD_DEPTH) covers 2.5 s of a 200 Hz topic
+    with room to spare; at the old depth of 100 this run lost ~400 messages."""
+    bag = tmp_path / "stalled"
+    rate_hz, stall_s = 200.0, 2.5
+    # The publisher keeps enough history to resend what a stalled reader asks for again.
+    joints = ros.publisher(JointState, "stall_joint_states",
+                           QoSProfile(depth=2000, reliability=JOINT_STATE_QOS.reliability))
+    decl = node_decl("recorder", {"output": str(bag), "topics": ["stall_joint_states"], "flush_period_s": 0.2})
+    sent = 0
+
+    def publish_for(duration_s: float) -> None:
+        nonlocal sent
+        end = time.monotonic() + duration_s
+        while time.monotonic() < end:
+            joints.publish(_joint_state(sent, 0))
+            sent += 1
+            time.sleep(1.0 / rate_hz)
+
+    with running_nodes([decl], tmp_path) as launcher:
+        ros.wait_for_subscribers(joints, timeout_s=30.0)
+        publish_for(0.5)
+        recorder = launcher.nodes[0].process
+        recorder.send_signal(signal.SIGSTOP)  # the recorder gets no CPU at all: DDS threads included
+        try:
+            publish_for(stall_s)
+        finally:
+            recorder.send_signal(signal.SIGCONT)
+        publish_for(0.5)
+        assert wait_until(lambda: _count_in_bag(bag, "/stall_joint_states") >= sent, 20.0), (
+            f"{_count_in_bag(bag, '/stall_joint_states')} of {sent} in the bag")
+    got = [int(m.msg.position[0]) for m in iter_messages(bag, ["/stall_joint_states"])]
+    assert got == list(range(sent)), f"{sent - len(got)} of {sent} lost"

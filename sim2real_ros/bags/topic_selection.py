@@ -10,8 +10,13 @@ from dataclasses import dataclass
 # rmw enum values (rmw/types.h), as rosbag2 stores them in offered_qos_profiles.
 RELIABILITY_RELIABLE, RELIABILITY_BEST_EFFORT = 1, 2
 DURABILITY_TRANSIENT_LOCAL, DURABILITY_VOLATILE = 1, 2
-# Subscription depth: enough to ride out a slow disk write at camera rates.
-RECORD_DEPTH = 100
+# Subscription depth [messages]: what each reader holds while the recorder gets no CPU, or while a
+# reliable stream waits for a lost sample's resend (delivery is in order, and Fast DDS's writers
+# heartbeat every 3 s by default, so a repair can take that long). At 100 the soak's 100 Hz
+# commands lost a second's worth at a time (CI stop 45); 1000 is 10 s at 100 Hz, 5 s at 200 Hz.
+# Bounded: a reader keeps at most this many, so a recorder stopped for good holds 1000 messages
+# per topic (about 230 MB for a 320x240 RGB camera), not an ever-growing queue.
+RECORD_DEPTH = 1000
 
 
 @dataclass(frozen=True)
