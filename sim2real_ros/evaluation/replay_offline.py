@@ -7,12 +7,15 @@ nearest stamp among the joint states received so far, waiting for one still to c
 older), and core.checkpoint.LoadedPolicy predicts its chunk. Unlike the node nothing is superseded
 or stale: every frame is evaluated, however slow the machine. As every observation is known in
 advance, they are evaluated `options.batch_size` at a time (select_actions, one forward pass), with
-the predictions of one at a time up to the network's float32 rounding.
+the predictions of one at a time up to the network's float32 rounding. Batches run on one worker
+thread while the next messages are read, decoded and preprocessed (torch's kernels release the GIL,
+so reading and inference overlap on two cores); one worker keeps the predictions in reading order.
 """
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +37,9 @@ from .metrics import NS_PER_S, Predictions
 
 # Offline there is no "now": images are never too old (the node's max age is about its clock).
 _NO_MAX_AGE_NS = 10 ** 18
+# Batches handed to the inference thread and not yet done: bounds the images held in memory when
+# inference is slower than reading (the reader then waits for the oldest batch).
+_BATCHES_IN_FLIGHT = 4
 
 
 @dataclass
@@ -104,6 +110,7 @@ def replay_offline(bag: str | Path, policy: LoadedPolicy, options: ReplayOptions
     times_s = np.arange(spec.chunk_length, dtype=float) * spec.dt_s
     horizon_ns = int((times_s[-1] + options.actuation_latency_s + options.action_tolerance_s + 1.0) * NS_PER_S)
     skipped: Counter[str] = Counter()
+    inference_errors = [0]  # written by the inference thread only; skipped is the reader's
     stamps: list[int] = []
     targets: list[np.ndarray] = []
     observed: list[np.ndarray] = []
@@ -120,20 +127,35 @@ def replay_offline(bag: str | Path, policy: LoadedPolicy, options: ReplayOptions
         try:
             chunk = policy.select_action(image, q, history)
         except (ValueError, RuntimeError):
-            skipped[DropReason.INFERENCE_ERROR.value] += 1
+            inference_errors[0] += 1
             return
         infer_s.append(time.perf_counter() - t0)
         stamps.append(stamp_ns)
         targets.append(chunk)
         observed.append(np.array(q, dtype=float))
 
+    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-inference")
+    in_flight: deque[Future] = deque()
+
     def flush() -> None:
-        """Evaluate the batch in one forward pass; a batch that fails (one bad observation) is
-        evaluated one at a time, so each failure is counted as the node would."""
+        """Hand the batch to the inference thread (waiting for the oldest one when too many are
+        queued); a worker's exception is raised here."""
         if not batch:
             return
         items = list(batch)
         batch.clear()
+        while len(in_flight) >= _BATCHES_IN_FLIGHT:
+            in_flight.popleft().result()
+        in_flight.append(worker.submit(evaluate_batch, items))
+
+    def finish_inference() -> None:
+        flush()
+        while in_flight:
+            in_flight.popleft().result()
+
+    def evaluate_batch(items: list[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]]) -> None:
+        """Evaluate a batch in one forward pass; a batch that fails (one bad observation) is
+        evaluated one at a time, so each failure is counted as the node would."""
         if len(items) == 1 or not hasattr(policy, "select_actions"):
             for item in items:
                 evaluate_one(*item)
@@ -170,7 +192,7 @@ def replay_offline(bag: str | Path, policy: LoadedPolicy, options: ReplayOptions
             predict(stamp_ns, image, pairing.positions, pairer.history(stamp_ns, lags_s) if lags_s else None)
         return True
 
-    with BagReader(bag) as reader:
+    with worker, BagReader(bag) as reader:
         topics = find_topics(reader, options)
         check_policy_against_bag(policy, reader, topics, preprocess)
         collector = make_collector(topics, joint_names, options)
@@ -215,10 +237,12 @@ def replay_offline(bag: str | Path, policy: LoadedPolicy, options: ReplayOptions
                     pairer.add_joint_state(stamp, positions)
                     if pending:
                         pending = [(s, img) for s, img in pending if not try_pair(s, img)]
-        flush()
+        finish_inference()
         decode_errors = int(reader.decode_errors.get(topics.image, 0))
         bag_start, bag_end = reader.start_ns, reader.end_ns
     skipped["no_joint_state_within_tolerance"] += len(pending)
+    if inference_errors[0]:
+        skipped[DropReason.INFERENCE_ERROR.value] += inference_errors[0]
     if decode_errors:
         skipped["decode_error"] += decode_errors
     elapsed = time.perf_counter() - start
