@@ -126,12 +126,12 @@ def joint_state_to_sample(msg: JointState, use_velocities: bool = True) -> Joint
     positions = np.asarray(msg.position, dtype=float)
     if msg.name and len(msg.name) != len(positions):
         raise MessageError(f"JointState has {len(msg.name)} names but {len(positions)} positions")
-    if not np.all(np.isfinite(positions)):
+    if not np.isfinite(positions).all():
         raise MessageError(f"JointState positions contain NaN/Inf: {positions.tolist()}")
     velocities = None
     if use_velocities and len(msg.velocity) == len(positions) and len(positions) > 0:
         velocities = np.asarray(msg.velocity, dtype=float)
-        if not np.all(np.isfinite(velocities)):
+        if not np.isfinite(velocities).all():
             raise MessageError(f"JointState velocities contain NaN/Inf: {velocities.tolist()}")
     return JointSample(tuple(msg.name), positions, velocities, stamp_to_ns(msg.header.stamp))
 
@@ -196,7 +196,7 @@ def trajectory_to_chunk(msg: JointTrajectory) -> ActionChunk:
             raise MessageError(f"point {k} has {len(point.positions)} positions for {n} joints")
         positions[k] = point.positions
         times[k] = duration_to_seconds(point.time_from_start)
-    if not np.all(np.isfinite(positions)):
+    if not np.isfinite(positions).all():
         raise MessageError("action chunk contains NaN/Inf positions")
     if np.any(np.diff(times) <= 0):
         raise MessageError(f"time_from_start must strictly increase, got {times.tolist()}")
@@ -220,7 +220,7 @@ def position_command_to_array(msg: Float64MultiArray, expected_len: int) -> np.n
     values = np.asarray(msg.data, dtype=float)
     if len(values) != expected_len:
         raise MessageError(f"command has {len(values)} values, expected {expected_len}")
-    if not np.all(np.isfinite(values)):
+    if not np.isfinite(values).all():
         raise MessageError(f"command contains NaN/Inf: {values.tolist()}")
     return values
 

@@ -55,6 +55,79 @@ def test_sample_actions_interpolates_takes_nearest_and_refuses_gaps():
     assert same_time[0, 0] == 3.0  # of two commands logged at once the newest counts
 
 
+def _sample_one(times_ns, values, query_ns: int, max_gap_ns: int) -> np.ndarray:
+    """sample_actions' rule for one query, written out point by point (the reference)."""
+    n = values.shape[1]
+    after = [i for i, t in enumerate(times_ns) if t > query_ns]
+    right = after[0] if after else None
+    left = (right - 1 if right is not None else len(times_ns) - 1) if len(times_ns) else None
+    left = left if left is not None and left >= 0 else None
+    if left is not None and right is not None and times_ns[right] - times_ns[left] <= max_gap_ns:
+        gap = times_ns[right] - times_ns[left]
+        weight = (query_ns - times_ns[left]) / gap if gap > 0 else 1.0
+        return (1 - weight) * values[left] + weight * values[right]
+    d_left = query_ns - times_ns[left] if left is not None else None
+    d_right = times_ns[right] - query_ns if right is not None else None
+    if d_left is not None and d_left <= max_gap_ns and (d_right is None or d_left <= d_right):
+        return values[left]
+    if d_right is not None and d_right <= max_gap_ns:
+        return values[right]
+    return np.full(n, np.nan)
+
+
+def test_sample_actions_follows_its_rule_at_every_query():
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        times = np.sort(rng.integers(0, 1000, int(rng.integers(0, 25)))).astype(np.int64)
+        values = rng.normal(size=(len(times), 3))
+        queries = rng.integers(-100, 1100, (5, 4))
+        max_gap = int(rng.integers(0, 150))
+        out = sample_actions(times, values, queries, max_gap)
+        assert out.shape == (5, 4, 3)
+        expected = np.array([_sample_one(times, values, int(q), max_gap) for q in queries.ravel()]).reshape(5, 4, 3)
+        np.testing.assert_allclose(out, expected, rtol=0, atol=1e-12)  # NaN where NaN
+
+
+def _jumps_pair_by_pair(pred: Predictions) -> np.ndarray:
+    """chunk_boundary_jumps' definition, one pair of chunks at a time with np.interp (the reference)."""
+    times, jumps = pred.point_times_ns, []
+    for i in range(1, len(pred.stamps_ns)):
+        previous, current = times[i - 1], times[i]
+        inside = (current >= previous[0]) & (current <= previous[-1])
+        # Times relative to the previous chunk's stamp: float64 holds them exactly.
+        query, grid = (current[inside] - previous[0]).astype(float), (previous - previous[0]).astype(float)
+        interpolated = np.stack([np.interp(query, grid, pred.targets[i - 1, :, j]) for j in range(3)], axis=1)
+        jumps.append(np.abs(pred.targets[i, inside] - interpolated))
+    return np.concatenate(jumps) if jumps else np.zeros((0, 3))
+
+
+def test_chunk_boundary_jumps_match_pair_by_pair_interpolation():
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        stamps = np.sort(rng.integers(0, 2 * NS, int(rng.integers(2, 30)))).astype(np.int64)
+        stamps[1] = stamps[0]  # two chunks of one stamp
+        k = int(rng.integers(1, 12))
+        pred = Predictions(JOINTS, stamps, np.arange(k) * DT, rng.normal(size=(len(stamps), k, 3)),
+                           rng.normal(size=(len(stamps), 3)))
+        np.testing.assert_allclose(chunk_boundary_jumps(pred), _jumps_pair_by_pair(pred), rtol=0, atol=1e-12)
+
+
+def test_chunk_boundary_jumps_keep_nanoseconds_at_wall_clock_stamps():
+    # Stamps of a real bag are ~1.7e18 ns: as float64 they lose 256 ns, which a 1 rad/s motion
+    # turns into 2.6e-7 rad of made-up jumps. Every chunk here follows one linear motion.
+    stamps = 1_733_000_000 * NS + np.arange(0, 3 * NS, 33_333_333, dtype=np.int64) + 17
+    times = np.arange(K) * DT
+
+    def linear(points):
+        seconds = (points - stamps[0]).astype(float) / NS
+        return np.stack([seconds, -seconds, 2 * seconds], axis=-1)
+
+    points = stamps[:, None] + np.round(times * NS).astype(np.int64)[None, :]
+    pred = Predictions(JOINTS, stamps, times, linear(points), np.zeros((len(stamps), 3)))
+    jumps = chunk_boundary_jumps(pred)
+    assert len(jumps) > 0 and jumps.max() < 1e-12
+
+
 def test_same_trajectory_gives_near_zero_error_at_every_chunk_index():
     meant, values = recorded()
     metrics = compare(predictions_of(trajectory, STAMPS), meant, values, np.ones(len(meant), bool), NS // 20,

@@ -92,21 +92,30 @@ def _histogram_edges(values: np.ndarray) -> np.ndarray:
 
 def chunk_boundary_jumps(pred: Predictions) -> np.ndarray:
     """|difference| (P, n) [rad] between each chunk's points and the previous chunk's prediction
-    (linearly interpolated) for the same times, over the overlap of the two chunks."""
+    (linearly interpolated) for the same times, over the overlap of the two chunks.
+
+    Every chunk has the same point offsets from its stamp, so chunk i's points sit at
+    (stamp_i - stamp_i-1) + offsets on chunk i-1's grid: all pairs are interpolated at once.
+    """
     n = len(pred.joint_names)
     if len(pred.stamps_ns) < 2:
         return np.zeros((0, n))
-    times = pred.point_times_ns
-    jumps = []
-    for i in range(1, len(pred.stamps_ns)):
-        previous_times, current_times = times[i - 1], times[i]
-        inside = (current_times >= previous_times[0]) & (current_times <= previous_times[-1])
-        if not inside.any():
-            continue
-        query = current_times[inside]
-        previous = np.stack([np.interp(query, previous_times, pred.targets[i - 1, :, j]) for j in range(n)], axis=1)
-        jumps.append(np.abs(pred.targets[i, inside] - previous))
-    return np.concatenate(jumps) if jumps else np.zeros((0, n))
+    offsets = np.round(np.asarray(pred.times_s) * NS_PER_S).astype(np.int64)  # (K,) [ns]
+    stamps = pred.stamps_ns.astype(np.int64)
+    at = (stamps[1:] - stamps[:-1])[:, None] + offsets[None, :]  # (N-1, K) on the previous grid [ns]
+    inside = (at >= offsets[0]) & (at <= offsets[-1])
+    previous = pred.targets[:-1]  # (N-1, K, n)
+    if len(offsets) == 1:
+        interpolated = previous
+    else:
+        # The segment [offsets[j], offsets[j+1]] holding each point, as np.interp picks it.
+        j = np.clip(np.searchsorted(offsets, at, side="right") - 1, 0, len(offsets) - 2)
+        rows = np.arange(len(at))[:, None]
+        low, high = previous[rows, j], previous[rows, j + 1]  # (N-1, K, n)
+        span = (offsets[j + 1] - offsets[j]).astype(float)
+        fraction = np.where(span > 0, (at - offsets[j]) / np.where(span > 0, span, 1.0), 0.0)[..., None]
+        interpolated = low + (high - low) * fraction
+    return np.abs(pred.targets[1:] - interpolated)[inside]
 
 
 @dataclass(frozen=True)
@@ -128,7 +137,7 @@ def compare(pred: Predictions, action_meant_ns: np.ndarray, action_values: np.nd
     actuation latency). action_human (M,): whether it counts (sent in a human mode).
     lags_s: lags searched [s]; the recorded actions are compared at t + lag.
     """
-    k = len(pred.times_s)
+    k, n = len(pred.times_s), len(pred.joint_names)
     points = pred.point_times_ns
     human_times, human_values = action_meant_ns[action_human], action_values[action_human]
     human = sample_actions(human_times, human_values, points, max_gap_ns)
@@ -154,10 +163,11 @@ def compare(pred: Predictions, action_meant_ns: np.ndarray, action_values: np.nd
     curve = []
     for lag in lags_s:
         shifted = sample_actions(human_times, human_values, points + int(round(lag * NS_PER_S)), max_gap_ns)
-        diff = pred.targets - shifted
-        ok = np.all(np.isfinite(diff), axis=2)
+        # Squared errors summed over joints: a point with any NaN joint is NaN, so it drops out.
+        squared = np.square(pred.targets - shifted, out=shifted).sum(axis=2)
+        ok = np.isfinite(squared)
         count = int(ok.sum())
-        rmse = float(np.sqrt(np.mean(diff[ok] ** 2))) if count else float("nan")
+        rmse = float(np.sqrt(squared[ok].sum() / (count * n))) if count else float("nan")
         curve.append({"lag_s": float(lag), "rmse": rmse, "points": count})
     most = max((c["points"] for c in curve), default=0)
     eligible = [c for c in curve if c["points"] > 0 and c["points"] >= 0.5 * most]
