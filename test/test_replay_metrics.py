@@ -254,6 +254,20 @@ def test_collector_aligns_unstamped_commands_when_the_recorder_clock_differs():
     assert recording.problems == {"bad_action": 1, "bad_joint_state": 1}
 
 
+def test_joint_states_with_nan_velocities_are_recorded_as_the_policy_node_reads_them():
+    # ros2_control's joint_state_broadcaster publishes NaN for an interface a joint lacks: the policy
+    # node pairs such states (positions only), so the replay of its bag must too.
+    collector = RecordingCollector(JOINTS, FLOAT_ARRAY, JOINTS, ("TELEOP",))
+    for i in range(3):
+        state = make_joint_state(JOINTS, np.full(3, 0.1 * i), (i + 1) * 10_000_000)
+        state.velocity = [float("nan")] * 3
+        assert collector.add_joint_state(state, (i + 1) * 10_000_000) == pytest.approx(np.full(3, 0.1 * i))
+    collector.add_joint_state(make_joint_state(JOINTS, np.array([0.0, float("nan"), 0.0]), 50_000_000), 50_000_000)
+    recording = collector.finish()
+    assert len(recording.joint_stamps_ns) == 3
+    assert recording.problems == {"bad_joint_state": 1}  # a NaN position is still refused
+
+
 def _state(mode: str, stamp_ns: int):
     from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 

@@ -115,7 +115,7 @@ class RecordingCollector:
     def add_joint_state(self, msg, log_ns: int) -> np.ndarray | None:
         """Add one JointState; returns its positions in the policy's order, None when malformed."""
         try:
-            sample = joint_state_to_sample(msg)
+            sample = joint_state_to_sample(msg, use_velocities=False)  # positions only, as policy_node
             positions = np.array(reorder(sample, self.joint_names), dtype=float)
         except MessageError:
             self.problems["bad_joint_state"] += 1
@@ -135,7 +135,7 @@ class RecordingCollector:
                 values = position_command_to_array(msg, len(self.action_joints))[self._action_index]
                 self._actions.append((log_ns, True, values))
                 return
-            sample = joint_state_to_sample(msg)
+            sample = joint_state_to_sample(msg, use_velocities=False)
             values = np.array(reorder(sample, self.joint_names), dtype=float)
         except MessageError:
             self.problems["bad_action"] += 1
