@@ -6,6 +6,8 @@ with the recorded actions interpolated at its target time.
 """
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +15,8 @@ import numpy as np
 
 from ..core.timebase import NS_PER_S
 from ..episodes.actions import sample_actions
+
+_LAG_THREADS = min(4, os.cpu_count() or 1)  # threads of the lag sweep
 
 HISTOGRAM_BINS = 40
 
@@ -160,15 +164,19 @@ def compare(pred: Predictions, action_meant_ns: np.ndarray, action_values: np.nd
 
     # Lag: compare with the recording shifted; the best lag has the smallest RMSE among lags that
     # still cover at least half the points of the best-covered lag (edges of the bag lose points).
-    curve = []
-    for lag in lags_s:
+    def at_lag(lag: float) -> dict[str, float | int]:
         shifted = sample_actions(human_times, human_values, points + int(round(lag * NS_PER_S)), max_gap_ns)
         # Squared errors summed over joints: a point with any NaN joint is NaN, so it drops out.
         squared = np.square(pred.targets - shifted, out=shifted).sum(axis=2)
         ok = np.isfinite(squared)
         count = int(ok.sum())
         rmse = float(np.sqrt(squared[ok].sum() / (count * n))) if count else float("nan")
-        curve.append({"lag_s": float(lag), "rmse": rmse, "points": count})
+        return {"lag_s": float(lag), "rmse": rmse, "points": count}
+
+    # Two threads share the lags: numpy releases the GIL in the gathers and products that make
+    # up nearly all of each lag's work, and nothing else runs once the replay is done.
+    with ThreadPoolExecutor(max_workers=_LAG_THREADS, thread_name_prefix="replay-lag") as pool:
+        curve = list(pool.map(at_lag, lags_s))
     most = max((c["points"] for c in curve), default=0)
     eligible = [c for c in curve if c["points"] > 0 and c["points"] >= 0.5 * most]
     best = None
