@@ -54,7 +54,7 @@ from .model import (
     PolicyModel,
     PolicySpec,
     abbreviate,
-    build_model,
+    build_planned_model,
     plan_model,
 )
 from .spec import LEGACY_MAGICS, check_compatible, checked_observation, looks_like_safetensors
@@ -676,7 +676,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu", num_threads: int | No
     if bad:
         raise CheckpointError(f"{path}: tensors {abbreviate(bad)} contain NaN/Inf; refusing to run them")
     try:
-        model = build_model(spec.architecture, spec, **spec.hparams)
+        model = build_planned_model(spec.architecture, spec, **spec.hparams)  # read_checkpoint planned it
     except ConfigError as err:
         raise CheckpointError(f"{path}: cannot rebuild the model: {err}") from err
     try:

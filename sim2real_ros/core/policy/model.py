@@ -477,9 +477,16 @@ def build_model(architecture: str, spec: PolicySpec, **hparams: Any) -> PolicyMo
     (save_checkpoint records them). Raises ConfigError for an unknown architecture, bad hparams or
     a model over the size caps (plan_model), before allocating anything.
     """
+    plan_model(architecture, spec, **resolve_hparams(architecture, hparams))
+    return build_planned_model(architecture, spec, **hparams)
+
+
+def build_planned_model(architecture: str, spec: PolicySpec, **hparams: Any) -> PolicyModel:
+    """build_model without planning it again: only for a spec and hparams that plan_model has
+    already passed (core.policy.checkpoint.read_checkpoint plans every checkpoint it reads; the
+    meta-device plan costs as much as building the model)."""
     cls = _architecture_class(architecture)
     merged = resolve_hparams(architecture, hparams)
-    plan_model(architecture, spec, **merged)
     try:
         return cls(spec.joint_count, spec.chunk_length, spec.image_height, spec.image_width, **merged,
                    history_length=len(spec.joint_history_s))
