@@ -81,6 +81,28 @@ def test_messages_of_one_log_time_keep_file_order_across_a_clock_step_back(tmp_p
     assert [int(published) - T0 for _, published in pairs] == [3, 1, 2, 4, 5]
 
 
+def test_a_first_look_then_a_full_read_inflates_each_chunk_once_and_reads_the_same(tmp_path, monkeypatch):
+    from sim2real_ros.bags import mcap_storage
+
+    _write_bag(tmp_path / "bag", "mcap", max_file_bytes=0)
+    with BagReader(tmp_path / "bag") as reader:
+        fresh = [(m.log_time_ns, m.topic, bytes(m.data)) for m in reader.messages()]
+    inflated = []
+    real_parse = mcap_storage._parse_chunk_body
+
+    def counting_parse(body, path, offset):
+        inflated.append(offset)
+        return real_parse(body, path, offset)
+
+    monkeypatch.setattr(mcap_storage, "_parse_chunk_body", counting_parse)
+    with BagReader(tmp_path / "bag") as reader:
+        first = next(iter(reader.messages(["/joint_states"])))  # a tool reading the joint names
+        after = [(m.log_time_ns, m.topic, bytes(m.data)) for m in reader.messages()]
+    assert first.topic == "/joint_states"
+    assert after == fresh and len(fresh) == 132
+    assert len(inflated) == len(set(inflated)) >= 1
+
+
 @pytest.mark.parametrize("storage", ["sqlite3", "mcap"])
 def test_round_trip_several_files(tmp_path, storage):
     bag = tmp_path / f"bag_{storage}"

@@ -181,6 +181,9 @@ class McapFile:
         """Open `path`; or read the open file `stream` (owned from now on: closed in close()) and
         name `path` in every message (a `*.mcap.zstd` file inflated into an anonymous temp file)."""
         self.path = Path(path)
+        # The records of the chunk read last, by its byte offset: a tool that looks at a bag's
+        # first messages (its joint names) and then reads it through inflates that chunk once.
+        self._last_chunk: tuple[int, bytes | memoryview] | None = None
         if stream is not None:
             self._file = stream
         else:
@@ -455,6 +458,10 @@ class McapFile:
             return []
 
     def _read_ref(self, ref: _ChunkRef, with_publish: bool = False) -> Iterator[tuple]:
+        last = self._last_chunk
+        if last is not None and last[0] == ref.offset:
+            yield from self._chunk_messages(last[1], ref.offset, with_publish)
+            return
         # The index was checked against the file; check again here so that no path reads more.
         if ref.length > MAX_RECORD_BYTES or ref.offset + 9 + ref.length > self._size:
             raise BagError(f"{self.path}: record at byte {ref.offset} claims {ref.length} bytes, "
@@ -471,7 +478,11 @@ class McapFile:
         if opcode != OP_CHUNK:
             raise BagError(f"{self.path}: expected a chunk at byte {ref.offset}, found record 0x{opcode:02x}")
         _start, _end, records = _parse_chunk_body(body, self.path, ref.offset)
-        for inner_op, inner in _iter_records(records, self.path, ref.offset):
+        self._last_chunk = (ref.offset, records)
+        yield from self._chunk_messages(records, ref.offset, with_publish)
+
+    def _chunk_messages(self, records: bytes | memoryview, offset: int, with_publish: bool) -> Iterator[tuple]:
+        for inner_op, inner in _iter_records(records, self.path, offset):
             if inner_op == OP_MESSAGE:
                 channel_id, seq, log_time, pub = _MESSAGE_HEADER.unpack_from(inner, 0)
                 yield (log_time, channel_id, inner[_MESSAGE_HEADER.size:]) + ((pub, seq) if with_publish else ())
@@ -481,4 +492,5 @@ class McapFile:
         return dict(self._index.schemas), dict(self._index.channels)
 
     def close(self) -> None:
+        self._last_chunk = None
         self._file.close()
