@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -132,8 +134,11 @@ for address in ("127.0.0.1:1", "not-an-address"):
 
 def _refuse_unreachable_addresses() -> None:
     # In a fresh process: here, once ray_local has started Ray, init_ray uses the running instance.
+    # With a token of its own: without one (a fresh machine before any test made ~/.ray/auth_token)
+    # the token is refused first, and what this checks is the address.
+    env = {**os.environ, "RAY_AUTH_TOKEN": uuid.uuid4().hex}
     result = subprocess.run([sys.executable, "-c", REFUSE_UNREACHABLE], capture_output=True, text=True,
-                            timeout=120, cwd=REPO_ROOT)
+                            timeout=120, cwd=REPO_ROOT, env=env)
     assert result.returncode == 0, result.stderr
     unreachable, malformed = result.stdout.strip().splitlines()[-2:]
     assert re.search(r"127\.0\.0\.1:1: no Ray head answers", unreachable), result.stdout
