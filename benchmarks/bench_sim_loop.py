@@ -1,4 +1,5 @@
-"""Sim loop benchmark (issue 32): privileged reach-env decisions per second on one core with the
+"""Sim loop benchmark (issue 32): privileged env decisions per second (reach per robot, and the
+SO-101's pick_lift with the fast loop's contact substeps) on one core with the
 reference loop (explicit PD at 1 kHz) and the fast loop (physics.loop: fast at the robot's stated
 physics step, sim/loop_check.STATED_BOUNDS, or --fast-dt), measured in the same run, alternating,
 per robot; and how far the fast loop's response is from the reference loop's on a step and a chirp
@@ -28,7 +29,7 @@ from sim2real_ros.rl.ppo import load_teacher_config
 from sim2real_ros.rl.rewards import RewardConfig
 from sim2real_ros.robots import ROBOT_NAMES, get_robot
 from sim2real_ros.sim.loop_check import COMMANDS, STATED_BOUNDS, response_error
-from sim2real_ros.sim.params import SimParams, load_sim_params, with_sim_loop
+from sim2real_ros.sim.params import SimParams, load_sim_params, with_sim_loop, with_task
 from sim2real_ros.sim.quiet_stdout import stdout_to_stderr
 
 RANDOMIZED_SEED = 1
@@ -39,10 +40,12 @@ def _spread(values: list[float]) -> dict[str, float]:
             "max": round(float(max(values)), 1)}
 
 
-def decision_rate(params: SimParams, robot: str, decisions: int, seed: int) -> tuple[float, float]:
+def decision_rate(params: SimParams, robot: str, decisions: int, seed: int,
+                  teacher_config: str = "teacher_reach.yaml") -> tuple[float, float]:
     """(decisions per CPU second, per wall second) of one TaskEnv (randomization and pushes on, as
-    in teacher training) under uniform random actions, resetting at episode ends."""
-    teacher = load_teacher_config(config_path("teacher_reach.yaml"), robot=robot)
+    in teacher training; the task of `teacher_config`) under uniform random actions, resetting at
+    episode ends."""
+    teacher = load_teacher_config(config_path(teacher_config), robot=robot)
     with stdout_to_stderr():
         env = TaskEnv(params, teacher.robot_description, EnvConfig.from_dict(teacher.env),
                        RewardConfig.from_dict(teacher.rewards), run_seed=seed)
@@ -93,12 +96,39 @@ def robot_figures(robot: str, decisions: int, repeats: int, fast_dt_s: float | N
     }
 
 
+# pick_lift on the SO-101: the fast loop with the contacts resolved at 2.5 ms (physics.substeps 2),
+# where the scripted expert grasps as on the reference loop (test_fast_sim_loop.py); 1 substep beside it.
+PICK_LIFT_FAST = (("fast_substeps_2", 0.005, 2), ("fast_substeps_1", 0.005, 1))
+
+
+def pick_lift_figures(decisions: int, repeats: int) -> dict[str, Any]:
+    """Decisions per CPU second of the SO-101's pick_lift TaskEnv, reference and fast loops alternating."""
+    info = get_robot("so101")
+    reference = with_task(load_sim_params(info.sim_params_path()), "pick_lift")
+    loops = {"reference": reference, **{name: with_sim_loop(reference, "fast", dt, substeps)
+                                        for name, dt, substeps in PICK_LIFT_FAST}}
+    cpu: dict[str, list[float]] = {name: [] for name in loops}
+    for repeat in range(repeats):
+        for name, params in loops.items():
+            cpu[name].append(decision_rate(params, "so101", decisions, repeat, "teacher_pick_lift.yaml")[0])
+    ratios = {name: [f / r for r, f in zip(cpu["reference"], cpu[name], strict=True)] for name in loops
+              if name != "reference"}
+    return {"decisions_per_repeat": decisions, "repeats": repeats,
+            "decisions_per_cpu_s": {name: _spread(values) for name, values in cpu.items()},
+            "ratio_to_reference": {name: {"median": round(float(np.median(v)), 2), "min": round(float(min(v)), 2),
+                                          "max": round(float(max(v)), 2)} for name, v in ratios.items()}}
+
+
 def run(quick: bool = False, robots: tuple[str, ...] = ROBOT_NAMES, fast_dt_s: float | None = None) -> dict[str, Any]:
     load_before = os.getloadavg()
     result: dict[str, Any] = {"robots": {robot: robot_figures(robot, 100 if quick else 300, 2 if quick else 3,
                                                               fast_dt_s) for robot in robots}}
-    # Headline: the smaller of the robots' median speed-ups (the issue's target: >= 4 for each).
+    # Headline: the smaller of the robots' median speed-ups on reach (the issue's target: >= 4 for each).
     result["sim_loop_speedup"] = min(v["ratio_fast_to_reference"]["median"] for v in result["robots"].values())
+    if "so101" in robots and fast_dt_s is None:
+        result["pick_lift"] = pick_lift_figures(100 if quick else 300, 2 if quick else 3)
+        # The pick_lift speed-up where grasping works (2 substeps): the issue asks >= 4 for it too.
+        result["sim_loop_speedup_pick_lift"] = result["pick_lift"]["ratio_to_reference"]["fast_substeps_2"]["median"]
     result["load_average_before"] = [round(x, 2) for x in load_before]
     result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     return result

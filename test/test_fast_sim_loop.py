@@ -10,11 +10,12 @@ import pytest
 
 from sim2real_ros.core.errors import ConfigError
 from sim2real_ros.robots import get_robot
+from sim2real_ros.sim.expert_rollout import evaluate_expert
 from sim2real_ros.sim.loop_check import COMMANDS, STATED_BOUNDS, response_error
 from sim2real_ros.sim.motor_model import ImplicitPd, LatencyQueue, pd_torque
-from sim2real_ros.sim.params import load_sim_params, sim_params_from_dict, with_sim_loop
+from sim2real_ros.sim.params import load_sim_params, sim_params_from_dict, with_sim_loop, with_task
 from sim2real_ros.sim.quiet_stdout import stdout_to_stderr
-from sim2real_ros.sim.world import SimWorld
+from sim2real_ros.sim.world import SimWorld, episode_seed
 
 
 def _robot(name: str):
@@ -135,3 +136,76 @@ def test_push_schedule_follows_the_withheld_schedule():
         assert world.push_schedule()[0]["force_n"][0] != 1e9
     finally:
         world.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# Grasping on the fast loop: a jaw closed on the cube is held by it (ImplicitPd's `held`), and the
+# contacts are resolved at 2.5 ms (physics.substeps 2 at 5 ms).
+def test_implicit_pd_gives_a_joint_held_by_contact_the_explicit_grip():
+    kp, kd, inertia, dt = np.array([1.5, 1.5]), np.array([0.007, 0.007]), np.array([1.6e-5, 1.6e-5]), 0.005
+    pd = ImplicitPd(kp, kd, np.array([10.0, 10.0]), dt)
+    q, q_target, qd = np.zeros(2), np.array([-0.5, -0.5]), np.zeros(2)
+    free = pd.torque(q, qd, q_target, None, inertia)
+    held = pd.torque(q, qd, q_target, None, inertia, held=np.array([False, True]))
+    assert held[0] == free[0]  # the free joint keeps the implicit PD
+    assert held[1] == pytest.approx(-0.75)  # kp * error, as the reference loop's PD pushes
+    assert abs(free[1]) < abs(held[1]) / 5  # what the implicit formula made of the grip: 5.5x weaker
+    moving = pd.torque(q, np.array([0.0, 2.0]), q_target, np.array([0.0, 0.5]), inertia, held=np.array([False, True]))
+    assert moving[1] == pytest.approx(-0.75 - 0.007 * (2.0 - 0.5))  # explicit: kd on the speed error
+
+
+def _pick_lift(loop: str, dt_s: float, substeps: int = 1):
+    params, _ = _robot("so101")
+    return with_sim_loop(with_task(params, "pick_lift"), loop, dt_s, substeps)
+
+
+def _grip_once_lifted(params, episode: int, jaw_held: bool = True) -> float | None:
+    """The jaw's motor torque [N*m] when the scripted expert has the cube 4 cm up, None if it never does."""
+    info = get_robot("so101")
+    with stdout_to_stderr():
+        world = SimWorld(params, str(info.urdf_path()), seed=1000, render=False)
+    try:
+        if not jaw_held:
+            world._jaw_held = None  # noqa: SLF001 - the fast loop as it was before the held jaw
+        world.reset(seed=episode_seed(1000, episode))
+        expert = world.task.make_expert(world)
+        expert.start(world)
+        per_tick = int(round(0.02 / params.physics.dt_s))
+        jaw = world.all_joint_names.index(info.gripper)
+        while world.episode_outcome() is None:
+            world.set_command(expert.command(world))
+            world.step(per_tick)
+            if world.client.getBasePositionAndOrientation(world.task.cube)[0][2] > 0.04:
+                return float(world.joint_efforts(all_joints=True)[jaw])
+        return None
+    finally:
+        world.close()
+
+
+@pytest.mark.parametrize("episode", [0, 2])
+def test_the_fast_loop_grips_the_cube_as_hard_as_the_reference_loop(episode):
+    reference = _grip_once_lifted(_pick_lift("reference", 0.001), episode)
+    fast = _grip_once_lifted(_pick_lift("fast", 0.005, substeps=2), episode)
+    assert reference is not None and fast is not None
+    assert fast == pytest.approx(reference, rel=0.1)
+    # Without the held jaw the implicit PD's grip lets the cube go: it is never lifted.
+    assert _grip_once_lifted(_pick_lift("fast", 0.005, substeps=2), episode, jaw_held=False) is None
+
+
+@pytest.mark.parametrize("task", ["pick_lift", "pick_place"])
+def test_the_pick_experts_solve_their_task_on_the_fast_loop_with_two_substeps(task):
+    params, urdf = _robot("so101")
+    fast = with_sim_loop(with_task(params, task), "fast", 0.005, substeps=2)
+    result = evaluate_expert(fast, urdf, episodes=10, seed=1000)
+    assert result["failures"] == {"success": 10}, result["failures"]
+
+
+def test_substeps_are_validated_and_leave_older_files_as_they_were():
+    params, _ = _robot("so101")
+    assert params.physics.substeps == 1
+    assert with_sim_loop(params, "fast", 0.005).version == with_sim_loop(params, "fast", 0.005, substeps=1).version
+    assert with_sim_loop(params, "fast", 0.005, substeps=2).version != with_sim_loop(params, "fast", 0.005).version
+    for bad in (0, 21, 1.5, True, "2"):
+        raw = {**params.raw, "physics": {**params.raw["physics"], "substeps": bad}}
+        with pytest.raises(ConfigError, match="physics.substeps"):
+            sim_params_from_dict(raw, "test")

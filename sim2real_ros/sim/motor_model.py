@@ -99,14 +99,25 @@ class ImplicitPd:
         self._lower = -self._upper
 
     def torque(self, q: np.ndarray, qd: np.ndarray, q_target: np.ndarray, qd_target: np.ndarray | None,
-               inertia: np.ndarray, feed_forward: np.ndarray | None = None) -> np.ndarray:
+               inertia: np.ndarray, feed_forward: np.ndarray | None = None,
+               held: np.ndarray | None = None) -> np.ndarray:
         """Motor torque (n,) [N*m], clipped to +/- effort_limit. q, q_target [rad]; qd, qd_target [rad/s]
         (qd_target None = 0: the pd model); inertia (n,) [kg m^2] > 0: each joint's own inertia now (the
-        mass matrix's diagonal); feed_forward (n,) [N*m] added after the PD (gravity compensation)."""
-        tau = self.kp * (q_target - q) - self._velocity_gain * qd
+        mass matrix's diagonal); feed_forward (n,) [N*m] added after the PD (gravity compensation).
+
+        held (n,) bool, or None: joints a contact holds still (a jaw closed on an object). Their state
+        at the end of the step is their state now, so their PD is the explicit one: the implicit
+        formula assumes the joint's own inertia moves and would divide a held jaw's grip by
+        1 + (kp dt + kd) dt / I (5.5 on the SO-101's jaw at 5 ms), where the motor really pushes
+        kp * error."""
+        error = q_target - q
+        tau = self.kp * error - self._velocity_gain * qd
         if qd_target is not None:
             tau += self.kd * qd_target
         tau /= 1.0 + self._inertia_term / inertia
+        if held is not None:
+            explicit = self.kp * error - self.kd * (qd if qd_target is None else qd - qd_target)
+            tau = np.where(held, explicit, tau)
         if feed_forward is not None:
             tau += feed_forward
         return np.minimum(np.maximum(tau, self._lower), self._upper)  # np.clip: the same, 2 us slower

@@ -45,6 +45,7 @@ class JointValues:
 
 
 SIM_LOOPS = ("reference", "fast")
+MAX_SUBSTEPS = 20  # physics.substeps: beyond this the fast loop is slower than the reference
 
 
 @dataclass(frozen=True)
@@ -53,12 +54,15 @@ class PhysicsParams:
     loop: how SimWorld.step runs the actuator model each physics step (docs/benchmarks.md, "The sim loop"):
     'reference' (the default: explicit PD, made for a 1 kHz dt_s) or 'fast' (implicit PD on fewer
     PyBullet calls, latency-queue commands weighted by the part of the step they act in, made for a
-    coarser dt_s such as 0.005 s; SimWorld._step_fast)."""
+    coarser dt_s such as 0.005 s; SimWorld._step_fast). substeps: constraint-solver steps per physics
+    step (PyBullet's numSubSteps; the actuator model still runs once per dt_s): contacts resolved at
+    dt_s / substeps, for grasping on the fast loop (2 at 5 ms for the SO-101's pick tasks)."""
 
     dt_s: float
     gravity: tuple[float, float, float]
     solver_iterations: int
     loop: str = "reference"
+    substeps: int = 1
 
 
 @dataclass(frozen=True)
@@ -528,9 +532,13 @@ def sim_params_from_dict(data: dict, source: str) -> SimParams:
         gravity=r.vector("physics.gravity", 3),
         solver_iterations=r.integer("physics.solver_iterations", 1),
         loop=r.get("physics.loop", "reference"),
+        substeps=r.get("physics.substeps", 1),
     )
     if physics.loop not in SIM_LOOPS:
         raise r.error("physics.loop", physics.loop, f"unknown sim loop (known: {', '.join(SIM_LOOPS)})")
+    if isinstance(physics.substeps, bool) or not isinstance(physics.substeps, int) \
+            or not 1 <= physics.substeps <= MAX_SUBSTEPS:
+        raise r.error("physics.substeps", physics.substeps, f"must be an integer in [1, {MAX_SUBSTEPS}]")
     rates = RateParams(
         joint_states_hz=r.number("rates.joint_states_hz", 0.0, strict_low=True),
         camera_hz=r.number("rates.camera_hz", 0.0, strict_low=True),
@@ -636,12 +644,18 @@ def sim_params_from_dict(data: dict, source: str) -> SimParams:
     )
 
 
-def with_sim_loop(params: SimParams, loop: str, dt_s: float) -> SimParams:
-    """`params` with physics.loop = `loop` and physics.dt_s = `dt_s` [s], validated as a file would be
-    (a new version hash: what a checkpoint trained on it records); source says what changed."""
+def with_sim_loop(params: SimParams, loop: str, dt_s: float, substeps: int = 1) -> SimParams:
+    """`params` with physics.loop = `loop`, physics.dt_s = `dt_s` [s] and physics.substeps (written
+    only when above 1), validated as a file would be (a new version hash: what a checkpoint trained on
+    it records); source says what changed."""
     data = dict(params.raw)
-    data["physics"] = {**dict(data.get("physics") or {}), "loop": loop, "dt_s": dt_s}
-    return sim_params_from_dict(data, f"{params.source} (physics.loop {loop}, dt_s {dt_s})")
+    physics = {**dict(data.get("physics") or {}), "loop": loop, "dt_s": dt_s}
+    physics.pop("substeps", None)
+    if substeps != 1:
+        physics["substeps"] = substeps
+    data["physics"] = physics
+    more = f", substeps {substeps}" if substeps != 1 else ""
+    return sim_params_from_dict(data, f"{params.source} (physics.loop {loop}, dt_s {dt_s}{more})")
 
 
 def load_sim_params(path: str | Path | None = None) -> SimParams:

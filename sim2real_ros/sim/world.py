@@ -31,6 +31,7 @@ from ..core.errors import ConfigError, UrdfError
 from ..core.perception.camera_model import CameraModel, load_calibration_yaml
 from ..core.robot.urdf import RobotModel
 from ..core.timebase import NS_PER_S
+from ..robots import robot_for_joints
 from .camera_artifacts import ArtifactConfig, apply_artifacts
 from .motor_model import ImplicitPd, LatencyQueue, ServoLoop, pd_torque
 from .params import SimParams
@@ -101,6 +102,8 @@ class SimWorld:
             self.client = bullet_client.BulletClient(connection_mode=pybullet.DIRECT)
             self.client.setTimeStep(params.physics.dt_s)
             self.client.setPhysicsEngineParameter(numSolverIterations=params.physics.solver_iterations)
+            if params.physics.substeps > 1:
+                self.client.setPhysicsEngineParameter(numSubSteps=params.physics.substeps)
             self.robot = self.client.loadURDF(self._urdf_file(robot_description), useFixedBase=True,
                                               flags=pybullet.URDF_USE_INERTIA_FROM_FILE)
         self._index_bodies()
@@ -199,6 +202,15 @@ class SimWorld:
         self._dof_identity = bool(np.array_equal(self._dof_order, np.arange(len(self._dof_order))))
         self._cmd_identity = bool(np.array_equal(self._cmd_pos, np.arange(len(self.all_joint_names))))
         self._dof_zeros = [0.0] * len(self._dof_idx)
+        # The gripper's moving jaw (its joint's child link): in the fast loop, while it touches another
+        # body its joint is held (ImplicitPd.torque's `held`: the grip the reference loop's PD gives).
+        robot = robot_for_joints(self.all_joint_names)
+        self._jaw_held: np.ndarray | None = None
+        if robot is not None and robot.gripper is not None and robot.gripper in self.all_joint_names:
+            jaw = self.all_joint_names.index(robot.gripper)
+            self._jaw_held = np.arange(len(self.all_joint_names)) == jaw
+            self._raw_jaw_contacts = functools.partial(pybullet.getContactPoints, bodyA=self.robot,
+                                                       linkIndexA=self._all_idx[jaw], physicsClientId=cid)
 
     def _build_table(self) -> None:
         c = self.client
@@ -509,7 +521,10 @@ class SimWorld:
             else:
                 reference, speed = servo.update(target_all, dt, self._servo_max_speed, self._servo_max_acceleration,
                                                 self._servo_gain, self._servo_deadband)
-            tau_motor = pd.torque(q, qd, reference, speed, inertia, feed_forward)
+            held = None
+            if self._jaw_held is not None and any(point[2] != self.robot for point in self._raw_jaw_contacts()):
+                held = self._jaw_held  # the jaw touches another body (the last step's contacts)
+            tau_motor = pd.torque(q, qd, reference, speed, inertia, feed_forward, held)
             self._last_effort = tau_motor
             self._raw_torques(forces=(tau_motor - self._damping * qd).tolist())
             if self._push_schedule:
