@@ -13,7 +13,7 @@ from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
 from sim2real_ros.core.policy.checkpoint import load_checkpoint
 from sim2real_ros.core.stats import wilson_interval
 from sim2real_ros.paths import config_path, urdf_path
-from sim2real_ros.sim.params import load_sim_params
+from sim2real_ros.sim.params import load_sim_params, with_sim_loop
 from sim2real_ros.sim.world import SimWorld
 from sim2real_ros.training.config import load_train_config
 from sim2real_ros.training.rollout import RolloutConfig, run_episode
@@ -85,6 +85,35 @@ def test_bad_training_config_names_the_field(tmp_path):
         load_train_config(tiny_config(tmp_path, lr=5))
     with pytest.raises(ConfigError, match="unknown field"):
         load_train_config(tiny_config(tmp_path, epochs=3))
+
+
+def test_a_training_config_collects_and_trains_on_the_sim_loop_it_names(tmp_path):
+    """`sim_loop` runs the episodes on that loop over the sim params' own, and the student records
+    that loop's params version (eval-sim on the reference loop then names the mismatch); a config
+    without it hashes as before (no key), and a bad one fails at load naming the field."""
+    plain = load_train_config(tiny_config(tmp_path))
+    assert "sim_loop" not in plain.to_dict()
+    loop = {"loop": "fast", "dt_s": 0.00625}
+    (tmp_path / "fast").mkdir()
+    config = load_train_config(tiny_config(tmp_path / "fast", sim_loop=loop, bc_episodes=1, dagger_rounds=0,
+                                           eval_episodes=0))
+    assert config.to_dict()["sim_loop"] == loop
+    fast = with_sim_loop(load_sim_params(), "fast", 0.00625)
+    out = tmp_path / "fast.pt"
+    trainer = Trainer(config, out, tmp_path / "work", log=print)
+    try:
+        assert trainer.params.version == fast.version
+        assert trainer.pool._local.params.physics.loop == "fast"
+        assert trainer.pool._local.params.physics.dt_s == pytest.approx(0.00625)
+        trainer.run()
+    finally:
+        trainer.close()
+    assert load_checkpoint(out).spec.sim_params_version == fast.version != load_sim_params().version
+    for bad, problem in (({"loop": "quick"}, "physics.loop = 'quick'"), ({"loop": "fast", "dt_s": -1.0}, "physics.dt_s"),
+                         ({"loop": "fast", "substep": 2}, "unknown: substep"), ({"dt_s": 0.005}, "needs loop"),
+                         ("fast", "expected a mapping")):
+        with pytest.raises(ConfigError, match=rf"train.yaml: field 'sim_loop' = .*{problem}"):
+            load_train_config(tiny_config(tmp_path, sim_loop=bad))
 
 
 def test_eval_sim_core_json(tmp_path):

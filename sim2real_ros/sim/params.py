@@ -658,6 +658,31 @@ def with_sim_loop(params: SimParams, loop: str, dt_s: float, substeps: int = 1) 
     return sim_params_from_dict(data, f"{params.source} (physics.loop {loop}, dt_s {dt_s}{more})")
 
 
+SIM_LOOP_KEYS = ("loop", "dt_s", "substeps")
+
+
+def with_sim_loop_override(params: SimParams, override: Mapping[str, Any], source: str,
+                           field_name: str = "sim_loop") -> SimParams:
+    """`params` with a config's sim loop override applied (`{loop: fast, dt_s: 0.005, substeps: 2}`:
+    a training config's `sim_loop`, so a run collects on the fast loop without a copy of the robot's
+    sim params); an empty mapping returns `params` unchanged. A bad override fails naming
+    `field_name` in `source` and the value."""
+    if not override:
+        return params
+    if not isinstance(override, Mapping):
+        raise ConfigError(source, field_name, override, f"expected a mapping of {', '.join(SIM_LOOP_KEYS)}")
+    unknown = sorted(set(override) - set(SIM_LOOP_KEYS))
+    if unknown or "loop" not in override:
+        raise ConfigError(source, field_name, dict(override),
+                          f"needs loop, may set dt_s [s] and substeps (unknown: {', '.join(unknown) or 'none'})")
+    dt_s = override.get("dt_s", params.physics.dt_s)
+    substeps = override.get("substeps", 1)
+    try:
+        return with_sim_loop(params, str(override["loop"]), dt_s, substeps)
+    except ConfigError as err:
+        raise ConfigError(source, field_name, dict(override), f"{err.field} = {err.value!r}: {err.problem}") from err
+
+
 def load_sim_params(path: str | Path | None = None) -> SimParams:
     """Read and validate a sim params YAML (default config/sim_params.yaml)."""
     path = Path(path) if path else config_path(DEFAULT_FILE)

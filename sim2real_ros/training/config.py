@@ -11,7 +11,7 @@ from ..core.control.joint_history import check_history_lags
 from ..core.errors import ConfigError
 from ..paths import config_path
 from ..robots import DEFAULT_ROBOT, get_robot, robot_description_for, sim_params_for
-from ..sim.params import TASK_NAMES
+from ..sim.params import TASK_NAMES, load_sim_params, with_sim_loop_override
 from .rollout import RolloutConfig
 
 
@@ -28,7 +28,9 @@ class TrainConfig:
     pushes in the collection episodes (the sim params' randomization.pushes); task: the sim task
     (sim/tasks.py; "" = the sim params' task.name), recorded in the checkpoint for eval-sim;
     joint_history_s: lags [s] of the student's joint history (core/control/joint_history.py: the
-    measured joint positions that long before each image), [] for none."""
+    measured joint positions that long before each image), [] for none; sim_loop: the sim loop the
+    run collects and evaluates on, over the sim params' own (`{loop: fast, dt_s: 0.005, substeps: 2}`,
+    sim.params.with_sim_loop_override; {} keeps the file's)."""
 
     source: str
     seed: int = 0
@@ -57,6 +59,7 @@ class TrainConfig:
     pushes: bool = False
     task: str = ""
     joint_history_s: tuple[float, ...] = ()
+    sim_loop: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "joint_history_s", check_history_lags(self.joint_history_s, self.source))
@@ -77,6 +80,8 @@ class TrainConfig:
         for name in ("robot_description", "sim_params", "preprocess"):
             if not Path(getattr(self, name)).is_file():
                 raise ConfigError(self.source, name, getattr(self, name), "file not found")
+        if self.sim_loop:  # checked here, not in the first worker: the error names this file's field
+            with_sim_loop_override(load_sim_params(self.sim_params), self.sim_loop, self.source)
         if self.teacher not in ("ik", "ppo"):
             raise ConfigError(self.source, "teacher", self.teacher, "must be ik or ppo")
         if self.task and self.task not in TASK_NAMES:
@@ -89,10 +94,12 @@ class TrainConfig:
                               "teacher: ppo needs an existing teacher checkpoint (sim2real train-teacher --out ...)")
 
     def to_dict(self) -> dict[str, Any]:
-        data = {k: v for k, v in self.__dict__.items() if k not in ("rollout", "joint_history_s")}
+        data = {k: v for k, v in self.__dict__.items() if k not in ("rollout", "joint_history_s", "sim_loop")}
         data["rollout"] = self.rollout.to_dict()
         if self.joint_history_s:  # left out when empty: the config hashes of runs without history stay
             data["joint_history_s"] = list(self.joint_history_s)
+        if self.sim_loop:  # the same for runs on the sim params' own loop
+            data["sim_loop"] = dict(self.sim_loop)
         return data
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..core.perception.preprocess import ImagePipeline
 from ..core.perception.preprocess_config import PreprocessConfig
-from ..sim.params import load_sim_params, with_task
+from ..sim.params import load_sim_params, with_sim_loop_override, with_task
 from ..sim.world import SimWorld
 from .rollout import Controller, EpisodeRecord, RolloutConfig, run_episode
 
@@ -35,7 +35,8 @@ class EpisodeJob:
     a checkpoint-path driver (core/policy_backend.py: auto, torch or onnxruntime); task: the sim
     task to run instead of the sim params' task.name (sim/tasks.py; None: the file's);
     joint_history_s: the lags [s] of the joint history each observation carries (the driven or
-    trained student's spec; () for none)."""
+    trained student's spec; () for none); sim_loop: a sim loop over the sim params' own
+    (sim.params.with_sim_loop_override; None keeps the file's)."""
 
     sim_params: str
     robot_description: str
@@ -51,6 +52,7 @@ class EpisodeJob:
     backend: str = "auto"
     task: str | None = None
     joint_history_s: tuple[float, ...] = ()
+    sim_loop: dict[str, Any] | None = None
 
 
 # A driver: a PolicyModel (DAgger student), a checkpoint path (evaluation), or None (the teacher drives).
@@ -97,7 +99,7 @@ class EpisodeRunner:
                 job, sim_params=self.unpacked.path("sim_params"), robot_description=self.unpacked.path("robot"),
                 teacher_checkpoint=self.unpacked.path("teacher") if job.teacher_checkpoint else None)
         self.job = job
-        self.params = load_sim_params(job.sim_params)
+        self.params = with_sim_loop_override(load_sim_params(job.sim_params), job.sim_loop or {}, "episode job")
         if job.task is not None:
             self.params = with_task(self.params, job.task)
         self.pipeline = ImagePipeline(PreprocessConfig.from_dict(job.preprocess, source="episode job preprocess"))

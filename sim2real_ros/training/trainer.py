@@ -30,7 +30,7 @@ from ..provenance import (
     training_git_state,
 )
 from ..sim.expert import ReachExpert
-from ..sim.params import load_sim_params, with_task
+from ..sim.params import load_sim_params, with_sim_loop_override, with_task
 from ..sim.world import SimWorld, episode_seed
 from .config import TrainConfig
 from .parallel import EpisodeJob, EpisodePool, counting_progress
@@ -161,7 +161,7 @@ class Trainer:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.log = log
         torch.set_num_threads(config.num_threads)
-        self.params = load_sim_params(config.sim_params)
+        self.params = with_sim_loop_override(load_sim_params(config.sim_params), config.sim_loop, config.source)
         if config.task:
             self.params = with_task(self.params, config.task, f"{config.source}: task")
         self.preprocess = PreprocessConfig.from_yaml(config.preprocess)
@@ -172,7 +172,8 @@ class Trainer:
         job = EpisodeJob(config.sim_params, config.robot_description, self.preprocess.to_dict(),
                          list(self.world.joint_names), config.rollout.to_dict(), config.chunk_length, config.dt_s,
                          pushes=config.pushes, teacher=config.teacher, teacher_checkpoint=config.teacher_checkpoint,
-                         task=config.task or None, joint_history_s=tuple(config.joint_history_s))
+                         task=config.task or None, joint_history_s=tuple(config.joint_history_s),
+                         sim_loop=dict(config.sim_loop) or None)
         self.pool = EpisodePool(job, workers, num_threads=config.num_threads)
         self.spec = make_policy_spec(
             self.world.joint_names, self.preprocess, architecture=config.architecture, hparams=config.hparams,
