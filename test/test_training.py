@@ -109,7 +109,8 @@ def test_a_training_config_collects_and_trains_on_the_sim_loop_it_names(tmp_path
     finally:
         trainer.close()
     assert load_checkpoint(out).spec.sim_params_version == fast.version != load_sim_params().version
-    for bad, problem in (({"loop": "quick"}, "physics.loop = 'quick'"), ({"loop": "fast", "dt_s": -1.0}, "physics.dt_s"),
+    for bad, problem in (({"loop": "quick"}, "physics.loop = 'quick'"),
+                         ({"loop": "fast", "dt_s": -1.0}, "physics.dt_s"),
                          ({"loop": "fast", "substep": 2}, "unknown: substep"), ({"dt_s": 0.005}, "needs loop"),
                          ("fast", "expected a mapping")):
         with pytest.raises(ConfigError, match=rf"train.yaml: field 'sim_loop' = .*{problem}"):
