@@ -646,6 +646,29 @@ def test_a_bad_bc_init_field_fails_at_load_naming_it(tmp_path, block, field, val
         load_teacher_config(path)
 
 
+def test_a_teacher_config_trains_on_the_sim_loop_it_names(tmp_path):
+    """`sim_loop` runs the teacher's worlds (BC's expert episodes and PPO's) on that loop over the sim
+    params' own and the checkpoint records that loop's version; a config without it hashes as before,
+    and a bad one fails at load naming the field."""
+    from sim2real_ros.sim.params import load_sim_params, with_sim_loop
+
+    assert "sim_loop" not in _config().to_dict()
+    loop = {"loop": "fast", "dt_s": 0.00625}
+    config = _config(iterations=1, env={"pushes": False}, num_envs=2, steps_per_env=4, eval_episodes=0, workers=0,
+                     actor={"hidden_dims": [16], "activation": "elu", "init_std": 0.5},
+                     bc_init={"episodes": 2, "epochs": 1}, sim_loop=loop)
+    assert config.to_dict()["sim_loop"] == loop and config.env_spec().sim_loop == loop
+    assert BatchedEnv(config.env_spec(), 0, 1).envs[0].world.params.physics.loop == "fast"
+    fast = with_sim_loop(load_sim_params(config.sim_params), "fast", 0.00625)
+    TeacherTrainer(config, tmp_path / "t.pt", tmp_path / "work", workers=0, log=lambda _: None,
+                   stream=io.StringIO()).run()
+    assert load_teacher(tmp_path / "t.pt").spec.sim_params_version == fast.version != load_sim_params().version
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"sim_loop": {"loop": "fast", "dt_s": 0}}))
+    with pytest.raises(ConfigError, match=r"bad.yaml: field 'sim_loop' = .*physics.dt_s = 0"):
+        load_teacher_config(path)
+
+
 def test_zero_ppo_iterations_need_bc_init(tmp_path):
     path = tmp_path / "t.yaml"
     path.write_text(yaml.safe_dump({"iterations": 0}))

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..sim.params import load_sim_params
+from ..sim.params import load_sim_params, with_sim_loop_override
 from .env import EnvConfig, TaskEnv
 from .rewards import RewardConfig
 
@@ -29,6 +29,7 @@ class EnvSpec:
     run_seed: int
     num_slots: int
     episode_base: int = 0  # added to every episode index (a resumed run plays new episodes)
+    sim_loop: dict[str, Any] | None = None  # over the sim params' physics (sim.params.with_sim_loop_override)
 
 
 @dataclass
@@ -82,7 +83,7 @@ class BatchedEnv:
 
     def __init__(self, spec: EnvSpec, first_slot: int, count: int, started: list[int] | None = None) -> None:
         """started: per env, episodes its slot already started elsewhere (None: none)."""
-        params = load_sim_params(spec.sim_params)
+        params = with_sim_loop_override(load_sim_params(spec.sim_params), spec.sim_loop or {}, "env spec")
         env_config = EnvConfig.from_dict(spec.env)
         rewards = RewardConfig.from_dict(spec.rewards)
         self.envs = [TaskEnv(params, spec.robot_description, env_config, rewards, spec.run_seed,

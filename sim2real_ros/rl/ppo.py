@@ -32,7 +32,7 @@ from ..core.stats import wilson_interval
 from ..paths import share_dir
 from ..provenance import assert_unseen_episodes, portable_provenance, sim_params_version, training_git_state
 from ..robots import DEFAULT_ROBOT, get_robot, robot_description_for, sim_params_for
-from ..sim.params import load_sim_params
+from ..sim.params import load_sim_params, with_sim_loop_override
 from .batch import EnvSpec
 from .bc import BCConfig, ExpertPairs, fit_normalizer, regress, set_exploration_std
 from .cluster import default_workers
@@ -66,7 +66,9 @@ class TeacherConfig:
     PPO arguments (DEFAULT_PPO); eval_episodes: teacher evaluation after training; workers: Ray
     rollout workers (0 = in this process; default one per core); bc_init: behaviour cloning of the
     actor from the task's scripted expert before PPO (rl/bc.BCConfig; None = PPO from scratch;
-    with it, iterations may be 0: the BC actor is the teacher)."""
+    with it, iterations may be 0: the BC actor is the teacher); sim_loop: the sim loop its worlds run,
+    over the sim params' own (`{loop: fast, dt_s: 0.005, substeps: 2}`, sim.params.with_sim_loop_override;
+    {} keeps the file's)."""
 
     source: str
     seed: int = 0
@@ -88,6 +90,7 @@ class TeacherConfig:
     eval_episodes: int = 40
     workers: int = field(default_factory=default_workers)
     bc_init: dict[str, Any] | None = None
+    sim_loop: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         get_robot(self.robot, self.source)
@@ -112,6 +115,8 @@ class TeacherConfig:
         for name in ("robot_description", "sim_params"):
             if not Path(getattr(self, name)).is_file():
                 raise ConfigError(self.source, name, getattr(self, name), "file not found")
+        if self.sim_loop:  # checked here, not in the first worker: the error names this file's field
+            with_sim_loop_override(load_sim_params(self.sim_params), self.sim_loop, self.source)
         EnvConfig.from_dict(self.env, self.source)
         RewardConfig.from_dict(self.rewards, self.source)
         unknown = sorted(set(self.ppo) - set(DEFAULT_PPO))
@@ -124,10 +129,13 @@ class TeacherConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The config as recorded (provenance, work directory hash); without bc_init when it is
-        None, so runs and work directories of configs without it keep their hashes."""
+        None and sim_loop when empty, so runs and work directories of configs without them keep
+        their hashes."""
         out = {k: v for k, v in asdict(self).items() if k != "source"}
         if out["bc_init"] is None:
             del out["bc_init"]
+        if not out["sim_loop"]:
+            del out["sim_loop"]
         return out
 
     def bc(self) -> BCConfig | None:
@@ -136,7 +144,7 @@ class TeacherConfig:
 
     def env_spec(self, episode_base: int = 0) -> EnvSpec:
         return EnvSpec(self.sim_params, self.robot_description, dict(self.env), dict(self.rewards), self.seed,
-                       self.num_envs, episode_base)
+                       self.num_envs, episode_base, sim_loop=dict(self.sim_loop) or None)
 
 
 def load_teacher_config(path: str | Path, **overrides: Any) -> TeacherConfig:
@@ -298,7 +306,7 @@ class TeacherTrainer:
         self.workers = config.workers if workers is None else workers
         self.log = log
         self.stream = stream or sys.stderr
-        self.params = load_sim_params(config.sim_params)
+        self.params = with_sim_loop_override(load_sim_params(config.sim_params), config.sim_loop, config.source)
         # What behaviour cloning did (rl/bc.py), kept in the work directory: a resumed run does not redo it.
         self.bc_record: dict[str, Any] | None = None
 
@@ -528,7 +536,8 @@ class TeacherTrainer:
         spec = TeacherSpec(joint_names=joint_names, observation_layout=layout,
                            hidden_dims=list(cfg["actor"]["hidden_dims"]), activation=cfg["actor"]["activation"],
                            env={**asdict(env_config), "task": task_name}, rewards=dict(c.rewards),
-                           sim_params_version=sim_params_version(c.sim_params), provenance=provenance)
+                           sim_params_version=self.params.version if c.sim_loop else sim_params_version(c.sim_params),
+                           provenance=provenance)
         if spec.obs_dim != obs_dim:
             raise RuntimeError(f"observation layout {spec.obs_dim} != env observation size {obs_dim}")
         digest = save_teacher(self.out, actor, spec)
