@@ -9,6 +9,7 @@ then lost), collision (an arm link other than the jaws touched the table, no gra
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -103,28 +104,35 @@ class PickLiftTask:
         return self._jaws <= links_touching(world.client, self.cube, world.robot)
 
     def evaluate(self, world: SimWorld) -> dict[str, Any] | None:
+        # Every physics step: the cube's height only while both jaws touch it (the only time it can
+        # count), the figures of the outcome only once the episode ends.
         center = self.cube_position(world)
-        distance = float(np.linalg.norm(world.ee_position() - center))
-        bottom = self.cube_bottom_height(world)
         gripped = self.jaws_on_cube(world)
+        bottom = self.cube_bottom_height(world) if gripped else None
         if gripped and bottom >= LIFTED_M:
             self._was_up_in_hand = True
         self._held_s = self._timer.update(gripped and bottom >= self.pick.lift_height_m, world.time_ns)
         if not self._collided and arm_touches(world, world.table, self._arm_links):
             self._collided = True
-        result = {"final_distance_m": distance, "cube_height_m": bottom, "held_s": self._held_s}
+
+        def result() -> dict[str, Any]:
+            return {"final_distance_m": float(np.linalg.norm(world.ee_position() - center)),
+                    "cube_height_m": self.cube_bottom_height(world) if bottom is None else bottom,
+                    "held_s": self._held_s}
+
         return self._episode_end(world, self._held_s >= self.pick.hold_s - 1e-9, center, result)
 
     def _episode_end(self, world: SimWorld, succeeded: bool, center: np.ndarray,
-                     result: dict[str, Any]) -> dict[str, Any] | None:
+                     result: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
         """The outcome once the episode is over (success, the cube off the table, the time-out), else
-        None; `center` (3,) [m] is the cube's, `result` the task's figures for the outcome."""
+        None; `center` (3,) [m] is the cube's, `result()` the task's figures for the outcome (made
+        only for an outcome: this runs every physics step)."""
         if succeeded:
-            return {"success": True, "reason": SUCCESS, **result}
+            return {"success": True, "reason": SUCCESS, **result()}
         if center[2] < -FALLEN_M:
-            return {"success": False, "reason": KNOCKED_OFF, **result}
+            return {"success": False, "reason": KNOCKED_OFF, **result()}
         if world.episode_elapsed_s() >= self.params.timeout_s:
-            return {"success": False, "reason": TIMEOUT, **result}
+            return {"success": False, "reason": TIMEOUT, **result()}
         return None
 
     def target_position(self) -> np.ndarray:

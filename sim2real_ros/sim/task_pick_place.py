@@ -108,8 +108,11 @@ class PickPlaceTask(PickLiftTask):
         self._settled_s = self._settle.update(settled, world.time_ns)
         if not self._collided and arm_touches(world, world.table, self._arm_links):
             self._collided = True
-        result = {"final_distance_m": self.cube_to_zone_m(world), "cube_height_m": bottom,
-                  "settled_s": self._settled_s}
+        settled_s = self._settled_s
+
+        def result() -> dict[str, Any]:
+            return {"final_distance_m": self.cube_to_zone_m(world), "cube_height_m": bottom, "settled_s": settled_s}
+
         # A pick and place: a cube slid or shoved into the zone without being lifted does not count.
         placed = self._settled_s >= self.place.settle_s - 1e-9 and self._was_up_in_hand
         return self._episode_end(world, placed, center, result)
