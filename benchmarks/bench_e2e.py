@@ -84,12 +84,16 @@ def _checkpoint(tmp: Path) -> Path:
 
 
 def _first_carrier_latencies(chunks: list, ticks: np.ndarray, commands: np.ndarray, to_stamp_time,
-                             stages: dict[str, list[float]] | None = None) -> list[float]:
+                             stages: dict[str, list[float]] | None = None,
+                             images: dict[int, int] | None = None) -> list[float]:
     """[ms] per chunk (receipt time, msg): capture stamp -> the first robot command after the first
     command/policy tick after the chunk arrived. Receipt times in one clock; to_stamp_time maps them
     to the stamps' clock [ns]. `stages`, when given, gets the two parts of each figure [ms]:
     "capture_to_chunk" (preprocessor, policy inference, DDS: the camera path) and
-    "chunk_to_command" (actuator tick, supervisor, DDS: the control path)."""
+    "chunk_to_command" (actuator tick, supervisor, DDS: the control path); with `images` (capture
+    stamp [ns] -> receipt of its policy/image at the bench), the camera path split in two as well:
+    "capture_to_policy_image" (two image hops and the preprocessor) and "policy_image_to_chunk"
+    (pairing, inference, the chunk's hop)."""
     latencies = []
     for received, msg in chunks:
         i = np.searchsorted(ticks, received)
@@ -103,6 +107,11 @@ def _first_carrier_latencies(chunks: list, ticks: np.ndarray, commands: np.ndarr
         if stages is not None:
             stages.setdefault("capture_to_chunk", []).append((to_stamp_time(received) - captured) / 1e6)
             stages.setdefault("chunk_to_command", []).append((commands[j] - received) / 1e6)
+            image_received = None if images is None else images.get(captured)
+            if image_received is not None:
+                stages.setdefault("capture_to_policy_image", []).append(
+                    (to_stamp_time(image_received) - captured) / 1e6)
+                stages.setdefault("policy_image_to_chunk", []).append((received - image_received) / 1e6)
     return latencies
 
 
@@ -229,6 +238,11 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
                                  RELIABLE_LATEST_QOS)
         node.create_subscription(JointState, "command/policy", lambda m: ticks.append(time.time_ns()),
                                  RELIABLE_LATEST_QOS)
+        # Where the camera path's time goes: when each policy image (27 KB) reaches the bench too.
+        images: dict[int, int] = {}
+        node.create_subscription(Image, "policy/image",
+                                 lambda m: images.__setitem__(stamp_to_ns(m.header.stamp), time.time_ns()),
+                                 RELIABLE_LATEST_QOS)
         node.create_subscription(Float64MultiArray, "forward_position_controller/commands",
                                  lambda m: commands.append(time.time_ns()), 100)
         freeze_startup_objects()  # no full-collection stall in the timing callbacks either
@@ -263,7 +277,8 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
         stages: dict[str, dict[str, list[float]]] = {QUIET: {}, LOADED: {}}
         for phase, start_ns, end_ns in windows:
             in_window = [c for c in chunk_all if start_ns <= c[0] < end_ns]
-            latencies[phase] += _first_carrier_latencies(in_window, tick_t, command_t, lambda t: t, stages[phase])
+            latencies[phase] += _first_carrier_latencies(in_window, tick_t, command_t, lambda t: t, stages[phase],
+                                                         dict(images))
             window_commands = command_t[(command_t >= start_ns) & (command_t < end_ns)]
             periods[phase] += list(np.diff(window_commands) / 1e6)
     finally:
