@@ -15,6 +15,7 @@ from sim2real_ros.core.stats import wilson_interval
 from sim2real_ros.paths import config_path, urdf_path
 from sim2real_ros.sim.params import load_sim_params, with_sim_loop
 from sim2real_ros.sim.world import SimWorld
+from sim2real_ros.training.augment import random_shift
 from sim2real_ros.training.config import load_train_config
 from sim2real_ros.training.rollout import RolloutConfig, run_episode
 from sim2real_ros.training.trainer import Trainer, make_expert
@@ -87,16 +88,26 @@ def test_bad_training_config_names_the_field(tmp_path):
         load_train_config(tiny_config(tmp_path, epochs=3))
 
 
-def test_a_training_config_collects_and_trains_on_the_sim_loop_it_names(tmp_path):
+def test_a_training_config_collects_and_trains_on_the_sim_loop_it_names(tmp_path, monkeypatch):
     """`sim_loop` runs the episodes on that loop over the sim params' own, and the student records
     that loop's params version (eval-sim on the reference loop then names the mismatch); a config
-    without it hashes as before (no key), and a bad one fails at load naming the field."""
+    without it hashes as before (no key), and a bad one fails at load naming the field. The same
+    run's image_shift_px reaches every minibatch."""
+    from sim2real_ros.training import trainer as trainer_module
+
+    shifts = []
+
+    def recording_shift(images, max_px, generator):
+        shifts.append(max_px)
+        return random_shift(images, max_px, generator)
+
+    monkeypatch.setattr(trainer_module, "random_shift", recording_shift)
     plain = load_train_config(tiny_config(tmp_path))
     assert "sim_loop" not in plain.to_dict()
     loop = {"loop": "fast", "dt_s": 0.00625}
     (tmp_path / "fast").mkdir()
     config = load_train_config(tiny_config(tmp_path / "fast", sim_loop=loop, bc_episodes=1, dagger_rounds=0,
-                                           eval_episodes=0))
+                                           eval_episodes=0, image_shift_px=2))
     assert config.to_dict()["sim_loop"] == loop
     fast = with_sim_loop(load_sim_params(), "fast", 0.00625)
     out = tmp_path / "fast.pt"
@@ -109,12 +120,44 @@ def test_a_training_config_collects_and_trains_on_the_sim_loop_it_names(tmp_path
     finally:
         trainer.close()
     assert load_checkpoint(out).spec.sim_params_version == fast.version != load_sim_params().version
+    assert shifts and set(shifts) == {2}
     for bad, problem in (({"loop": "quick"}, "physics.loop = 'quick'"),
                          ({"loop": "fast", "dt_s": -1.0}, "physics.dt_s"),
                          ({"loop": "fast", "substep": 2}, "unknown: substep"), ({"dt_s": 0.005}, "needs loop"),
                          ("fast", "expected a mapping")):
         with pytest.raises(ConfigError, match=rf"train.yaml: field 'sim_loop' = .*{problem}"):
             load_train_config(tiny_config(tmp_path, sim_loop=bad))
+
+
+def test_random_shift_moves_each_image_by_its_own_offset_and_repeats_the_edges():
+    import torch
+
+    images = torch.zeros((64, 12, 10, 3), dtype=torch.uint8)
+    images[:, 6, 5] = torch.tensor([255, 128, 7], dtype=torch.uint8)  # one marked pixel per image
+    images[:, :, 0] = 9  # a left edge column
+    assert random_shift(images, 0, torch.Generator().manual_seed(0)) is images
+    shifted = random_shift(images, 3, torch.Generator().manual_seed(1))
+    assert shifted.shape == images.shape and shifted.dtype == torch.uint8
+    seen = set()
+    for image in shifted:
+        rows, cols = torch.nonzero(image[..., 1] == 128, as_tuple=True)
+        assert len(rows) == 1  # the mark moved, whole, by at most 3 px each way
+        dy, dx = int(rows[0]) - 6, int(cols[0]) - 5
+        assert abs(dy) <= 3 and abs(dx) <= 3 and image[rows[0], cols[0]].tolist() == [255, 128, 7]
+        seen.add((dy, dx))
+        if dx > 0:  # moved right by dx: the left edge column repeats into the first dx + 1 columns
+            assert bool(torch.all(image[:, :dx + 1] == 9)) and not bool(torch.any(image[:, dx + 1:] == 9))
+    assert len(seen) > 20  # offsets differ between images (49 possible)
+    again = random_shift(images, 3, torch.Generator().manual_seed(1))
+    assert torch.equal(again, shifted)  # drawn from the generator only
+
+
+def test_image_shift_px_is_checked_and_left_out_of_the_hash_when_off(tmp_path):
+    assert "image_shift_px" not in load_train_config(tiny_config(tmp_path)).to_dict()
+    assert load_train_config(tiny_config(tmp_path, image_shift_px=4)).to_dict()["image_shift_px"] == 4
+    for bad in (-1, 17, 2.5, True):
+        with pytest.raises(ConfigError, match=r"train.yaml: field 'image_shift_px'"):
+            load_train_config(tiny_config(tmp_path, image_shift_px=bad))
 
 
 def test_eval_sim_core_json(tmp_path):

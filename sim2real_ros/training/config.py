@@ -12,6 +12,7 @@ from ..core.errors import ConfigError
 from ..paths import config_path
 from ..robots import DEFAULT_ROBOT, get_robot, robot_description_for, sim_params_for
 from ..sim.params import TASK_NAMES, load_sim_params, with_sim_loop_override
+from .augment import MAX_SHIFT_PX
 from .rollout import RolloutConfig
 
 
@@ -30,7 +31,8 @@ class TrainConfig:
     joint_history_s: lags [s] of the student's joint history (core/control/joint_history.py: the
     measured joint positions that long before each image), [] for none; sim_loop: the sim loop the
     run collects and evaluates on, over the sim params' own (`{loop: fast, dt_s: 0.005, substeps: 2}`,
-    sim.params.with_sim_loop_override; {} keeps the file's)."""
+    sim.params.with_sim_loop_override; {} keeps the file's); image_shift_px: the student's training
+    images randomly shifted by up to that many pixels (training.augment.random_shift; 0: off)."""
 
     source: str
     seed: int = 0
@@ -60,6 +62,7 @@ class TrainConfig:
     task: str = ""
     joint_history_s: tuple[float, ...] = ()
     sim_loop: dict[str, Any] = field(default_factory=dict)
+    image_shift_px: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "joint_history_s", check_history_lags(self.joint_history_s, self.source))
@@ -80,6 +83,9 @@ class TrainConfig:
         for name in ("robot_description", "sim_params", "preprocess"):
             if not Path(getattr(self, name)).is_file():
                 raise ConfigError(self.source, name, getattr(self, name), "file not found")
+        shift = self.image_shift_px
+        if isinstance(shift, bool) or not isinstance(shift, int) or not 0 <= shift <= MAX_SHIFT_PX:
+            raise ConfigError(self.source, "image_shift_px", shift, f"must be an integer in [0, {MAX_SHIFT_PX}] [px]")
         if self.sim_loop:  # checked here, not in the first worker: the error names this file's field
             with_sim_loop_override(load_sim_params(self.sim_params), self.sim_loop, self.source)
         if self.teacher not in ("ik", "ppo"):
@@ -94,12 +100,15 @@ class TrainConfig:
                               "teacher: ppo needs an existing teacher checkpoint (sim2real train-teacher --out ...)")
 
     def to_dict(self) -> dict[str, Any]:
-        data = {k: v for k, v in self.__dict__.items() if k not in ("rollout", "joint_history_s", "sim_loop")}
+        data = {k: v for k, v in self.__dict__.items()
+                if k not in ("rollout", "joint_history_s", "sim_loop", "image_shift_px")}
         data["rollout"] = self.rollout.to_dict()
         if self.joint_history_s:  # left out when empty: the config hashes of runs without history stay
             data["joint_history_s"] = list(self.joint_history_s)
         if self.sim_loop:  # the same for runs on the sim params' own loop
             data["sim_loop"] = dict(self.sim_loop)
+        if self.image_shift_px:  # and without augmentation
+            data["image_shift_px"] = self.image_shift_px
         return data
 
 

@@ -32,6 +32,7 @@ from ..provenance import (
 from ..sim.expert import ReachExpert
 from ..sim.params import load_sim_params, with_sim_loop_override, with_task
 from ..sim.world import SimWorld, episode_seed
+from .augment import random_shift
 from .config import TrainConfig
 from .parallel import EpisodeJob, EpisodePool, counting_progress
 from .rollout import Controller, EpisodeRecord
@@ -95,10 +96,12 @@ def normalized_delta_loss(model: PolicyModel, images: torch.Tensor, joints: torc
 def regress(model: PolicyModel, images: np.ndarray, joints: np.ndarray, labels: np.ndarray, loss_fn: LossFn,
             epochs: int, batch_size: int, lr: float, weight_decay: float, seed: int, log: Callable[[str], None],
             label: str, describe: Callable[[float], str] = lambda loss: f"loss {loss:.4f}",
-            histories: np.ndarray | None = None) -> list[float]:
+            histories: np.ndarray | None = None, image_shift_px: int = 0) -> list[float]:
     """Minibatch AdamW with a cosine schedule over (images (N, H, W, 3) uint8, joints (N, n) [rad],
     labels (N, K, n) [rad], histories (N, H, n) [rad] or None); only parameters that require
-    gradients are optimized (a frozen encoder stays as loaded). Returns the mean loss of each epoch."""
+    gradients are optimized (a frozen encoder stays as loaded). image_shift_px: each minibatch's
+    images randomly shifted by up to that many pixels (training.augment.random_shift; 0: as they
+    are). Returns the mean loss of each epoch."""
     images_t = torch.from_numpy(np.ascontiguousarray(images))
     joints_t = torch.from_numpy(joints.astype(np.float32))
     labels_t = torch.from_numpy(labels.astype(np.float32))
@@ -114,7 +117,7 @@ def regress(model: PolicyModel, images: np.ndarray, joints: np.ndarray, labels: 
         total, count = 0.0, 0
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
-            loss = loss_fn(model, images_t[idx], joints_t[idx], labels_t[idx],
+            loss = loss_fn(model, random_shift(images_t[idx], image_shift_px, generator), joints_t[idx], labels_t[idx],
                            None if histories_t is None else histories_t[idx])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -130,11 +133,13 @@ def regress(model: PolicyModel, images: np.ndarray, joints: np.ndarray, labels: 
 
 
 def fit(model: PolicyModel, data: Dataset, epochs: int, batch_size: int, lr: float, weight_decay: float,
-        seed: int, log: Callable[[str], None], label: str) -> list[float]:
-    """Regress normalized chunk deltas (MSE). Returns the mean loss of each epoch."""
+        seed: int, log: Callable[[str], None], label: str, image_shift_px: int = 0) -> list[float]:
+    """Regress normalized chunk deltas (MSE), images shifted by up to image_shift_px [px]. Returns
+    the mean loss of each epoch."""
     images, joints, labels = data.arrays()
     return regress(model, images, joints, labels, normalized_delta_loss, epochs, batch_size, lr, weight_decay,
-                   seed, log, label, histories=data.history_array() if model.history_length else None)
+                   seed, log, label, histories=data.history_array() if model.history_length else None,
+                   image_shift_px=image_shift_px)
 
 
 def student_controller(model: PolicyModel) -> Controller:
@@ -262,7 +267,8 @@ class Trainer:
                 data.add(r)
             images, joints, labels = data.arrays()
             model.set_normalization_from_data(joints, labels, data.history_array())
-            losses = fit(model, data, c.epochs_bc, c.batch_size, c.lr, c.weight_decay, c.seed, self.log, "bc")
+            losses = fit(model, data, c.epochs_bc, c.batch_size, c.lr, c.weight_decay, c.seed, self.log, "bc",
+                         c.image_shift_px)
             self.history.append({"stage": 0, "kind": "bc", "episodes": c.bc_episodes, "frames": len(data),
                                  "teacher_success": teacher_rate, "final_loss": losses[-1], "losses": losses})
             self._log_stage(curves, 0, losses, c.lr, teacher_rate, len(data), collect_s, len(data))
@@ -279,7 +285,7 @@ class Trainer:
             for r in records:
                 data.add(r)
             losses = fit(model, data, c.epochs_per_round, c.batch_size, c.lr * 0.5, c.weight_decay,
-                         c.seed + round_index, self.log, f"dagger {round_index}")
+                         c.seed + round_index, self.log, f"dagger {round_index}", c.image_shift_px)
             self.history.append({"stage": round_index, "kind": "dagger", "episodes": c.dagger_episodes,
                                  "frames": len(data), "student_success_while_collecting": student_rate,
                                  "final_loss": losses[-1], "losses": losses})
