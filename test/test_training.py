@@ -160,6 +160,32 @@ def test_image_shift_px_is_checked_and_left_out_of_the_hash_when_off(tmp_path):
             load_train_config(tiny_config(tmp_path, image_shift_px=bad))
 
 
+def test_dagger_rounds_past_the_eighth_skip_the_evaluations_episodes(tmp_path):
+    """A ninth DAgger round once played the trainer's evaluation episodes (100_000 x 9 = its offset):
+    a 10-round run trained for 2 hours, then refused to evaluate. Rounds 1-8 keep their episodes."""
+    from sim2real_ros.training.episode_plan import EVAL_SEED_OFFSET, dagger_offset, training_index_ranges
+
+    assert [dagger_offset(r) for r in range(1, 9)] == [100_000 * r for r in range(1, 9)]
+    assert dagger_offset(9) == 1_000_000 and dagger_offset(10) == 1_100_000
+    ranges = training_index_ranges(120, 48, 100_000)
+    evaluation = set(range(EVAL_SEED_OFFSET, EVAL_SEED_OFFSET + 100_000, 997))
+    assert all(b[0] >= a[1] for a, b in zip(ranges, ranges[1:], strict=False))  # in order, apart
+    assert not any(first <= i < last for first, last in ranges for i in evaluation)
+    assert ranges[-1][1] <= 5_000_000  # below fine-tuning's co-training episodes
+    config = load_train_config(tiny_config(tmp_path, dagger_rounds=10, dagger_episodes=60, eval_episodes=30))
+    trainer = Trainer(config, tmp_path / "p.pt", tmp_path / "work", log=print)
+    try:
+        recorded = trainer.training_episodes()["index_ranges"]
+    finally:
+        trainer.close()
+    assert recorded[9] == [1_000_000, 1_000_060] and not any(
+        first < EVAL_SEED_OFFSET + 30 and last > EVAL_SEED_OFFSET for first, last in recorded)
+    for field, value in (("dagger_rounds", 49), ("dagger_episodes", 100_001), ("bc_episodes", 100_001),
+                         ("eval_episodes", 100_001)):
+        with pytest.raises(ConfigError, match=rf"train.yaml: field '{field}' = {value}"):
+            load_train_config(tiny_config(tmp_path, **{field: value}))
+
+
 def test_eval_sim_core_json(tmp_path):
     ckpt = tmp_path / "untrained.pt"
     assert sim2real(["policy", "init", "--robot", str(urdf_path()), "--out", str(ckpt)]) == 0

@@ -26,8 +26,8 @@ from ..sim.world import episode_seed
 from ..training.parallel import EpisodeJob, EpisodePool, counting_progress
 from ..training.rollout import RolloutConfig
 
-# Training used episode indices 0..~1e6 of its seed (BC, DAgger rounds at 100_000 * k, evaluation
-# at 900_000); co-training episodes start here, so they are new draws from the same ranges.
+# Training used episode indices below 5e6 of its seed (BC, DAgger rounds, its evaluation:
+# training/episode_plan.py); co-training episodes start here, so they are new draws from the same ranges.
 SEED_OFFSET = 5_000_000
 
 

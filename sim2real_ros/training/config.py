@@ -13,6 +13,7 @@ from ..paths import config_path
 from ..robots import DEFAULT_ROBOT, get_robot, robot_description_for, sim_params_for
 from ..sim.params import TASK_NAMES, load_sim_params, with_sim_loop_override
 from .augment import MAX_SHIFT_PX
+from .episode_plan import EPISODE_BLOCK, MAX_DAGGER_ROUNDS
 from .rollout import RolloutConfig
 
 
@@ -76,6 +77,12 @@ class TrainConfig:
         for name in ("bc_episodes", "dagger_rounds", "dagger_episodes", "epochs_per_round", "eval_episodes"):
             if int(getattr(self, name)) < 0:
                 raise ConfigError(self.source, name, getattr(self, name), "must be >= 0")
+        for name in ("bc_episodes", "dagger_episodes", "eval_episodes"):  # each stage's episodes in a block
+            if int(getattr(self, name)) > EPISODE_BLOCK:
+                raise ConfigError(self.source, name, getattr(self, name), f"must be <= {EPISODE_BLOCK}")
+        if int(self.dagger_rounds) > MAX_DAGGER_ROUNDS:
+            raise ConfigError(self.source, "dagger_rounds", self.dagger_rounds,
+                              f"must be <= {MAX_DAGGER_ROUNDS} (training/episode_plan.py)")
         if not self.dt_s > 0:
             raise ConfigError(self.source, "dt_s", self.dt_s, "must be > 0 [s]")
         if not 0 < self.lr < 1:

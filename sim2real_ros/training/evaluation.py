@@ -22,6 +22,7 @@ from ..provenance import assert_unseen_episodes, sim_params_mismatch
 from ..robots import robot_description_for, robot_for_checkpoint, sim_params_for
 from ..sim.params import load_sim_params, with_task
 from ..sim.world import episode_seed
+from .episode_plan import training_index_ranges
 from .graph_conditions import GraphConditions
 from .parallel import EpisodeJob, EpisodePool, counting_progress
 from .rollout import EpisodeRecord, RolloutConfig
@@ -69,7 +70,7 @@ def rollout_config_from(policy: LoadedPolicy, actuation_latency_s: float,
 def student_training_episodes(provenance: dict[str, Any]) -> dict[str, Any] | None:
     """The episodes a student's training played (run seed, index ranges): the provenance's record,
     or for checkpoints saved before it was recorded, rebuilt from the config (training.trainer:
-    BC episodes from index 0, DAgger round r from 100_000 * r)."""
+    training.episode_plan)."""
     recorded = provenance.get("training_episodes")
     if isinstance(recorded, dict):
         return recorded
@@ -81,8 +82,7 @@ def student_training_episodes(provenance: dict[str, Any]) -> dict[str, Any] | No
                                        int(config["dagger_episodes"]))
     except (KeyError, TypeError, ValueError):
         return None
-    return {"seed": seed, "index_ranges": [[0, bc]] + [[100_000 * r, 100_000 * r + per_round]
-                                                       for r in range(1, rounds + 1)]}
+    return {"seed": seed, "index_ranges": training_index_ranges(bc, rounds, per_round)}
 
 
 def episode_row(index: int, outcome: dict[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from ..sim.params import load_sim_params, with_sim_loop_override, with_task
 from ..sim.world import SimWorld, episode_seed
 from .augment import random_shift
 from .config import TrainConfig
+from .episode_plan import EVAL_SEED_OFFSET, dagger_offset, training_index_ranges
 from .parallel import EpisodeJob, EpisodePool, counting_progress
 from .rollout import Controller, EpisodeRecord
 
@@ -78,9 +79,6 @@ class Dataset:
         histories = list(data["histories"]) if "histories" in data.files else []
         return cls(list(data["images"]), list(data["joints"]), list(data["labels"]), histories)
 
-
-# Episode index offset of the nominal evaluation after training (DAgger rounds use 100_000 * round).
-EVAL_SEED_OFFSET = 900_000
 
 # (model, images, joints, labels, joint histories or None) -> loss
 LossFn = Callable[[PolicyModel, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
@@ -276,7 +274,7 @@ class Trainer:
             stage = 0
             self._save_state(stage, model, data)
         for round_index in range(stage + 1, c.dagger_rounds + 1):
-            offset = 100_000 * round_index
+            offset = dagger_offset(round_index)
             tick = time.monotonic()
             records, student_rate = self.collect(c.dagger_episodes, model, c.randomize, offset,
                                                  f"dagger {round_index}/{c.dagger_rounds}")
@@ -335,9 +333,8 @@ class Trainer:
         """Which episodes training played: run seed and episode index ranges [first, last) (the
         world of episode i is episode_seed(seed, i)); evaluation checks it never replays them."""
         c = self.config
-        ranges = [[0, c.bc_episodes]] + [[100_000 * r, 100_000 * r + c.dagger_episodes]
-                                         for r in range(1, c.dagger_rounds + 1)]
-        return {"seed": c.seed, "index_ranges": ranges}
+        return {"seed": c.seed,
+                "index_ranges": training_index_ranges(c.bc_episodes, c.dagger_rounds, c.dagger_episodes)}
 
     def _teacher_provenance(self) -> dict[str, Any]:
         if self.config.teacher != "ppo":
