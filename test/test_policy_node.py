@@ -338,14 +338,14 @@ def test_node_refuses_a_checkpoint_trained_with_other_preprocessing(tmp_path, pa
 
 
 def test_bad_parameters_are_refused_naming_them():
-    good = {"checkpoint": "p.pt", "backend": "auto", "preprocess_config": "pre.yaml", "robot_description": "arm.urdf",
-            "joints": (),
+    good = {"checkpoint": "p.pt", "backend": "auto", "image_input": "policy", "preprocess_config": "pre.yaml",
+            "robot_description": "arm.urdf", "joints": (),
             "device": "cpu", "num_threads": 1, "pairing_tolerance_s": 0.05, "max_observation_age_s": 0.25,
             "observation_period_s": -1.0, "diagnostics_period_s": 1.0, "sim_params_file": ""}
     PolicyNodeConfig(**good)
     cases = {"max_observation_age_s": -1.0, "pairing_tolerance_s": float("nan"), "device": "tpu",
              "num_threads": -2, "joints": ("a", "a"), "checkpoint": "", "observation_period_s": float("inf"),
-             "backend": "tensorrt"}
+             "backend": "tensorrt", "image_input": "camera/image_raw"}
     for field, value in cases.items():
         with pytest.raises(ConfigError, match=f"policy_node parameter: field '{field}' = "):
             PolicyNodeConfig(**{**good, field: value})
@@ -513,3 +513,88 @@ def test_node_gives_a_history_policy_the_joint_states_before_the_image(ros, tmp_
         np.testing.assert_allclose(got, reference.select_action(image, q, history), atol=1e-5)
         if np.abs(history - q).max() > 0.01:  # a moving arm: the present alone would give another chunk
             assert np.abs(got - reference.select_action(image, q, np.tile(q, (len(lags), 1)))).max() > 1e-3
+
+
+def test_node_preprocesses_the_source_camera_itself_as_camera_preprocessor_would(ros, tmp_path, panda_checkpoint):
+    """image_input camera (issue 36: one image hop and one process fewer on the camera path), over
+    DDS: the node takes camera/image_raw + camera/camera_info from a best-effort driver, and its chunk
+    is the policy's action on the image core.preprocess makes of the raw frame (the code
+    camera_preprocessor runs); it publishes that policy image with the capture stamp after the chunk,
+    and counts the source camera's refusals as bad_image with their reason."""
+    from sensor_msgs.msg import CameraInfo
+
+    from sim2real_ros.conversions import camera_model_to_info, image_to_array
+    from sim2real_ros.core.perception.camera_model import CameraModel
+    from sim2real_ros.core.perception.preprocess import ImagePipeline
+    from sim2real_ros.nodes.common import SENSOR_QOS
+
+    joints = RobotModel.from_file(PANDA_URDF).joint_names
+    camera = CameraModel(320, 240, 250.0, 251.0, 161.0, 119.5, "plumb_bob", (-0.1, 0.02, 0.0, 0.0, 0.0))
+    preprocess = PreprocessConfig.from_yaml(config_path("preprocess.yaml"))
+    reference = load_checkpoint(panda_checkpoint, warmup=False)
+    params = {"checkpoint": str(panda_checkpoint), "robot_description": str(PANDA_URDF), "image_input": "camera",
+              "pairing_tolerance_s": 0.005, "max_observation_age_s": 5.0, "diagnostics_period_s": 0.3}
+    chunks = ros.collect(JointTrajectory, "policy/action_chunk", KEEP_ALL)
+    policy_images = ros.collect(Image, "policy/image", KEEP_ALL)
+    diagnostics = ros.collect(DiagnosticArray, "policy_node/diagnostics", LATCHED_QOS)
+    raw_pub = ros.publisher(Image, "camera/image_raw", SENSOR_QOS)
+    info_pub = ros.publisher(CameraInfo, "camera/camera_info", SENSOR_QOS)
+    joint_pub = ros.publisher(JointState, "joint_states", JOINT_STATE_QOS)
+    rng = np.random.default_rng(3)
+    clock = ros.node.get_clock()
+
+    def report() -> dict[str, str]:
+        return diagnostics_values(diagnostics[-1]) if diagnostics else {}
+
+    with running_nodes([node_decl("policy_node", params)], tmp_path):
+        for publisher in (raw_pub, info_pub, joint_pub):
+            ros.wait_for_subscribers(publisher, timeout_s=60.0)
+        # Before any camera_info the image's geometry is unknown: dropped, said why.
+        raw_pub.publish(array_to_image(np.zeros((240, 320, 3), np.uint8), "bgr8", clock.now().nanoseconds))
+        assert wait_until(lambda: report().get("dropped_no_camera_info") == "1", 20.0), report()
+        assert report()["drops_bad_image"] == "1" and report()["image_input"] == "camera"
+        assert not chunks and not policy_images
+
+        sent = []
+        for i in range(2):
+            stamp = clock.now().nanoseconds
+            info_pub.publish(camera_model_to_info(camera, stamp, "camera_link"))
+            q = rng.uniform(-0.5, 0.5, len(joints))
+            joint_pub.publish(make_joint_state(joints, q, stamp))
+            raw = rng.integers(0, 256, (240, 320, 3), dtype=np.uint8)
+            # camera_info is best effort like the image: the node may see the image first, so resend both
+            # until this frame's chunk comes (each resend is a new stamp, the newest one counts).
+            deadline = clock.now().nanoseconds + 20 * S
+            while len(chunks) <= i and clock.now().nanoseconds < deadline:
+                raw_pub.publish(array_to_image(raw, "bgr8", stamp, "camera_link"))
+                wait_until(lambda i=i: len(chunks) > i, 0.5)
+                if len(chunks) <= i:
+                    stamp = clock.now().nanoseconds
+                    info_pub.publish(camera_model_to_info(camera, stamp, "camera_link"))
+                    joint_pub.publish(make_joint_state(joints, q, stamp))
+            assert len(chunks) > i, report()
+            sent.append((stamp, raw, q))
+        expected_images = {}
+        for (stamp, raw, q), chunk in zip(sent, chunks, strict=False):
+            policy_image = ImagePipeline(preprocess).process(raw, "bgr8", camera)
+            expected_images[stamp] = policy_image
+            assert stamp_to_ns(chunk.header.stamp) == stamp
+            np.testing.assert_allclose([p.positions for p in chunk.points],
+                                       reference.select_action(policy_image, q), atol=1e-5)
+        # What it observed is on policy/image: the preprocessed frame, with its capture stamp.
+        assert wait_until(lambda: len(policy_images) >= len(chunks), 20.0)
+        for msg in policy_images:
+            stamp = stamp_to_ns(msg.header.stamp)
+            if stamp in expected_images:
+                np.testing.assert_array_equal(image_to_array(msg), expected_images[stamp])
+                assert msg.header.frame_id == "camera_link" and msg.encoding == "rgb8"
+        assert {stamp_to_ns(m.header.stamp) for m in policy_images} >= set(expected_images)
+
+        # An image of another size than its camera_info says: refused, counted with its reason.
+        bad_before = int(report()["drops_bad_image"])
+        raw_pub.publish(array_to_image(np.zeros((120, 160, 3), np.uint8), "bgr8", clock.now().nanoseconds + 1 * S))
+        assert wait_until(lambda: report().get("dropped_size_mismatch") == "1", 20.0), report()
+        assert int(report()["drops_bad_image"]) == bad_before + 1
+        assert report()["source_camera"] == "320x240 plumb_bob"
+        final = report()
+        assert int(final["images_received"]) == sum(int(final[k]) for k in IMAGE_OUTCOMES), final

@@ -10,7 +10,8 @@ Publishes   policy/image (sensor_msgs/Image rgb8 at the policy resolution) and p
             of received / published / dropped images by reason, coverage of the policy view.
 
 The work is core.preprocess.ImagePipeline (one cached remap per camera_info), the same code bag
-replay and training use. Bad input (no camera_info yet, unknown encoding, wrong step or data size,
+replay and training use, through nodes.camera_front_end (shared with policy_node's in-process
+preprocessing, `image_input: camera`). Bad input (no camera_info yet, unknown encoding, wrong step or data size,
 an image that does not match its camera_info, an uncalibrated camera_info) is counted, logged
 (throttled) and dropped; the node keeps running.
 """
@@ -29,11 +30,10 @@ from sensor_msgs.msg import CameraInfo, Image
 from .. import conversions as msgconv
 from .. import topics
 from ..core.errors import ConfigError
-from ..core.perception.camera_model import CameraModel
-from ..core.perception.image_drops import DropLedger, ImageDropReason, classify_image_layout
-from ..core.perception.preprocess import CoverageReport, ImageError, ImagePipeline
+from ..core.perception.image_drops import DropLedger, ImageDropReason
 from ..core.perception.preprocess_config import PreprocessConfig
 from ..core.report import Level
+from .camera_front_end import CameraFrontEnd, ImageRefusedError
 from .common import RELIABLE_LATEST_QOS, SENSOR_QOS, now_ns, run_node
 from .parameters import config_class_of, declare_config
 
@@ -53,10 +53,7 @@ class CameraPreprocessor(Node):
         super().__init__(NODE_NAME)
         self.config = self._read_parameters()
         self.preprocess = PreprocessConfig.from_yaml(self.config.preprocess_config)
-        self.pipeline = ImagePipeline(self.preprocess, on_warning=self._coverage_warning)
-        self._camera: CameraModel | None = None
-        self._last_info: tuple | None = None  # the raw fields _camera was built from
-        self._coverage: CoverageReport | None = None
+        self.front_end = CameraFrontEnd(self.preprocess, on_warning=self._coverage_warning)
         self._counts: Counter[str] = Counter()
         self._drops = DropLedger()
         self._bad_infos_reported = 0
@@ -86,45 +83,24 @@ class CameraPreprocessor(Node):
 
     # ------------------------------------------------------------------------------------------
     def _on_camera_info(self, msg: CameraInfo) -> None:
-        key = (msg.width, msg.height, msg.distortion_model, tuple(msg.k), tuple(msg.d))
-        if key == self._last_info:  # drivers repeat it with every frame: parse once
-            return
         try:
-            camera = msgconv.camera_info_to_model(msg)
+            camera = self.front_end.on_camera_info(msg)
         except msgconv.MessageError as err:
             self._counts["bad_camera_info"] += 1
             self._warn_throttled("bad_camera_info", f"camera_info dropped: {err}")
             return
-        self._camera, self._last_info = camera, key
-        self._coverage = self.pipeline.coverage(camera)  # builds the remap tables now, not on the first image
-        self.get_logger().info(
-            f"source camera {camera.width}x{camera.height} {camera.distortion_model} "
-            f"({self._coverage.source_fov_deg[0]:.1f} x {self._coverage.source_fov_deg[1]:.1f} deg)"
-        )
+        if camera is not None and self.front_end.coverage is not None:
+            fov = self.front_end.coverage.source_fov_deg
+            self.get_logger().info(f"source camera {camera.width}x{camera.height} {camera.distortion_model} "
+                                   f"({fov[0]:.1f} x {fov[1]:.1f} deg)")
 
     def _on_image(self, msg: Image) -> None:
         start = time.perf_counter()
         self._counts["received"] += 1
-        camera = self._camera
-        if camera is None:
-            self._drop(ImageDropReason.NO_CAMERA_INFO,
-                       "image dropped: no valid camera_info received yet on camera/camera_info")
-            return
         try:
-            array = msgconv.image_to_array(msg)
-        except msgconv.MessageError as err:
-            channels = msgconv.ENCODING_CHANNELS.get(msg.encoding.lower())
-            reason = classify_image_layout(channels, msg.width, msg.height, msg.step, len(msg.data))
-            self._drop(reason or ImageDropReason.BAD_IMAGE, f"image dropped: {err}")
-            return
-        if (msg.width, msg.height) != (camera.width, camera.height):
-            self._drop(ImageDropReason.SIZE_MISMATCH, f"image dropped: it is {msg.width}x{msg.height} but "
-                                                      f"camera_info says {camera.width}x{camera.height}")
-            return
-        try:
-            rgb = self.pipeline.process(array, msg.encoding, camera)
-        except ImageError as err:
-            self._drop(ImageDropReason.BAD_IMAGE, f"image dropped: {err}")
+            rgb = self.front_end.to_policy_image(msg)
+        except ImageRefusedError as refused:
+            self._drop(refused.reason, str(refused))
             return
         out = msgconv.array_to_image(rgb, "rgb8", 0, msg.header.frame_id)
         out.header.stamp = msg.header.stamp  # the capture time travels with the observation
@@ -153,7 +129,7 @@ class CameraPreprocessor(Node):
         new_drops = self._drops.since_report()
         new_bad_infos = self._counts["bad_camera_info"] - self._bad_infos_reported
         self._bad_infos_reported = self._counts["bad_camera_info"]
-        coverage = self._coverage
+        coverage = self.front_end.coverage
         problems = []
         if new_drops:
             problems.append(f"{new_drops} images dropped since last report")
@@ -161,7 +137,7 @@ class CameraPreprocessor(Node):
             problems.append(f"{new_bad_infos} camera_info messages rejected since last report")
         if coverage is not None and not coverage.covers_policy:
             problems.append(f"source covers only {100 * (1 - coverage.uncovered_fraction):.1f}% of the policy view")
-        if self._camera is None:
+        if self.front_end.camera is None:
             problems.append("no camera_info yet")
         values = {
             "received": self._counts["received"],
@@ -174,11 +150,7 @@ class CameraPreprocessor(Node):
             times = np.asarray(self._process_ms)
             values["process_ms_p50"] = f"{np.percentile(times, 50):.3f}"
             values["process_ms_p99"] = f"{np.percentile(times, 99):.3f}"
-        if self._camera is not None and coverage is not None:
-            values["source_camera"] = f"{self._camera.width}x{self._camera.height} {self._camera.distortion_model}"
-            values["source_fov_deg"] = f"{coverage.source_fov_deg[0]:.2f} x {coverage.source_fov_deg[1]:.2f}"
-            values["policy_fov_deg"] = f"{coverage.policy_fov_deg[0]:.2f} x {coverage.policy_fov_deg[1]:.2f}"
-            values["uncovered_fraction"] = f"{coverage.uncovered_fraction:.4f}"
+        values.update(self.front_end.coverage_values())
         self._diag_pub.publish(msgconv.diagnostic_array(
             f"{self.get_name()}: preprocessing", values, now_ns(self), level=Level.WARN if problems else Level.OK,
             message="; ".join(problems) if problems else "ok", hardware_id="camera"))

@@ -1,5 +1,13 @@
 """policy_node: policy/image + joint_states -> policy/action_chunk (docs/design.md §2, §3).
 
+With `image_input: camera` it takes the source camera (camera/image_raw + camera/camera_info)
+instead and preprocesses in its own process (nodes/camera_front_end.py, camera_preprocessor's code):
+no camera_preprocessor, one image hop and one process wake-up fewer on the camera path, and only
+the images it observes are preprocessed (a third of a 30 Hz camera's for a 10 Hz policy). It then
+publishes the images it observed on policy/image and policy/camera_info (after their chunk), for
+viewers and recorders; the source camera's refusals (no camera_info yet, malformed, size mismatch)
+count as bad_image, with their detail as camera_preprocessor reports it (`dropped_<reason>`).
+
 Each image is paired with the joint state nearest its capture stamp (joint states are read from
 the reader's history when an observation needs them, nodes/polled_subscription.py, rather than
 taken one callback per message at 100 Hz), the checkpoint's policy runs
@@ -37,12 +45,14 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import Image, JointState
+from sensor_msgs.msg import CameraInfo, Image, JointState
 from trajectory_msgs.msg import JointTrajectory
 
 from .. import topics
 from ..conversions import (
     MessageError,
+    array_to_image,
+    camera_model_to_info,
     chunk_to_trajectory,
     diagnostic_array,
     image_to_array,
@@ -61,6 +71,7 @@ from ..core.control.observation_pairing import (
     PairingConfig,
 )
 from ..core.errors import ConfigError
+from ..core.perception.image_drops import DropLedger
 from ..core.perception.preprocess_config import PreprocessConfig
 from ..core.policy.backend import BACKENDS, load_policy
 from ..core.policy.ledger import ImageLedger
@@ -68,12 +79,14 @@ from ..core.robot.joint_list import resolve_joint_list
 from ..core.robot.urdf import RobotModel
 from ..provenance import sim_params_mismatch, sim_params_version
 from .background import BackgroundLoop
-from .common import LATCHED_QOS, RELIABLE_LATEST_QOS, now_ns, run_node
+from .camera_front_end import CameraFrontEnd, ImageRefusedError
+from .common import LATCHED_QOS, RELIABLE_LATEST_QOS, SENSOR_QOS, now_ns, run_node
 from .parameters import POLICY_NODE, declare_table
 from .polled_subscription import PolledSubscription
 
 NODE_NAME = "policy_node"
 POLICY_ENCODING = "rgb8"
+IMAGE_INPUTS = ("policy", "camera")  # policy/image from camera_preprocessor | the source camera, preprocessed here
 # A malformed-input warning per drop reason at most this often [s]: a broken publisher at 30 Hz
 # must not flood the log, but must stay visible.
 LOG_THROTTLE_S = 5.0
@@ -89,8 +102,10 @@ class PolicyNodeConfig:
 
     checkpoint: checkpoint or exported ONNX policy file path. backend: what runs it, "auto" (by the
     file: checkpoint -> torch, .onnx -> onnxruntime, without importing torch), "torch" or
-    "onnxruntime" (core/policy_backend.py). preprocess_config: preprocessing YAML the graph runs (the
-    checkpoint must have been trained with the same). robot_description: URDF XML or path, source
+    "onnxruntime" (core/policy_backend.py). image_input: "policy" (policy/image, from
+    camera_preprocessor) or "camera" (the source camera, preprocessed in this process).
+    preprocess_config: preprocessing YAML the graph runs (the checkpoint must have been trained with
+    the same). robot_description: URDF XML or path, source
     of the graph's joint names unless `joints` is given. device: "cpu" or "cuda[:i]".
     num_threads: torch (or onnxruntime intra-op) threads (0: the runtime's default).
     pairing_tolerance_s [s]: largest image/joint stamp difference paired.
@@ -104,6 +119,7 @@ class PolicyNodeConfig:
 
     checkpoint: str
     backend: str
+    image_input: str
     preprocess_config: str
     robot_description: str
     joints: tuple[str, ...]
@@ -121,6 +137,8 @@ class PolicyNodeConfig:
             raise ConfigError(source, "checkpoint", self.checkpoint, "must name a checkpoint file")
         if self.backend not in BACKENDS:
             raise ConfigError(source, "backend", self.backend, f"must be one of {list(BACKENDS)}")
+        if self.image_input not in IMAGE_INPUTS:
+            raise ConfigError(source, "image_input", self.image_input, f"must be one of {list(IMAGE_INPUTS)}")
         if not self.preprocess_config:
             raise ConfigError(source, "preprocess_config", self.preprocess_config, "must name a preprocess YAML")
         if not self.joints and not self.robot_description:
@@ -158,6 +176,7 @@ def _joint_list(value: object) -> tuple[str, ...]:
 class _PendingObservation:
     stamp_ns: int
     image: np.ndarray
+    frame_id: str = ""
 
 
 class PolicyNode(Node):
@@ -195,14 +214,19 @@ class PolicyNode(Node):
         # Counts, drops, timing and the pending observation; every change under self._lock.
         self._ledger: ImageLedger[_PendingObservation] = ImageLedger()
         self._last_log_s: dict[DropReason, float] = {}
+        self._last_camera_info_log_s = -math.inf
 
         # Inference in a thread of its own, woken by an event: a slow inference never delays taking
         # in the next image, and the executor stays single-threaded (cheap).
         receive_group = MutuallyExclusiveCallbackGroup()
         self._chunk_pub = self.create_publisher(JointTrajectory, topics.ACTION_CHUNK.name, RELIABLE_LATEST_QOS)
         self._diag_pub = self.create_publisher(DiagnosticArray, "~/diagnostics", LATCHED_QOS)
-        self.create_subscription(Image, topics.POLICY_IMAGE.name, self._on_image, RELIABLE_LATEST_QOS,
-                                 callback_group=receive_group)
+        self._front_end: CameraFrontEnd | None = None
+        if cfg.image_input == "camera":
+            self._subscribe_to_camera(preprocess, receive_group)
+        else:
+            self.create_subscription(Image, topics.POLICY_IMAGE.name, self._on_image, RELIABLE_LATEST_QOS,
+                                     callback_group=receive_group)
         # Joint states are read when an observation needs them, not taken per message (polled_subscription.py).
         self._joint_states = PolledSubscription(self, JointState, self.resolve_topic_name(topics.JOINT_STATES.name),
                                                 JOINT_STATE_POLL_QOS, topics.JOINT_STATES.name)
@@ -217,7 +241,23 @@ class PolicyNode(Node):
             + (f" (and their history at {list(spec.joint_history_s)} s)" if spec.joint_history_s else "")
             + f" -> {spec.chunk_length} points every {spec.dt_s} s; observing every "
             f"{self.observation_period_s:g} s" + (" (every image)" if self.observation_period_s == 0 else "")
+            + (f"; preprocessing {self.resolve_topic_name(topics.CAMERA_IMAGE.name)} here"
+               if self._front_end is not None else "")
         )
+
+    def _subscribe_to_camera(self, preprocess: PreprocessConfig, group: MutuallyExclusiveCallbackGroup) -> None:
+        """image_input camera: the source camera's topics (sensor-data QoS, as camera_preprocessor),
+        the front end that preprocesses, and the policy/image publishers of what is observed."""
+        self._front_end = CameraFrontEnd(
+            preprocess, on_warning=lambda text: self.get_logger().warning(f"POLICY VIEW NOT COVERED: {text}"))
+        self._image_drops = DropLedger()  # the source camera's refusals by reason (all count as bad_image)
+        self._bad_camera_infos = 0
+        self._policy_info = camera_model_to_info(preprocess.policy_camera, 0)
+        self._policy_image_pub = self.create_publisher(Image, topics.POLICY_IMAGE.name, RELIABLE_LATEST_QOS)
+        self._policy_info_pub = self.create_publisher(CameraInfo, topics.POLICY_CAMERA_INFO.name, RELIABLE_LATEST_QOS)
+        self.create_subscription(CameraInfo, topics.CAMERA_INFO.name, self._on_camera_info, SENSOR_QOS,
+                                 callback_group=group)
+        self.create_subscription(Image, topics.CAMERA_IMAGE.name, self._on_image, SENSOR_QOS, callback_group=group)
 
     def _warn_on_sim_params(self, sim_params_file: str) -> None:
         """Warn (naming both versions) when the sim this graph runs is not the one the checkpoint
@@ -280,19 +320,19 @@ class PolicyNode(Node):
             # Awake anyway: read the joint states now, so the next observation has few left to read.
             self._joint_states.drain(self._on_joint_state)
             return
-        spec = self.policy.spec
         try:
-            if msg.encoding != POLICY_ENCODING:
-                raise MessageError(f"encoding '{msg.encoding}', policy/image must be {POLICY_ENCODING}")
-            image = image_to_array(msg)
-            if image.shape != (spec.image_height, spec.image_width, 3):
-                raise MessageError(f"image is {msg.width}x{msg.height}, the policy needs "
-                                   f"{spec.image_width}x{spec.image_height}")
+            image = self._policy_image(msg)
+        except ImageRefusedError as refused:
+            with self._lock:
+                self._image_drops.add(refused.reason)
+            self._drop(lambda ledger: ledger.image_refused(DropReason.BAD_IMAGE), DropReason.BAD_IMAGE,
+                       f"{refused} ({refused.reason.value})")
+            return
         except MessageError as err:
             self._drop(lambda ledger: ledger.image_refused(DropReason.BAD_IMAGE), DropReason.BAD_IMAGE, str(err))
             return
         with self._lock:
-            superseded = self._ledger.image_accepted(_PendingObservation(stamp_ns, image))
+            superseded = self._ledger.image_accepted(_PendingObservation(stamp_ns, image, msg.header.frame_id))
             joint_states = self._ledger.joint_states_received
         if superseded and joint_states == 0:
             # Images come but no joint state ever has: each image waits for its joint state and the
@@ -300,6 +340,37 @@ class PolicyNode(Node):
             self._log_drop(DropReason.SUPERSEDED, f"no joint state received on {self._joint_states.topic_name} "
                                                   "yet; each image waits for one and the next replaces it")
         self._inference_wake.set()
+
+    def _policy_image(self, msg: Image) -> np.ndarray:
+        """The policy's rgb8 image of an image message: preprocessed here (image_input camera;
+        raises ImageRefusedError), else checked as policy/image (raises MessageError)."""
+        if self._front_end is not None:
+            return self._front_end.to_policy_image(msg)
+        spec = self.policy.spec
+        if msg.encoding != POLICY_ENCODING:
+            raise MessageError(f"encoding '{msg.encoding}', policy/image must be {POLICY_ENCODING}")
+        image = image_to_array(msg)
+        if image.shape != (spec.image_height, spec.image_width, 3):
+            raise MessageError(f"image is {msg.width}x{msg.height}, the policy needs "
+                               f"{spec.image_width}x{spec.image_height}")
+        return image
+
+    def _on_camera_info(self, msg: CameraInfo) -> None:
+        assert self._front_end is not None  # subscribed only with image_input camera
+        try:
+            camera = self._front_end.on_camera_info(msg)
+        except MessageError as err:
+            self._bad_camera_infos += 1
+            self._log_camera_info_drop(str(err))
+            return
+        if camera is not None:
+            self.get_logger().info(f"source camera {camera.width}x{camera.height} {camera.distortion_model}")
+
+    def _log_camera_info_drop(self, detail: str) -> None:
+        now = time.monotonic()
+        if now - self._last_camera_info_log_s >= LOG_THROTTLE_S:
+            self._last_camera_info_log_s = now
+            self.get_logger().warning(f"camera_info dropped ({self._bad_camera_infos} so far): {detail}")
 
     def _on_joint_state(self, msg: JointState) -> None:
         with self._lock:
@@ -367,6 +438,12 @@ class PolicyNode(Node):
         offset_ms = (observation.stamp_ns - pairing.joint_stamp_ns) / 1e6
         with self._lock:  # the diagnostics timer reads these from the other thread
             self._ledger.chunk_published(inference_ms, latency_ms, offset_ms)
+        if self._front_end is not None:
+            # What the policy saw, for viewers and recorders: after its chunk, off the camera path.
+            out = array_to_image(observation.image, POLICY_ENCODING, observation.stamp_ns, observation.frame_id)
+            self._policy_info.header = out.header
+            self._policy_image_pub.publish(out)
+            self._policy_info_pub.publish(self._policy_info)
         return False
 
     # -- diagnostics --------------------------------------------------------------------------------
@@ -391,6 +468,9 @@ class PolicyNode(Node):
             "device": self.config.device,
             **report.values,
         }
+        if self._front_end is not None:
+            values.update({"image_input": "camera", **self._image_drops.values(),
+                           "bad_camera_info": self._bad_camera_infos, **self._front_end.coverage_values()})
         return diagnostic_array(f"{self.get_name()}: inference", values, now_ns(self), level=report.level,
                                 message=report.message, hardware_id=self.policy.checkpoint_hash)
 
