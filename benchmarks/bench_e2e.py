@@ -193,11 +193,14 @@ SETTLE_S = 0.5  # [s] after switching the load, before a segment counts
 
 
 def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool = True,
-                    load: BusyLoad | None = None, parameters: dict[str, dict] | None = None) -> dict:
+                    load: BusyLoad | None = None, parameters: dict[str, dict] | None = None,
+                    preprocess_in_policy: bool = False) -> dict:
     """The robot graph on the wall clock against the stand-in (see the module docstring).
 
     knobs: the robot graph's real-time knobs (graph.ROBOT_REALTIME) as shipped, else all off.
     parameters: node name -> parameters set on top (e.g. a per-node `executor`).
+    preprocess_in_policy: no camera_preprocessor, the policy node preprocesses the camera itself
+    (GraphArgs.preprocess_in_policy); its figures' keys end in `_preprocess_in_policy`.
     load: switched quiet / loaded / quiet / loaded over `duration_s`; figures per phase."""
     from rclpy.node import Node
 
@@ -212,8 +215,10 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
     extra = {} if knobs else {name: dict(KNOBS_OFF) for name in ROBOT_REALTIME}
     for name, values in (parameters or {}).items():
         extra[name] = {**extra.get(name, {}), **values}
-    launcher = GraphLauncher(declare_graph("robot", GraphArgs(checkpoint=str(checkpoint), extra_parameters=extra)),
-                             echo=False, log_file=tmp / f"robot_graph_knobs_{'on' if knobs else 'off'}.log")
+    suffix = ("" if knobs else "_knobs_off") + ("_preprocess_in_policy" if preprocess_in_policy else "")
+    graph = declare_graph("robot", GraphArgs(checkpoint=str(checkpoint), extra_parameters=extra,
+                                             preprocess_in_policy=preprocess_in_policy))
+    launcher = GraphLauncher(graph, echo=False, log_file=tmp / f"robot_graph{suffix or '_knobs_on'}.log")
     launcher.start()
     probe = RosProbe("bench_e2e_probe")  # arms the supervisor (a service client: rclpy's executor)
     # The timing subscriptions take ~300 messages/s: a node of their own on a LeanExecutor, so the
@@ -277,8 +282,9 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
         stages: dict[str, dict[str, list[float]]] = {QUIET: {}, LOADED: {}}
         for phase, start_ns, end_ns in windows:
             in_window = [c for c in chunk_all if start_ns <= c[0] < end_ns]
+            # In-process preprocessing publishes the policy image after its chunk: no split there.
             latencies[phase] += _first_carrier_latencies(in_window, tick_t, command_t, lambda t: t, stages[phase],
-                                                         dict(images))
+                                                         None if preprocess_in_policy else dict(images))
             window_commands = command_t[(command_t >= start_ns) & (command_t < end_ns)]
             periods[phase] += list(np.diff(window_commands) / 1e6)
     finally:
@@ -292,7 +298,6 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
             robot.communicate(timeout=10.0)
         except subprocess.TimeoutExpired:
             robot.kill()
-    suffix = "" if knobs else "_knobs_off"
     # Where the time goes: the camera path (capture -> chunk at the bench) and the control path
     # (chunk -> first carrying command), per phase; their sum is each chunk's e2e figure.
     stage_stats = {phase: {name: latency_stats(values, digits=2) for name, values in sorted(by_stage.items())}
@@ -379,8 +384,9 @@ def run_sim_graphs(checkpoint: Path, duration_s: float, tmp: Path, rounds: int) 
 
 
 def run(quick: bool = False, sim_graph: bool = True) -> dict:
-    """Robot graph with the real-time knobs off, then on (as shipped), each quiet and loaded
-    (interleaved), then the sim graph (sim_graph=False: skip it)."""
+    """Robot graph with the real-time knobs off, then on (as shipped), then on with the camera
+    preprocessed in the policy node's process, each quiet and loaded (interleaved), then the sim
+    graph (sim_graph=False: skip it)."""
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randrange(150, 230)))
     duration_s = 8.0 if quick else 40.0
@@ -389,7 +395,8 @@ def run(quick: bool = False, sim_graph: bool = True) -> dict:
         tmp = Path(tmp_name)
         checkpoint = _checkpoint(tmp)
         robot = {**run_robot_graph(checkpoint, duration_s, tmp, knobs=False, load=load),
-                 **run_robot_graph(checkpoint, duration_s, tmp, knobs=True, load=load)}
+                 **run_robot_graph(checkpoint, duration_s, tmp, knobs=True, load=load),
+                 **run_robot_graph(checkpoint, duration_s, tmp, knobs=True, load=load, preprocess_in_policy=True)}
         sim = run_sim_graphs(checkpoint, duration_s / 2, tmp, rounds=1 if quick else 2) if sim_graph else {}
     return {**robot, **sim, "load": {**load.report(), "load_average_1min_before": round(load_before, 2)},
             "checkpoint": str(checkpoint), "duration_s": duration_s, "camera_hz": CAMERA_HZ}

@@ -68,6 +68,9 @@ class GraphArgs:
     command_topic: str = ROBOT_COMMAND.name
     ee_link: str = ""  # tool link for the sim task and Cartesian jogging; "" = the sim params' / the arm's tip
     extra_parameters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # True: no camera_preprocessor; policy_node takes the camera and preprocesses in its own process
+    # (image_input camera: one image hop and one process wake-up fewer on the camera path, issue 36).
+    preprocess_in_policy: bool = False
     viz: bool = False  # add viz_node: a live Foxglove view (docs/viz.md)
     viz_port: int = 8765  # its WebSocket port
     viz_host: str = "127.0.0.1"  # where it listens: this machine only, unless told otherwise
@@ -205,11 +208,14 @@ def declare_graph(mode: str, args: GraphArgs | None = None) -> list[NodeDecl]:
     # was trained on (a warning naming both versions); on a robot there are none to check.
     sim_params = ({"sim_params_file": sim_params_for(args.robot, args.extra_parameters.get("sim_node", {})
                                                      .get("sim_params_file"), "graph")} if mode == "sim" else {})
-    perception = [
-        node("camera_preprocessor", {}, _remaps(args, camera=True)),
-        node("policy_node", {**description, "checkpoint": args.checkpoint, **sim_params}, _remaps(args, joints=True)),
-        node("actuator_node", description, _remaps(args, joints=True)),
-    ]
+    policy = {**description, "checkpoint": args.checkpoint, **sim_params}
+    if args.preprocess_in_policy:
+        camera_path = [node("policy_node", {**policy, "image_input": "camera"},
+                            _remaps(args, camera=True, joints=True))]
+    else:
+        camera_path = [node("camera_preprocessor", {}, _remaps(args, camera=True)),
+                       node("policy_node", policy, _remaps(args, joints=True))]
+    perception = [*camera_path, node("actuator_node", description, _remaps(args, joints=True))]
     tool = {"ee_link": args.ee_link} if args.ee_link else {}
     viewer = [node("viz_node", {**description, **tool, "port": int(args.viz_port), "host": args.viz_host},
                    _remaps(args, camera=True, joints=True, command=True))] if args.viz else []

@@ -25,6 +25,8 @@ LAUNCH_ARGUMENTS: dict[str, tuple[str, str]] = {
     "joint_states_topic": ("joint_states_topic", "joint_state_broadcaster's topic"),
     "command_topic": ("command_topic", "the forward position controller's command topic"),
     "ee_link": ("ee_link", "tool link for the sim task and Cartesian jogging (e.g. panda_grasptarget)"),
+    "preprocess_in_policy": ("preprocess_in_policy", "true: no camera_preprocessor, policy_node preprocesses the "
+                             "camera in its own process (one image hop fewer); default false"),
     "viz": ("viz", "true: add viz_node, a live Foxglove view (docs/viz.md); default false"),
     "viz_port": ("viz_port", "viz_node's Foxglove WebSocket port (default 8765)"),
     "viz_host": ("viz_host", "address viz_node listens on (default 127.0.0.1: this machine only)"),
@@ -48,7 +50,7 @@ def graph_args_from_launch(values: dict[str, str]) -> GraphArgs:
         text = values.get(arg, "")
         if text == "" or not field:
             continue
-        if field in ("use_sim_time", "viz"):
+        if field in ("use_sim_time", "viz", "preprocess_in_policy"):
             if text.lower() not in ("true", "false"):
                 raise ValueError(f"launch argument {arg} must be true or false, got {text!r}")
             kwargs[field] = text.lower() == "true"

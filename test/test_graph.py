@@ -42,6 +42,19 @@ def test_robot_topics_plug_in_by_remapping():
     assert all(not d.remappings for d in declare_graph("sim"))
 
 
+def test_preprocessing_in_the_policy_process_drops_the_preprocessor_and_remaps_the_camera_to_the_policy():
+    args = GraphArgs(preprocess_in_policy=True, camera_image_topic="/cam/image_raw", camera_info_topic="/cam/info",
+                     joint_states_topic="/arm/joint_states")
+    for mode in MODES:
+        nodes = by_name(mode, args)
+        assert "camera_preprocessor" not in nodes
+        policy = nodes["policy_node"]
+        assert policy.parameters["image_input"] == "camera"
+        assert dict(policy.remappings) == {"camera/image_raw": "/cam/image_raw", "camera/camera_info": "/cam/info",
+                                           "joint_states": "/arm/joint_states"}
+    assert "image_input" not in by_name("robot")["policy_node"].parameters  # default: policy/image
+
+
 def test_extra_parameters_override_per_executable():
     args = GraphArgs(extra_parameters={"sim_node": {"randomize": True}})
     assert by_name("sim", args)["sim_node"].parameters["randomize"] is True

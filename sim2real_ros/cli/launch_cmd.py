@@ -37,6 +37,9 @@ def add_graph_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the ros2_control forward position controller's command topic")
     parser.add_argument("--ee-link", default=defaults.ee_link,
                         help="tool link for the sim task and Cartesian jogging (e.g. panda_grasptarget)")
+    parser.add_argument("--preprocess-in-policy", action="store_true",
+                        help="no camera_preprocessor: policy_node preprocesses the camera in its own process "
+                             "(one image hop and one process fewer on the camera path)")
     parser.add_argument("--viz", action="store_true", help="add viz_node: a live Foxglove view (docs/viz.md)")
     parser.add_argument("--viz-port", type=int, default=defaults.viz_port, help="viz_node's WebSocket port")
     parser.add_argument("--viz-host", default=defaults.viz_host,
