@@ -209,3 +209,31 @@ def test_substeps_are_validated_and_leave_older_files_as_they_were():
         raw = {**params.raw, "physics": {**params.raw["physics"], "substeps": bad}}
         with pytest.raises(ConfigError, match="physics.substeps"):
             sim_params_from_dict(raw, "test")
+
+
+def test_eval_sim_runs_a_checkpoint_on_the_sim_loop_it_names(tmp_path, capsys):
+    """eval-sim --sim-loop: the episodes run on that loop over the robot's own sim params (the
+    version it reports is the overridden params', and the same seed ends elsewhere than on the
+    reference loop); a bad loop is refused naming the flag, and the graph paths refuse the flag."""
+    import json
+
+    from sim2real_ros.cli.main import main
+    from sim2real_ros.robots import sim_params_for
+
+    fast, reference = tmp_path / "fast.json", tmp_path / "reference.json"
+    loop = "{loop: fast, dt_s: 0.005, substeps: 2}"
+    assert main(["eval-sim", "--episodes", "1", "--sim-loop", loop, "--json", str(fast)]) == 0
+    assert main(["eval-sim", "--episodes", "1", "--json", str(reference)]) == 0
+    on_fast, on_reference = json.loads(fast.read_text()), json.loads(reference.read_text())
+    expected = with_sim_loop(load_sim_params(sim_params_for("arm6", None)), "fast", 0.005, 2).version
+    assert on_fast["sim_params_version"] == expected != on_reference["sim_params_version"]
+    assert expected in on_fast["sim_params_warning"]  # it names the version it ran, not the file's
+    assert on_fast["per_episode"][0]["final_distance_m"] != on_reference["per_episode"][0]["final_distance_m"]
+    capsys.readouterr()
+    assert main(["eval-sim", "--episodes", "1", "--sim-loop", "{loop: quick}"]) == 2
+    err = capsys.readouterr().err
+    assert "--sim-loop" in err and "quick" in err
+    assert main(["eval-sim", "--episodes", "1", "--sim-loop", "[1, 2"]) == 2
+    assert "--sim-loop" in capsys.readouterr().err
+    assert main(["eval-sim", "--episodes", "1", "--graph", "--sim-loop", "fast"]) == 2
+    assert "core path" in capsys.readouterr().err

@@ -1,5 +1,10 @@
 """`sim2real eval-sim [--checkpoint CKPT | --expert] [--robot arm6|so101] [--task reach|reach_hold|pick_lift|pick_place]
---episodes N [--perturb] [--pushes] [--sim-config YAML] [--graph | --emulate] [--actuation-latency S] --json OUT`.
+--episodes N [--perturb] [--pushes] [--sim-config YAML] [--sim-loop LOOP] [--graph | --emulate] [--actuation-latency S]
+--json OUT`.
+
+--sim-loop runs the core path (a student, a teacher or --expert) on another sim loop over the sim
+params' own, as a training config's `sim_loop` does: `--sim-loop "{loop: fast, dt_s: 0.005, substeps: 2}"`
+(or just `fast`); a student trained on that loop then evaluates on it without a copy of the file.
 
 --emulate runs the SO-101's robot graph on the servo-bus emulator (runtime/emulated_eval.py).
 
@@ -37,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pushes", action="store_true",
                         help="random pushes on the arm's links (the sim params' randomization.pushes ranges)")
     parser.add_argument("--sim-config", type=Path, default=None, help="sim params YAML (schema of config/)")
+    parser.add_argument("--sim-loop", default=None, metavar="LOOP",
+                        help="core path: the sim loop over the sim params' own, as a training config's sim_loop: "
+                             "'{loop: fast, dt_s: 0.005, substeps: 2}' or a loop name (docs/learning.md)")
     parser.add_argument("--robot", choices=ROBOT_NAMES, default=None,
                         help="robot (docs/robots.md; default: the checkpoint's); its URDF and sim params are the "
                              "defaults; a checkpoint trained for the other robot is refused")
@@ -80,6 +88,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from ..rl.teacher_checkpoint import is_teacher_file
 
+    args.sim_loop = _parse_sim_loop(args.sim_loop)
+    if args.sim_loop is _BAD_SIM_LOOP:
+        return 2
+    if args.sim_loop and (args.graph or args.emulate):
+        print("--sim-loop applies to the core path; the graph's sim node runs its sim params file (--sim-config)",
+              file=sys.stderr)
+        return 2
     if args.expert:
         if args.graph or args.emulate or args.actuation_latency is not None or args.workers:
             print("--expert runs in this process on privileged state: no --graph, --emulate, --actuation-latency "
@@ -136,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
                                      graph_conditions=not args.no_graph_conditions, pushes=args.pushes,
                                      workers=workers, backend=args.backend,
                                      actuation_latency_s=args.actuation_latency, robot=args.robot,
-                                     task=args.task)
+                                     task=args.task, sim_loop=args.sim_loop)
         except Sim2RealError as err:
             print(f"sim2real eval-sim: {err}", file=sys.stderr)
             return 2
@@ -159,6 +174,30 @@ def run(args: argparse.Namespace) -> int:
         rate = "n/a" if row["success_rate"] is None else f"{row['success_rate']:.0%}"
         print(f"  {group}: {row['successes']}/{row['episodes']} ({rate})")
     return 0
+
+
+_BAD_SIM_LOOP: dict = {}  # _parse_sim_loop's answer for a flag it refused (after saying why)
+
+
+def _parse_sim_loop(text: str | None) -> dict | None:
+    """--sim-loop: a YAML flow mapping ({loop: fast, dt_s: 0.005}) or a loop name; None when not
+    given; _BAD_SIM_LOOP after printing why it is not one (its fields are checked where it is applied)."""
+    if text is None:
+        return None
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        print(f"sim2real eval-sim: --sim-loop {text!r}: not YAML ({err.__class__.__name__})", file=sys.stderr)
+        return _BAD_SIM_LOOP
+    if isinstance(value, str):
+        value = {"loop": value}
+    if not isinstance(value, dict) or not value:
+        print(f"sim2real eval-sim: --sim-loop {text!r}: expected a loop name or a mapping of loop, dt_s [s] and "
+              "substeps", file=sys.stderr)
+        return _BAD_SIM_LOOP
+    return value
 
 
 def _evaluate_on_emulator(args: argparse.Namespace) -> dict | None:
@@ -196,7 +235,8 @@ def _evaluate_teacher(args: argparse.Namespace) -> dict | None:
         try:
             return evaluate_teacher_in_sim(args.checkpoint, args.episodes, perturb=args.perturb, pushes=args.pushes,
                                            sim_config=args.sim_config, robot_description=args.robot_description,
-                                           seed=args.seed, workers=workers, robot=args.robot)
+                                           seed=args.seed, workers=workers, robot=args.robot,
+                                           sim_loop=args.sim_loop)
         finally:
             shutdown_ray()
     except Sim2RealError as err:
@@ -209,11 +249,12 @@ def _evaluate_expert(args: argparse.Namespace) -> dict | None:
     from ..core.errors import Sim2RealError
     from ..robots import DEFAULT_ROBOT, robot_description_for, sim_params_for
     from ..sim.expert_rollout import evaluate_expert
-    from ..sim.params import load_sim_params, with_task
+    from ..sim.params import load_sim_params, with_sim_loop_override, with_task
 
     robot = args.robot or DEFAULT_ROBOT
     try:
-        params = load_sim_params(sim_params_for(robot, args.sim_config))
+        params = with_sim_loop_override(load_sim_params(sim_params_for(robot, args.sim_config)), args.sim_loop or {},
+                                        "eval-sim", "--sim-loop")
         if args.task is not None:
             params = with_task(params, args.task)
         result = evaluate_expert(params, robot_description_for(robot, args.robot_description), args.episodes,

@@ -10,6 +10,7 @@ separately over pushed and unpushed episodes. An evaluation that would replay a 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from ..core.errors import ConfigError
 from ..core.stats import success_by_pushes, summary, wilson_interval
 from ..provenance import assert_unseen_episodes, sim_params_mismatch
 from ..robots import robot_description_for, robot_for_checkpoint, sim_params_for
-from ..sim.params import load_sim_params
+from ..sim.params import load_sim_params, with_sim_loop_override
 from ..sim.task_base import SUCCESS
 from .batch import EnvSpec
 from .pool import RolloutPool
@@ -49,17 +50,20 @@ def teacher_training_episodes(provenance: dict[str, Any]) -> dict[str, Any] | No
 def evaluate_teacher_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False, pushes: bool = False,
                             sim_config: str | Path | None = None, robot_description: str | None = None,
                             seed: int = 1000, workers: int = 0, robot: str | None = None,
-                            num_envs: int = DEFAULT_EVAL_ENVS) -> dict[str, Any]:
+                            num_envs: int = DEFAULT_EVAL_ENVS,
+                            sim_loop: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run `episodes` privileged episodes with the teacher's deterministic (mean) action.
 
     perturb: the sim params' randomization ranges each episode; pushes: random pushes on the arm
     (the sim params' randomization.pushes; ConfigError if absent). workers: Ray rollout workers (ray
-    initialized) or 0. robot: robots.ROBOTS name (None: the teacher's). Raises CheckpointError for a
+    initialized) or 0. robot: robots.ROBOTS name (None: the teacher's). sim_loop: the sim loop over
+    the sim params' own (sim.params.with_sim_loop_override). Raises CheckpointError for a
     bad file, ReusedTrainingEpisodeError when an episode would be a training one."""
     teacher = load_teacher(checkpoint)
     spec = teacher.spec
     robot = robot_for_checkpoint(robot, spec.joint_names, spec.provenance, str(checkpoint))
-    params = load_sim_params(sim_params_for(robot, sim_config))
+    params_file = sim_params_for(robot, sim_config)  # what the workers load (then the same loop override)
+    params = with_sim_loop_override(load_sim_params(params_file), sim_loop or {}, "eval-sim", "--sim-loop")
     if pushes and params.randomization.pushes is None:
         raise ConfigError(params.source, "randomization.pushes", None,
                           "pushes were asked for, but the sim params have no randomization.pushes ranges")
@@ -67,8 +71,8 @@ def evaluate_teacher_in_sim(checkpoint: str | Path, episodes: int, perturb: bool
     assert_unseen_episodes(seed, indices, teacher_training_episodes(spec.provenance), str(checkpoint))
     env = {**spec.env, "randomize": bool(perturb), "pushes": bool(pushes)}
     slots = max(1, min(int(num_envs), int(episodes)))
-    env_spec = EnvSpec(str(params.source), robot_description_for(robot, robot_description), env,
-                       dict(spec.rewards), int(seed), slots)
+    env_spec = EnvSpec(str(params_file), robot_description_for(robot, robot_description), env,
+                       dict(spec.rewards), int(seed), slots, sim_loop=dict(sim_loop or {}) or None)
     pool = RolloutPool(env_spec, slots, workers)
     try:
         if pool.obs_dim != spec.obs_dim:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from ..core.stats import success_by_pushes, summary, wilson_interval
 from ..paths import config_path
 from ..provenance import assert_unseen_episodes, sim_params_mismatch
 from ..robots import robot_description_for, robot_for_checkpoint, sim_params_for
-from ..sim.params import load_sim_params, with_task
+from ..sim.params import load_sim_params, with_sim_loop_override, with_task
 from ..sim.world import episode_seed
 from .episode_plan import training_index_ranges
 from .graph_conditions import GraphConditions
@@ -121,7 +121,7 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
                     workers: int = 0, backend: str = "auto", robot: str | None = None,
                     timeout_s: float | None = None, log: Callable[[str], None] | None = None,
                     on_block: Callable[[int], None] | None = None, block: int = 4,
-                    task: str | None = None) -> dict[str, Any]:
+                    task: str | None = None, sim_loop: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run `episodes` sim episodes with the policy driving (core path: preprocessing pipeline,
     policy, actuator; with graph_conditions (default) the graph's timing and supervisor, see
     training.graph_conditions). perturb: sample the sim params' randomization ranges each episode.
@@ -137,10 +137,13 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     sim_config; a checkpoint trained for another robot raises CheckpointError naming both.
     timeout_s [s] / log: a Ray worker silent on one block of `block` episodes for longer is replaced
     (named in log); on_block(n): called after each finished block of n episodes. task: the sim task
-    (sim/tasks.py: reach | reach_hold | pick_lift | pick_place) instead of the sim params' task.name."""
+    (sim/tasks.py: reach | reach_hold | pick_lift | pick_place) instead of the sim params' task.name.
+    sim_loop: the sim loop over the sim params' own ({loop: fast, dt_s: 0.005, substeps: 2},
+    sim.params.with_sim_loop_override; a bad one is a ConfigError naming --sim-loop)."""
     policy = load_policy(checkpoint, backend=backend, num_threads=num_threads)
     robot = robot_for_checkpoint(robot, policy.spec.joint_names, policy.spec.provenance, str(checkpoint))
-    params = load_sim_params(sim_params_for(robot, sim_config))
+    params_file = sim_params_for(robot, sim_config)  # what the workers load (then the same loop override)
+    params = with_sim_loop_override(load_sim_params(params_file), sim_loop or {}, "eval-sim", "--sim-loop")
     if task is None:  # the task the checkpoint was trained on (students since issue 32 record it)
         task = policy.spec.provenance.get("task") if isinstance(policy.spec.provenance, dict) else None
         task = task if isinstance(task, str) and task else None
@@ -164,10 +167,10 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
             raise ConfigError("eval-sim", "actuation_latency_s", actuation_latency_s,
                               "must be a finite number >= 0 [s]")
     config = rollout_config_from(policy, latency, graph_conditions)
-    job = EpisodeJob(str(params.source), description, preprocess.to_dict(),
+    job = EpisodeJob(str(params_file), description, preprocess.to_dict(),
                      list(policy.spec.joint_names), config.to_dict(), policy.spec.chunk_length, policy.spec.dt_s,
                      pushes=pushes, record_images=False, backend=policy.backend, task=task,
-                     joint_history_s=tuple(policy.spec.joint_history_s))
+                     joint_history_s=tuple(policy.spec.joint_history_s), sim_loop=dict(sim_loop or {}) or None)
     assert_unseen_episodes(seed, range(episodes), student_training_episodes(policy.spec.provenance), str(checkpoint))
     pool = EpisodePool(job, workers, num_threads=num_threads, timeout_s=timeout_s, log=log)
     progress_bar = counting_progress(episodes, f"[{label}] episodes")
