@@ -65,7 +65,7 @@ from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
 from sim2real_ros.benchmarking import LOADED, QUIET, BusyLoad, bench_main, interleaved, latency_stats  # noqa: E402
 from sim2real_ros.conversions import diagnostic_values, stamp_to_ns  # noqa: E402
-from sim2real_ros.graph import ROBOT_REALTIME, GraphArgs, declare_graph  # noqa: E402
+from sim2real_ros.graph import EVENT_THREAD_SWITCH_S, ROBOT_REALTIME, GraphArgs, declare_graph  # noqa: E402
 from sim2real_ros.nodes.common import LATCHED_QOS, RELIABLE_LATEST_QOS  # noqa: E402
 from sim2real_ros.paths import config_path, default_policy_path, urdf_path  # noqa: E402
 from sim2real_ros.runtime.graph_session import SimGraphSession  # noqa: E402
@@ -201,13 +201,13 @@ SETTLE_S = 0.5  # [s] after switching the load, before a segment counts
 
 def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool = True,
                     load: BusyLoad | None = None, parameters: dict[str, dict] | None = None,
-                    preprocess_in_policy: bool = False) -> dict:
+                    preprocess_in_policy: bool = False, label: str = "") -> dict:
     """The robot graph on the wall clock against the stand-in (see the module docstring).
 
     knobs: the robot graph's real-time knobs (graph.ROBOT_REALTIME) as shipped, else all off.
     parameters: node name -> parameters set on top (e.g. a per-node `executor`).
     preprocess_in_policy: no camera_preprocessor, the policy node preprocesses the camera itself
-    (GraphArgs.preprocess_in_policy); its figures' keys end in `_preprocess_in_policy`.
+    (GraphArgs.preprocess_in_policy); its figures' keys end in `_preprocess_in_policy`, then `label`.
     load: switched quiet / loaded / quiet / loaded over `duration_s`; figures per phase."""
     from rclpy.node import Node
 
@@ -222,7 +222,7 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
     extra = {} if knobs else {name: dict(KNOBS_OFF) for name in ROBOT_REALTIME}
     for name, values in (parameters or {}).items():
         extra[name] = {**extra.get(name, {}), **values}
-    suffix = ("" if knobs else "_knobs_off") + ("_preprocess_in_policy" if preprocess_in_policy else "")
+    suffix = ("" if knobs else "_knobs_off") + ("_preprocess_in_policy" if preprocess_in_policy else "") + label
     graph = declare_graph("robot", GraphArgs(checkpoint=str(checkpoint), extra_parameters=extra,
                                              preprocess_in_policy=preprocess_in_policy))
     launcher = GraphLauncher(graph, echo=False, log_file=tmp / f"robot_graph{suffix or '_knobs_on'}.log")
@@ -417,7 +417,12 @@ def run(quick: bool = False, sim_graph: bool = True) -> dict:
         checkpoint = _checkpoint(tmp)
         robot = {**run_robot_graph(checkpoint, duration_s, tmp, knobs=False, load=load),
                  **run_robot_graph(checkpoint, duration_s, tmp, knobs=True, load=load),
-                 **run_robot_graph(checkpoint, duration_s, tmp, knobs=True, load=load, preprocess_in_policy=True)}
+                 **run_robot_graph(checkpoint, duration_s, tmp, knobs=True, load=load, preprocess_in_policy=True),
+                 # The policy node's two threads (receiving, inference) with a 0.5 ms GIL switch
+                 # interval, as the supervisor's and the actuator's: does the hand-over wait?
+                 **run_robot_graph(checkpoint, duration_s, tmp, knobs=True, load=load, preprocess_in_policy=True,
+                                   parameters={"policy_node": {"gil_switch_interval_s": EVENT_THREAD_SWITCH_S}},
+                                   label="_policy_gil_0p5ms")}
         sim = run_sim_graphs(checkpoint, duration_s / 2, tmp, rounds=1 if quick else 2) if sim_graph else {}
     return {**robot, **sim, "load": {**load.report(), "load_average_1min_before": round(load_before, 2)},
             "checkpoint": str(checkpoint), "duration_s": duration_s, "camera_hz": CAMERA_HZ}

@@ -14,6 +14,11 @@ estop=false and supervisor/reset (retried until the release has arrived) re-arm 
 trial. Both times are taken in this process with time.perf_counter_ns: the figure is publication
 to receipt over real DDS between two processes, with a Python callback at each end.
 
+Beside it, `..._to_publication_ms`: publication of the e-stop to the supervisor's publication of the
+hold (its DDS source timestamp, the system clock of one host), the same for the echo. That is the
+stack's reaction without the probe's own wake-up to receive the hold: under load the probe is one
+more SCHED_OTHER process waiting for a core, while a robot's controller manager runs SCHED_FIFO.
+
 The probe is an instrument and must not add its own dispatch delay: it shares its process with
 nothing but the trial loop (the traffic has a process of its own), its node has its own executor
 thread, and it takes the receive time first thing in its callback.
@@ -150,20 +155,25 @@ class Stopwatch:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._started_ns: int | None = None
+        self._started_wall_ns = 0
         self.elapsed_ns: int | None = None
+        self.to_publication_ns: int | None = None  # the request's publication -> the reply's
         self.done = threading.Event()
 
     def start(self, publish: Callable[[], None]) -> None:
         self.done.clear()
         with self._lock:
             self._started_ns = time.perf_counter_ns()
+            self._started_wall_ns = time.time_ns()
         publish()
 
-    def stop(self, received_ns: int) -> None:
+    def stop(self, received_ns: int, published_wall_ns: int) -> None:
+        """received_ns: perf_counter at receipt; published_wall_ns: the reply's DDS source timestamp."""
         with self._lock:
             if self._started_ns is None:
                 return
             self.elapsed_ns = received_ns - self._started_ns
+            self.to_publication_ns = published_wall_ns - self._started_wall_ns
             self._started_ns = None
         self.done.set()
 
@@ -185,7 +195,7 @@ class Probe(Node):
                                  QoSProfile(depth=100, reliability=RELIABLE_LATEST_QOS.reliability))
         self.create_subscription(UInt64, PONG_TOPIC, self._on_pong, ECHO_QOS)
 
-    def _on_command(self, msg: Float64MultiArray) -> None:
+    def _on_command(self, msg: Float64MultiArray, info) -> None:
         received = time.perf_counter_ns()
         q = np.asarray(msg.data, dtype=float)
         target = self.home[0] + POLICY_OFFSET_RAD
@@ -194,10 +204,10 @@ class Probe(Node):
         elif q[0] < target:
             # The hold heads for HOME at the velocity limit (holds are step-limited too): the first
             # command off the policy's target after the e-stop is the hold.
-            self.estop.stop(received)
+            self.estop.stop(received, int(info["source_timestamp"]))
 
-    def _on_pong(self, _msg: UInt64) -> None:
-        self.echo.stop(time.perf_counter_ns())
+    def _on_pong(self, _msg: UInt64, info) -> None:
+        self.echo.stop(time.perf_counter_ns(), int(info["source_timestamp"]))
 
 
 def helper_main(role: str) -> int:
@@ -294,8 +304,9 @@ def run_supervisor(n_trials: int, knobs: bool, load: BusyLoad) -> dict:
     realtime: dict[str, str] = {}
     probe.create_subscription(DiagnosticArray, "supervisor/realtime",
                               lambda m: realtime.update(cv.diagnostic_values(m)), LATCHED_QOS)
-    per_phase: dict[str, dict[str, list[float]]] = {QUIET: {"reactions_ms": [], "echo_ms": []},
-                                                     LOADED: {"reactions_ms": [], "echo_ms": []}}
+    per_phase: dict[str, dict[str, list[float]]] = {
+        phase: {"reactions_ms": [], "echo_ms": [], "reactions_to_publication_ms": [], "echo_to_publication_ms": []}
+        for phase in (QUIET, LOADED)}
     reset_tries: list[int] = []
     missed = echo_missed = 0
     traffic = _helper("traffic", helper_env)
@@ -319,6 +330,7 @@ def run_supervisor(n_trials: int, knobs: bool, load: BusyLoad) -> dict:
             probe.estop.start(lambda: probe.estop_pub.publish(Bool(data=True)))
             if probe.estop.done.wait(5.0):
                 per_phase[phase]["reactions_ms"].append(probe.estop.elapsed_ns / 1e6)
+                per_phase[phase]["reactions_to_publication_ms"].append(probe.estop.to_publication_ns / 1e6)
             else:
                 missed += 1
             # Commands arrive in order: once the hold is here, no pre-e-stop command is in flight,
@@ -329,6 +341,7 @@ def run_supervisor(n_trials: int, knobs: bool, load: BusyLoad) -> dict:
             probe.echo.start(lambda: probe.ping_pub.publish(UInt64(data=0)))
             if probe.echo.done.wait(5.0):
                 per_phase[phase]["echo_ms"].append(probe.echo.elapsed_ns / 1e6)
+                per_phase[phase]["echo_to_publication_ms"].append(probe.echo.to_publication_ns / 1e6)
             else:
                 echo_missed += 1
         load.phase(False)
@@ -370,6 +383,10 @@ def run(quick: bool = False, trials: int | None = None) -> dict:
             out[f"echo_round_trip{name}{suffix}_ms"] = echo
             out[f"estop_over_echo_p99{name}{suffix}"] = (round(estop["p99"] / echo["p99"], 2)
                                                           if echo["n"] else None)
+            for key in ("reactions", "echo"):
+                figure = "estop_reaction" if key == "reactions" else "echo_round_trip"
+                out[f"{figure}{name}{suffix}_to_publication_ms"] = latency_stats(
+                    np.array(result["per_phase"][phase][f"{key}_to_publication_ms"]))
         out[f"missed_reactions{suffix}"] = result["missed"]
         out[f"echo_missed{suffix}"] = result["echo_missed"]
         out[f"realtime{suffix}"] = result["realtime"]

@@ -27,6 +27,9 @@ HEADLINES: dict[str, tuple[str, str]] = {
     "e2e_latency_loaded_ms": ("e2e", "e2e_latency_loaded_ms"),  # one busy process per CPU beside (issue 36)
     "estop_reaction_ms": ("estop", "estop_reaction_ms"),
     "estop_reaction_loaded_ms": ("estop", "estop_reaction_loaded_ms"),
+    # The e-stop's publication -> the hold's (DDS source timestamps): without the probe's own wake-up.
+    "estop_reaction_to_publication_ms": ("estop", "estop_reaction_to_publication_ms"),
+    "estop_reaction_loaded_to_publication_ms": ("estop", "estop_reaction_loaded_to_publication_ms"),
     "control_period_ms": ("actuator", "control_period_ms"),
     "preprocess_ms": ("preprocess", "preprocess_ms"),
     "baseline_ratio": ("preprocess", "baseline_ratio"),
