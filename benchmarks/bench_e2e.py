@@ -245,6 +245,9 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
         actuator: dict[str, str] = {}  # the actuator's latest diagnostics: chunk waits, ticks brought forward
         node.create_subscription(DiagnosticArray, "actuator_node/diagnostics",
                                  lambda m: actuator.update(diagnostic_values(m)), RELIABLE_LATEST_QOS)
+        policy: dict[str, str] = {}  # the policy node's: inference time, capture stamp -> chunk published
+        node.create_subscription(DiagnosticArray, "policy_node/diagnostics",
+                                 lambda m: policy.update(diagnostic_values(m)), LATCHED_QOS)
         # Receipt and publication (DDS source timestamp) in the stamps' clock (the system clock, as
         # the nodes' ROS time off sim time).
         def published(info) -> int:
@@ -330,7 +333,10 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
                                  for name, values in realtime.items()},
            f"actuator{suffix}": {k: actuator.get(k, "") for k in (
                "chunk_wait_for_tick_ms_p50", "chunk_wait_for_tick_ms_p99", "chunk_wait_for_tick_ms_max",
-               "ticks_brought_forward", "chunks_accepted")}}
+               "ticks_brought_forward", "chunks_accepted")},
+           f"policy_node{suffix}": {k: policy.get(k, "") for k in (
+               "inference_ms_p50", "inference_ms_p99", "obs_to_chunk_ms_p50", "obs_to_chunk_ms_p99",
+               "obs_to_chunk_ms_max", "chunks_published", "drops_superseded", "drops_throttled")}}
     if load is not None:
         out[f"e2e_latency_loaded{suffix}_ms"] = latency_stats(latencies[LOADED], digits=2)
         out[f"e2e_latency_loaded{suffix}_bench_receipt_ms"] = latency_stats(at_receipt[LOADED], digits=2)
