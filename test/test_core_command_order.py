@@ -111,3 +111,35 @@ def test_a_policy_command_too_soon_after_a_tick_is_deferred_not_dropped(since_ns
     assert fwd.deferred(True, 2_000_000_000 + since_ns) is deferred
     assert fwd.deferred(False, 2_000_000_000 + since_ns) is False
     assert CommandForwarding(PERIOD_NS, enabled=False).deferred(True, 1) is False
+
+
+@pytest.mark.parametrize(("since_ns", "forward"), [(0, False), (1_999_999, False), (2_000_000, True),
+                                                   (4_000_000, True)])
+def test_a_shorter_forward_interval_sends_the_actuators_command_for_a_new_chunk_at_once(since_ns, forward):
+    """The supervisor's min_forward_interval_s (2 ms, as the actuator's min_command_interval_s): a
+    command 2-5 ms after the last tick goes out at once instead of waiting for half a period; sooner
+    it waits for the interval, never longer."""
+    fwd = CommandForwarding(PERIOD_NS, min_interval_ns=2_000_000)
+    fwd.ticked(2_000_000_000)
+    assert fwd.interval_ns == 2_000_000 and CommandForwarding(PERIOD_NS).interval_ns == PERIOD_NS // 2
+    assert fwd.forward_now(True, 2_000_000_000 + since_ns) is forward
+    assert fwd.deferred(True, 2_000_000_000 + since_ns) is not forward
+    assert fwd.timer_ticks(True, 2_000_000_000 + since_ns) is False  # the fallback timer is unchanged
+
+
+def test_commands_closer_than_a_period_move_proportionally_less():
+    """Why a shorter interval keeps the velocity limit: the step limiter every command passes moves
+    a command velocity x the time since the last one, so two commands 2 ms apart move no farther
+    together than one 10 ms tick would (the DESIGN's step rule)."""
+    from sim2real_ros.core.safety.limits import SafetyLimits
+    from sim2real_ros.core.safety.supervision.command_output import StepLimiter
+
+    limits = SafetyLimits(("j",), np.array([-10.0]), np.array([10.0]), np.array([1.0]),
+                          np.array([-10.0]), np.array([10.0]))
+    limiter = StepLimiter(limits, PERIOD_NS / 1e9)
+    wish = np.array([5.0])
+    first = limiter.limit(wish, 1_000_000_000, np.zeros(1))
+    early = limiter.limit(wish, 1_002_000_000, None)  # the actuator's extra command, 2 ms later
+    regular = limiter.limit(wish, 1_010_000_000, None)  # the next regular tick
+    assert first[0] == pytest.approx(0.01)  # one period's travel at 1 rad/s
+    assert early[0] - first[0] == pytest.approx(0.002) and regular[0] - early[0] == pytest.approx(0.008)

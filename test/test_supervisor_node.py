@@ -274,6 +274,9 @@ def test_out_of_range_parameters_fail_at_start_naming_parameter_and_value(tmp_pa
                            "supervisor parameters: field 'joint_jump_confirm_samples' = 1: "
                            "must be an integer in [2, 50]"),
         "sup_no_history": ({"command_history_depth": 0}, "'command_history_depth' = 0:"),
+        "sup_spacing": ({"min_forward_interval_s": 0.02},
+                        "supervisor parameters: field 'min_forward_interval_s' = 0.02: must be below the control "
+                        "period 0.01 s"),
         "sup_rate_high": ({"control_rate_hz": 5000.0},
                           "supervisor parameters: field 'control_rate_hz' = 5000.0: must be a finite number in "
                           "[1.0, 2000.0]"),

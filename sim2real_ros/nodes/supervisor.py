@@ -105,6 +105,7 @@ class SupervisorNodeParams:
     control_rate_hz: float
     state_rate_hz: float
     forward_policy_commands: bool
+    min_forward_interval_s: float
     servo_diagnostics_topic: str
     command_history_depth: int
 
@@ -115,6 +116,14 @@ class SupervisorNodeParams:
                 raise ConfigError(SOURCE, name, value, f"must be in [{low:g}, {high:g}] Hz")
         if not self.robot_description.strip():
             raise ConfigError(SOURCE, "robot_description", self.robot_description, "is empty")
+        if self.min_forward_interval_s >= 1.0 / self.control_rate_hz:
+            raise ConfigError(SOURCE, "min_forward_interval_s", self.min_forward_interval_s,
+                              f"must be below the control period {1.0 / self.control_rate_hz:g} s")
+
+    @property
+    def forward_interval_s(self) -> float:
+        """[s] the shortest time between two forwarded policy commands (0: half a control period)."""
+        return self.min_forward_interval_s or 0.5 / self.control_rate_hz
 
 
 def declare_parameters(node: Node) -> tuple[SupervisorNodeParams, dict]:
@@ -127,6 +136,7 @@ def declare_parameters(node: Node) -> tuple[SupervisorNodeParams, dict]:
         ee_link=str(v.pop("ee_link")), joystick_config=str(v.pop("joystick_config")),
         control_rate_hz=float(v.pop("control_rate_hz")), state_rate_hz=float(v.pop("state_rate_hz")),
         forward_policy_commands=bool(v.pop("forward_policy_commands")),
+        min_forward_interval_s=float(v.pop("min_forward_interval_s")),
         servo_diagnostics_topic=str(v.pop("servo_diagnostics_topic")).strip(),
         command_history_depth=int(v.pop("command_history_depth")),
     )
@@ -278,7 +288,8 @@ class SupervisorNode(Node):
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
         self.add_on_set_parameters_callback(self._refuse_clock_change)
         self._forwarding = CommandForwarding(int(round(config.control_period_s * 1e9)),
-                                             enabled=params.forward_policy_commands)
+                                             enabled=params.forward_policy_commands,
+                                             min_interval_ns=int(round(params.forward_interval_s * 1e9)))
 
         # Reliable, newest only by default; a deeper history lets a stalled recorder still get every
         # command sent (the soak checks each step), while a depth-1 reader still gets the newest.
@@ -303,9 +314,9 @@ class SupervisorNode(Node):
         self.create_service(Trigger, topics.SUPERVISOR_ARM, self._on_arm)
         self.create_service(Trigger, topics.SUPERVISOR_HOLD, self._on_hold)
         self._control_timer = self.create_timer(config.control_period_s, self._on_tick, clock=self._steady)
-        # A policy command too soon after the last tick goes out half a period later (one shot,
-        # armed by reset(); command_order.CommandForwarding.deferred).
-        self._deferred_timer = self.create_timer(config.control_period_s / 2, self._on_deferred, clock=self._steady)
+        # A policy command too soon after the last tick goes out min_forward_interval_s later (one
+        # shot, armed by reset(); command_order.CommandForwarding.deferred).
+        self._deferred_timer = self.create_timer(params.forward_interval_s, self._on_deferred, clock=self._steady)
         self._deferred_timer.cancel()
         self.create_timer(1.0 / params.state_rate_hz, self._publish_state, clock=self._steady)
         self.create_timer(GRAPH_POLL_PERIOD_S, self._poll_estop_publishers, clock=self._steady)
@@ -417,7 +428,7 @@ class SupervisorNode(Node):
         self._control_timer.reset()
 
     def _on_deferred(self) -> None:
-        """Half a period after a policy command that came too soon: send it, if still due."""
+        """min_forward_interval_s after a policy command that came too soon: send it, if still due."""
         self._deferred_timer.cancel()
         if not self.context.ok():
             return

@@ -47,17 +47,25 @@ class CommandOrder:
 class CommandForwarding:
     """Forward-or-wait for policy commands (the supervisor's `forward_policy_commands`).
 
-    period_ns: the control period [ns]; enabled: forward_policy_commands. In AUTONOMOUS, a policy
-    command is sent at once when at least half a control period has passed since the last tick,
-    else once half a period has passed (`deferred`: at most one command per half period, none
-    waiting longer than half a period). The control timer is then
+    period_ns: the control period [ns]; enabled: forward_policy_commands; min_interval_ns: the
+    shortest time between two ticks for policy commands [ns] (None: half a period). In AUTONOMOUS, a
+    policy command is sent at once when at least min_interval_ns has passed since the last tick,
+    else once it has passed (`deferred`: at most one command per min_interval_ns, none waiting
+    longer than that). Commands closer together than a period are safe: the step limiter moves
+    each by velocity x the time since the last one (supervision/command_output.py). The control timer is then
     the fallback for when commands stop: its tick runs only when no tick came for 1.5 periods.
     Outside AUTONOMOUS (or disabled) every timer tick runs and no policy command is forwarded.
     """
 
     period_ns: int
     enabled: bool = True
+    min_interval_ns: int | None = None
     last_tick_ns: int | None = field(default=None)  # node clock of the last core tick [ns]
+
+    @property
+    def interval_ns(self) -> int:
+        """[ns] the shortest time between two ticks for policy commands."""
+        return self.period_ns // 2 if self.min_interval_ns is None else self.min_interval_ns
 
     def ticked(self, now_ns: int) -> None:
         """A core tick ran at `now_ns` [ns]."""
@@ -71,11 +79,11 @@ class CommandForwarding:
 
     def forward_now(self, autonomous: bool, now_ns: int) -> bool:
         """A policy command arrived at `now_ns` [ns]: tick (send it) now?"""
-        return self.enabled and autonomous and self.since_tick_ns(now_ns) >= self.period_ns // 2
+        return self.enabled and autonomous and self.since_tick_ns(now_ns) >= self.interval_ns
 
     def deferred(self, autonomous: bool, now_ns: int) -> bool:
         """A policy command arrived at `now_ns` [ns] too soon after the last tick to go out: send it
-        when half a period has passed (at most period / 2 from now), rather than with whatever
+        when the interval has passed (at most interval_ns from now), rather than with whatever
         comes next? The actuator's extra command for a new chunk (tick_on_chunk) otherwise waited
         for its next regular one, up to a period: the quiet camera-to-command tail (13 ms p99)."""
         return self.enabled and autonomous and not self.forward_now(autonomous, now_ns)
