@@ -14,10 +14,12 @@ estop=false and supervisor/reset (retried until the release has arrived) re-arm 
 trial. Both times are taken in this process with time.perf_counter_ns: the figure is publication
 to receipt over real DDS between two processes, with a Python callback at each end.
 
-Beside it, `..._to_publication_ms`: publication of the e-stop to the supervisor's publication of the
-hold (its DDS source timestamp, the system clock of one host), the same for the echo. That is the
-stack's reaction without the probe's own wake-up to receive the hold: under load the probe is one
-more SCHED_OTHER process waiting for a core, while a robot's controller manager runs SCHED_FIFO.
+Beside it, `..._to_publication_ms`: the e-stop's DDS write to the hold's (both source timestamps,
+the system clock of one host; the probe reads its own e-stop's from a subscription to it), the same
+for the echo (the probe's clock just before the ping's publish to the pong's write). That is the
+stack's reaction without the probe's own delays: under load the probe is one more SCHED_OTHER
+process waiting for a core, to publish and to receive, while a robot's controller manager and
+e-stop button driver would not be.
 
 The probe is an instrument and must not add its own dispatch delay: it shares its process with
 nothing but the trial loop (the traffic has a process of its own), its node has its own executor
@@ -158,14 +160,29 @@ class Stopwatch:
         self._started_wall_ns = 0
         self.elapsed_ns: int | None = None
         self.to_publication_ns: int | None = None  # the request's publication -> the reply's
+        self.request_written = threading.Event()  # the request's own source timestamp is known
+        self._request_written_ns: int | None = None
+        self._reply_written_ns: int | None = None
         self.done = threading.Event()
 
     def start(self, publish: Callable[[], None]) -> None:
         self.done.clear()
+        self.request_written.clear()
         with self._lock:
             self._started_ns = time.perf_counter_ns()
             self._started_wall_ns = time.time_ns()
+            self._request_written_ns = self._reply_written_ns = None
+            self.to_publication_ns = None
         publish()
+
+    def written(self, request_written_ns: int) -> None:
+        """The request's DDS source timestamp (seen by a subscription to it): the reply's time is
+        taken from it rather than from the clock read before publishing."""
+        with self._lock:
+            self._request_written_ns = request_written_ns
+            if self._reply_written_ns is not None:
+                self.to_publication_ns = self._reply_written_ns - request_written_ns
+        self.request_written.set()
 
     def stop(self, received_ns: int, published_wall_ns: int) -> None:
         """received_ns: perf_counter at receipt; published_wall_ns: the reply's DDS source timestamp."""
@@ -173,7 +190,9 @@ class Stopwatch:
             if self._started_ns is None:
                 return
             self.elapsed_ns = received_ns - self._started_ns
-            self.to_publication_ns = published_wall_ns - self._started_wall_ns
+            self._reply_written_ns = published_wall_ns
+            start = self._started_wall_ns if self._request_written_ns is None else self._request_written_ns
+            self.to_publication_ns = published_wall_ns - start
             self._started_ns = None
         self.done.set()
 
@@ -194,6 +213,12 @@ class Probe(Node):
         self.create_subscription(Float64MultiArray, "forward_position_controller/commands", self._on_command,
                                  QoSProfile(depth=100, reliability=RELIABLE_LATEST_QOS.reliability))
         self.create_subscription(UInt64, PONG_TOPIC, self._on_pong, ECHO_QOS)
+        # Its own e-stop, for the time DDS wrote it (the press as the supervisor's reader sees it).
+        self.create_subscription(Bool, "estop", self._on_own_estop, LATCHED_QOS)
+
+    def _on_own_estop(self, msg: Bool, info) -> None:
+        if msg.data:
+            self.estop.written(int(info["source_timestamp"]))
 
     def _on_command(self, msg: Float64MultiArray, info) -> None:
         received = time.perf_counter_ns()
@@ -330,7 +355,8 @@ def run_supervisor(n_trials: int, knobs: bool, load: BusyLoad) -> dict:
             probe.estop.start(lambda: probe.estop_pub.publish(Bool(data=True)))
             if probe.estop.done.wait(5.0):
                 per_phase[phase]["reactions_ms"].append(probe.estop.elapsed_ns / 1e6)
-                per_phase[phase]["reactions_to_publication_ms"].append(probe.estop.to_publication_ns / 1e6)
+                if probe.estop.request_written.wait(5.0):
+                    per_phase[phase]["reactions_to_publication_ms"].append(probe.estop.to_publication_ns / 1e6)
             else:
                 missed += 1
             # Commands arrive in order: once the hold is here, no pre-e-stop command is in flight,
