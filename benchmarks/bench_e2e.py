@@ -65,7 +65,7 @@ from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
 from sim2real_ros.benchmarking import LOADED, QUIET, BusyLoad, bench_main, interleaved, latency_stats  # noqa: E402
 from sim2real_ros.conversions import diagnostic_values, stamp_to_ns  # noqa: E402
-from sim2real_ros.graph import EVENT_THREAD_SWITCH_S, ROBOT_REALTIME, GraphArgs, declare_graph  # noqa: E402
+from sim2real_ros.graph import ROBOT_REALTIME, GraphArgs, declare_graph  # noqa: E402
 from sim2real_ros.nodes.common import LATCHED_QOS, RELIABLE_LATEST_QOS  # noqa: E402
 from sim2real_ros.paths import config_path, default_policy_path, urdf_path  # noqa: E402
 from sim2real_ros.runtime.graph_session import SimGraphSession  # noqa: E402
@@ -423,12 +423,7 @@ def run(quick: bool = False, sim_graph: bool = True) -> dict:
         checkpoint = _checkpoint(tmp)
         robot = {**run_robot_graph(checkpoint, duration_s, tmp, knobs=False, load=load),
                  **run_robot_graph(checkpoint, duration_s, tmp, knobs=True, load=load),
-                 **run_robot_graph(checkpoint, duration_s, tmp, knobs=True, load=load, preprocess_in_policy=True),
-                 # The policy node's two threads (receiving, inference) with a 0.5 ms GIL switch
-                 # interval, as the supervisor's and the actuator's: does the hand-over wait?
-                 **run_robot_graph(checkpoint, duration_s, tmp, knobs=True, load=load, preprocess_in_policy=True,
-                                   parameters={"policy_node": {"gil_switch_interval_s": EVENT_THREAD_SWITCH_S}},
-                                   label="_policy_gil_0p5ms")}
+                 **run_robot_graph(checkpoint, duration_s, tmp, knobs=True, load=load, preprocess_in_policy=True)}
         sim = run_sim_graphs(checkpoint, duration_s / 2, tmp, rounds=1 if quick else 2) if sim_graph else {}
     return {**robot, **sim, "load": {**load.report(), "load_average_1min_before": round(load_before, 2)},
             "checkpoint": str(checkpoint), "duration_s": duration_s, "camera_hz": CAMERA_HZ}
