@@ -97,7 +97,8 @@ def _first_carrier_latencies(chunks: list, ticks: np.ndarray, commands: np.ndarr
     command/policy tick after the chunk arrived. Receipt times in one clock; to_stamp_time maps them
     to the stamps' clock [ns]. `stages`, when given, gets the two parts of each figure [ms]:
     "capture_to_chunk" (preprocessor, policy inference, DDS: the camera path) and
-    "chunk_to_command" (actuator tick, supervisor, DDS: the control path); with `images` (capture
+    "chunk_to_command" (actuator tick, supervisor, DDS: the control path; split at the carrying
+    tick into "chunk_to_tick" and "tick_to_command"); with `images` (capture
     stamp [ns] -> receipt of its policy/image at the bench), the camera path split in two as well:
     "capture_to_policy_image" (two image hops and the preprocessor) and "policy_image_to_chunk"
     (pairing, inference, the chunk's hop)."""
@@ -114,6 +115,9 @@ def _first_carrier_latencies(chunks: list, ticks: np.ndarray, commands: np.ndarr
         if stages is not None:
             stages.setdefault("capture_to_chunk", []).append((to_stamp_time(received) - captured) / 1e6)
             stages.setdefault("chunk_to_command", []).append((commands[j] - received) / 1e6)
+            # ... split at the carrying tick: the actuator's side, then the supervisor's.
+            stages.setdefault("chunk_to_tick", []).append((ticks[i] - received) / 1e6)
+            stages.setdefault("tick_to_command", []).append((commands[j] - ticks[i]) / 1e6)
             image_received = None if images is None else images.get(captured)
             if image_received is not None:
                 stages.setdefault("capture_to_policy_image", []).append(
