@@ -225,3 +225,47 @@ def test_eval_sim_compensates_the_deployment_latency_not_the_variants_own(tmp_pa
     capsys.readouterr()
     assert sim2real([*base, "--actuation-latency", "-0.1"]) == 2
     assert "--actuation-latency" in capsys.readouterr().out
+
+
+def test_round_minibatches_caps_a_dagger_rounds_refit_in_whole_epochs(tmp_path, monkeypatch):
+    """round_minibatches: late rounds over a large dataset refit for about the same number of
+    minibatches as early ones (whole epochs, at least one, at most epochs_per_round); it is left out
+    of the config's hash when 0 and never in the BC stage's (a work directory resumes with it), and
+    the trainer refits each round for that many epochs."""
+    import types
+
+    from sim2real_ros.training import trainer as trainer_module
+    from sim2real_ros.training.trainer import round_epochs
+
+    assert round_epochs(12, 0, 52_000, 64) == 12  # no budget: epochs_per_round
+    assert round_epochs(12, 2_000, 10_000, 64) == 12  # 157 minibatches an epoch: 12 fit
+    assert round_epochs(12, 2_000, 52_000, 64) == 2  # 813 an epoch
+    assert round_epochs(12, 100, 52_000, 64) == 1  # at least one epoch
+    assert round_epochs(3, 5_000, 640, 64) == 3  # at most epochs_per_round
+    plain = load_train_config(tiny_config(tmp_path))
+    capped = load_train_config(tiny_config(tmp_path, round_minibatches=3))
+    assert "round_minibatches" not in plain.to_dict() and capped.to_dict()["round_minibatches"] == 3
+    assert Trainer._bc_hash(types.SimpleNamespace(config=plain)) == Trainer._bc_hash(
+        types.SimpleNamespace(config=capped))
+    with pytest.raises(ConfigError, match=r"train.yaml: field 'round_minibatches' = -1"):
+        load_train_config(tiny_config(tmp_path, round_minibatches=-1))
+
+    epochs_fitted = []
+    original_fit = trainer_module.fit
+
+    def recording_fit(model, data, epochs, *args, **kwargs):
+        epochs_fitted.append((epochs, len(data)))
+        return original_fit(model, data, epochs, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "fit", recording_fit)
+    (tmp_path / "capped").mkdir()
+    config = load_train_config(tiny_config(tmp_path / "capped", bc_episodes=1, dagger_rounds=1, epochs_bc=1,
+                                           epochs_per_round=5, batch_size=8, round_minibatches=1, eval_episodes=0))
+    trainer = Trainer(config, tmp_path / "capped.pt", tmp_path / "capped_work", log=print)
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+    (bc_epochs, _), (dagger_epochs, frames) = epochs_fitted
+    assert bc_epochs == 1 and frames > 8  # more than one minibatch an epoch, so the budget of 1 binds
+    assert dagger_epochs == round_epochs(5, 1, frames, 8) == 1

@@ -33,7 +33,10 @@ class TrainConfig:
     measured joint positions that long before each image), [] for none; sim_loop: the sim loop the
     run collects and evaluates on, over the sim params' own (`{loop: fast, dt_s: 0.005, substeps: 2}`,
     sim.params.with_sim_loop_override; {} keeps the file's); image_shift_px: the student's training
-    images randomly shifted by up to that many pixels (training.augment.random_shift; 0: off)."""
+    images randomly shifted by up to that many pixels (training.augment.random_shift; 0: off);
+    round_minibatches: a DAgger round refits for at most about this many minibatches, in whole
+    epochs over all the data so far (at least one; trainer.round_epochs), so late rounds over a large
+    dataset cost what early ones do; 0: epochs_per_round epochs whatever the data."""
 
     source: str
     seed: int = 0
@@ -64,6 +67,7 @@ class TrainConfig:
     joint_history_s: tuple[float, ...] = ()
     sim_loop: dict[str, Any] = field(default_factory=dict)
     image_shift_px: int = 0
+    round_minibatches: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "joint_history_s", check_history_lags(self.joint_history_s, self.source))
@@ -74,7 +78,8 @@ class TrainConfig:
         for name in positive:
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(self.source, name, getattr(self, name), "must be > 0")
-        for name in ("bc_episodes", "dagger_rounds", "dagger_episodes", "epochs_per_round", "eval_episodes"):
+        for name in ("bc_episodes", "dagger_rounds", "dagger_episodes", "epochs_per_round", "eval_episodes",
+                     "round_minibatches"):
             if int(getattr(self, name)) < 0:
                 raise ConfigError(self.source, name, getattr(self, name), "must be >= 0")
         for name in ("bc_episodes", "dagger_episodes", "eval_episodes"):  # each stage's episodes in a block
@@ -108,7 +113,7 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in self.__dict__.items()
-                if k not in ("rollout", "joint_history_s", "sim_loop", "image_shift_px")}
+                if k not in ("rollout", "joint_history_s", "sim_loop", "image_shift_px", "round_minibatches")}
         data["rollout"] = self.rollout.to_dict()
         if self.joint_history_s:  # left out when empty: the config hashes of runs without history stay
             data["joint_history_s"] = list(self.joint_history_s)
@@ -116,6 +121,8 @@ class TrainConfig:
             data["sim_loop"] = dict(self.sim_loop)
         if self.image_shift_px:  # and without augmentation
             data["image_shift_px"] = self.image_shift_px
+        if self.round_minibatches:  # and without a refit budget
+            data["round_minibatches"] = self.round_minibatches
         return data
 
 

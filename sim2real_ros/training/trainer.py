@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -140,6 +141,16 @@ def fit(model: PolicyModel, data: Dataset, epochs: int, batch_size: int, lr: flo
                    image_shift_px=image_shift_px)
 
 
+def round_epochs(epochs_per_round: int, round_minibatches: int, frames: int, batch_size: int) -> int:
+    """Whole epochs a DAgger round refits for: epochs_per_round, or with a minibatch budget
+    (round_minibatches > 0) as many as fit in it over `frames` frames in batches of batch_size, at
+    least one and at most epochs_per_round."""
+    if round_minibatches <= 0:
+        return epochs_per_round
+    per_epoch = max(1, math.ceil(frames / batch_size))
+    return max(1, min(epochs_per_round, round_minibatches // per_epoch))
+
+
 def student_controller(model: PolicyModel) -> Controller:
     """The student as a rollout controller: the same forward pass select_action runs."""
 
@@ -202,7 +213,8 @@ class Trainer:
         are not in it, so a finished run can be resumed with more rounds, nor is the config file's
         own path (a copy with more rounds resumes too). with_source: the hash as work directories
         written before 2026-12-04 have it (with the path), still accepted."""
-        later = {"dagger_rounds", "dagger_episodes", "epochs_per_round", "eval_episodes", "num_threads"}
+        later = {"dagger_rounds", "dagger_episodes", "epochs_per_round", "eval_episodes", "num_threads",
+                 "round_minibatches"}
         if not with_source:
             later.add("source")
         return content_hash({k: v for k, v in self.config.to_dict().items() if k not in later})
@@ -282,7 +294,8 @@ class Trainer:
             before = len(data)
             for r in records:
                 data.add(r)
-            losses = fit(model, data, c.epochs_per_round, c.batch_size, c.lr * 0.5, c.weight_decay,
+            epochs = round_epochs(c.epochs_per_round, c.round_minibatches, len(data), c.batch_size)
+            losses = fit(model, data, epochs, c.batch_size, c.lr * 0.5, c.weight_decay,
                          c.seed + round_index, self.log, f"dagger {round_index}", c.image_shift_px)
             self.history.append({"stage": round_index, "kind": "dagger", "episodes": c.dagger_episodes,
                                  "frames": len(data), "student_success_while_collecting": student_rate,
