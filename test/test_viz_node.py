@@ -1,7 +1,7 @@
 """viz_node as a process against the real PyBullet sim_node, seen through a Foxglove WebSocket
 client over a real socket: advertised channels and schemas, transforms whose tool point matches
-PyBullet's forward kinematics within 1 mm, camera images at the rate the camera publishes, with and
-without a stalled client connected; a port in use fails at start-up naming the port."""
+PyBullet's forward kinematics within 1 mm, every camera frame the node took in delivered to the client,
+with and without a stalled client connected; a port in use fails at start-up naming the port."""
 from __future__ import annotations
 
 import subprocess
@@ -54,13 +54,21 @@ def _published_rate(received: list, since: float) -> float:
     return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 2 else 0.0
 
 
-def _delivered_fraction(client: FoxgloveClient, camera: list, since: float, until: float) -> tuple[float, int]:
-    """(share of the camera frames the test received between `since` and `until` [s, monotonic]
-    that reached the foxglove client, how many frames that is), matched by stamp: counts, not
-    rates, so a frame early or late at the window's edge does not move it."""
-    wanted = {stamp_to_ns(msg.header.stamp) for t, msg in list(camera) if since <= t <= until}
-    got = {ts.timestamp.seconds * 10**9 + ts.timestamp.nanos for _, _, ts in client.decoded(ch.CAMERA_IMAGE)}
-    return (len(wanted & got) / len(wanted) if wanted else 0.0), len(wanted)
+def _forwarded(client: FoxgloveClient, since: float, until: float) -> tuple[int, int]:
+    """(camera frames viz_node logged to the SDK between the first and the last /viz/stats message
+    the client received in [since, until] (receipt time [s, monotonic]), camera frames the client
+    received between those two messages). The SDK queues one client's messages of every channel in
+    one FIFO, in the order the node logged them, and the node logs frames and stats on one thread;
+    so the two are equal unless the server dropped frames for this client. Measured against what
+    the node took in, not against another DDS reader: the camera is best effort, and on a loaded
+    machine each reader of the sim's 230 kB frames loses its own (CI: runs of ~7 frames)."""
+    stats = [(recv, m["topics"]["camera/image_raw"]["published"]) for _, recv, m in client.decoded(ch.STATS)
+             if since <= recv <= until]
+    if len(stats) < 2:
+        return 0, 0
+    (first, logged_first), (last, logged_last) = stats[0], stats[-1]
+    got = sum(1 for _, recv, _ in list(client.messages.get(ch.CAMERA_IMAGE, [])) if first < recv < last)
+    return logged_last - logged_first, got
 
 
 def test_live_view_of_the_sim(ros, tmp_path):
@@ -73,7 +81,7 @@ def test_live_view_of_the_sim(ros, tmp_path):
     camera = ros.collect(Image, "camera/image_raw", SENSOR_QOS, stamped=True)  # what the sim really publishes
     commands = ros.publisher(Float64MultiArray, "forward_position_controller/commands", RELIABLE_LATEST_QOS)
     decls = [node_decl("sim_node", {"use_sim_time": True}),
-             node_decl("viz_node", {"use_sim_time": True, "port": port})]
+             node_decl("viz_node", {"use_sim_time": True, "port": port, "stats_period_s": 0.25})]
     world = SimWorld(params, str(urdf_path()), render=False)
     try:
         with running_nodes(decls, tmp_path):
@@ -98,7 +106,6 @@ def test_live_view_of_the_sim(ros, tmp_path):
                 phase = (time.monotonic() - start) / 3.0
                 commands.publish(Float64MultiArray(data=list(home + 0.5 * np.sin(np.pi * phase))))
                 time.sleep(0.02)
-            alone_until = time.monotonic()
             rate_alone, published_alone = _image_rate(client, start + 1.0), _published_rate(camera, start + 1.0)
 
             # A stalled client (subscribed to everything, reading nothing) does not slow the others.
@@ -109,7 +116,6 @@ def test_live_view_of_the_sim(ros, tmp_path):
                 commands.publish(Float64MultiArray(data=list(home - 0.3 * np.sin(np.pi * (time.monotonic()
                                                                                             - stalled_from) / 3.0))))
                 time.sleep(0.02)
-            stalled_until = time.monotonic()
             rate_stalled = _image_rate(client, stalled_from + 0.5)
             published_stalled = _published_rate(camera, stalled_from + 0.5)
 
@@ -117,12 +123,11 @@ def test_live_view_of_the_sim(ros, tmp_path):
             result = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "node", "viz_node", "--ros-args",
                                      "-p", f"port:={port}"], capture_output=True, text=True, timeout=60,
                                     cwd=REPO_ROOT)
+            stalled_closing = time.monotonic()
             stalled.close()
             stats = client.decoded(ch.STATS)[-1][2]["topics"]
-            # Frames of the windows still on their way have arrived by now (the second viz_node
-            # took seconds).
-            delivered_alone = _delivered_fraction(client, camera, start + 1.0, alone_until)
-            delivered_stalled = _delivered_fraction(client, camera, stalled_from + 0.5, stalled_until)
+            forwarded_alone = _forwarded(client, start, stalled_from)
+            forwarded_stalled = _forwarded(client, stalled_from + 0.5, stalled_closing)
             client.close()
         assert result.returncode == 2, result.stderr
         assert f"'port' = {port}" in result.stderr and "in use" in result.stderr, result.stderr
@@ -151,16 +156,13 @@ def test_live_view_of_the_sim(ros, tmp_path):
         # At the rate the sim really published (it renders slower than camera_hz on a loaded machine:
         # 11.4 of 30 Hz on a CI machine at load 4); enough frames to measure a ratio on is what counts.
         assert published_alone > 0.2 * camera_hz, f"the sim published {published_alone:.1f} Hz of {camera_hz} Hz"
-        # Every frame forwarded, with or without a stalled client: counted by stamp (a rate from the
-        # first and last arrival in a 2.5 s window moved by a frame's jitter: 23.9 Hz against
-        # 0.85 x 28.3 once in CI under load); the rates are in the message.
-        for label, (share, frames), rate, published in (("alone", delivered_alone, rate_alone, published_alone),
-                                                        ("with a stalled client", delivered_stalled, rate_stalled,
-                                                         published_stalled)):
-            # The node's own counts in the message: whether it missed frames on DDS (received) or
-            # sent fewer than it got (published), for a failure seen twice under CI's parallel load.
-            assert frames > 10 and share >= 0.85, (
-                f"{label}: {share:.2f} of {frames} camera frames reached the client ({rate:.1f} Hz, "
+        # Every frame the node took in reached the client, with or without a stalled client (whose
+        # queue fills and drops); the rates are in the message.
+        for label, (logged, got), rate, published in (("alone", forwarded_alone, rate_alone, published_alone),
+                                                      ("with a stalled client", forwarded_stalled, rate_stalled,
+                                                       published_stalled)):
+            assert logged > 10 and got == logged, (
+                f"{label}: {got} of the {logged} camera frames viz_node logged reached the client ({rate:.1f} Hz, "
                 f"camera {published:.1f} Hz); viz_node camera stats over the run: {stats.get('camera/image_raw')}")
         assert stats["joint_states"]["received"] > 100 and stats["camera/image_raw"]["published"] > 30
     finally:
