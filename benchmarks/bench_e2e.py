@@ -414,10 +414,20 @@ def run_sim_graphs(checkpoint: Path, duration_s: float, tmp: Path, rounds: int) 
             "sim_graphs": out}
 
 
+def _onnx_export(checkpoint: Path, tmp: Path) -> Path:
+    """The checkpoint exported to ONNX (`sim2real policy export`), for the onnxruntime variant."""
+    from sim2real_ros.core.policy.onnx_export import export_onnx
+
+    out = tmp / f"{checkpoint.stem}.onnx"
+    export_onnx(checkpoint, out)
+    return out
+
+
 def run(quick: bool = False, sim_graph: bool = True) -> dict:
     """Robot graph with the real-time knobs off, then on (as shipped), then on with the camera
-    preprocessed in the policy node's process, each quiet and loaded (interleaved), then the sim
-    graph (sim_graph=False: skip it)."""
+    preprocessed in the policy node's process, then that with the policy exported to ONNX
+    (onnxruntime: keys end in `_preprocess_in_policy_onnx`), each quiet and loaded (interleaved),
+    then the sim graph (sim_graph=False: skip it)."""
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randrange(150, 230)))
     duration_s = 8.0 if quick else 40.0
@@ -427,7 +437,9 @@ def run(quick: bool = False, sim_graph: bool = True) -> dict:
         checkpoint = _checkpoint(tmp)
         robot = {**run_robot_graph(checkpoint, duration_s, tmp, knobs=False, load=load),
                  **run_robot_graph(checkpoint, duration_s, tmp, knobs=True, load=load),
-                 **run_robot_graph(checkpoint, duration_s, tmp, knobs=True, load=load, preprocess_in_policy=True)}
+                 **run_robot_graph(checkpoint, duration_s, tmp, knobs=True, load=load, preprocess_in_policy=True),
+                 **run_robot_graph(_onnx_export(checkpoint, tmp), duration_s, tmp, knobs=True, load=load,
+                                   preprocess_in_policy=True, label="_onnx")}
         sim = run_sim_graphs(checkpoint, duration_s / 2, tmp, rounds=1 if quick else 2) if sim_graph else {}
     return {**robot, **sim, "load": {**load.report(), "load_average_1min_before": round(load_before, 2)},
             "checkpoint": str(checkpoint), "duration_s": duration_s, "camera_hz": CAMERA_HZ}
