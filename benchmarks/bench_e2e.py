@@ -340,7 +340,8 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
                "ticks_brought_forward", "chunks_accepted")},
            f"policy_node{suffix}": {k: policy.get(k, "") for k in (
                "inference_ms_p50", "inference_ms_p99", "obs_to_chunk_ms_p50", "obs_to_chunk_ms_p99",
-               "obs_to_chunk_ms_max", "chunks_published", "drops_superseded", "drops_throttled")}}
+               "obs_to_chunk_ms_max", "obs_to_receipt_ms_p50", "obs_to_receipt_ms_p99",
+               "chunks_published", "drops_superseded", "drops_throttled")}}
     if load is not None:
         out[f"e2e_latency_loaded{suffix}_ms"] = latency_stats(latencies[LOADED], digits=2)
         out[f"e2e_latency_loaded{suffix}_bench_receipt_ms"] = latency_stats(at_receipt[LOADED], digits=2)

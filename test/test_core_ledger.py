@@ -90,3 +90,15 @@ def test_statistics_are_reported_with_three_decimals():
     assert v["joint_states_received"] == 0
     ledger.joint_state_received()
     assert ledger.report().values["joint_states_received"] == 1
+
+
+def test_the_images_arrival_is_reported_when_the_node_knows_it():
+    ledger: ImageLedger[str] = ImageLedger()
+    for receipt_ms in (1.0, 3.0, None):
+        ledger.image_accepted("o")
+        ledger.start_inference()
+        ledger.chunk_published(1.0, 10.0, 0.0, receipt_ms)
+    v = ledger.report().values
+    # Two arrivals known of three chunks: the statistics are theirs alone.
+    assert (v["obs_to_receipt_ms_p50"], v["obs_to_receipt_ms_max"]) == ("2.000", "3.000")
+    assert v["chunks_published"] == 3

@@ -176,7 +176,8 @@ def _joint_list(value: object) -> tuple[str, ...]:
 class _PendingObservation:
     stamp_ns: int
     image: np.ndarray
-    frame_id: str = ""
+    frame_id: str
+    received_ns: int  # the image callback's time, the node's clock [ns]
 
 
 class PolicyNode(Node):
@@ -307,6 +308,7 @@ class PolicyNode(Node):
             self.get_logger().warning(f"dropped ({reason.value}, {self.drops[reason]} so far): {detail}")
 
     def _on_image(self, msg: Image) -> None:
+        received_ns = now_ns(self)
         stamp_ns = stamp_to_ns(msg.header.stamp)
         with self._lock:
             # An image arriving sooner than the observation period is dropped before any decoding
@@ -332,7 +334,8 @@ class PolicyNode(Node):
             self._drop(lambda ledger: ledger.image_refused(DropReason.BAD_IMAGE), DropReason.BAD_IMAGE, str(err))
             return
         with self._lock:
-            superseded = self._ledger.image_accepted(_PendingObservation(stamp_ns, image, msg.header.frame_id))
+            superseded = self._ledger.image_accepted(_PendingObservation(stamp_ns, image, msg.header.frame_id,
+                                                                                 received_ns))
             joint_states = self._ledger.joint_states_received
         if superseded and joint_states == 0:
             # Images come but no joint state ever has: each image waits for its joint state and the
@@ -437,7 +440,8 @@ class PolicyNode(Node):
         latency_ms = (now_ns(self) - observation.stamp_ns) / 1e6
         offset_ms = (observation.stamp_ns - pairing.joint_stamp_ns) / 1e6
         with self._lock:  # the diagnostics timer reads these from the other thread
-            self._ledger.chunk_published(inference_ms, latency_ms, offset_ms)
+            self._ledger.chunk_published(inference_ms, latency_ms, offset_ms,
+                                         (observation.received_ns - observation.stamp_ns) / 1e6)
         if self._front_end is not None:
             # What the policy saw, for viewers and recorders: after its chunk, off the camera path.
             out = array_to_image(observation.image, POLICY_ENCODING, observation.stamp_ns, observation.frame_id)

@@ -45,6 +45,9 @@ class ImageLedger(Generic[T]):
         self.in_inference = False  # an observation taken from `pending` whose outcome is not counted yet
         self.inference_ms = RollingStats()
         self.obs_to_chunk_ms = RollingStats()
+        # image stamp -> its callback in the node [ms]: capture and transport, before any of the
+        # node's work (obs_to_chunk minus this is the node's own share)
+        self.obs_to_receipt_ms = RollingStats()
         self.pairing_offset_ms = RollingStats()  # image stamp - paired joint state stamp [ms]
         self._chunks_at_last_report = 0
         self._images_at_last_report = 0
@@ -88,13 +91,17 @@ class ImageLedger(Generic[T]):
         self.drops.add(reason)
         self.in_inference = False
 
-    def chunk_published(self, inference_ms: float, obs_to_chunk_ms: float, pairing_offset_ms: float) -> None:
-        """The observation in inference became a published chunk."""
+    def chunk_published(self, inference_ms: float, obs_to_chunk_ms: float, pairing_offset_ms: float,
+                        obs_to_receipt_ms: float | None = None) -> None:
+        """The observation in inference became a published chunk (obs_to_receipt_ms: its image's
+        stamp to its arrival in the node, when known)."""
         self.in_inference = False
         self.chunks_published += 1
         self.inference_ms.add(inference_ms)
         self.obs_to_chunk_ms.add(obs_to_chunk_ms)
         self.pairing_offset_ms.add(pairing_offset_ms)
+        if obs_to_receipt_ms is not None:
+            self.obs_to_receipt_ms.add(obs_to_receipt_ms)
 
     # -- other inputs -----------------------------------------------------------------------------
     def joint_state_received(self) -> None:
@@ -108,7 +115,8 @@ class ImageLedger(Generic[T]):
     def report(self) -> PolicyReport:
         """The report of the period since the last one (and start the next): WARN when images came
         but no chunk did. Values: counts, observations_waiting, `<stat>_p50/p99/max/mean` (3
-        decimals) of inference_ms, obs_to_chunk_ms, pairing_offset_ms, then `drops_<reason>`."""
+        decimals) of inference_ms, obs_to_chunk_ms, obs_to_receipt_ms, pairing_offset_ms, then
+        `drops_<reason>`."""
         chunks = self.chunks_published - self._chunks_at_last_report
         images = self.images_received - self._images_at_last_report
         self._chunks_at_last_report = self.chunks_published
@@ -124,6 +132,7 @@ class ImageLedger(Generic[T]):
             "observations_waiting": self.observations_waiting,
         }
         for prefix, stats in (("inference_ms", self.inference_ms), ("obs_to_chunk_ms", self.obs_to_chunk_ms),
+                              ("obs_to_receipt_ms", self.obs_to_receipt_ms),
                               ("pairing_offset_ms", self.pairing_offset_ms)):
             for key, value in stats.summary().items():
                 values[f"{prefix}_{key}"] = f"{value:.3f}"
