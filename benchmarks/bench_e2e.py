@@ -364,12 +364,13 @@ def _so101_checkpoint(tmp: Path) -> Path:
 
 
 def run_sim_graph(checkpoint: Path, duration_s: float, tmp: Path, robot: str = "arm6",
-                  camera_render: str = "process") -> dict:
+                  camera_render: str = "process", preprocess_in_policy: bool = False, label: str = "") -> dict:
     """The full sim graph on sim time (see the module docstring); camera_render: the sim node's
-    (process: off the physics loop; inline: in it, the old way)."""
-    args = GraphArgs(checkpoint=str(checkpoint), robot=robot,
+    (process: off the physics loop; inline: in it, the old way); preprocess_in_policy: no
+    camera_preprocessor (GraphArgs.preprocess_in_policy)."""
+    args = GraphArgs(checkpoint=str(checkpoint), robot=robot, preprocess_in_policy=preprocess_in_policy,
                      extra_parameters={"sim_node": {"camera_render": camera_render}})
-    with SimGraphSession(args, tmp / f"sim_graph_{robot}_{camera_render}.log") as session:
+    with SimGraphSession(args, tmp / f"sim_graph_{robot}_{camera_render}{label}.log") as session:
         probe = session.probe
         assert probe is not None
         clocks = probe.collect(Clock, "clock", 50, stamped=True)
@@ -398,15 +399,20 @@ def run_sim_graph(checkpoint: Path, duration_s: float, tmp: Path, robot: str = "
 
 def run_sim_graphs(checkpoint: Path, duration_s: float, tmp: Path, rounds: int) -> dict:
     """The sim graph for arm6 and the SO-101 with the camera rendered off the physics loop
-    (`process`, shipped) and in it (`inline`, the old way), in interleaved rounds of one run.
-    Headline `e2e_latency_sim_graph_ms`: arm6, process, the last round."""
+    (`process`, shipped), and that with the camera preprocessed in the policy node running the
+    policy's ONNX export (`process_in_policy_onnx`: two processes and most of the inference fewer
+    on the two cores), in interleaved rounds of one run. Headline `e2e_latency_sim_graph_ms`: arm6,
+    process, the last round."""
     checkpoints = {"arm6": checkpoint, "so101": _so101_checkpoint(tmp)}
+    exports = {robot: _onnx_export(path, tmp) for robot, path in checkpoints.items()}
     out: dict = {}
     for _ in range(rounds):
         for robot in ("arm6", "so101"):
-            for camera_render in ("inline", "process"):
-                figures = run_sim_graph(checkpoints[robot], duration_s, tmp, robot, camera_render)
-                key = f"sim_graph_{robot}_{camera_render}"
+            for variant in ("process", "process_in_policy_onnx"):
+                lean = variant != "process"
+                figures = run_sim_graph(exports[robot] if lean else checkpoints[robot], duration_s, tmp, robot,
+                                        "process", preprocess_in_policy=lean, label="_in_policy_onnx" if lean else "")
+                key = f"sim_graph_{robot}_{variant}"
                 out.setdefault(key, []).append({"e2e_ms": figures["e2e_latency_sim_graph_ms"],
                                                 "real_time_factor": figures["sim_realtime_factor_during"],
                                                 "load_average_1min": round(os.getloadavg()[0], 2)})
@@ -449,7 +455,7 @@ def run(quick: bool = False, sim_graph: bool = True) -> dict:
 if __name__ == "__main__":
     if "--robot" in sys.argv[1:]:
         raise SystemExit(robot_main())
-    if "--sim-graph-only" in sys.argv[1:]:  # only the sim graphs: arm6 and SO-101, render process vs inline
+    if "--sim-graph-only" in sys.argv[1:]:  # only the sim graphs: arm6 and SO-101, as shipped and lean
         def sim_only(quick: bool) -> dict:
             os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
             os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randrange(150, 230)))
