@@ -368,6 +368,8 @@ def run_sim_graph(checkpoint: Path, duration_s: float, tmp: Path, robot: str = "
     """The full sim graph on sim time (see the module docstring); camera_render: the sim node's
     (process: off the physics loop; inline: in it, the old way); preprocess_in_policy: no
     camera_preprocessor (GraphArgs.preprocess_in_policy)."""
+    from sim2real_ros.runtime.probe import wait_until
+
     args = GraphArgs(checkpoint=str(checkpoint), robot=robot, preprocess_in_policy=preprocess_in_policy,
                      extra_parameters={"sim_node": {"camera_render": camera_render}})
     with SimGraphSession(args, tmp / f"sim_graph_{robot}_{camera_render}{label}.log") as session:
@@ -379,6 +381,9 @@ def run_sim_graph(checkpoint: Path, duration_s: float, tmp: Path, robot: str = "
         if not session.wait_for_mode("AUTONOMOUS", 180.0):
             session.check_nodes()
             raise TimeoutError(f"supervisor never armed: {session.mode_reason()}")
+        # The supervisor can arm before the probe's /clock subscription has matched the sim's.
+        if not wait_until(lambda: len(clocks) > 0, 30.0):
+            raise TimeoutError("no /clock message reached the bench in 30 s after the supervisor armed")
         first = len(chunks)
         wall_start, sim_start = time.monotonic(), stamp_to_ns(clocks[-1][1].clock)
         time.sleep(duration_s)
