@@ -2,6 +2,7 @@
 declaration, a clean main()."""
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import gc
 import os
@@ -159,6 +160,28 @@ def end_on_hangup() -> bool:
     return True
 
 
+def _destroy_half_built_node(err: BaseException) -> None:
+    """Destroy the rclpy handles of the node whose constructor raised `err`, now, while the context
+    lives. Why: the half-built node is reachable only from the traceback's frames (`self`), and it
+    was freed when the handler dropped `err`, its publishers, services and node handle destroyed in
+    whatever order the object's dict gave: three CI runs saw a node that had printed its refusal end
+    in SIGSEGV (rc -11) right there, the faulthandler stack at the `except ... as err` block's end
+    (sim_node 2026-12-06; feetech_driver and the camera path earlier). rclpy's own destroy_node
+    takes them down in order; the subclass's is not called (its resources may not exist yet)."""
+    outermost: Node | None = None
+    tb = err.__traceback__
+    while tb is not None:
+        candidate = tb.tb_frame.f_locals.get("self")
+        if isinstance(candidate, Node) and outermost is None:
+            outermost = candidate
+        tb = tb.tb_next
+    if outermost is None:
+        return
+    # Built too little to destroy (raised inside Node.__init__): nothing of rclpy's to take down.
+    with contextlib.suppress(Exception):
+        Node.destroy_node(outermost)
+
+
 def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_threads: int = 2) -> int:
     """Start rclpy, build the node, spin it, and always clean up (Humble has no `with rclpy.init()`).
 
@@ -188,6 +211,8 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_thr
         pass
     except Sim2RealError as err:
         print(f"[ERROR] {err}", file=sys.stderr, flush=True)
+        if node is None:
+            _destroy_half_built_node(err)
         code = 2
     except Exception:
         # Ctrl-C shuts the context down under the executor, and building its next wait set can

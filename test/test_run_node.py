@@ -1,0 +1,57 @@
+"""common.run_node with a node that refuses its configuration half-way through its constructor: the
+refusal is one line and exit code 2, and the half-built node's rclpy handles are destroyed while the
+context lives (rclpy's destroy_node, not the subclass's), not whenever the object is freed: three CI
+runs saw such a node end in SIGSEGV (rc -11) right where the handler dropped the exception."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from support import REPO_ROOT
+
+HALF_BUILT = r'''
+import weakref
+
+import rclpy
+from rclpy.node import Node
+from std_msgs.msg import String
+
+from sim2real_ros.core.errors import ConfigError
+from sim2real_ros.nodes.common import run_node
+
+destroyed = []
+rclpy_destroy = Node.destroy_node
+
+
+def recording_destroy(self):
+    destroyed.append((self.get_name(), rclpy.ok()))
+    return rclpy_destroy(self)
+
+
+Node.destroy_node = recording_destroy
+built = []
+
+
+class HalfBuilt(Node):
+    def __init__(self):
+        super().__init__("half_built")
+        self.chatter = self.create_publisher(String, "chatter", 10)
+        built.append(weakref.ref(self))
+        raise ConfigError("test parameters", "field", 1, "refused on purpose")
+
+    def destroy_node(self):
+        raise AssertionError("the subclass's destroy_node ran on a half-built node")
+
+
+code = run_node(HalfBuilt, [])
+print("RESULT", code, destroyed)
+'''
+
+
+def test_a_refusing_node_is_destroyed_by_rclpy_while_the_context_lives():
+    result = subprocess.run([sys.executable, "-c", HALF_BUILT], capture_output=True, text=True, timeout=60,
+                            cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "[ERROR] test parameters: field 'field' = 1: refused on purpose" in result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT")]
+    assert lines == ["RESULT 2 [('half_built', True)]"], result.stdout + result.stderr
