@@ -128,6 +128,20 @@ def _first_carrier_latencies(chunks: list, ticks: np.ndarray, commands: np.ndarr
 
 # ----------------------------------------------------------------------------------------------
 # The robot stand-in (--robot): camera driver + position-controlled arm, in a process of its own.
+def _apply_driver_knobs() -> None:
+    """The robot graph's camera_node knobs on the stand-in (graph.ROBOT_REALTIME, as shipped): on
+    a robot the frames come from camera_node, whose nice keeps the time between a frame's stamp and
+    its publication from waiting behind the machine's other work; applied where this process may."""
+    from sim2real_ros.core.control.realtime import RealtimeRequest, plan_knobs
+    from sim2real_ros.nodes.realtime import apply_plan, read_permissions
+
+    request = RealtimeRequest(**{("policy" if key == "sched_policy" else "priority" if key == "sched_priority"
+                                  else key): value for key, value in ROBOT_REALTIME["camera_node"].items()})
+    report = apply_plan(request, plan_knobs(request, read_permissions()))
+    print(f"stand-in driver knobs: nice {report.nice}" + (f", refused {list(report.refused)}" if report.refused
+                                                          else ""), flush=True)
+
+
 def robot_main() -> int:
     import rclpy
     from rclpy.executors import ExternalShutdownException
@@ -190,6 +204,8 @@ def robot_main() -> int:
     node.create_timer(1.0 / JOY_HZ, lambda: joy_pub.publish(Joy(axes=[0.0] * 6, buttons=[0] * 15)))
     executor = single_threaded_executor(node)  # as the stack's nodes: a driver in C++ costs less still
     executor.add_node(node)
+    if "--driver-knobs" in sys.argv[1:]:
+        _apply_driver_knobs()
     freeze_startup_objects()
     with contextlib.suppress(KeyboardInterrupt, ExternalShutdownException):
         executor.spin()
@@ -221,7 +237,8 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
     from sim2real_ros.runtime.probe import RosProbe, wait_until
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    robot = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--robot"], env=env,
+    robot = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--robot",
+                              *(["--driver-knobs"] if knobs else [])], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     extra = {} if knobs else {name: dict(KNOBS_OFF) for name in ROBOT_REALTIME}
     for name, values in (parameters or {}).items():
@@ -341,7 +358,8 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
            f"policy_node{suffix}": {k: policy.get(k, "") for k in (
                "inference_ms_p50", "inference_ms_p99", "obs_to_chunk_ms_p50", "obs_to_chunk_ms_p99",
                "obs_to_chunk_ms_max", "obs_to_receipt_ms_p50", "obs_to_receipt_ms_p99",
-               "chunks_published", "drops_superseded", "drops_throttled")}}
+               "receipt_to_inference_ms_p50", "receipt_to_inference_ms_p99",
+               "chunks_published", "chunks_inline", "drops_superseded", "drops_throttled")}}
     if load is not None:
         out[f"e2e_latency_loaded{suffix}_ms"] = latency_stats(latencies[LOADED], digits=2)
         out[f"e2e_latency_loaded{suffix}_bench_receipt_ms"] = latency_stats(at_receipt[LOADED], digits=2)

@@ -12,12 +12,14 @@ Each image is paired with the joint state nearest its capture stamp (joint state
 the reader's history when an observation needs them, nodes/polled_subscription.py, rather than
 taken one callback per message at 100 Hz), the checkpoint's policy runs
 on the pair, and the chunk is published with header.stamp = the image stamp and point k at
-time_from_start = k * dt. Inference runs in a thread of its own, so receiving (a single-threaded
-executor: no thread pool to dispatch through, a third less CPU than the multi-threaded one) never
-waits for it; when inference falls behind it takes the newest observation and counts the
-skipped ones ("superseded"), it never queues. It observes at the rate the policy was trained at
-(`observation_period_s`, by default the checkpoint's training observation period): images that
-come before the next observation is due are dropped on arrival ("throttled",
+time_from_start = k * dt. A fast policy (its last forward pass at most `inline_inference_max_ms`,
+5 ms by default) runs in the image callback itself: no hand-off to another thread on the camera path
+(chunks_inline counts those). A slower one, the first one, and an image waiting for its joint state
+run in a thread of their own, so receiving (a single-threaded executor: no thread pool to dispatch
+through, a third less CPU than the multi-threaded one) never waits for them; when inference falls
+behind it takes the newest observation and counts the skipped ones ("superseded"), it never queues.
+It observes at the rate the policy was trained at (`observation_period_s`, by default the
+checkpoint's training observation period): images that come before the next observation is due are dropped on arrival ("throttled",
 core.observation_pairing.ObservationThrottle); a policy trained on 10 Hz observations replans at
 10 Hz from a 30 Hz camera (every third frame) or a 15 Hz one (two frames, then one), as it did in
 training, and the machine does a third of the inference. Drops (stale, unpaired, superseded, throttled, malformed input)
@@ -112,6 +114,11 @@ class PolicyNodeConfig:
     max_observation_age_s [s]: older observations are dropped.
     observation_period_s [s]: least time between the capture stamps of observations used (0: every
     image; < 0: the checkpoint's training observation period, or every image if it has none).
+    inline_inference_max_ms [ms]: a policy whose last forward pass took at most this runs in the
+    image callback itself: no hand-off to the inference thread (a wake-up and the interpreter changing
+    hands, ~0.7 ms p50 of the camera path on the 2-core VM), while the images that come during it wait
+    in the reader's queue (5 deep for the camera, newest only for policy/image) no longer than that. A
+    slower one runs in the inference thread, so receiving never waits behind it (0: always there).
     diagnostics_period_s [s]: diagnostics publishing period.
     sim_params_file: the sim params of the sim this graph runs ("" on a robot): a version other than
     the checkpoint's training one is warned about, naming both.
@@ -128,6 +135,7 @@ class PolicyNodeConfig:
     pairing_tolerance_s: float
     max_observation_age_s: float
     observation_period_s: float
+    inline_inference_max_ms: float
     diagnostics_period_s: float
     sim_params_file: str
 
@@ -159,6 +167,9 @@ class PolicyNodeConfig:
         if not (math.isfinite(self.observation_period_s) and self.observation_period_s <= 10.0):
             raise ConfigError(source, "observation_period_s", self.observation_period_s,
                               "must be a finite number <= 10 [s] (0: every image, < 0: the checkpoint's)")
+        if not (math.isfinite(self.inline_inference_max_ms) and self.inline_inference_max_ms >= 0):
+            raise ConfigError(source, "inline_inference_max_ms", self.inline_inference_max_ms,
+                              "must be a finite number >= 0 [ms] (0: every inference in the inference thread)")
         if not (math.isfinite(self.diagnostics_period_s) and self.diagnostics_period_s > 0):
             raise ConfigError(source, "diagnostics_period_s", self.diagnostics_period_s, "must be > 0 [s]")
 
@@ -232,6 +243,9 @@ class PolicyNode(Node):
         self._joint_states = PolledSubscription(self, JointState, self.resolve_topic_name(topics.JOINT_STATES.name),
                                                 JOINT_STATE_POLL_QOS, topics.JOINT_STATES.name)
         self._inference_wake = threading.Event()
+        # One observation in inference at a time, whichever thread runs it (the callback or the loop).
+        self._inference_running = threading.Lock()
+        self._last_inference_ms = math.inf  # the latest forward pass [ms]; inf: none yet (the loop runs it)
         self._inference = BackgroundLoop(self, "policy_inference", self._inference_loop)
         self._inference.start()
         self.create_timer(cfg.diagnostics_period_s, self._on_diagnostics_timer, callback_group=receive_group)
@@ -342,7 +356,15 @@ class PolicyNode(Node):
             # next one replaces it, so nothing is published; say so rather than stay silent.
             self._log_drop(DropReason.SUPERSEDED, f"no joint state received on {self._joint_states.topic_name} "
                                                   "yet; each image waits for one and the next replaces it")
-        self._inference_wake.set()
+        if self._last_inference_ms <= self.config.inline_inference_max_ms \
+                and self._inference_running.acquire(blocking=False):
+            try:
+                waiting = self._on_inference(inline=True)
+            finally:
+                self._inference_running.release()
+            if not waiting:
+                return
+        self._inference_wake.set()  # the loop: a slow policy, one in inference now, or a joint state to wait for
 
     def _policy_image(self, msg: Image) -> np.ndarray:
         """The policy's rgb8 image of an image message: preprocessed here (image_input camera;
@@ -396,7 +418,8 @@ class PolicyNode(Node):
                 continue
             self._inference_wake.clear()
             try:
-                waiting = self._on_inference()
+                with self._inference_running:
+                    waiting = self._on_inference()
             except Exception as err:  # noqa: BLE001 - the context shutting down under us ends the loop
                 if self._inference.step_failed(err, "inference thread"):
                     return
@@ -408,8 +431,9 @@ class PolicyNode(Node):
             self._joint_states.close()
         super().destroy_node()
 
-    def _on_inference(self) -> bool:
-        """Pair the pending image and run the policy on it; True if it waits for its joint state."""
+    def _on_inference(self, inline: bool = False) -> bool:
+        """Pair the pending image and run the policy on it; True if it waits for its joint state.
+        Called with self._inference_running held; inline: from the image callback."""
         self._joint_states.drain(self._on_joint_state)
         with self._lock:
             observation = self._ledger.pending
@@ -428,6 +452,7 @@ class PolicyNode(Node):
                        f"image stamped {observation.stamp_ns * 1e-9:.3f} s")
             return False
         start = time.perf_counter()
+        started_ns = now_ns(self)
         try:
             targets = self.policy.select_action(observation.image, pairing.positions, history)
         except (ValueError, RuntimeError) as err:
@@ -435,13 +460,15 @@ class PolicyNode(Node):
                        str(err))
             return False
         inference_ms = (time.perf_counter() - start) * 1e3
+        self._last_inference_ms = inference_ms
         chunk = ActionChunk(self._joint_names, observation.stamp_ns, self._times_s, targets)
         self._chunk_pub.publish(chunk_to_trajectory(chunk))
         latency_ms = (now_ns(self) - observation.stamp_ns) / 1e6
         offset_ms = (observation.stamp_ns - pairing.joint_stamp_ns) / 1e6
         with self._lock:  # the diagnostics timer reads these from the other thread
             self._ledger.chunk_published(inference_ms, latency_ms, offset_ms,
-                                         (observation.received_ns - observation.stamp_ns) / 1e6)
+                                         (observation.received_ns - observation.stamp_ns) / 1e6,
+                                         (started_ns - observation.received_ns) / 1e6, inline=inline)
         if self._front_end is not None:
             # What the policy saw, for viewers and recorders: after its chunk, off the camera path.
             out = array_to_image(observation.image, POLICY_ENCODING, observation.stamp_ns, observation.frame_id)

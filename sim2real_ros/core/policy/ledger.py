@@ -41,6 +41,7 @@ class ImageLedger(Generic[T]):
         self.images_received = 0
         self.joint_states_received = 0
         self.chunks_published = 0
+        self.chunks_inline = 0  # of chunks_published, those inferred in the image callback (no hand-off)
         self.pending: T | None = None  # the image held until its joint state is there
         self.in_inference = False  # an observation taken from `pending` whose outcome is not counted yet
         self.inference_ms = RollingStats()
@@ -48,6 +49,9 @@ class ImageLedger(Generic[T]):
         # image stamp -> its callback in the node [ms]: capture and transport, before any of the
         # node's work (obs_to_chunk minus this is the node's own share)
         self.obs_to_receipt_ms = RollingStats()
+        # its callback -> the policy called on it [ms]: preprocessing, the hand-off to the inference
+        # thread, reading the joint states and pairing (the node's share before inference)
+        self.receipt_to_inference_ms = RollingStats()
         self.pairing_offset_ms = RollingStats()  # image stamp - paired joint state stamp [ms]
         self._chunks_at_last_report = 0
         self._images_at_last_report = 0
@@ -92,16 +96,21 @@ class ImageLedger(Generic[T]):
         self.in_inference = False
 
     def chunk_published(self, inference_ms: float, obs_to_chunk_ms: float, pairing_offset_ms: float,
-                        obs_to_receipt_ms: float | None = None) -> None:
+                        obs_to_receipt_ms: float | None = None, receipt_to_inference_ms: float | None = None,
+                        inline: bool = False) -> None:
         """The observation in inference became a published chunk (obs_to_receipt_ms: its image's
-        stamp to its arrival in the node, when known)."""
+        stamp to its arrival in the node; receipt_to_inference_ms: that arrival to the policy's call;
+        each when known; inline: inferred in the image callback)."""
         self.in_inference = False
         self.chunks_published += 1
+        self.chunks_inline += int(inline)
         self.inference_ms.add(inference_ms)
         self.obs_to_chunk_ms.add(obs_to_chunk_ms)
         self.pairing_offset_ms.add(pairing_offset_ms)
         if obs_to_receipt_ms is not None:
             self.obs_to_receipt_ms.add(obs_to_receipt_ms)
+        if receipt_to_inference_ms is not None:
+            self.receipt_to_inference_ms.add(receipt_to_inference_ms)
 
     # -- other inputs -----------------------------------------------------------------------------
     def joint_state_received(self) -> None:
@@ -115,8 +124,8 @@ class ImageLedger(Generic[T]):
     def report(self) -> PolicyReport:
         """The report of the period since the last one (and start the next): WARN when images came
         but no chunk did. Values: counts, observations_waiting, `<stat>_p50/p99/max/mean` (3
-        decimals) of inference_ms, obs_to_chunk_ms, obs_to_receipt_ms, pairing_offset_ms, then
-        `drops_<reason>`."""
+        decimals) of inference_ms, obs_to_chunk_ms, obs_to_receipt_ms, receipt_to_inference_ms,
+        pairing_offset_ms, then `drops_<reason>`."""
         chunks = self.chunks_published - self._chunks_at_last_report
         images = self.images_received - self._images_at_last_report
         self._chunks_at_last_report = self.chunks_published
@@ -130,9 +139,11 @@ class ImageLedger(Generic[T]):
             "joint_states_received": self.joint_states_received,
             "chunks_published": self.chunks_published,
             "observations_waiting": self.observations_waiting,
+            "chunks_inline": self.chunks_inline,
         }
         for prefix, stats in (("inference_ms", self.inference_ms), ("obs_to_chunk_ms", self.obs_to_chunk_ms),
                               ("obs_to_receipt_ms", self.obs_to_receipt_ms),
+                              ("receipt_to_inference_ms", self.receipt_to_inference_ms),
                               ("pairing_offset_ms", self.pairing_offset_ms)):
             for key, value in stats.summary().items():
                 values[f"{prefix}_{key}"] = f"{value:.3f}"
