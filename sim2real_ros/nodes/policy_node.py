@@ -19,13 +19,13 @@ run in a thread of their own, so receiving (a single-threaded executor: no threa
 through, a third less CPU than the multi-threaded one) never waits for them; when inference falls
 behind it takes the newest observation and counts the skipped ones ("superseded"), it never queues.
 It observes at the rate the policy was trained at (`observation_period_s`, by default the
-checkpoint's training observation period): images that come before the next observation is due
-are dropped on arrival ("throttled", core.observation_pairing.ObservationThrottle); a policy trained on 10 Hz observations replans at
-10 Hz from a 30 Hz camera (every third frame) or a 15 Hz one (two frames, then one), as it did in
-training, and the machine does a third of the inference. Drops (stale, unpaired, superseded, throttled, malformed input)
-are counted by reason and reported with inference time, observation-to-chunk latency and the
-image-to-joint-state stamp offset of each pairing on ~/diagnostics (policy_node/diagnostics) about
-once a second.
+checkpoint's training observation period): images that come before the next observation is due are
+dropped on arrival ("throttled", core.observation_pairing.ObservationThrottle); a policy trained on
+10 Hz observations replans at 10 Hz from a 30 Hz camera (every third frame) or a 15 Hz one (two
+frames, then one), as it did in training, and the machine does a third of the inference. Drops
+(stale, unpaired, superseded, throttled, malformed input) are counted by reason and reported with
+inference time, observation-to-chunk latency and the image-to-joint-state stamp offset of each
+pairing on ~/diagnostics (policy_node/diagnostics) about once a second.
 
 Every image is accounted for exactly once, in every report (core.policy_ledger.ImageLedger):
 images_received = chunks_published + image drops (stale, unpaired, superseded, throttled, bad_image,
