@@ -85,6 +85,103 @@ def test_so101_loads_in_the_sim_world_with_its_limits_and_the_camera_sees_it():
         world.close()
 
 
+
+def test_the_sim_description_is_what_its_generator_writes(monkeypatch):
+    """urdf/so101/so101.urdf (camera mast, wrist camera and all) is tools/so101_meshes.py's output for
+    the upstream URDF, so regenerating the meshes cannot drop a hand edit. The mesh libraries it
+    imports are tools-only (not installed here) and not needed for the URDF text."""
+    import importlib.util
+    import types
+
+    for name in ("trimesh", "fast_simplification"):
+        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(Trimesh=object))
+    spec = importlib.util.spec_from_file_location("so101_meshes_under_test", REPO_ROOT / "tools" / "so101_meshes.py")
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    assert generator._sim_urdf(UPSTREAM.read_text()) == SO101.urdf_path().read_text()
+
+
+WRIST_PARAMS = config_path("sim_params_so101_wrist.yaml")
+
+
+def test_the_wrist_sim_params_are_the_so101_s_but_for_the_camera():
+    """Kept in step by this test: the wrist file changes the camera (link, calibration, near plane)
+    and its mount's jitter, nothing else."""
+    import yaml
+
+    base, wrist = (yaml.safe_load(p.read_text()) for p in (SO101.sim_params_path(), WRIST_PARAMS))
+    assert (wrist["camera"]["link"], wrist["camera"]["calibration_file"]) == ("wrist_camera_link",
+                                                                             "camera_wrist_sim.yaml")
+    assert wrist["randomization"]["camera_position_jitter_m"] < base["randomization"]["camera_position_jitter_m"]
+    for data in (base, wrist):
+        data.pop("camera")
+        data["randomization"].pop("camera_position_jitter_m")
+    assert wrist == base
+    assert load_sim_params(WRIST_PARAMS).camera.calibration_path().is_file()
+
+
+def _pixels_by_link(world: SimWorld) -> tuple[np.ndarray, np.ndarray]:
+    """The world's camera image rendered once more with PyBullet's segmentation: (body ids, link
+    indices + 1) per pixel, (240, 320) each (-1 / 0 where no body)."""
+    import pybullet
+
+    from sim2real_ros.sim.rendering import gl_list, projection_matrix, view_matrix
+
+    cam = world.camera
+    seg = world.client.getCameraImage(
+        cam.width, cam.height, viewMatrix=gl_list(view_matrix(world.camera_pose())),
+        projectionMatrix=gl_list(projection_matrix(cam, world.params.camera.near_m, world.params.camera.far_m)),
+        renderer=pybullet.ER_TINY_RENDERER, flags=pybullet.ER_SEGMENTATION_MASK_OBJECT_AND_LINKINDEX)[4]
+    seg = np.asarray(seg, dtype=np.int64).reshape(cam.height, cam.width)
+    return np.where(seg >= 0, seg & ((1 << 24) - 1), -1), np.where(seg >= 0, seg >> 24, 0)
+
+
+def test_the_wrist_camera_sees_the_cube_between_the_jaws_at_the_grasp():
+    """The scripted pick_lift expert on the wrist sim params: when both jaws touch the cube, the wrist
+    camera (riding on the gripper) sees the cube, both jaws and the cube inside the wrist policy
+    camera's view, and the cube covers many times the pixels the mast camera gives it."""
+    from sim2real_ros.sim.params import with_task
+
+    params = with_task(load_sim_params(WRIST_PARAMS), "pick_lift")
+    mast = with_task(load_sim_params(SO101.sim_params_path()), "pick_lift")
+    world = SimWorld(params, str(SO101.urdf_path()), seed=3)
+    try:
+        world.reset(seed=11)
+        expert = world.task.make_expert(world)
+        expert.start(world)
+        for _ in range(600):  # 12 s of 20 ms commands: the expert grasps within about 3 s
+            world.set_command(expert.command(world))
+            world.step(20)
+            if world.task.jaws_on_cube(world):
+                break
+        assert world.task.jaws_on_cube(world), "the expert never grasped"
+        bodies, links = _pixels_by_link(world)
+        cube = int((bodies == world.task.cube).sum())
+        on_robot = bodies == world.robot
+        jaw_links = {world._link_index[n] + 1 for n in SO101.jaw_links}  # noqa: SLF001 - the world's link table
+        for link in jaw_links:
+            assert (on_robot & (links == link)).sum() > 500, f"jaw link {link - 1} hardly in view"
+        # The cube's center in the wrist policy camera (preprocess_wrist.yaml: 96 x 96, f 48 px).
+        policy = PreprocessConfig.from_yaml(config_path("preprocess_wrist.yaml")).policy_camera
+        center = np.linalg.inv(world.camera_pose()) @ np.append(world.task.cube_position(world), 1.0)
+        u, v = policy.cx + policy.fx * center[0] / center[2], policy.cy + policy.fy * center[1] / center[2]
+        assert center[2] > 0 and 10 < u < 86 and 10 < v < 86, (u, v)
+        # The same state seen from the mast: a twin world of the mast params (the same episode seed,
+        # so the same cube) put in this world's visual state, as the sim node's render process does.
+        twin = SimWorld(mast, str(SO101.urdf_path()), seed=3)
+        try:
+            twin.reset(seed=11)
+            twin.show_visual_state(*world.visual_state())
+            twin_bodies, _ = _pixels_by_link(twin)
+            cube_from_mast = int((twin_bodies == twin.task.cube).sum())
+        finally:
+            twin.close()
+    finally:
+        world.close()
+    assert cube_from_mast > 20, "the mast camera should see the cube too"
+    assert cube > 10 * cube_from_mast, (cube, cube_from_mast)
+
+
 def test_the_ik_teacher_reaches_targets_in_the_so101_training_world():
     """The world training builds for `robot: so101` (its sim params, nominal), driven by the IK teacher
     the trainer labels with: every target drawn is reached, the commands within the URDF limits."""
