@@ -188,10 +188,8 @@ def test_the_fast_loop_grips_the_cube_as_hard_as_the_reference_loop(episode):
     fast = _grip_once_lifted(_pick_lift("fast", 0.005, substeps=2), episode)
     assert reference is not None and fast is not None
     assert fast == pytest.approx(reference, rel=0.1)
-    # Without the held jaw the implicit PD's grip is a fraction of that: the cube slips out (in 7 of
-    # episodes 0-7), or, now and then, friction alone carries it up on a grip of a sixth.
-    weak = _grip_once_lifted(_pick_lift("fast", 0.005, substeps=2), episode, jaw_held=False)
-    assert weak is None or abs(weak) < abs(reference) / 3, (weak, reference)
+    # Without the held jaw the implicit PD's grip lets the cube go: it is never lifted.
+    assert _grip_once_lifted(_pick_lift("fast", 0.005, substeps=2), episode, jaw_held=False) is None
 
 
 @pytest.mark.parametrize("task", ["pick_lift", "pick_place"])

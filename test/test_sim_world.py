@@ -66,6 +66,12 @@ def test_version_is_the_content_hash_of_the_yaml_mapping(raw_params):
     ({"actuator__kd": {"joint1": 1.0}}, "actuator.kd.default", "None"),
     ({"actuator__damping": {"default": 0.1, "joint2": float("nan")}}, "actuator.damping.joint2", "nan"),
     ({"task__name": "juggle"}, "task.name", "'juggle'"),
+    ({"camera__mount_xyz": [0.0, 0.0, 0.0]}, "camera.mount_look_at", "None"),
+    ({"camera__mount_xyz": [0.1, 0.2], "camera__mount_look_at": [0.0, 0.0, 0.1]}, "camera.mount_xyz", "[0.1, 0.2]"),
+    ({"camera__mount_xyz": [0.1, 0.0, 0.0], "camera__mount_look_at": [0.1, 0.0, 0.0]}, "camera.mount_look_at",
+     "[0.1, 0.0, 0.0]"),
+    ({"camera__mount_xyz": [0.0, 0.0, 0.0], "camera__mount_look_at": [0.0, 0.0, 0.2],
+      "camera__mount_up": [0.0, 0.0, -1.0]}, "camera.mount_up", "[0.0, 0.0, -1.0]"),
 ])
 def test_bad_sim_params_name_file_field_and_value(raw_params, changes, field, shown):
     with pytest.raises(ConfigError) as info:

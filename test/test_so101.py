@@ -105,13 +105,14 @@ WRIST_PARAMS = config_path("sim_params_so101_wrist.yaml")
 
 
 def test_the_wrist_sim_params_are_the_so101_s_but_for_the_camera():
-    """Kept in step by this test: the wrist file changes the camera (link, calibration, near plane)
-    and its mount's jitter, nothing else."""
+    """Kept in step by this test: the wrist file changes the camera (link, mount, calibration, near
+    plane) and its mount's jitter, nothing else; the mast file has no mount (its camera_link is the
+    optical frame)."""
     import yaml
 
     base, wrist = (yaml.safe_load(p.read_text()) for p in (SO101.sim_params_path(), WRIST_PARAMS))
-    assert (wrist["camera"]["link"], wrist["camera"]["calibration_file"]) == ("wrist_camera_link",
-                                                                             "camera_wrist_sim.yaml")
+    assert (wrist["camera"]["link"], wrist["camera"]["calibration_file"]) == ("gripper_link", "camera_wrist_sim.yaml")
+    assert load_sim_params(SO101.sim_params_path()).camera.mount_xyz is None
     assert wrist["randomization"]["camera_position_jitter_m"] < base["randomization"]["camera_position_jitter_m"]
     for data in (base, wrist):
         data.pop("camera")
@@ -155,6 +156,11 @@ def test_the_wrist_camera_sees_the_cube_between_the_jaws_at_the_grasp():
             if world.task.jaws_on_cube(world):
                 break
         assert world.task.jaws_on_cube(world), "the expert never grasped"
+        # The camera rides on the gripper at the sim params' mount (no jitter in a nominal episode).
+        from sim2real_ros.sim.rendering import camera_mount_pose
+
+        np.testing.assert_allclose(np.linalg.inv(world.link_pose("gripper_link")) @ world.camera_pose(),
+                                   camera_mount_pose(params.camera), atol=1e-9)
         bodies, links = _pixels_by_link(world)
         cube = int((bodies == world.task.cube).sum())
         on_robot = bodies == world.robot

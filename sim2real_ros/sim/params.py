@@ -204,7 +204,12 @@ class TableParams:
 class CameraParams:
     """calibration_file: ROS camera_calibration YAML (relative paths are relative to config/);
     link: URDF camera link (optical frame); fallback_position / fallback_look_at [m]: the camera pose
-    when the URDF has no such link; near_m / far_m [m]: render clipping planes."""
+    when the URDF has no such link; near_m / far_m [m]: render clipping planes.
+
+    mount_xyz / mount_look_at [m] and mount_up, optional: a camera mounted on `link` rather than being
+    it (a wrist camera on the gripper's link, whose frame is not an optical one): the optical frame
+    sits at mount_xyz in the link's frame, its z axis toward mount_look_at and image up toward mount_up
+    (the link's +z unless given). None (not in the file) = the link's frame is the optical frame."""
 
     calibration_file: str
     link: str
@@ -212,6 +217,9 @@ class CameraParams:
     fallback_look_at: tuple[float, float, float]
     near_m: float
     far_m: float
+    mount_xyz: tuple[float, float, float] | None = None
+    mount_look_at: tuple[float, float, float] | None = None
+    mount_up: tuple[float, float, float] = (0.0, 0.0, 1.0)
 
     def calibration_path(self) -> Path:
         path = Path(self.calibration_file)
@@ -607,6 +615,7 @@ def sim_params_from_dict(data: dict, source: str) -> SimParams:
         raise r.error("camera.far_m", camera.far_m, f"must be > camera.near_m = {camera.near_m}")
     if np.allclose(camera.fallback_position, camera.fallback_look_at):
         raise r.error("camera.fallback_look_at", list(camera.fallback_look_at), "must differ from fallback_position")
+    camera = _camera_mount(r, camera)
     lighting = LightingParams(
         direction=r.vector("lighting.direction", 3),
         intensity=r.number("lighting.intensity", 0.0),
@@ -681,6 +690,25 @@ def with_sim_loop_override(params: SimParams, override: Mapping[str, Any], sourc
         return with_sim_loop(params, str(override["loop"]), dt_s, substeps)
     except ConfigError as err:
         raise ConfigError(source, field_name, dict(override), f"{err.field} = {err.value!r}: {err.problem}") from err
+
+
+def _camera_mount(r: _Reader, camera: CameraParams) -> CameraParams:
+    """camera.mount_xyz / mount_look_at / mount_up, optional (all absent: the link is the optical
+    frame, as before the keys existed, so older files keep their version hash)."""
+    given = [k for k in ("mount_xyz", "mount_look_at", "mount_up") if r.get(f"camera.{k}", None) is not None]
+    if not given:
+        return camera
+    if "mount_xyz" not in given or "mount_look_at" not in given:
+        raise r.error("camera.mount_xyz" if "mount_xyz" not in given else "camera.mount_look_at", None,
+                      "a camera mount needs both mount_xyz and mount_look_at [m] (in camera.link's frame)")
+    xyz, look_at = r.vector("camera.mount_xyz", 3), r.vector("camera.mount_look_at", 3)
+    up = r.vector("camera.mount_up", 3) if "mount_up" in given else camera.mount_up
+    forward = np.subtract(look_at, xyz)
+    if np.linalg.norm(forward) < 1e-6:
+        raise r.error("camera.mount_look_at", list(look_at), "must differ from camera.mount_xyz")
+    if np.linalg.norm(np.cross(forward / np.linalg.norm(forward), up)) < 1e-3:
+        raise r.error("camera.mount_up", list(up), "must not be parallel to mount_look_at - mount_xyz")
+    return replace(camera, mount_xyz=xyz, mount_look_at=look_at, mount_up=up)
 
 
 def load_sim_params(path: str | Path | None = None) -> SimParams:

@@ -6,9 +6,14 @@ applied afterwards to the rendered image (core.camera_artifacts).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..core.perception.camera_model import CameraModel
+
+if TYPE_CHECKING:
+    from .params import CameraParams
 
 # Optical frame (x right, y down, z forward) -> OpenGL camera frame (x right, y up, looking down -z).
 OPTICAL_TO_GL = np.diag([1.0, -1.0, -1.0])
@@ -55,6 +60,17 @@ def look_at_rotation(eye: np.ndarray, target: np.ndarray, up: np.ndarray | None 
     x = x / np.linalg.norm(x)
     y = np.cross(z, x)
     return np.stack([x, y, z], axis=1)
+
+
+def camera_mount_pose(camera: CameraParams) -> np.ndarray:
+    """Pose (4, 4) of the optical frame in its link's frame: the sim params' camera mount (mount_xyz
+    [m], toward mount_look_at [m], image up toward mount_up), identity without one."""
+    pose = np.eye(4)
+    if camera.mount_xyz is not None and camera.mount_look_at is not None:
+        pose[:3, :3] = look_at_rotation(np.asarray(camera.mount_xyz), np.asarray(camera.mount_look_at),
+                                        np.asarray(camera.mount_up))
+        pose[:3, 3] = camera.mount_xyz
+    return pose
 
 
 def project_points(camera: CameraModel, world_from_optical: np.ndarray, points: np.ndarray) -> np.ndarray:

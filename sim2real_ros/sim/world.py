@@ -38,7 +38,7 @@ from .params import SimParams
 from .pushes import ScheduledPush, draw_push_schedule, push_links
 from .quiet_stdout import stdout_to_stderr
 from .randomization import EpisodeRandomization, sample_episode
-from .rendering import gl_list, look_at_rotation, projection_matrix, view_matrix
+from .rendering import camera_mount_pose, gl_list, look_at_rotation, projection_matrix, view_matrix
 from .snapshot import WorldState
 from .tasks import Task, make_task
 
@@ -177,6 +177,7 @@ class SimWorld:
         self._ee_index = self._link_index[self.ee_link]
         camera_link = self.params.camera.link
         self._camera_index = self._link_index.get(camera_link) if camera_link in self._link_index else None
+        self._camera_mount = camera_mount_pose(self.params.camera)
         self._nominal_mass: dict[int, tuple[float, tuple[float, float, float]]] = {}
         for link in [-1, *range(c.getNumJoints(self.robot))]:
             info = c.getDynamicsInfo(self.robot, link)
@@ -737,9 +738,10 @@ class SimWorld:
 
     def camera_pose(self) -> np.ndarray:
         """World pose (4, 4) of the camera's optical frame (z forward, x right, y down), this
-        episode's jitter included: from the URDF camera link, else the sim params' fallback pose."""
+        episode's jitter included: from the URDF camera link (and the sim params' camera mount on it,
+        where there is one: it moves with the link), else the sim params' fallback pose."""
         if self._camera_index is not None:
-            pose = self.link_pose(self.params.camera.link)
+            pose = self.link_pose(self.params.camera.link) @ self._camera_mount
         else:
             cam = self.params.camera
             pose = np.eye(4)
