@@ -11,7 +11,7 @@ import yaml
 from support import untrained_and_trained
 
 from sim2real_ros.core.errors import ConfigError
-from sim2real_ros.paths import config_path
+from sim2real_ros.paths import config_path, share_dir
 from sim2real_ros.rl.cluster import init_ray, shutdown_ray
 from sim2real_ros.rl.env import EnvConfig, TaskEnv
 from sim2real_ros.rl.labeller import PPOChunkTeacher
@@ -19,8 +19,8 @@ from sim2real_ros.rl.pool import RolloutPool
 from sim2real_ros.rl.ppo import TeacherConfig, TeacherTrainer
 from sim2real_ros.rl.rewards import RewardConfig
 from sim2real_ros.rl.teacher_checkpoint import load_teacher, read_teacher
-from sim2real_ros.robots import robot_description_for, sim_params_for
-from sim2real_ros.sim.params import load_sim_params
+from sim2real_ros.robots import robot_description_for, robot_for_joints, sim_params_for
+from sim2real_ros.sim.params import load_sim_params, with_task
 from sim2real_ros.sim.world import SimWorld
 from sim2real_ros.training.config import TrainConfig
 
@@ -95,6 +95,26 @@ def test_every_shipped_student_config_loads_with_its_teacher(name):
         spec, _, _ = read_teacher(config.teacher_checkpoint)
         assert (spec.env.get("task") or "reach") == (config.task or "reach"), name
 
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (share_dir() / "policies").glob("teacher_*.safetensors")))
+def test_every_shipped_teacher_labels_on_the_world_its_robot_builds_today(name):
+    """A shipped teacher's privileged observation fits the world its robot and task build now: a change
+    to the robot's description or the world that alters it (a URDF link more is one mass scale more)
+    fails here, not at a training run's first label."""
+    teacher = load_teacher(share_dir() / "policies" / name)
+    robot = robot_for_joints(teacher.spec.joint_names)
+    assert robot is not None, teacher.spec.joint_names
+    params = with_task(load_sim_params(robot.sim_params_path()), teacher.spec.env.get("task") or "reach")
+    world = SimWorld(params, str(robot.urdf_path()), seed=0, render=False, randomize=True)
+    try:
+        world.reset(randomize=True, seed=1)
+        labeller = PPOChunkTeacher(teacher, world, 0.05)
+        chunk = labeller.chunk(world.joint_positions(), world.target_position(), 10, labeller.decision_s)
+        assert chunk.shape == (10, len(world.joint_names)) and np.isfinite(chunk).all()
+        assert np.all(chunk >= world.lower - 1e-9) and np.all(chunk <= world.upper + 1e-9)
+    finally:
+        world.close()
 
 def test_a_reward_term_the_task_does_not_have_fails_naming_it():
     with pytest.raises(ConfigError, match=r"rewards\.grasp.*task 'reach' has no 'grasp'"):
