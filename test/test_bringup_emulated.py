@@ -247,10 +247,11 @@ def test_eval_sim_emulate_runs_the_seeds_episodes_and_brings_the_arm_home(tmp_pa
     from sim2real_ros.sim.params import load_sim_params
     from sim2real_ros.sim.world import episode_seed
 
-    out = tmp_path / "emulated.json"
+    out, log = tmp_path / "emulated.json", tmp_path / "graph.log"
     run = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "eval-sim", "--emulate", "--episodes", "2",
-                          "--json", str(out)], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+                          "--json", str(out), "--graph-log", str(log)], capture_output=True, text=True, timeout=600)
+    node_output = log.read_text(errors="replace")[-6000:] if log.exists() else "(no graph log)"
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:] + "\n--- graph log ---\n" + node_output
     result = json.loads(out.read_text())
     assert (result["mode"], result["robot"], result["episodes"]) == ("emulator", "so101", 2)
     assert [e["seed"] for e in result["per_episode"]] == [episode_seed(1000, k) for k in range(2)]

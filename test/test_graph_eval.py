@@ -81,3 +81,30 @@ def test_eval_sim_graph_refuses_a_bad_real_time_factor():
         [sys.executable, "-m", "sim2real_ros.cli.main", "eval-sim", "--graph", "--episodes", "1",
          "--real-time-factor", "0"], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert done.returncode == 2 and "--real-time-factor must be in (0, 10], got 0.0" in done.stdout
+
+
+def test_the_default_graph_log_is_kept_when_the_run_fails_and_removed_when_it_succeeds(tmp_path):
+    """The errors of eval-sim --graph / --emulate name the node log: it must still be there."""
+    from sim2real_ros.runtime.graph_log import graph_log
+
+    with graph_log(None, "sim2real_test_graph_log_") as good:
+        good.write_text("nodes ran\n")
+    assert not good.exists()
+    with pytest.raises(TimeoutError), graph_log(None, "sim2real_test_graph_log_") as failed:
+        failed.write_text("the supervisor never armed\n")
+        raise TimeoutError("never armed")
+    try:
+        assert failed.read_text() == "the supervisor never armed\n"
+    finally:
+        failed.unlink()
+    given = tmp_path / "mine.log"
+    with graph_log(given, "unused_") as path:
+        path.write_text("kept\n")
+    assert path == given and given.read_text() == "kept\n"
+
+
+def test_graph_log_applies_only_to_a_graph():
+    done = subprocess.run(
+        [sys.executable, "-m", "sim2real_ros.cli.main", "eval-sim", "--episodes", "1", "--graph-log", "x.log"],
+        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert done.returncode == 2 and "--graph-log applies to --graph and --emulate" in done.stderr

@@ -63,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--real-time-factor", type=float, default=None,
                         help="--graph: the sim's pace, sim s per wall s (default 0.3: on a machine that also runs "
                              "the whole graph, keeps the pipeline's sim-time latency near a robot computer's)")
+    parser.add_argument("--graph-log", type=Path, default=None, metavar="FILE",
+                        help="--graph, --emulate: the nodes' output goes to this file (default: a file in the "
+                             "temp folder, removed when the run succeeds and named in the error when it fails)")
     parser.add_argument("--record", type=Path, default=None,
                         help="--graph: also record the timing topics (no images) to this bag folder, for "
                              "`sim2real graph-gap`")
@@ -90,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
 
     args.sim_loop = _parse_sim_loop(args.sim_loop)
     if args.sim_loop is _BAD_SIM_LOOP:
+        return 2
+    if args.graph_log is not None and not (args.graph or args.emulate):
+        print("--graph-log applies to --graph and --emulate (the core path starts no nodes)", file=sys.stderr)
         return 2
     if args.sim_loop and (args.graph or args.emulate):
         print("--sim-loop applies to the core path; the graph's sim node runs its sim params file (--sim-config)",
@@ -131,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
             result = evaluate_in_graph(args.checkpoint, args.episodes, perturb=args.perturb,
                                        sim_config=args.sim_config, robot_description=args.robot_description,
                                        seed=args.seed, real_time_factor=rtf, record_to=args.record,
-                                       pushes=args.pushes, robot=args.robot)
+                                       pushes=args.pushes, robot=args.robot, log_file=args.graph_log)
         except CheckpointError as err:
             print(f"sim2real eval-sim: {err}", file=sys.stderr)
             return 2
@@ -218,7 +224,8 @@ def _evaluate_on_emulator(args: argparse.Namespace) -> dict | None:
     from ..runtime.emulated_eval import evaluate_on_emulator
 
     try:
-        return evaluate_on_emulator(args.checkpoint, args.episodes, seed=args.seed, robot=args.robot)
+        return evaluate_on_emulator(args.checkpoint, args.episodes, seed=args.seed, robot=args.robot,
+                                    log_file=args.graph_log)
     except (Sim2RealError, RuntimeError, TimeoutError) as err:
         print(f"sim2real eval-sim --emulate: {err}", file=sys.stderr)
         return None

@@ -18,6 +18,7 @@ homing and arming took, the supervisor's counters and the machine's load.
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
 import threading
 import time
@@ -32,6 +33,7 @@ from sensor_msgs.msg import JointState, Joy
 from std_msgs.msg import Bool
 from std_srvs.srv import Trigger
 
+from ..conversions import diagnostic_values
 from ..core.errors import CheckpointError
 from ..core.policy.backend import load_policy
 from ..core.progress import progress
@@ -47,6 +49,7 @@ from ..topics import (
     ESTOP,
     JOINT_STATES,
     JOY,
+    SERVO_DIAGNOSTICS,
     SIM_EPISODE,
     SIM_START_EPISODE,
     SIM_TARGET,
@@ -56,6 +59,7 @@ from ..topics import (
     SupervisorState,
 )
 from .graph_eval import failure_category
+from .graph_log import graph_log
 from .launcher import GraphLauncher
 from .lifeline import launcher_environment
 from .probe import RosProbe, wait_until
@@ -84,6 +88,8 @@ class Operator:
         self.leader: np.ndarray | None = None  # what the leader arm says (None: silent)
         self._lock = threading.Lock()
         self._measured: np.ndarray | None = None
+        self._measured_count = 0
+        self._measured_at = 0.0  # [s] time.monotonic() of the last joint_states
         node = probe.node
         self._joy = node.create_publisher(Joy, JOY.name, JOY_QOS)
         self._estop = node.create_publisher(Bool, ESTOP.name, LATCHED_QOS)
@@ -92,6 +98,7 @@ class Operator:
         self.episodes_raw = probe.collect(DiagnosticArray, SIM_EPISODE.name, EVENTS_QOS)
         self.targets = probe.collect(PointStamped, SIM_TARGET.name, LATCHED_QOS)
         self.states = probe.collect(DiagnosticArray, SUPERVISOR_STATE.name, LATCHED_QOS)
+        self.driver_reports = probe.collect(DiagnosticArray, SERVO_DIAGNOSTICS.name, RELIABLE_LATEST_QOS)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._publish_loop, name="operator", daemon=True)
         self._thread.start()
@@ -102,11 +109,34 @@ class Operator:
         if all(n in index for n in self.joints):
             with self._lock:
                 self._measured = np.array([msg.position[index[n]] for n in self.joints])
+                self._measured_count += 1
+                self._measured_at = time.monotonic()
 
     def measured(self) -> np.ndarray | None:
         """The arm's last joint_states positions [rad] in `joints` order (None before the first)."""
         with self._lock:
             return None if self._measured is None else self._measured.copy()
+
+    def what_it_saw(self) -> str:
+        """One line for an error: joint_states here, the supervisor's view of them, the driver's bus."""
+        with self._lock:
+            count, at = self._measured_count, self._measured_at
+        seen = f"last {time.monotonic() - at:.1f} s ago" if count else "none"
+        parts = [f"operator: {count} joint_states ({seen})"]
+        state = self.state()
+        if state is not None:
+            counters = {k: int(state.counters.get(k, 0)) for k in ("rejected_joint_states", "joint_jumps",
+                                                                     "watchdog_holds", "clock_stall_holds")}
+            parts.append(f"supervisor {state.summary} {counters}"
+                         + (f", last rejection: {state.last_rejection}" if state.last_rejection else ""))
+        if self.driver_reports:
+            values = diagnostic_values(self.driver_reports[-1])
+            parts.append("feetech_driver: " + ", ".join(
+                f"{k} {values[k]}" for k in ("joint_states_published", "failed_cycles", "bus_timeouts",
+                                             "bus_checksum_errors", "overruns", "last_error") if k in values))
+        else:
+            parts.append("feetech_driver: no diagnostics heard")
+        return "; ".join(parts)
 
     def state(self) -> SupervisorState | None:
         return SupervisorState.from_msg(self.states[-1]) if self.states else None
@@ -217,9 +247,9 @@ def evaluate_on_emulator(checkpoint: str | Path, episodes: int, seed: int = 1000
     home = np.array([home_pose[j] for j in joints])
     load_before = os.getloadavg()[0]
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="sim2real_emulated_eval_") as scratch:
+    with tempfile.TemporaryDirectory(prefix="sim2real_emulated_eval_") as scratch, \
+            graph_log(log_file, "sim2real_emulated_eval_") as log:
         directory = Path(scratch)
-        log = log_file or directory / "graph.log"
         env = launcher_environment(os.getpid(), threading.current_thread() is threading.main_thread())
         arm = start_emulated_arm(description, sim_params_file, directory, env=env, echo=echo)
         launcher: GraphLauncher | None = None
@@ -234,7 +264,8 @@ def evaluate_on_emulator(checkpoint: str | Path, episodes: int, seed: int = 1000
             launcher.start()
             probe = RosProbe("sim2real_emulated_operator")
             operator = Operator(probe, joints)
-            rows, at_first_arm = _run_episodes(operator, launcher, episodes, home, params.task.timeout_s, log)
+            rows, at_first_arm = _run_episodes(operator, launcher, arm.process, episodes, home,
+                                               params.task.timeout_s, log)
             state = operator.state()
             supervisor = dict(state.counters) if state is not None else {}
         finally:
@@ -271,13 +302,16 @@ def evaluate_on_emulator(checkpoint: str | Path, episodes: int, seed: int = 1000
     }
 
 
-def _run_episodes(operator: Operator, launcher: GraphLauncher, episodes: int, home: np.ndarray,
-                  episode_timeout_s: float, log: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _run_episodes(operator: Operator, launcher: GraphLauncher, emulator: subprocess.Popen, episodes: int,
+                  home: np.ndarray, episode_timeout_s: float,
+                  log: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The operator's loop: take over, home the arm, start episode k, arm, wait for its outcome.
     Returns (per episode {outcome, home_s, armed_after_s}, the supervisor's counters once first armed)."""
 
     def check_nodes() -> None:
         dead = launcher.check()
+        if emulator.poll() is not None:  # the driver then times out on a silent bus and stays up
+            dead.append(("emulate-bus", emulator.returncode))
         if dead:
             raise RuntimeError("graph node(s) exited: " + ", ".join(f"{n} (exit code {c})" for n, c in dead)
                                + f"; node output in {log}")
@@ -290,7 +324,7 @@ def _run_episodes(operator: Operator, launcher: GraphLauncher, episodes: int, ho
     answer = arm_like_a_human(operator.probe.node, START_TIMEOUT_S)
     if not answer.startswith("accepted"):
         check_nodes()
-        raise RuntimeError(f"the supervisor never armed: {answer}; node output in {log}")
+        raise RuntimeError(f"the supervisor never armed: {answer} ({operator.what_it_saw()}); node output in {log}")
     wait_until(lambda: operator.mode() == "AUTONOMOUS", 5.0)  # its state message after the arming
     state = operator.state()
     at_first_arm = dict(state.counters) if state is not None else {}
@@ -305,7 +339,8 @@ def _run_episodes(operator: Operator, launcher: GraphLauncher, episodes: int, ho
         answer = arm_like_a_human(operator.probe.node, 30.0)
         if not answer.startswith("accepted"):
             check_nodes()
-            raise RuntimeError(f"episode {k} ({message}): arming {answer}; node output in {log}")
+            raise RuntimeError(f"episode {k} ({message}): arming {answer} ({operator.what_it_saw()}); "
+                               f"node output in {log}")
         armed_after_s = time.monotonic() - t_start
         deadline = time.monotonic() + episode_timeout_s + 30.0
         while len(operator.episodes_raw) < k + 1:

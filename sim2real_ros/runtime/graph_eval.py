@@ -13,7 +13,6 @@ can be judged against the machine it ran on.
 """
 from __future__ import annotations
 
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -45,6 +44,7 @@ from ..topics import (
     SimStatus,
     node_diagnostics,
 )
+from .graph_log import graph_log
 from .graph_session import EpisodeOutcome, SimGraphSession
 
 # [-] the sim's real-time factor during graph evaluation; see the module docstring.
@@ -93,8 +93,7 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
     args = GraphArgs(checkpoint=str(checkpoint), robot=robot, extra_parameters={"sim_node": sim_parameters},
                      **({"robot_description": robot_description} if robot_description else {}))
     timeout = wall_timeout_s or 120.0 + episodes * 4.0 * params.task.timeout_s / min(real_time_factor, 1.0)
-    with tempfile.TemporaryDirectory(prefix="sim2real_graph_eval_") as tmp:
-        log = log_file or Path(tmp) / "graph.log"
+    with graph_log(log_file, "sim2real_graph_eval_") as log:
         start = time.monotonic()
         with SimGraphSession(args, log, record_to=record_to, record_topics=RECORDED_TOPICS) as session:
             policy_reports = session.probe.collect(DiagnosticArray, node_diagnostics("policy_node"), LATCHED_QOS)
