@@ -55,3 +55,50 @@ def test_a_refusing_node_is_destroyed_by_rclpy_while_the_context_lives():
     assert "[ERROR] test parameters: field 'field' = 1: refused on purpose" in result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT")]
     assert lines == ["RESULT 2 [('half_built', True)]"], result.stdout + result.stderr
+
+
+DYING_LOOP = r'''
+import threading
+
+from rclpy.node import Node
+
+from sim2real_ros.nodes.background import BackgroundLoop
+from sim2real_ros.nodes.common import run_node
+
+cleaned = []
+
+
+class DyingLoop(Node):
+    """A bus loop that reads three times, then meets an error nobody handles."""
+
+    def __init__(self):
+        super().__init__("dying_loop")
+        self.reads = 0
+        self.loop = BackgroundLoop(self, "bus", self._body, reraise=True).start()
+
+    def _body(self, stop: threading.Event) -> None:
+        while not stop.wait(0.05):
+            self.reads += 1
+            if self.reads == 3:
+                raise RuntimeError("dictionary changed size during iteration")
+
+    def destroy_node(self):
+        cleaned.append(self.reads)
+        super().destroy_node()
+
+
+code = run_node(DyingLoop, [])
+print("RESULT", code, cleaned)
+'''
+
+
+def test_a_node_whose_background_loop_dies_ends_with_exit_code_1_after_its_cleanup():
+    """A driver whose bus loop died kept its process alive and published nothing: the launcher saw no
+    exit, and `eval-sim --emulate` waited minutes for joint_states. Now the node ends through the usual
+    SIGTERM path (its destroy_node runs: a driver holds its arm) and run_node returns 1, naming the loop."""
+    result = subprocess.run([sys.executable, "-c", DYING_LOOP], capture_output=True, text=True, timeout=60,
+                            cwd=REPO_ROOT)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT")]
+    assert lines == ["RESULT 1 [3]"], result.stdout + result.stderr
+    assert ("[ERROR] the node ended because its bus loop stopped: "
+            "RuntimeError('dictionary changed size during iteration')") in result.stderr

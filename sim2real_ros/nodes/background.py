@@ -13,13 +13,16 @@ from collections.abc import Callable
 
 from rclpy.node import Node
 
+from .common import end_node_after_loop_failure
+
 
 class BackgroundLoop:
     """Run `body(stop)` on a daemon thread named `name` until it returns.
 
     body: loops while `not stop.is_set()` (waits with `stop.wait(s)` so stop() ends them at once).
-    An exception out of body while the node runs is logged ("<name> stopped: ...") and re-raised
-    when `reraise` (the thread's excepthook then reports it too); during shutdown it is dropped.
+    An exception out of body while the node runs is logged ("<name> stopped: ...") and ends the
+    node in a node process (common.end_node_after_loop_failure: exit code 1), and is re-raised when
+    `reraise` (the thread's excepthook then reports it too); during shutdown it is dropped.
     Errors of one iteration that should not end the loop go through `step_failed`. stop_event: one
     event shared by several loops of a node (stopping one stops them all); default their own.
     """
@@ -59,6 +62,7 @@ class BackgroundLoop:
             if self.stopping:
                 return
             self._node.get_logger().error(f"{self.name} stopped: {err!r}")
+            end_node_after_loop_failure(f"its {self.name} loop stopped: {err!r}")
             if self._reraise:
                 raise
 

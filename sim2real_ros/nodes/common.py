@@ -182,6 +182,24 @@ def _destroy_half_built_node(err: BaseException) -> None:
         Node.destroy_node(outermost)
 
 
+# Set by run_node: this process is a node's own, so a background loop that dies may end it.
+_node_process = threading.Event()
+_loop_failures: list[str] = []
+
+
+def end_node_after_loop_failure(why: str) -> bool:
+    """A background loop the node cannot work without (a bus loop, physics, capture, inference)
+    died: in a node process (run_node) end the node the usual way (SIGTERM: rclpy shuts down, the
+    node's cleanup runs, a driver holds its arm) with exit code 1, so that the launcher sees a node
+    exit and stops the graph instead of a live process that publishes nothing. Elsewhere (a node
+    built inside a test or a tool) nothing is ended. Returns whether the node is being ended."""
+    if not _node_process.is_set():
+        return False
+    _loop_failures.append(why)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return True
+
+
 def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_threads: int = 2) -> int:
     """Start rclpy, build the node, spin it, and always clean up (Humble has no `with rclpy.init()`).
 
@@ -193,6 +211,7 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_thr
     # A crash in C (SIGSEGV, SIGABRT) prints every thread's Python stack to stderr, which the
     # launcher puts in the graph's log: a node that once exited -11 left nothing to go on.
     faulthandler.enable()
+    _node_process.set()
     rclpy.init(args=args)
     end_on_hangup()
     node = None
@@ -225,4 +244,7 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_thr
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
+    if _loop_failures:
+        print(f"[ERROR] the node ended because {'; '.join(_loop_failures)}", file=sys.stderr, flush=True)
+        code = 1
     return code
