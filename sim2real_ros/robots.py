@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .core.errors import CheckpointError, ConfigError
+from .core.errors import CheckpointError, ConfigError, Sim2RealError
 from .paths import config_path, share_dir
+from .provenance import sim_params_version
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,41 @@ def sim_params_for(robot: str, sim_params: str | Path | None = None, source: str
     if sim_params is not None and str(sim_params).strip():
         return str(sim_params)
     return str(get_robot(robot, source).sim_params_path())
+
+
+def trained_sim_params(provenance: Mapping[str, Any]) -> str | None:
+    """The shipped sim params file a checkpoint was trained on, when it is still here unchanged: its
+    provenance's `sim_params_file` naming a file of this installation's config/ folder
+    ("config/NAME.yaml", nothing else: a checkpoint is untrusted input, so no other folder, no `..`,
+    no symlink) whose content hash is the provenance's `sim_params_version`. None otherwise (trained
+    on a file elsewhere, or one edited since)."""
+    recorded, version = provenance.get("sim_params_file"), provenance.get("sim_params_version")
+    if not (isinstance(recorded, str) and isinstance(version, str) and version):
+        return None
+    folder, _, name = recorded.partition("/")
+    if folder != "config" or not name.endswith(".yaml") or "/" in name or "\\" in name or name.startswith("."):
+        return None
+    candidate = config_path(name)
+    if candidate.is_symlink() or not candidate.is_file():
+        return None
+    try:
+        return str(candidate) if sim_params_version(candidate) == version else None
+    except Sim2RealError:
+        return None
+
+
+def sim_params_for_checkpoint(robot: str, sim_params: str | Path | None,
+                              provenance: Mapping[str, Any]) -> tuple[str, str]:
+    """The sim params an evaluation of a checkpoint runs on, and why: (`sim_params`, "given") when
+    given; else (the file it was trained on, "checkpoint") when trained_sim_params finds it and the
+    checkpoint was trained for `robot` (a wrist-camera student then sees through its wrist camera);
+    else (the robot's own, "robot")."""
+    if sim_params is not None and str(sim_params).strip():
+        return str(sim_params), "given"
+    trained = trained_sim_params(provenance) if provenance.get("robot") == robot else None
+    if trained is not None:
+        return trained, "checkpoint"
+    return sim_params_for(robot), "robot"
 
 
 def robot_for_joints(joint_names: Sequence[str]) -> RobotInfo | None:

@@ -171,6 +171,50 @@ def test_eval_sim_on_a_student_warns_naming_both_sim_params_versions(tmp_path, c
     assert absolute_paths(provenance) == [] and "git_commit" in provenance and "git_dirty" in provenance
 
 
+def test_eval_sim_runs_on_the_sim_params_file_the_checkpoint_was_trained_on(tmp_path, capsys):
+    """A wrist-camera student evaluated on the SO-101's own sim params saw the mast camera (eval-sim only
+    warned): now the checkpoint's own config/ file is the default, and --sim-config still wins."""
+    wrist = config_path("sim_params_so101_wrist.yaml")
+    ckpt, out = tmp_path / "wrist_untrained.pt", tmp_path / "eval.json"
+    assert sim2real(["policy", "init", "--robot", "so101", "--out", str(ckpt), "--sim-params", str(wrist),
+                     "--preprocess", str(config_path("preprocess_wrist.yaml"))]) == 0
+    assert read_checkpoint(ckpt)[0].provenance["sim_params_file"] == "config/sim_params_so101_wrist.yaml"
+    assert sim2real(["eval-sim", "--checkpoint", str(ckpt), "--episodes", "1", "--no-graph-conditions",
+                     "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert (result["sim_params_from"], Path(result["sim_params_file"]).name) == ("checkpoint", wrist.name)
+    assert result["sim_params_version"] == sim_params_version(wrist) and result["sim_params_warning"] is None
+    assert f"sim params: {wrist}" in capsys.readouterr().err
+    assert sim2real(["eval-sim", "--checkpoint", str(ckpt), "--episodes", "1", "--no-graph-conditions",
+                     "--sim-config", str(config_path("sim_params_so101.yaml")), "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert (result["sim_params_from"], Path(result["sim_params_file"]).name) == ("given", "sim_params_so101.yaml")
+    assert result["sim_params_warning"]  # the mast camera is not what it was trained on
+
+
+@pytest.mark.parametrize("recorded", [
+    "../config/sim_params_so101_wrist.yaml", str(config_path("sim_params_so101_wrist.yaml")),
+    "config/../config/sim_params_so101_wrist.yaml", "config/sub/sim_params_so101_wrist.yaml",
+    "urdf/so101/so101.urdf", "config/.sim_params_so101_wrist.yaml", "config\\sim_params_so101_wrist.yaml",
+    "config/sim_params_so101_wrist.yml", "config/missing.yaml", "", 7, None])
+def test_a_checkpoint_can_name_only_an_unchanged_file_of_config_for_its_evaluation(recorded):
+    """Checkpoints are untrusted input: the sim params file their provenance names is used only when it
+    is config/NAME.yaml of this installation with the recorded content hash; anything else (another
+    folder, `..`, an absolute path, a file edited since, another robot) falls back to the robot's own."""
+    from sim2real_ros.robots import sim_params_for_checkpoint, trained_sim_params
+
+    wrist = config_path("sim_params_so101_wrist.yaml")
+    good = {"robot": "so101", "sim_params_file": "config/sim_params_so101_wrist.yaml",
+            "sim_params_version": sim_params_version(wrist)}
+    assert trained_sim_params(good) == str(wrist)
+    assert sim_params_for_checkpoint("so101", None, good) == (str(wrist), "checkpoint")
+    assert sim_params_for_checkpoint("arm6", None, good) == (str(config_path("sim_params.yaml")), "robot")
+    assert trained_sim_params({**good, "sim_params_version": "0123456789abcdef"}) is None
+    hostile = {**good, "sim_params_file": recorded}
+    assert trained_sim_params(hostile) is None
+    assert sim_params_for_checkpoint("so101", None, hostile) == (str(config_path("sim_params_so101.yaml")), "robot")
+
+
 # -- training curves and fresh provenance -------------------------------------------------------------
 def _scalars(event_dir: Path) -> dict[str, list[float]]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

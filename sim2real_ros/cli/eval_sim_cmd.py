@@ -41,7 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--perturb", action="store_true", help="apply the sim params' randomization ranges")
     parser.add_argument("--pushes", action="store_true",
                         help="random pushes on the arm's links (the sim params' randomization.pushes ranges)")
-    parser.add_argument("--sim-config", type=Path, default=None, help="sim params YAML (schema of config/)")
+    parser.add_argument("--sim-config", type=Path, default=None,
+                        help="sim params YAML (schema of config/; default: the config/ file the checkpoint was "
+                             "trained on when it is unchanged since, else the robot's)")
     parser.add_argument("--sim-loop", default=None, metavar="LOOP",
                         help="core path: the sim loop over the sim params' own, as a training config's sim_loop: "
                              "'{loop: fast, dt_s: 0.005, substeps: 2}' or a loop name (docs/learning.md)")
@@ -163,6 +165,9 @@ def run(args: argparse.Namespace) -> int:
             return 2
         finally:
             shutdown_ray()
+    if result.get("sim_params_from") == "checkpoint":
+        print(f"[eval-sim] sim params: {result['sim_params_file']} (the checkpoint was trained on it; "
+              "--sim-config chooses another)", file=sys.stderr)
     if result.get("sim_params_warning"):
         print(f"[warning] {result['sim_params_warning']}", file=sys.stderr)
     text = json.dumps(result, indent=2)

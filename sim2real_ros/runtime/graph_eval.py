@@ -28,7 +28,7 @@ from ..core.stats import summary, wilson_interval
 from ..graph import GraphArgs
 from ..nodes.common import LATCHED_QOS
 from ..provenance import sim_params_mismatch
-from ..robots import robot_for_checkpoint, sim_params_for
+from ..robots import robot_for_checkpoint, sim_params_for_checkpoint
 from ..sim.params import load_sim_params
 from ..topics import (
     ACTION_CHUNK,
@@ -84,7 +84,8 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
         raise ValueError(f"real_time_factor must be in (0, 10], got {real_time_factor}")
     spec = load_policy(checkpoint, warmup=False).spec
     robot = robot_for_checkpoint(robot, spec.joint_names, spec.provenance, str(checkpoint))
-    params = load_sim_params(sim_params_for(robot, sim_config))
+    params_file, params_from = sim_params_for_checkpoint(robot, sim_config, spec.provenance)
+    params = load_sim_params(params_file)
     sim_parameters: dict[str, Any] = {"seed": int(seed), "randomize": bool(perturb),
                                       "sim_params_file": str(params.source),
                                       "real_time_factor": float(real_time_factor), "pushes": bool(pushes)}
@@ -126,6 +127,7 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
     return {
         "checkpoint": str(checkpoint), "robot": robot, "perturb": perturb, "pushes": bool(pushes),
         **({"pushes_applied_total": sum(max(o.pushes_applied, 0) for o in outcomes)} if pushes else {}),
+        "sim_params_file": str(params.source), "sim_params_from": params_from,
         "sim_params_version": params.version, "trained_sim_params_version": spec.sim_params_version,
         "sim_params_warning": sim_params_mismatch(spec.sim_params_version, params.version, str(checkpoint),
                                                   str(params.source)),

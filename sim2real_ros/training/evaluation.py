@@ -19,7 +19,7 @@ from ..core.robot.urdf import RobotModel
 from ..core.stats import success_by_pushes, summary, wilson_interval
 from ..paths import config_path
 from ..provenance import assert_unseen_episodes, sim_params_mismatch
-from ..robots import robot_description_for, robot_for_checkpoint, sim_params_for
+from ..robots import robot_description_for, robot_for_checkpoint, sim_params_for_checkpoint
 from ..sim.params import load_sim_params, with_sim_loop_override, with_task
 from ..sim.world import episode_seed
 from .episode_plan import training_index_ranges
@@ -142,7 +142,8 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     sim.params.with_sim_loop_override; a bad one is a ConfigError naming --sim-loop)."""
     policy = load_policy(checkpoint, backend=backend, num_threads=num_threads)
     robot = robot_for_checkpoint(robot, policy.spec.joint_names, policy.spec.provenance, str(checkpoint))
-    params_file = sim_params_for(robot, sim_config)  # what the workers load (then the same loop override)
+    # What the workers load (then the same loop override): --sim-config, else the checkpoint's own file.
+    params_file, params_from = sim_params_for_checkpoint(robot, sim_config, policy.spec.provenance)
     params = with_sim_loop_override(load_sim_params(params_file), sim_loop or {}, "eval-sim", "--sim-loop")
     if task is None:  # the task the checkpoint was trained on (students since issue 32 record it)
         task = policy.spec.provenance.get("task") if isinstance(policy.spec.provenance, dict) else None
@@ -195,7 +196,8 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     return {"checkpoint": str(checkpoint), "checkpoint_hash": policy.checkpoint_hash, "backend": policy.backend,
             "robot": robot, "task": params.task.name,
             "perturb": perturb,
-            "pushes": bool(pushes), **push_info, "sim_params_version": params.version,
+            "pushes": bool(pushes), **push_info, "sim_params_file": str(params.source),
+            "sim_params_from": params_from, "sim_params_version": params.version,
             "trained_sim_params_version": policy.spec.sim_params_version,
             "sim_params_warning": sim_params_mismatch(policy.spec.sim_params_version, params.version,
                                                       str(checkpoint), str(params.source)),

@@ -40,6 +40,8 @@ def init_checkpoint(
     info = {"method": "untrained (random init)", "seed": int(seed), "parent": None, "data": None,
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **git_state(source_tree),
             "git_taken": "creation", "created_unix_s": time.time()}
+    if sim_params_path is not None:  # as training records it: eval-sim then runs on the same file
+        info.update(sim_params_file=str(sim_params_path), sim_params_version=sim_params_version(sim_params_path))
     spec = make_policy_spec(
         joint_names, preprocess, architecture=architecture, hparams=hparams, chunk_length=chunk_length, dt_s=dt_s,
         sim_params_version=sim_params_version(sim_params_path),
