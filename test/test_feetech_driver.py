@@ -156,6 +156,35 @@ def test_a_dropped_reply_is_a_timeout_naming_the_servo_and_reads_go_on(tmp_path)
             driver.bus.close()
 
 
+def test_a_bus_whose_far_end_went_away_fails_as_a_bus_error_and_the_driver_goes_on(tmp_path):
+    """The emulator killed (as a USB adapter pulled out): the pty's tcflush fails with termios.error,
+    which is not an OSError, and it used to escape the bus and end the driver's bus loop. Now every
+    read and the shutdown hold fail as BusError 'serial', counted, and the driver lives on."""
+    calibration = so101_calibration(tmp_path / "cal.json")
+    emulator = subprocess.Popen([sys.executable, "-m", "sim2real_ros.cli.main", "emulate-bus", "--calibration",
+                                 str(calibration)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        port = emulator.stdout.readline().strip()
+        driver = make_driver(port, calibration)
+        try:
+            driver.start()
+            read_until(driver, lambda f: True)
+            emulator.kill()
+            emulator.wait(timeout=10)
+            errors = failures_until(driver, "serial", reads=50)
+            assert errors and errors[-1].kind == "serial", errors
+            assert driver.counters.read_failures["serial"] >= 1
+            with pytest.raises(BusError) as stop_error:
+                driver.stop(disable_torque=False)
+            assert stop_error.value.kind == "serial"
+        finally:
+            driver.bus.close()
+    finally:
+        if emulator.poll() is None:
+            emulator.kill()
+        emulator.communicate()
+
+
 def test_a_corrupt_checksum_is_reported_as_such(tmp_path):
     calibration = so101_calibration(tmp_path / "cal.json")
     with emulated_bus("--faults", "corrupt:3:12") as port:

@@ -15,6 +15,17 @@ import serial
 from ..core.errors import Sim2RealError
 from . import protocol as p
 
+try:
+    import termios
+except ImportError:  # not a POSIX system: pyserial raises its own errors there
+    termios = None
+
+
+# What a port that went away raises (a USB adapter unplugged, the emulator's pty closed): pyserial's
+# own errors, OSError, and termios.error (EIO from tcflush), which is not an OSError.
+PORT_ERRORS: tuple[type[BaseException], ...] = (serial.SerialException, OSError) + (
+    (termios.error,) if termios is not None else ())
+
 
 class BusError(Sim2RealError):
     """A transaction failed: `kind` is timeout, checksum, bad_reply or serial; `servo_ids` the servos."""
@@ -124,7 +135,7 @@ class FeetechBus:
             self._serial.reset_input_buffer()
             self._reader.clear()
             self._serial.write(packet)
-        except (serial.SerialException, OSError) as err:
+        except PORT_ERRORS as err:
             raise BusError("serial", [], f"write on {self.port} failed: {err}") from err
 
     def _transact(self, packet: bytes, servo_ids: list[int], length: int) -> dict[int, tuple[int, bytes]]:
@@ -144,7 +155,7 @@ class FeetechBus:
                 # select() rather than pyserial's timeout: changing that re-applies termios each call.
                 ready, _, _ = select.select([self._serial.fileno()], [], [], remaining)
                 data = self._serial.read(4096) if ready else b""
-            except (serial.SerialException, OSError) as err:
+            except PORT_ERRORS as err:
                 raise BusError("serial", servo_ids, f"read on {self.port} failed: {err}") from err
             for reply in self._reader.feed(data):
                 if reply.servo_id not in wanted or reply.servo_id in replies:

@@ -328,9 +328,8 @@ def _run_episodes(operator: Operator, launcher: GraphLauncher, emulator: subproc
     wait_until(lambda: operator.mode() == "AUTONOMOUS", 5.0)  # its state message after the arming
     state = operator.state()
     at_first_arm = dict(state.counters) if state is not None else {}
-    rows: list[dict[str, Any]] = []
-    for k in progress(range(episodes), episodes, "[eval emulator] episodes"):
-        check_nodes()
+
+    def one_episode(k: int) -> dict[str, Any]:
         if not operator.take_over():
             raise RuntimeError(f"episode {k}: takeover refused: {operator.mode()}: {operator.reason()}")
         home_s = operator.bring_home(home)
@@ -338,7 +337,6 @@ def _run_episodes(operator: Operator, launcher: GraphLauncher, emulator: subproc
         t_start = time.monotonic()
         answer = arm_like_a_human(operator.probe.node, 30.0)
         if not answer.startswith("accepted"):
-            check_nodes()
             raise RuntimeError(f"episode {k} ({message}): arming {answer} ({operator.what_it_saw()}); "
                                f"node output in {log}")
         armed_after_s = time.monotonic() - t_start
@@ -349,5 +347,14 @@ def _run_episodes(operator: Operator, launcher: GraphLauncher, emulator: subproc
                 raise TimeoutError(f"episode {k} ({message}) gave no outcome within {episode_timeout_s + 30.0} s "
                                    f"(supervisor {operator.mode()}: {operator.reason()}); node output in {log}")
             wait_until(lambda n=k + 1: len(operator.episodes_raw) >= n, 1.0)
-        rows.append({"outcome": operator.outcomes[k], "home_s": home_s, "armed_after_s": armed_after_s})
+        return {"outcome": operator.outcomes[k], "home_s": home_s, "armed_after_s": armed_after_s}
+
+    rows: list[dict[str, Any]] = []
+    for k in progress(range(episodes), episodes, "[eval emulator] episodes"):
+        check_nodes()
+        try:
+            rows.append(one_episode(k))
+        except (RuntimeError, TimeoutError):
+            check_nodes()  # a node or the emulator that died is the cause to report, not the step that noticed
+            raise
     return rows, at_first_arm
