@@ -215,6 +215,37 @@ def test_a_checkpoint_can_name_only_an_unchanged_file_of_config_for_its_evaluati
     assert sim_params_for_checkpoint("so101", None, hostile) == (str(config_path("sim_params_so101.yaml")), "robot")
 
 
+def test_a_student_trained_on_the_fast_loop_is_told_apart_from_one_trained_on_other_sim_params(tmp_path, capsys):
+    """Fast-loop students are evaluated on the reference loop on purpose: eval-sim says so instead of
+    warning that the sim params differ; another difference still warns; a bad override is ignored."""
+    from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
+    from sim2real_ros.sim.params import load_sim_params, with_sim_loop_override
+    from sim2real_ros.training.evaluation import trained_loop_note
+    from sim2real_ros.training.untrained import init_checkpoint
+
+    fast = {"loop": "fast", "dt_s": 0.005, "substeps": 2}
+    params = load_sim_params(config_path("sim_params_so101.yaml"))
+    trained = with_sim_loop_override(params, fast, "test")
+    assert "sim_loop {loop: fast, dt_s: 0.005, substeps: 2}" in trained_loop_note(
+        {"config": {"sim_loop": fast}}, trained.version, params, "ck")
+    assert trained_loop_note({"config": {"sim_loop": fast}}, "0123456789abcdef", params, "ck") is None
+    assert trained_loop_note({"config": {"sim_loop": {"loop": "warp"}}}, trained.version, params, "ck") is None
+    assert trained_loop_note({"config": "not a mapping"}, trained.version, params, "ck") is None
+    # End to end: a checkpoint whose sim params are the SO-101's on the fast loop.
+    fast_file = tmp_path / "so101_fast.yaml"
+    fast_file.write_text(yaml.safe_dump(dict(trained.raw)))
+    assert sim_params_version(fast_file) == trained.version
+    ckpt, out = tmp_path / "fast.pt", tmp_path / "eval.json"
+    from sim2real_ros.robots import ROBOTS
+    init_checkpoint(ckpt, ROBOTS["so101"].joints, PreprocessConfig.from_yaml(config_path("preprocess.yaml")),
+                    sim_params_path=fast_file, provenance={"robot": "so101", "config": {"sim_loop": fast}})
+    assert sim2real(["eval-sim", "--checkpoint", str(ckpt), "--episodes", "1", "--no-graph-conditions",
+                     "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["sim_params_warning"] is None and "their own loop (reference" in result["sim_loop_note"]
+    assert "[eval-sim] " + result["sim_loop_note"] in capsys.readouterr().err
+
+
 # -- training curves and fresh provenance -------------------------------------------------------------
 def _scalars(event_dir: Path) -> dict[str, list[float]]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

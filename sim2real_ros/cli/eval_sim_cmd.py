@@ -168,6 +168,8 @@ def run(args: argparse.Namespace) -> int:
     if result.get("sim_params_from") == "checkpoint":
         print(f"[eval-sim] sim params: {result['sim_params_file']} (the checkpoint was trained on it; "
               "--sim-config chooses another)", file=sys.stderr)
+    if result.get("sim_loop_note"):
+        print(f"[eval-sim] {result['sim_loop_note']}", file=sys.stderr)
     if result.get("sim_params_warning"):
         print(f"[warning] {result['sim_params_warning']}", file=sys.stderr)
     text = json.dumps(result, indent=2)

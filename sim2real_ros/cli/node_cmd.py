@@ -7,6 +7,7 @@ Started by `sim2real launch` (GraphLauncher), the node dies with its launcher (l
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import os
 import sys
@@ -29,6 +30,9 @@ def run(args: argparse.Namespace) -> int:
     if not die_with_launcher():
         print(f"[ERROR] {args.name}: the launcher (pid {launcher}) is gone; not starting", file=sys.stderr, flush=True)
         return 1
+    # A crash in C prints every thread's Python stack from here on, the node's imports included (a
+    # recorder once died with SIGSEGV, rc -11, before it logged a line; run_node enables it again).
+    faulthandler.enable()
     module = importlib.import_module(f"sim2real_ros.nodes.{args.name}")
     try:
         try:

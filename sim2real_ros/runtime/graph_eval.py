@@ -44,6 +44,7 @@ from ..topics import (
     SimStatus,
     node_diagnostics,
 )
+from ..training.evaluation import trained_loop_note
 from .graph_log import graph_log
 from .graph_session import EpisodeOutcome, SimGraphSession
 
@@ -123,14 +124,16 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
     policy = diagnostic_values(policy_reports[-1]) if policy_reports else {}
     achieved_rtf = [SimStatus.from_msg(m).real_time_factor for m in sim_reports[2:]]
     wins = sum(o.success for o in outcomes)
+    loop_note = trained_loop_note(spec.provenance, spec.sim_params_version, params, str(checkpoint))
     steps = np.abs(np.diff(np.stack(commands), axis=0)).max(axis=1) if len(commands) > 1 else np.array([])
     return {
         "checkpoint": str(checkpoint), "robot": robot, "perturb": perturb, "pushes": bool(pushes),
         **({"pushes_applied_total": sum(max(o.pushes_applied, 0) for o in outcomes)} if pushes else {}),
         "sim_params_file": str(params.source), "sim_params_from": params_from,
         "sim_params_version": params.version, "trained_sim_params_version": spec.sim_params_version,
-        "sim_params_warning": sim_params_mismatch(spec.sim_params_version, params.version, str(checkpoint),
-                                                  str(params.source)),
+        "sim_params_warning": None if loop_note else sim_params_mismatch(
+            spec.sim_params_version, params.version, str(checkpoint), str(params.source)),
+        "sim_loop_note": loop_note,
         "mode": "graph",
         "episodes": len(outcomes), "successes": wins, "success_rate": wins / max(len(outcomes), 1),
         "ci95": list(wilson_interval(wins, len(outcomes))),
