@@ -321,7 +321,7 @@ def _run_episodes(operator: Operator, launcher: GraphLauncher, emulator: subproc
         raise TimeoutError(f"no joint_states or supervisor/state within {START_TIMEOUT_S} s; node output in {log}")
     # Armed once before the first episode: the first arming waits for the policy's first chunk
     # (minutes on a loaded machine), which must not run on episode 0's clock.
-    answer = arm_like_a_human(operator.probe.node, START_TIMEOUT_S)
+    answer = arm_like_a_human(operator.probe.node, START_TIMEOUT_S, check_nodes)
     if not answer.startswith("accepted"):
         check_nodes()
         raise RuntimeError(f"the supervisor never armed: {answer} ({operator.what_it_saw()}); node output in {log}")
@@ -335,7 +335,7 @@ def _run_episodes(operator: Operator, launcher: GraphLauncher, emulator: subproc
         home_s = operator.bring_home(home)
         message = operator.start_episode()
         t_start = time.monotonic()
-        answer = arm_like_a_human(operator.probe.node, 30.0)
+        answer = arm_like_a_human(operator.probe.node, 30.0, check_nodes)
         if not answer.startswith("accepted"):
             raise RuntimeError(f"episode {k} ({message}): arming {answer} ({operator.what_it_saw()}); "
                                f"node output in {log}")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..topics import SUPERVISOR_ARM, SUPERVISOR_RESET
@@ -84,10 +85,11 @@ def drifting_so101_checkpoint(path: Path, pan_drift_rad: float = 0.03) -> Path:
     return path
 
 
-def arm_like_a_human(node, timeout_s: float) -> str:
+def arm_like_a_human(node, timeout_s: float, check: Callable[[], None] | None = None) -> str:
     """Press arm (supervisor/arm) until accepted, resetting first whenever it answers that an e-stop is
     latched (a silent heartbeat at start-up, or the last e-stop). `node`: a spinning rclpy node.
-    Returns "accepted: ..." or "refused: <last answer>"."""
+    check: called before each press; raises to stop pressing (a graph node that died: no answer will
+    change). Returns "accepted: ..." or "refused: <last answer>"."""
     from std_srvs.srv import Trigger
 
     services = {"arm": SUPERVISOR_ARM, "reset": SUPERVISOR_RESET}
@@ -98,6 +100,8 @@ def arm_like_a_human(node, timeout_s: float) -> str:
     deadline = time.monotonic() + timeout_s
     message = ""
     while time.monotonic() < deadline:
+        if check is not None:
+            check()
         future = clients["arm"].call_async(Trigger.Request())
         if wait_until(future.done, 10.0) and future.result() is not None:
             message = future.result().message
