@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -181,10 +182,12 @@ class Operator:
             time.sleep(0.2)
         return False
 
-    def bring_home(self, home: np.ndarray, timeout_s: float = HOME_TIMEOUT_S) -> float:
+    def bring_home(self, home: np.ndarray, timeout_s: float = HOME_TIMEOUT_S,
+                   check: Callable[[], None] | None = None) -> float:
         """TELEOP with the deadman held: the leader starts where the arm is (aligned: no jump) and
         moves to `home` (n,) [rad] at HOME_SPEED_RAD_S; returns once the arm is within
-        HOME_TOLERANCE_RAD of it on every joint, deadman released [s taken]. Raises TimeoutError."""
+        HOME_TOLERANCE_RAD of it on every joint, deadman released [s taken]. Raises TimeoutError.
+        check: called every step; raises to stop (a graph node that died)."""
         start = time.monotonic()
         q0 = self.measured()
         if q0 is None:
@@ -200,6 +203,8 @@ class Operator:
                 q = self.measured()
                 if s >= 1.0 and q is not None and np.all(np.abs(q - home) <= HOME_TOLERANCE_RAD):
                     return time.monotonic() - start
+                if check is not None:
+                    check()
                 if elapsed > timeout_s:
                     raise TimeoutError(f"the arm did not come home within {timeout_s} s: at {q}, home {home}; "
                                        f"supervisor {self.mode()}: {self.reason()}")
@@ -332,7 +337,7 @@ def _run_episodes(operator: Operator, launcher: GraphLauncher, emulator: subproc
     def one_episode(k: int) -> dict[str, Any]:
         if not operator.take_over():
             raise RuntimeError(f"episode {k}: takeover refused: {operator.mode()}: {operator.reason()}")
-        home_s = operator.bring_home(home)
+        home_s = operator.bring_home(home, check=check_nodes)
         message = operator.start_episode()
         t_start = time.monotonic()
         answer = arm_like_a_human(operator.probe.node, 30.0, check_nodes)
