@@ -382,14 +382,16 @@ def _so101_checkpoint(tmp: Path) -> Path:
 
 
 def run_sim_graph(checkpoint: Path, duration_s: float, tmp: Path, robot: str = "arm6",
-                  camera_render: str = "process", preprocess_in_policy: bool = False, label: str = "") -> dict:
+                  camera_render: str = "process", preprocess_in_policy: bool = False, label: str = "",
+                  sim_node_parameters: dict | None = None) -> dict:
     """The full sim graph on sim time (see the module docstring); camera_render: the sim node's
     (process: off the physics loop; inline: in it, the old way); preprocess_in_policy: no
-    camera_preprocessor (GraphArgs.preprocess_in_policy)."""
+    camera_preprocessor (GraphArgs.preprocess_in_policy); sim_node_parameters: more sim node
+    parameters (e.g. clock_rate_hz)."""
     from sim2real_ros.runtime.probe import wait_until
 
     args = GraphArgs(checkpoint=str(checkpoint), robot=robot, preprocess_in_policy=preprocess_in_policy,
-                     extra_parameters={"sim_node": {"camera_render": camera_render}})
+                     extra_parameters={"sim_node": {"camera_render": camera_render, **(sim_node_parameters or {})}})
     with SimGraphSession(args, tmp / f"sim_graph_{robot}_{camera_render}{label}.log") as session:
         probe = session.probe
         assert probe is not None
