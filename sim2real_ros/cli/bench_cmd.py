@@ -40,6 +40,8 @@ HEADLINES: dict[str, tuple[str, str]] = {
     "rollout_ratio_2_to_1": ("rollout", "rollout_ratio_2_to_1"),
     "sim_loop_speedup": ("sim_loop", "sim_loop_speedup"),  # fast : reference loop, decisions per core (issue 32)
     "soak_violations": ("soak", "soak_violations"),
+    # The student trainer's minibatch, glibc's default malloc thresholds : the trainer's (issue 32).
+    "train_step_speedup": ("train_step", "train_step_speedup"),
 }
 
 

@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from ..core.errors import Sim2RealError
     from ..episodes.dataset import LabelConfig
     from ..finetune.finetune import FinetuneConfig, finetune
+    from ..training.allocator import keep_freed_memory
 
     if args.robot_sim is not None and not args.robot_sim.is_file():
         print(f"sim2real finetune: --robot-sim {args.robot_sim}: no such file", file=sys.stderr)
@@ -52,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if args.eval_episodes <= 0:
         print(f"sim2real finetune: --eval-episodes must be > 0, got {args.eval_episodes}", file=sys.stderr)
         return 2
+    keep_freed_memory()  # the regression reuses its activations' pages (training/allocator.py)
     try:
         labels = LabelConfig() if args.actuation_latency is None else LabelConfig(
             actuation_latency_s=args.actuation_latency)

@@ -29,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..core.errors import Sim2RealError
     from ..rl.cluster import ray_for_command, shutdown_ray
+    from ..training.allocator import keep_freed_memory
     from ..training.config import load_train_config
     from ..training.trainer import Trainer
 
@@ -40,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"sim2real train: {err}", file=sys.stderr)
         return 2
     work_dir = args.work_dir or args.out.with_suffix(".work")
+    # Before the first tensor: each minibatch reuses its activations' pages (training/allocator.py).
+    print(f"sim2real train: malloc thresholds {keep_freed_memory()}", flush=True)
     try:
         trainer = Trainer(config, args.out, work_dir, log=lambda text: print(text, flush=True), workers=workers)
         try:
