@@ -23,7 +23,7 @@ from sim2real_ros.core.policy.checkpoint import load_checkpoint
 from sim2real_ros.rl.env import EnvConfig
 from sim2real_ros.rl.labeller import PPOChunkTeacher
 from sim2real_ros.rl.teacher_checkpoint import load_teacher
-from sim2real_ros.robots import robot_description_for, robot_for_checkpoint, sim_params_for
+from sim2real_ros.robots import robot_description_for, robot_for_checkpoint, sim_params_for_checkpoint
 from sim2real_ros.sim.params import load_sim_params, with_task
 from sim2real_ros.sim.world import SimWorld
 from sim2real_ros.training.graph_conditions import GraphConditions
@@ -40,13 +40,19 @@ def main() -> None:
     parser.add_argument("--drive", choices=("student", "teacher"), default="student")
     parser.add_argument("--latency", type=float, default=0.05, help="[s] the actuation latency compensated")
     parser.add_argument("--episode-s", type=float, default=8.0, help="[s] episode cut")
+    parser.add_argument("--randomize", action="store_true", help="the sim params' randomization (eval-sim --perturb)")
+    parser.add_argument("--pushes", action="store_true", help="random pushes on the arm (eval-sim --pushes)")
+    parser.add_argument("--sim-config", default=None,
+                        help="sim params YAML (default: the file the student was trained on, as eval-sim takes it)")
     args = parser.parse_args()
 
     policy = load_checkpoint(args.checkpoint)
     teacher = load_teacher(args.teacher)
     task = EnvConfig.from_dict(teacher.spec.env, args.teacher).task or "reach"
     robot = robot_for_checkpoint(None, policy.spec.joint_names, policy.spec.provenance, args.checkpoint)
-    params = with_task(load_sim_params(sim_params_for(robot, "")), task)
+    # The student's own camera: a wrist-camera student traced through the mast camera says nothing.
+    sim_params, _why = sim_params_for_checkpoint(robot, args.sim_config, policy.spec.provenance)
+    params = with_task(load_sim_params(sim_params), task)
     description = robot_description_for(robot, "")
     pipeline = ImagePipeline(PreprocessConfig.from_dict(policy.spec.preprocess))
     config = RolloutConfig(actuation_latency_s=args.latency, max_episode_s=args.episode_s,
@@ -58,7 +64,8 @@ def main() -> None:
 def trace_episode(seed: int, policy: Any, teacher: Any, params: Any, description: str, pipeline: ImagePipeline,
                   config: RolloutConfig, args: argparse.Namespace) -> None:
     """One episode with the student's chunk and the teacher's label at each observation, printed."""
-    world = SimWorld(params, description, seed=seed, render=True, joints=list(policy.spec.joint_names))
+    world = SimWorld(params, description, seed=seed, render=True, joints=list(policy.spec.joint_names),
+                     pushes=args.pushes)
     labeller = PPOChunkTeacher(teacher, world, args.latency)
     rows: list[tuple[float, float, float, np.ndarray, np.ndarray]] = []
     # the live object where the task has one (pick tasks: the cube), else the task's target
@@ -75,7 +82,7 @@ def trace_episode(seed: int, policy: Any, teacher: Any, params: Any, description
 
     try:
         record = run_episode(world, pipeline, None, traced, policy.spec.chunk_length, policy.spec.dt_s, config,
-                             randomize=False, seed=seed, record_images=False,
+                             randomize=args.randomize, seed=seed, record_images=False,
                              joint_history_s=tuple(policy.spec.joint_history_s))
     finally:
         world.close()
