@@ -108,3 +108,43 @@ def test_graph_log_applies_only_to_a_graph():
         [sys.executable, "-m", "sim2real_ros.cli.main", "eval-sim", "--episodes", "1", "--graph-log", "x.log"],
         capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert done.returncode == 2 and "--graph-log applies to --graph and --emulate" in done.stderr
+
+
+def test_eval_sim_graph_runs_a_student_on_its_own_task_camera_and_preprocessing(tmp_path):
+    """The shipped wrist pick_lift student through the graph: the sim node runs the checkpoint's task
+    (pick_lift, over the wrist sim params' own reach) and camera, and camera_preprocessor its policy
+    camera (preprocess_wrist.yaml, not the graph's default, which its policy node refuses). Episode 0 of
+    seed 1000 is one the student picks in the core path (docs/learning.md)."""
+    from sim2real_ros.paths import share_dir
+
+    out, log = tmp_path / "eval.json", tmp_path / "graph.log"
+    student = share_dir() / "policies" / "so101_pick_lift_wrist.safetensors"
+    done = subprocess.run(
+        [sys.executable, "-m", "sim2real_ros.cli.main", "eval-sim", "--graph", "--checkpoint", str(student),
+         "--episodes", "1", "--real-time-factor", "0.5", "--json", str(out), "--graph-log", str(log)],
+        capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    text = log.read_text() if log.exists() else ""
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:] + text[-3000:]
+    result = json.loads(out.read_text())
+    assert result["task"] == "pick_lift" and result["sim_params_from"] == "checkpoint"
+    assert result["sim_params_file"].endswith("sim_params_so101_wrist.yaml")
+    pick_lift = {"success", "knocked_off_table", "dropped", "collision", "missed_grasp", "timeout"}
+    assert result["per_episode"][0]["failure"] in pick_lift, result["per_episode"]
+    assert "policy camera 96x96 fx=48.0 fy=48.0" in text  # the wrist policy camera (preprocess_wrist.yaml)
+    assert "does not match the running graph" not in text
+    assert math.isfinite(result["obs_to_chunk_ms"]["p50"])  # the policy ran
+
+
+def test_checkpoint_preprocessing_is_written_only_when_it_is_not_the_graphs_default(tmp_path):
+    from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
+    from sim2real_ros.runtime.checkpoint_preprocessing import checkpoint_preprocessing_parameters
+
+    default = PreprocessConfig.from_yaml(config_path("preprocess.yaml"))
+    assert checkpoint_preprocessing_parameters(default.to_dict(), tmp_path) == {}
+    assert not list(tmp_path.iterdir())
+    wrist = PreprocessConfig.from_yaml(config_path("preprocess_wrist.yaml"))
+    extra = checkpoint_preprocessing_parameters(wrist.to_dict(), tmp_path)
+    assert set(extra) == {"camera_preprocessor", "policy_node"}
+    written = extra["camera_preprocessor"]["preprocess_config"]
+    assert extra["policy_node"]["preprocess_config"] == written
+    assert PreprocessConfig.from_yaml(written).content_hash == wrist.content_hash

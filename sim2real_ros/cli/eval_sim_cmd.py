@@ -140,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
                                        sim_config=args.sim_config, robot_description=args.robot_description,
                                        seed=args.seed, real_time_factor=rtf, record_to=args.record,
                                        pushes=args.pushes, robot=args.robot, log_file=args.graph_log)
-        except CheckpointError as err:
+        except (CheckpointError, RuntimeError, TimeoutError) as err:
+            # A node that died, a graph that never armed or stalled: the message names it and the log.
             print(f"sim2real eval-sim: {err}", file=sys.stderr)
             return 2
     else:

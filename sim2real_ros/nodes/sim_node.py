@@ -52,7 +52,7 @@ from ..core.perception.camera_model import load_calibration_yaml
 from ..core.robot.joint_list import resolve_joint_list
 from ..core.robot.urdf import RobotModel
 from ..robots import get_robot, robot_description_for, sim_params_for
-from ..sim.params import load_sim_params
+from ..sim.params import load_sim_params, with_task
 from ..sim.render_process import RenderedFrame, RenderProcess, RenderProcessError
 from ..sim.schedule import MultiRateSchedule, RateReporter, RealtimePacer, period_ns
 from ..sim.world import SimWorld
@@ -85,6 +85,7 @@ class SimNodeConfig:
     robot: str
     robot_description: str
     sim_params_file: str
+    task: str
     camera_calibration: str
     ee_link: str
     joints: tuple[str, ...]
@@ -133,6 +134,8 @@ class SimNode(Node):
         self.config = self._declare()
         cfg = self.config
         params = load_sim_params(cfg.sim_params_file or None)
+        if cfg.task:  # a student's own task on a sim params file of another (its robot's reach by default)
+            params = with_task(params, cfg.task, f"{NODE_NAME} parameter task")
         camera_file = cfg.camera_calibration or str(params.camera.calibration_path())
         camera = load_calibration_yaml(camera_file)
         world_kwargs = {"params": params, "robot_description": cfg.robot_description, "seed": cfg.seed,

@@ -59,6 +59,7 @@ from ..topics import (
     EpisodeOutcome,
     SupervisorState,
 )
+from .checkpoint_preprocessing import checkpoint_preprocessing_parameters
 from .graph_eval import failure_category
 from .graph_log import graph_log
 from .launcher import GraphLauncher
@@ -264,7 +265,8 @@ def evaluate_on_emulator(checkpoint: str | Path, episodes: int, seed: int = 1000
             args = GraphArgs(robot=robot, checkpoint=str(checkpoint), port=arm.port,
                              calibration=str(arm.calibration), sim_camera=True,
                              estop_heartbeat_s=HEARTBEAT_TIMEOUT_S,
-                             extra_parameters={"sim_camera": {"episodes": True, "seed": int(seed)}})
+                             extra_parameters={"sim_camera": {"episodes": True, "seed": int(seed)},
+                                               **checkpoint_preprocessing_parameters(spec.preprocess, directory)})
             launcher = GraphLauncher(declare_graph("robot", args), echo=echo, log_file=log)
             launcher.start()
             probe = RosProbe("sim2real_emulated_operator")

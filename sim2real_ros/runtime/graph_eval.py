@@ -13,6 +13,7 @@ can be judged against the machine it ran on.
 """
 from __future__ import annotations
 
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -29,7 +30,7 @@ from ..graph import GraphArgs
 from ..nodes.common import LATCHED_QOS
 from ..provenance import sim_params_mismatch
 from ..robots import robot_for_checkpoint, sim_params_for_checkpoint
-from ..sim.params import load_sim_params
+from ..sim.params import load_sim_params, with_task
 from ..topics import (
     ACTION_CHUNK,
     CAMERA_INFO,
@@ -45,11 +46,13 @@ from ..topics import (
     node_diagnostics,
 )
 from ..training.evaluation import trained_loop_note
+from .checkpoint_preprocessing import checkpoint_preprocessing_parameters
 from .graph_log import graph_log
 from .graph_session import EpisodeOutcome, SimGraphSession
 
 # [-] the sim's real-time factor during graph evaluation; see the module docstring.
 DEFAULT_GRAPH_RTF = 0.3
+ARM_TIMEOUT_S = 180.0  # [s] wall time for the graph to come up and the supervisor to arm
 # What `record_to` records: every message that shows when the graph observed, planned and commanded
 # (images left out: they would load the machine being measured).
 RECORDED_TOPICS = (JOINT_STATES.name, ACTION_CHUNK.name, POLICY_COMMAND.name, ROBOT_COMMAND.name,
@@ -87,20 +90,30 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
     robot = robot_for_checkpoint(robot, spec.joint_names, spec.provenance, str(checkpoint))
     params_file, params_from = sim_params_for_checkpoint(robot, sim_config, spec.provenance)
     params = load_sim_params(params_file)
-    sim_parameters: dict[str, Any] = {"seed": int(seed), "randomize": bool(perturb),
+    # The task the checkpoint was trained on (students since issue 32 record it), as the core path takes it.
+    task = spec.provenance.get("task") if isinstance(spec.provenance, dict) else None
+    task = task if isinstance(task, str) and task else params.task.name
+    params = with_task(params, task, f"{checkpoint}: provenance task")
+    sim_parameters: dict[str, Any] = {"seed": int(seed), "randomize": bool(perturb), "task": task,
                                       "sim_params_file": str(params.source),
                                       "real_time_factor": float(real_time_factor), "pushes": bool(pushes)}
-    # The policy node is given the sim node's sim params file (graph.declare_graph) and warns when the
-    # checkpoint was trained on another version.
-    args = GraphArgs(checkpoint=str(checkpoint), robot=robot, extra_parameters={"sim_node": sim_parameters},
-                     **({"robot_description": robot_description} if robot_description else {}))
     timeout = wall_timeout_s or 120.0 + episodes * 4.0 * params.task.timeout_s / min(real_time_factor, 1.0)
-    with graph_log(log_file, "sim2real_graph_eval_") as log:
+    with graph_log(log_file, "sim2real_graph_eval_") as log, \
+            tempfile.TemporaryDirectory(prefix="sim2real_graph_eval_") as scratch:
+        # The policy node is given the sim node's sim params file (graph.declare_graph) and warns when the
+        # checkpoint was trained on another version; the graph preprocesses as the checkpoint was trained.
+        extra = {"sim_node": sim_parameters, **checkpoint_preprocessing_parameters(spec.preprocess, Path(scratch))}
+        args = GraphArgs(checkpoint=str(checkpoint), robot=robot, extra_parameters=extra,
+                         **({"robot_description": robot_description} if robot_description else {}))
         start = time.monotonic()
         with SimGraphSession(args, log, record_to=record_to, record_topics=RECORDED_TOPICS) as session:
             policy_reports = session.probe.collect(DiagnosticArray, node_diagnostics("policy_node"), LATCHED_QOS)
             sim_reports = session.probe.collect(DiagnosticArray, SIM_STATUS.name, 10)
-            if not session.wait_for_mode("AUTONOMOUS", 180.0):
+            armed = False
+            while not armed and time.monotonic() - start < ARM_TIMEOUT_S:
+                session.check_nodes()  # a node that refused its start (a checkpoint it cannot run) ends the wait
+                armed = session.wait_for_mode("AUTONOMOUS", 1.0)
+            if not armed:
                 session.check_nodes()
                 raise TimeoutError(f"the supervisor never armed (mode {session.mode()!r}: {session.mode_reason()}); "
                                    f"node output in {log}")
@@ -127,7 +140,7 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
     loop_note = trained_loop_note(spec.provenance, spec.sim_params_version, params, str(checkpoint))
     steps = np.abs(np.diff(np.stack(commands), axis=0)).max(axis=1) if len(commands) > 1 else np.array([])
     return {
-        "checkpoint": str(checkpoint), "robot": robot, "perturb": perturb, "pushes": bool(pushes),
+        "checkpoint": str(checkpoint), "robot": robot, "task": task, "perturb": perturb, "pushes": bool(pushes),
         **({"pushes_applied_total": sum(max(o.pushes_applied, 0) for o in outcomes)} if pushes else {}),
         "sim_params_file": str(params.source), "sim_params_from": params_from,
         "sim_params_version": params.version, "trained_sim_params_version": spec.sim_params_version,

@@ -1,0 +1,38 @@
+"""The preprocessing a graph started for one checkpoint runs: the one the checkpoint was trained with.
+
+A policy node refuses a checkpoint whose recorded preprocessing (policy camera, crop, fill,
+interpolation) differs from the graph's (docs/design.md: the checkpoint is checked against the graph).
+The graph's default is config/preprocess.yaml; a student trained with another file (the wrist
+camera's 90 deg policy camera, a zoomed one) would be refused by every graph eval-sim starts. These
+evaluations run the checkpoint's own preprocessing instead: written from the checkpoint's spec (the
+dict the policy node compares) to a file in the run's scratch folder, and given to camera_preprocessor
+and policy_node as their `preprocess_config`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..core.perception.preprocess_config import PreprocessConfig
+from ..paths import config_path
+
+# The nodes that read a preprocessing file (camera_preprocessor, or policy_node with image_input camera).
+PREPROCESSING_NODES = ("camera_preprocessor", "policy_node")
+
+
+def checkpoint_preprocessing_parameters(recorded: dict[str, Any], folder: Path,
+                                        default: Path | None = None) -> dict[str, dict[str, str]]:
+    """extra_parameters for a graph of this checkpoint: {} when its recorded preprocessing is the
+    graph's default (`default`, config/preprocess.yaml), else {node: {"preprocess_config": FILE}} for
+    PREPROCESSING_NODES with FILE written in `folder`. Raises ConfigError (via PreprocessConfig) for a
+    recorded preprocessing that is not one."""
+    wanted = PreprocessConfig.from_dict(dict(recorded), "the checkpoint's preprocessing")
+    graph_default = PreprocessConfig.from_yaml(default or config_path("preprocess.yaml"))
+    if wanted.content_hash == graph_default.content_hash:
+        return {}
+    path = Path(folder) / "checkpoint_preprocess.yaml"
+    path.write_text("# The preprocessing the evaluated checkpoint was trained with (its spec), as the graph runs it.\n"
+                    + yaml.safe_dump(wanted.to_dict(), sort_keys=False))
+    return {node: {"preprocess_config": str(path)} for node in PREPROCESSING_NODES}
