@@ -102,3 +102,45 @@ def test_a_node_whose_background_loop_dies_ends_with_exit_code_1_after_its_clean
     assert lines == ["RESULT 1 [3]"], result.stdout + result.stderr
     assert ("[ERROR] the node ended because its bus loop stopped: "
             "RuntimeError('dictionary changed size during iteration')") in result.stderr
+
+
+# rclpy's signal thread triggers the executors' guard conditions, then shuts the context down: an
+# executor that wakes in between finds the context valid and waits again, and nothing wakes it after
+# (Jazzy, a CI run under load: rcl_wait for 60 s). Here that thread is emulated as preempted there.
+PREEMPTED_SIGTERM = r'''
+import os
+import signal
+import threading
+import time
+
+import rclpy
+
+from sim2real_ros.nodes import common
+
+real_kill = os.kill
+
+
+def preempted_sigterm(pid, sig):
+    if sig != signal.SIGTERM or pid != os.getpid():
+        return real_kill(pid, sig)
+    executor = common._spinning_executor
+
+    def deferred():
+        executor._sigint_gc.trigger()  # trigger_guard_conditions()
+        time.sleep(0.3)                # preempted here
+        handle = rclpy.get_default_context().handle
+        with handle:
+            handle.shutdown()          # rclpy::shutdown_contexts(): no on_shutdown callbacks, no wake
+
+    threading.Thread(target=deferred, daemon=True).start()
+
+
+os.kill = preempted_sigterm
+''' + DYING_LOOP
+
+
+def test_a_dying_loop_ends_the_node_even_when_the_signal_thread_wakes_the_executor_too_early():
+    result = subprocess.run([sys.executable, "-c", PREEMPTED_SIGTERM], capture_output=True, text=True,
+                            timeout=60, cwd=REPO_ROOT)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT")]
+    assert lines == ["RESULT 1 [3]"], result.stdout + result.stderr
