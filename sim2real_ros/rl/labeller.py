@@ -1,4 +1,4 @@
-"""The PPO teacher as the vision student's DAgger labeller.
+"""The PPO teacher (or a reactive scripted expert) as the vision student's DAgger labeller.
 
 The student predicts chunks: joint targets for t, t + dt, ..., t + (K-1) dt. A PPO teacher acts one
 decision at a time from the privileged state, so its chunk for the state the student reached is
@@ -33,35 +33,31 @@ from ..sim.world import SimWorld
 from .env import EnvConfig, privileged_observation
 from .teacher_checkpoint import LoadedTeacher
 
+# [rad] per decision for an action of 1: a scripted labeller's step limit, the pick_lift teachers' env value.
+EXPERT_ACTION_SCALE_RAD = 0.08
 
-class PPOChunkTeacher:
-    """Labels chunks for `world` with a loaded PPO teacher; `chunk(q, target, K, dt_s)` like the IK
-    teacher's (q and target are read from the world itself, which holds the truth)."""
 
-    def __init__(self, teacher: LoadedTeacher, world: SimWorld, compensated_latency_s: float) -> None:
-        spec = teacher.spec
-        if list(spec.joint_names) != list(world.joint_names):
-            raise ConfigError(teacher.source, "joint_names", spec.joint_names,
-                              f"the teacher was trained for other joints than this world's {world.joint_names}")
-        self.teacher = teacher
+class ChunkLookAhead:
+    """Labels chunks for `world` by letting a one-decision-at-a-time teacher act from a snapshot
+    (module docstring); subclasses say what it does each decision (`act`). decision_s [s]: its
+    decision period (the student's chunk spacing); compensated_latency_s [s]: the actuator's;
+    action_scale_rad [rad]: the target change of an action of 1; source: named in errors."""
+
+    def __init__(self, world: SimWorld, decision_s: float, compensated_latency_s: float,
+                 action_scale_rad: float, source: str, decision_field: str) -> None:
         self.world = world
-        self.env = EnvConfig.from_dict(spec.env, teacher.source)
-        task = self.env.task or "reach"  # teachers before env.task were all trained on reach
-        if task != world.task.name:
-            raise ConfigError(teacher.source, "env.task", task,
-                              f"the teacher was trained on task {task!r}; this world runs {world.task.name!r} "
-                              f"(the training config's task:)")
         physics_dt = world.params.physics.dt_s
-        self.physics_per_decision = max(1, int(round(1.0 / (self.env.policy_hz * physics_dt))))
+        self.physics_per_decision = max(1, int(round(decision_s / physics_dt)))
         self.decision_s = self.physics_per_decision * physics_dt
         self.latency_steps = int(round(compensated_latency_s / self.decision_s))
-        home = world.params.home_pose(world.joint_names)
-        self.home_q = np.clip([home.get(n, 0.0) for n in world.joint_names], world.lower, world.upper)
+        self.action_scale_rad = float(action_scale_rad)
+        self.source = source
+        self.decision_field = decision_field
         self.labels_made = 0
 
     def _check_dt(self, dt_s: float) -> None:
         if abs(dt_s - self.decision_s) > 1e-9:
-            raise ConfigError(self.teacher.source, "env.policy_hz", self.env.policy_hz,
+            raise ConfigError(self.source, self.decision_field, round(1.0 / self.decision_s, 6),
                               f"the student's chunk spacing dt_s = {dt_s} s must equal the teacher's decision "
                               f"period {self.decision_s} s")
 
@@ -69,9 +65,6 @@ class PPOChunkTeacher:
         """The teacher's chunk (K, n) [rad] from the world's current state (which is left unchanged)."""
         self._check_dt(dt_s)
         w = self.world
-        base_inverse = np.linalg.inv(w.link_pose(w._root_link_name()))  # noqa: SLF001 - the world's own root
-        max_steps = max(1, int(round(self.env.episode_s / self.decision_s)))
-        steps_done = int(round(w.episode_elapsed_s() / self.decision_s))
         command, last_action = self.integrated_target()
         sent_before = command.copy()
         shift = min(self.latency_steps, chunk_length)
@@ -81,8 +74,7 @@ class PPOChunkTeacher:
             # No label may answer a push that starts after this observation (the student cannot see
             # it coming): pushes not yet started are withheld from the look-ahead; those acting now go on.
             with w.unstarted_pushes_withheld():
-                self._roll_out(chunk_length - shift, steps_done, max_steps, base_inverse, command, last_action,
-                               commands)
+                self._roll_out(chunk_length - shift, command, last_action, commands)
         finally:
             w.restore_state(snapshot, discard=True)
         self.labels_made += 1
@@ -101,22 +93,80 @@ class PPOChunkTeacher:
         before = w.commanded_at(w.time_ns - 2 * decision_ns)
         if before is None:
             return command, np.zeros(len(w.joint_names))
-        return command, np.clip((command - before) / self.env.action_scale_rad, -1.0, 1.0)
+        return command, np.clip((command - before) / self.action_scale_rad, -1.0, 1.0)
 
-    def _roll_out(self, decisions: int, steps_done: int, max_steps: int, base_inverse: np.ndarray,
-                  command: np.ndarray, last_action: np.ndarray, commands: list[np.ndarray]) -> None:
+    def act(self, decision: int, command: np.ndarray, last_action: np.ndarray) -> np.ndarray:
+        """The action (n,) in [-1, 1] at the look-ahead's `decision` (0, 1, ...) from the world's
+        state, the integrated target `command` (n,) [rad] and the last action (n,)."""
+        raise NotImplementedError
+
+    def _roll_out(self, decisions: int, command: np.ndarray, last_action: np.ndarray,
+                  commands: list[np.ndarray]) -> None:
         """Let the teacher act `decisions` times from the world's state, from the integrated target
         `command` (n,) [rad] and its last action (n,), appending each target [rad] it commands to
         `commands` (the world moves on: the caller restores it)."""
         w = self.world
         for k in range(decisions):
-            time_left = self.env.time_term(max(0.0, 1.0 - (steps_done + k) / max_steps))
-            obs = privileged_observation(w, self.home_q, base_inverse, command, last_action, time_left)
-            with torch.inference_mode():
-                action = self.teacher.policy(torch.from_numpy(obs)[None])[0].double().numpy()
-            action = np.clip(np.nan_to_num(action, nan=0.0), -1.0, 1.0)
-            command = np.clip(command + self.env.action_scale_rad * action, w.lower, w.upper)
+            action = np.clip(np.nan_to_num(self.act(k, command, last_action), nan=0.0), -1.0, 1.0)
+            command = np.clip(command + self.action_scale_rad * action, w.lower, w.upper)
             commands.append(command.copy())
             last_action = action
             w.set_command(command)
             w.step(self.physics_per_decision)
+
+
+class PPOChunkTeacher(ChunkLookAhead):
+    """Labels chunks for `world` with a loaded PPO teacher; `chunk(q, target, K, dt_s)` like the IK
+    teacher's (q and target are read from the world itself, which holds the truth)."""
+
+    def __init__(self, teacher: LoadedTeacher, world: SimWorld, compensated_latency_s: float) -> None:
+        spec = teacher.spec
+        if list(spec.joint_names) != list(world.joint_names):
+            raise ConfigError(teacher.source, "joint_names", spec.joint_names,
+                              f"the teacher was trained for other joints than this world's {world.joint_names}")
+        env = EnvConfig.from_dict(spec.env, teacher.source)
+        task = env.task or "reach"  # teachers before env.task were all trained on reach
+        if task != world.task.name:
+            raise ConfigError(teacher.source, "env.task", task,
+                              f"the teacher was trained on task {task!r}; this world runs {world.task.name!r} "
+                              f"(the training config's task:)")
+        super().__init__(world, 1.0 / env.policy_hz, compensated_latency_s, env.action_scale_rad,
+                         teacher.source, "env.policy_hz")
+        self.teacher = teacher
+        self.env = env
+        home = world.params.home_pose(world.joint_names)
+        self.home_q = np.clip([home.get(n, 0.0) for n in world.joint_names], world.lower, world.upper)
+        self._base_inverse = np.eye(4)
+        self._steps_done = 0
+
+    def chunk(self, q: np.ndarray, target: np.ndarray | None, chunk_length: int, dt_s: float) -> np.ndarray:
+        w = self.world
+        self._base_inverse = np.linalg.inv(w.link_pose(w._root_link_name()))  # noqa: SLF001 - the world's own root
+        self._steps_done = int(round(w.episode_elapsed_s() / self.decision_s))
+        return super().chunk(q, target, chunk_length, dt_s)
+
+    def act(self, decision: int, command: np.ndarray, last_action: np.ndarray) -> np.ndarray:
+        max_steps = max(1, int(round(self.env.episode_s / self.decision_s)))
+        time_left = self.env.time_term(max(0.0, 1.0 - (self._steps_done + decision) / max_steps))
+        obs = privileged_observation(self.world, self.home_q, self._base_inverse, command, last_action, time_left)
+        with torch.inference_mode():
+            return self.teacher.policy(torch.from_numpy(obs)[None])[0].double().numpy()
+
+
+class ScriptedChunkTeacher(ChunkLookAhead):
+    """Labels chunks for `world` with the task's reactive scripted expert (sim/reactive_pick_expert.py:
+    it decides from the state alone, so it labels any state a student reaches): each decision moves
+    the integrated target toward the expert's joint targets by at most action_scale_rad [rad] per
+    joint, as an env action would (rl/bc.expert_action). decision_s [s]: the student's chunk spacing."""
+
+    def __init__(self, world: SimWorld, decision_s: float, compensated_latency_s: float,
+                 action_scale_rad: float, source: str) -> None:
+        make = getattr(world.task, "make_reactive_expert", None)
+        if make is None:
+            raise ConfigError(source, "teacher", "expert",
+                              f"task {world.task.name!r} has no reactive scripted expert (pick_lift has)")
+        super().__init__(world, decision_s, compensated_latency_s, action_scale_rad, source, "dt_s")
+        self.expert = make(world)
+
+    def act(self, decision: int, command: np.ndarray, last_action: np.ndarray) -> np.ndarray:
+        return (self.expert.command(self.world) - command) / self.action_scale_rad

@@ -50,6 +50,19 @@ class PickExpertConfig:
     ik_damping: float = 0.01
 
 
+@dataclass(frozen=True)
+class GraspGeometry:
+    """The tool poses of a top-down grasp, robot base frame: grasp (3,) [m] (the tool point where
+    the jaw closes), above (3,) [m] (the same point above the cube's top, where the descent
+    starts), lift (3,) [m] (where the lift ends), rotation (3, 3) (the tool's orientation
+    throughout)."""
+
+    grasp: np.ndarray
+    above: np.ndarray
+    lift: np.ndarray
+    rotation: np.ndarray
+
+
 def rotation_error(current: np.ndarray, desired: np.ndarray) -> np.ndarray:
     """Rotation vector (3,) [rad] turning `current` (3, 3) into `desired` (3, 3), both in one frame."""
     delta = desired @ current.T
@@ -134,9 +147,11 @@ class PickLiftExpert:
         error = np.concatenate([position - transform[:3, 3], rotation_error(transform[:3, :3], rotation)])
         return q, float(np.linalg.norm(weights * error))
 
-    def plan(self, cube_center: np.ndarray, cube_yaw_rad: float, cube_size_m: float) -> None:
-        """Joint waypoints (above, grasp, lift) for a cube at `cube_center` (3,) [m] (base frame)
-        with edge `cube_size_m` [m] and yaw `cube_yaw_rad` [rad]."""
+    def grasp_geometry(self, cube_center: np.ndarray, cube_yaw_rad: float, cube_size_m: float,
+                       table_z: float | None = None) -> GraspGeometry:
+        """The tool poses (base frame) for a top-down grasp of a cube at `cube_center` (3,) [m] with
+        edge `cube_size_m` [m] and yaw `cube_yaw_rad` [rad]; table_z [m]: the table top's height
+        (default: under the cube, which lies on it)."""
         cfg = self.config
         center = np.asarray(cube_center, dtype=float)
         radial = math.atan2(center[1], center[0])
@@ -145,7 +160,7 @@ class PickLiftExpert:
         closing_angle = cube_yaw_rad + turns * math.pi / 2
         closing = np.array([math.cos(closing_angle), math.sin(closing_angle), 0.0])
         rotation = tool_down_rotation(closing, cfg.tilt_rad)
-        table_z = center[2] - cube_size_m / 2.0
+        table_z = center[2] - cube_size_m / 2.0 if table_z is None else float(table_z)
         # The fixed jaw's face leans inward with height: keep it clear of the cube's top edge.
         slant = max(0.0, math.tan(math.atan(cfg.fixed_jaw_slant) - cfg.tilt_rad))
         inset = slant * max(0.0, cube_size_m - cfg.grasp_height_m)
@@ -156,14 +171,20 @@ class PickLiftExpert:
         above[2] = table_z + cube_size_m + cfg.approach_height_m
         lift = grasp.copy()
         lift[2] = table_z + cfg.lift_height_m
-        q_above = self.solve_ik(above, rotation, self.home_q)
+        return GraspGeometry(grasp=grasp, above=above, lift=lift, rotation=rotation)
+
+    def plan(self, cube_center: np.ndarray, cube_yaw_rad: float, cube_size_m: float) -> None:
+        """Joint waypoints (above, grasp, lift) for a cube at `cube_center` (3,) [m] (base frame)
+        with edge `cube_size_m` [m] and yaw `cube_yaw_rad` [rad]."""
+        pose = self.grasp_geometry(cube_center, cube_yaw_rad, cube_size_m)
+        q_above = self.solve_ik(pose.above, pose.rotation, self.home_q)
         # Straight vertical lines (IK every few mm): a joint-space line between two poses bulges
         # sideways, enough for a jaw to hit the cube on the way down or shake it loose on the way up.
-        self._descent = self._line(q_above, above, grasp, rotation)
-        self._lift = self._line(self._descent[-1], grasp, lift, rotation)
+        self._descent = self._line(q_above, pose.above, pose.grasp, pose.rotation)
+        self._lift = self._line(self._descent[-1], pose.grasp, pose.lift, pose.rotation)
         self._waypoints = [q_above, self._descent[-1], self._lift[-1]]
         # The tool poses of the plan (base frame), for a task that goes on from the lift.
-        self.grasp_point, self.lift_point, self.tool_rotation = grasp, lift, rotation
+        self.grasp_point, self.lift_point, self.tool_rotation = pose.grasp, pose.lift, pose.rotation
 
     def _line(self, seed: np.ndarray, start: np.ndarray, end: np.ndarray,
                        rotation: np.ndarray) -> np.ndarray:

@@ -19,6 +19,7 @@ from ..robots import robot_for_joints
 from .objects import CubeSpec, body_position, links_touching, remove_body, spawn_cube
 from .params import TaskParams
 from .pick_expert import PickLiftExpert
+from .reactive_pick_expert import PickState, ReactivePickExpert, yaw_of_quaternion
 from .task_base import (
     COLLISION,
     SUCCESS,
@@ -99,6 +100,10 @@ class PickLiftTask:
         """Lowest point of the cube above the table top (z = 0) [m]."""
         return float(world.client.getAABB(self.cube)[0][2])
 
+    def jaws_touching_cube(self, world: SimWorld) -> tuple[int, int]:
+        """(how many jaws touch the cube after the last physics step, how many jaws there are)."""
+        return len(self._jaws & links_touching(world.client, self.cube, world.robot)), len(self._jaws)
+
     def jaws_on_cube(self, world: SimWorld) -> bool:
         """Whether both jaws touch the cube after the last physics step."""
         return self._jaws <= links_touching(world.client, self.cube, world.robot)
@@ -176,6 +181,10 @@ class PickLiftTask:
     def make_expert(self, world: SimWorld) -> ScriptedExpert:
         return PickLiftScriptedExpert(world, self)
 
+    def make_reactive_expert(self, world: SimWorld) -> ScriptedExpert:
+        """The expert that decides from the state alone (a DAgger labeller: teacher: expert)."""
+        return PickLiftReactiveScriptedExpert(world, self)
+
     def state(self) -> Any:
         return self._timer.state(), self._was_up_in_hand, self._collided, self._held_s
 
@@ -208,3 +217,35 @@ class PickLiftScriptedExpert:
 
     def command(self, world: SimWorld) -> np.ndarray:
         return self.expert.command(world.episode_elapsed_s(), world.joint_positions())
+
+
+class PickLiftReactiveScriptedExpert:
+    """sim/reactive_pick_expert.ReactivePickExpert on the task's privileged state, read afresh at
+    every command (robot base frame): it plans nothing at the start and recovers from a miss."""
+
+    def __init__(self, world: SimWorld, task: PickLiftTask) -> None:
+        home = world.params.home_pose(world.joint_names)
+        home_q = np.clip([home.get(n, 0.0) for n in world.joint_names], world.lower, world.upper)
+        self.task = task
+        self.expert = ReactivePickExpert(world.model, world.joint_names, task.gripper_joint, world.ee_link, home_q)
+
+    def state(self, world: SimWorld) -> PickState:
+        """The expert's view of the world now (base frame)."""
+        spec = self.task.spec
+        assert spec is not None, "command after world.reset"
+        base = world.link_pose(world._root_link_name())  # noqa: SLF001 - the world's own root frame
+        base_yaw = float(np.arctan2(base[1, 0], base[0, 0]))
+        quat = world.client.getBasePositionAndOrientation(self.task.cube)[1]
+        touching, jaws = self.task.jaws_touching_cube(world)
+        center = self.task.cube_position(world)
+        table = target_in_base_frame(world, np.array([center[0], center[1], 0.0]))
+        return PickState(q=world.joint_positions(), qd=world.joint_velocities(),
+                         cube_center=target_in_base_frame(world, center),
+                         cube_yaw_rad=yaw_of_quaternion(np.asarray(quat)) - base_yaw, cube_size_m=spec.size_m,
+                         table_z=float(table[2]), jaws_on_cube=touching == jaws, jaw_touches_cube=touching > 0)
+
+    def start(self, world: SimWorld) -> None:
+        """Nothing to plan: every command reads the state."""
+
+    def command(self, world: SimWorld) -> np.ndarray:
+        return self.expert.target(self.state(world))

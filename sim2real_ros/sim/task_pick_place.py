@@ -146,6 +146,9 @@ class PickPlaceTask(PickLiftTask):
     def make_expert(self, world: SimWorld) -> ScriptedExpert:
         return PickPlaceScriptedExpert(world, self)
 
+    # pick_lift's reactive expert lifts and stops: no place yet (rl/labeller.ScriptedChunkTeacher refuses it).
+    make_reactive_expert = None
+
     def state(self) -> Any:
         return super().state(), self._settle.state(), self._settled_s, self._in_hand, self._release_height_m
 

@@ -16,6 +16,9 @@ from .augment import MAX_SHIFT_PX
 from .episode_plan import EPISODE_BLOCK, MAX_DAGGER_ROUNDS
 from .rollout import RolloutConfig
 
+# Tasks with a reactive scripted expert (Task.make_reactive_expert), the labeller of teacher: expert.
+REACTIVE_EXPERT_TASKS = ("pick_lift",)
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -26,7 +29,9 @@ class TrainConfig:
     bc_episodes (teacher-driven); dagger_rounds x dagger_episodes (student-driven, teacher-labelled);
     epochs_bc / epochs_per_round; batch_size; lr; weight_decay; eval_episodes (student success
     measured after training); num_threads (torch); teacher: ik (the scripted IK solver) | ppo (a
-    PPO teacher checkpoint, `teacher_checkpoint`, from `sim2real train-teacher`); pushes: random
+    PPO teacher checkpoint, `teacher_checkpoint`, from `sim2real train-teacher`) | expert (the
+    task's reactive scripted expert through the chunk look-ahead, rl/labeller.ScriptedChunkTeacher:
+    pick_lift); pushes: random
     pushes in the collection episodes (the sim params' randomization.pushes); task: the sim task
     (sim/tasks.py; "" = the sim params' task.name), recorded in the checkpoint for eval-sim;
     joint_history_s: lags [s] of the student's joint history (core/control/joint_history.py: the
@@ -100,13 +105,18 @@ class TrainConfig:
             raise ConfigError(self.source, "image_shift_px", shift, f"must be an integer in [0, {MAX_SHIFT_PX}] [px]")
         if self.sim_loop:  # checked here, not in the first worker: the error names this file's field
             with_sim_loop_override(load_sim_params(self.sim_params), self.sim_loop, self.source)
-        if self.teacher not in ("ik", "ppo"):
-            raise ConfigError(self.source, "teacher", self.teacher, "must be ik or ppo")
+        if self.teacher not in ("ik", "ppo", "expert"):
+            raise ConfigError(self.source, "teacher", self.teacher, "must be ik, ppo or expert")
         if self.task and self.task not in TASK_NAMES:
             raise ConfigError(self.source, "task", self.task, f"unknown task (known: {', '.join(TASK_NAMES)})")
         if self.task in ("pick_lift", "pick_place") and self.teacher == "ik":
             raise ConfigError(self.source, "teacher", self.teacher, f"the IK teacher reaches a point; {self.task} "
-                              f"needs a grasp: teacher: ppo with a {self.task} teacher checkpoint")
+                              f"needs a grasp: teacher: ppo with a {self.task} teacher checkpoint"
+                              + (", or teacher: expert" if self.task == "pick_lift" else ""))
+        if self.teacher == "expert" and self.task not in REACTIVE_EXPERT_TASKS:
+            raise ConfigError(self.source, "teacher", self.teacher,
+                              f"a reactive scripted expert exists for {', '.join(REACTIVE_EXPERT_TASKS)}; "
+                              f"task {self.task or '(the sim params task)'!r} needs teacher: ik or ppo")
         if self.teacher == "ppo" and not (self.teacher_checkpoint and Path(self.teacher_checkpoint).is_file()):
             raise ConfigError(self.source, "teacher_checkpoint", self.teacher_checkpoint,
                               "teacher: ppo needs an existing teacher checkpoint (sim2real train-teacher --out ...)")

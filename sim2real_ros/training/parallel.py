@@ -30,7 +30,8 @@ class EpisodeJob:
 
     sim_params / robot_description: paths; preprocess: PreprocessConfig as a dict; joints: the
     commanded joints; rollout: RolloutConfig.to_dict(); chunk_length (K), dt_s [s]; randomize;
-    pushes; teacher: None (the student drives, no labels) | "ik" | "ppo" with teacher_checkpoint;
+    pushes; teacher: None (the student drives, no labels) | "ik" | "ppo" with teacher_checkpoint |
+    "expert" (the task's reactive scripted expert);
     record_images: keep the policy images (training data) or not (evaluation); backend: what runs
     a checkpoint-path driver (core/policy_backend.py: auto, torch or onnxruntime); task: the sim
     task to run instead of the sim params' task.name (sim/tasks.py; None: the file's);
@@ -143,6 +144,11 @@ class EpisodeRunner:
             if self._teacher is None:
                 self._teacher = load_teacher(self.job.teacher_checkpoint)
             return PPOChunkTeacher(self._teacher, world, self.rollout.actuation_latency_s)
+        if self.job.teacher == "expert":
+            from ..rl.labeller import EXPERT_ACTION_SCALE_RAD, ScriptedChunkTeacher
+
+            return ScriptedChunkTeacher(world, self.job.dt_s, self.rollout.actuation_latency_s,
+                                        EXPERT_ACTION_SCALE_RAD, "training config")
         from .trainer import make_expert
 
         return make_expert(world)

@@ -350,6 +350,8 @@ class Trainer:
                 "index_ranges": training_index_ranges(c.bc_episodes, c.dagger_rounds, c.dagger_episodes)}
 
     def _teacher_provenance(self) -> dict[str, Any]:
+        if self.config.teacher == "expert":
+            return {"kind": "expert", "expert": "reactive_pick"}
         if self.config.teacher != "ppo":
             return {"kind": "ik"}
         from ..rl.teacher_checkpoint import load_teacher

@@ -1,0 +1,148 @@
+"""The reactive pick expert (sim/reactive_pick_expert.py) and its chunk labeller (rl/labeller.py,
+teacher: expert): it decides from the state alone, so a cube moved after the start is picked where
+it is (the timed expert closes on nothing), and a hovering arm is labelled "down"."""
+from pathlib import Path
+
+import numpy as np
+import pybullet
+import pytest
+from test_tasks import SO101, task_params, task_world
+
+from sim2real_ros.core.errors import ConfigError
+from sim2real_ros.rl.labeller import EXPERT_ACTION_SCALE_RAD, ScriptedChunkTeacher
+from sim2real_ros.sim.reactive_pick_expert import (
+    CLOSE,
+    DESCEND,
+    LIFT,
+    RETRY,
+    PickState,
+    yaw_of_quaternion,
+)
+from sim2real_ros.sim.task_pick_lift import PickLiftReactiveScriptedExpert
+from sim2real_ros.sim.world import SimWorld, episode_seed
+from sim2real_ros.training.config import load_train_config
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CONTROL_STEPS = 20  # physics steps per command (50 Hz at 1 kHz), as eval-sim --expert
+
+
+def run_reactive(world: SimWorld, seed: int, randomize: bool = False, on_step=None) -> str:
+    """One episode of the reactive expert at 50 Hz; the failure category. on_step(world) after each command."""
+    world.reset(randomize=randomize, seed=seed)
+    expert = PickLiftReactiveScriptedExpert(world, world.task)
+    expert.start(world)
+    while world.episode_outcome() is None:
+        world.set_command(expert.command(world))
+        world.step(CONTROL_STEPS)
+        if on_step is not None:
+            on_step(world)
+    outcome = world.episode_outcome()
+    return world.task.classify_failure(world, outcome)
+
+
+def test_reactive_expert_picks_randomized_cubes_under_pushes():
+    params = task_params(SO101, "pick_lift")
+    outcomes = []
+    for k in range(12):
+        world = SimWorld(params, str(SO101.urdf_path()), seed=1000, render=False, pushes=True)
+        try:
+            outcomes.append(run_reactive(world, episode_seed(1000, k), randomize=True))
+        finally:
+            world.close()
+    assert outcomes.count("success") >= 11, outcomes
+
+
+def _move_cube_once(at_s: float, by_m: np.ndarray):
+    """on_step: move the cube by `by_m` (3,) [m] the first time the episode passes at_s [s]."""
+    done = []
+
+    def on_step(world: SimWorld) -> None:
+        if not done and world.episode_elapsed_s() >= at_s:
+            position, orientation = world.client.getBasePositionAndOrientation(world.task.cube)
+            world.client.resetBasePositionAndOrientation(world.task.cube, np.asarray(position) + by_m, orientation)
+            done.append(True)
+
+    return on_step
+
+
+def test_a_cube_moved_after_the_start_is_picked_where_it_is_and_the_timed_expert_misses_it():
+    shift = np.array([0.0, 0.03, 0.0])  # [m] sideways, after both experts have set off
+    with task_world(SO101, "pick_lift") as (params, world):
+        world.reset(seed=5)
+        timed = world.task.make_expert(world)
+        timed.start(world)
+        moved = _move_cube_once(0.2, shift)
+        while world.episode_outcome() is None:
+            world.set_command(timed.command(world))
+            world.step(CONTROL_STEPS)
+            moved(world)
+        assert world.task.classify_failure(world, world.episode_outcome()) != "success"
+        assert run_reactive(world, 5, on_step=_move_cube_once(0.2, shift)) == "success"
+
+
+def test_phases_follow_the_state():
+    with task_world(SO101, "pick_lift") as (params, world):
+        world.reset(seed=5)
+        expert = PickLiftReactiveScriptedExpert(world, world.task)
+        state = expert.state(world)
+        pose = expert.expert.grasp_geometry(state.cube_center, state.cube_yaw_rad, state.cube_size_m, state.table_z)
+        gripper = expert.expert.gripper_index
+        cfg = expert.expert.config
+
+        def at(point, jaw, **flags) -> PickState:
+            q = expert.expert.solve_ik(point, pose.rotation, expert.expert.home_q)
+            q[gripper] = jaw
+            fields = {**state.__dict__, "q": q, "qd": np.zeros_like(q), **flags}
+            return PickState(**fields)
+
+        # Hovering above the grasp point with the jaw open: down (the stall the DART clone taught).
+        hover = pose.above.copy()
+        hover[2] -= 0.02
+        assert expert.expert.phase(at(hover, cfg.jaw_open_rad))[0] == DESCEND
+        # At the grasp point: close; shut on nothing: up and open again; both jaws on it: lift.
+        assert expert.expert.phase(at(pose.grasp, cfg.jaw_open_rad))[0] == CLOSE
+        assert expert.expert.phase(at(pose.grasp, cfg.jaw_closed_rad))[0] == RETRY
+        assert expert.expert.phase(at(pose.grasp, 0.3, jaws_on_cube=True, jaw_touches_cube=True))[0] == LIFT
+
+
+def test_yaw_of_quaternion_matches_pybullet():
+    for yaw in (-2.5, -0.3, 0.0, 0.7, 3.0):
+        quat = pybullet.getQuaternionFromEuler([0.0, 0.0, yaw])
+        assert yaw_of_quaternion(np.asarray(quat)) == pytest.approx(yaw, abs=1e-9)
+
+
+def test_the_chunk_labeller_labels_a_hovering_arm_down_and_leaves_the_world_as_it_was():
+    with task_world(SO101, "pick_lift") as (params, world):
+        world.reset(seed=5)
+        expert = PickLiftReactiveScriptedExpert(world, world.task)
+        state = expert.state(world)
+        pose = expert.expert.grasp_geometry(state.cube_center, state.cube_yaw_rad, state.cube_size_m, state.table_z)
+        q = expert.expert.solve_ik(pose.above, pose.rotation, expert.expert.home_q)
+        q[expert.expert.gripper_index] = expert.expert.config.jaw_open_rad
+        world.place_joints(dict(zip(world.joint_names, q, strict=True)))
+        world.set_command(q)
+        world.step(200)  # settle there for 0.2 s
+        labeller = ScriptedChunkTeacher(world, 0.05, 0.05, EXPERT_ACTION_SCALE_RAD, "test")
+        before = (world.time_ns, world.joint_positions().copy())
+        chunk = labeller.chunk(world.joint_positions(), None, 10, 0.05)
+        assert (world.time_ns, *world.joint_positions()) == (before[0], *before[1])
+        assert chunk.shape == (10, len(world.joint_names))
+        assert np.max(np.abs(np.diff(chunk, axis=0))) <= EXPERT_ACTION_SCALE_RAD + 1e-9
+        heights = [expert.expert.tool_position(point)[2] for point in chunk]
+        assert heights[-1] < heights[0] - 0.015, heights  # the label goes down toward the grasp
+        with pytest.raises(ConfigError, match="dt_s"):
+            labeller.chunk(world.joint_positions(), None, 10, 0.1)
+
+
+def test_teacher_expert_is_refused_where_no_reactive_expert_exists(tmp_path):
+    config = tmp_path / "train.yaml"
+    config.write_text("robot: so101\ntask: pick_place\nteacher: expert\n")
+    with pytest.raises(ConfigError, match="teacher.*reactive scripted expert exists for pick_lift"):
+        load_train_config(config)
+    with task_world(SO101, "pick_place") as (params, world), pytest.raises(ConfigError, match="no reactive"):
+        ScriptedChunkTeacher(world, 0.05, 0.05, EXPERT_ACTION_SCALE_RAD, "test")
+
+
+def test_the_committed_expert_recipe_loads():
+    config = load_train_config(REPO_ROOT / "config" / "train_pick_lift_so101_wrist_expert.yaml")
+    assert (config.teacher, config.task, config.teacher_checkpoint) == ("expert", "pick_lift", None)
