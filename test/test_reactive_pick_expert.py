@@ -92,7 +92,7 @@ def test_phases_follow_the_state():
         def at(point, jaw, **flags) -> PickState:
             q = expert.expert.solve_ik(point, pose.rotation, expert.expert.home_q)
             q[gripper] = jaw
-            fields = {**state.__dict__, "q": q, "qd": np.zeros_like(q), **flags}
+            fields = {**state.__dict__, "q": q, **flags}
             return PickState(**fields)
 
         # Hovering above the grasp point with the jaw open: down (the stall the DART clone taught).

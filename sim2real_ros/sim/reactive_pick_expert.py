@@ -6,8 +6,9 @@ teacher: the student's states are off that plan, and a clone of it asked to stay
 clock would have stood still (the wrist students stalled 2 cm above the grasp, docs/learning.md).
 
 ReactivePickExpert picks its phase from what is true now, every call, with no memory:
-- lift: both jaws on the cube and the jaw settled -> straight up from where the tool is, jaw closed;
-- close: the tool at the grasp point (or down and no longer moving) -> hold it there, jaw closed;
+- lift: both jaws on the cube, the jaw no longer open -> straight up from where the tool is, jaw
+  closed (one jaw slipping for a moment while the cube is up changes nothing);
+- close: the tool at the grasp point -> hold it there, jaw closed;
   the jaw closed on nothing -> rise and open (then the rules below start over);
 - descend: the tool above the grasp point, the jaw open -> straight down along the vertical line;
 - approach: otherwise -> rise vertically first if the tool is low and off the line, else to the
@@ -33,18 +34,17 @@ DESCEND = "descend"
 CLOSE = "close"
 RETRY = "retry"
 LIFT = "lift"
-PHASES = (APPROACH, RISE, DESCEND, CLOSE, RETRY, LIFT)
 
 
 @dataclass(frozen=True)
 class ReactivePickConfig:
     """align_m [m]: horizontal tool-to-grasp error under which the descent starts (and over twice
     which a low tool rises before moving sideways). grasp_reached_m [m]: tool height over the grasp
-    point at which the jaw closes. stalled_m [m] / stalled_speed_m_s [m/s]: a descending tool within
-    stalled_m of the grasp height moving slower than this closes too (it is on the table or as low
-    as it gets). jaw_open_margin_rad [rad]: the jaw counts as open within this of jaw_open_rad.
-    jaw_settled_rad_s [rad/s]: a jaw on the cube slower than this has squeezed it (lift).
-    missed_jaw_rad [rad]: a jaw within this of jaw_closed_rad without the cube between has missed.
+    point at which the jaw closes. stalled_m [m]: tool height over the grasp point within which a
+    closing jaw goes on closing (and a shut one retries). jaw_open_margin_rad [rad]: the jaw counts
+    as open within this of jaw_open_rad. missed_jaw_rad [rad]: a jaw within this of jaw_closed_rad
+    without the cube between has missed (no speeds: the sim's jaw velocity reads tens of rad/s while
+    the jaw rests against its limit).
     high_contact_m [m]: a jaw touching the cube with the tool this far over the grasp height sits on
     the cube's top (rise). cube_up_m [m]: the cube's bottom over the table that counts as lifted.
     step_m [m]: the carrot's distance ahead along a line; lift_step_m [m] while lifting the cube
@@ -54,9 +54,7 @@ class ReactivePickConfig:
     align_m: float = 0.006
     grasp_reached_m: float = 0.004
     stalled_m: float = 0.015
-    stalled_speed_m_s: float = 0.01
     jaw_open_margin_rad: float = 0.2
-    jaw_settled_rad_s: float = 0.3
     missed_jaw_rad: float = 0.12
     high_contact_m: float = 0.012
     cube_up_m: float = 0.005
@@ -67,12 +65,11 @@ class ReactivePickConfig:
 
 @dataclass(frozen=True)
 class PickState:
-    """What the expert sees, robot base frame: q (n,) [rad] and qd (n,) [rad/s] measured joints;
+    """What the expert sees, robot base frame: q (n,) [rad] the measured joints;
     cube_center (3,) [m], cube_yaw_rad [rad], cube_size_m [m]; table_z [m] the table top's height;
     jaws_on_cube (both jaws touch it); jaw_touches_cube (at least one does)."""
 
     q: np.ndarray
-    qd: np.ndarray
     cube_center: np.ndarray
     cube_yaw_rad: float
     cube_size_m: float
@@ -96,11 +93,6 @@ class ReactivePickExpert(PickLiftExpert):
     def tool_position(self, q: np.ndarray) -> np.ndarray:
         """The tool point (3,) [m], base frame, at joints q (n,) [rad]."""
         return self.model.forward_kinematics(q, self.tool_link, self.joint_names)[0][:3, 3]
-
-    def tool_velocity(self, q: np.ndarray, qd: np.ndarray) -> np.ndarray:
-        """The tool point's linear velocity (3,) [m/s], base frame."""
-        jac = self.model.jacobian(q, self.tool_link, self.joint_names)
-        return jac[:3] @ np.asarray(qd, dtype=float)
 
     def phase(self, state: PickState) -> tuple[str, GraspGeometry, np.ndarray]:
         """(the phase for `state`, the grasp geometry of the cube where it is, the tool point (3,) [m])."""

@@ -239,7 +239,7 @@ class PickLiftReactiveScriptedExpert:
         touching, jaws = self.task.jaws_touching_cube(world)
         center = self.task.cube_position(world)
         table = target_in_base_frame(world, np.array([center[0], center[1], 0.0]))
-        return PickState(q=world.joint_positions(), qd=world.joint_velocities(),
+        return PickState(q=world.joint_positions(),
                          cube_center=target_in_base_frame(world, center),
                          cube_yaw_rad=yaw_of_quaternion(np.asarray(quat)) - base_yaw, cube_size_m=spec.size_m,
                          table_z=float(table[2]), jaws_on_cube=touching == jaws, jaw_touches_cube=touching > 0)
