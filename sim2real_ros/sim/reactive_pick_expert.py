@@ -43,13 +43,13 @@ class ReactivePickConfig:
     point at which the jaw closes. stalled_m [m]: tool height over the grasp point within which a
     closing jaw goes on closing (and a shut one retries). jaw_open_margin_rad [rad]: the jaw counts
     as open within this of jaw_open_rad. missed_jaw_rad [rad]: a jaw within this of jaw_closed_rad
-    without the cube between has missed (no speeds: the sim's jaw velocity reads tens of rad/s while
-    the jaw rests against its limit).
+    without the cube between has missed.
     high_contact_m [m]: a jaw touching the cube with the tool this far over the grasp height sits on
     the cube's top (rise). cube_up_m [m]: the cube's bottom over the table that counts as lifted.
     step_m [m]: the carrot's distance ahead along a line; lift_step_m [m] while lifting the cube
     (slower: a fast start shakes it loose). side_clearance_m [m]: the tool's height over the cube's
-    top under which it rises before moving sideways."""
+    top under which it rises before moving sideways. reach_check_m [m]: within this of the grasp
+    point horizontally, alignment is measured against the point the IK can reach."""
 
     align_m: float = 0.006
     grasp_reached_m: float = 0.004
@@ -61,13 +61,16 @@ class ReactivePickConfig:
     step_m: float = 0.02
     lift_step_m: float = 0.01
     side_clearance_m: float = 0.015
+    reach_check_m: float = 0.03
 
 
 @dataclass(frozen=True)
 class PickState:
-    """What the expert sees, robot base frame: q (n,) [rad] the measured joints;
+    """What the expert sees, robot base frame: q (n,) [rad] the measured joints (no speeds: the
+    sim's joint velocities read tens of rad/s while a jaw presses on the table or its limit);
     cube_center (3,) [m], cube_yaw_rad [rad], cube_size_m [m]; table_z [m] the table top's height;
-    jaws_on_cube (both jaws touch it); jaw_touches_cube (at least one does)."""
+    jaws_on_cube (both jaws touch it); jaw_touches_cube (at least one does); jaw_touches_table (a
+    jaw is on the table: the tool is as low as it gets)."""
 
     q: np.ndarray
     cube_center: np.ndarray
@@ -76,6 +79,7 @@ class PickState:
     table_z: float
     jaws_on_cube: bool
     jaw_touches_cube: bool
+    jaw_touches_table: bool
 
 
 class ReactivePickExpert(PickLiftExpert):
@@ -101,6 +105,12 @@ class ReactivePickExpert(PickLiftExpert):
         tool = self.tool_position(state.q)
         jaw = float(state.q[self.gripper_index])
         horizontal = float(np.linalg.norm(tool[:2] - pose.grasp[:2]))
+        if horizontal < rc.reach_check_m:
+            # Aligned with what the arm can reach: five joints cannot always put the tool on the
+            # grasp point in the grasp's orientation (the IK's best leaves millimetres), and waiting
+            # for a point it cannot reach is a stall.
+            reach = self.tool_position(self.solve_ik(pose.grasp, pose.rotation, np.asarray(state.q, dtype=float)))
+            horizontal = float(np.linalg.norm(tool[:2] - reach[:2]))
         height = float(tool[2] - pose.grasp[2])  # over the grasp point
         jaw_open = jaw >= cfg.jaw_open_rad - rc.jaw_open_margin_rad
         if state.jaws_on_cube:
@@ -108,15 +118,19 @@ class ReactivePickExpert(PickLiftExpert):
         cube_up = float(state.cube_center[2]) - state.cube_size_m / 2.0 - state.table_z > rc.cube_up_m
         if state.jaw_touches_cube and not jaw_open and cube_up:
             return LIFT, pose, tool  # one jaw slipping for a moment while it is up: keep on
-        if state.jaw_touches_cube and height > rc.high_contact_m:
-            return RISE, pose, tool
+        if state.jaw_touches_cube and height > rc.high_contact_m and jaw_open:
+            return RISE, pose, tool  # an open jaw on the cube's top: off it (a closing one rides up on it)
         at_grasp = horizontal <= 2.0 * rc.align_m and height <= rc.stalled_m
         if at_grasp and not jaw_open:
             # Closing there: go on until the jaw has shut on nothing.
             return (RETRY if jaw <= cfg.jaw_closed_rad + rc.missed_jaw_rad else CLOSE), pose, tool
         if not jaw_open and height <= rc.stalled_m + cfg.approach_height_m:
             return RETRY, pose, tool  # a shut jaw low near the cube: up and open first
-        if at_grasp and height <= rc.grasp_reached_m:
+        if height <= rc.grasp_reached_m and (
+                horizontal <= rc.align_m
+                or (horizontal <= 2.0 * rc.align_m and state.jaw_touches_table)):
+            # Aligned, or as near as the arm gets (a jaw on the table stops it): closing sooner, the
+            # moving jaw flings a cube it meets off-center.
             return CLOSE, pose, tool
         top = pose.above[2] - pose.grasp[2]
         # The descent starts aligned and goes on a little off the line (the carrot pulls it back).

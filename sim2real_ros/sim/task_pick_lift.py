@@ -104,6 +104,10 @@ class PickLiftTask:
         """(how many jaws touch the cube after the last physics step, how many jaws there are)."""
         return len(self._jaws & links_touching(world.client, self.cube, world.robot)), len(self._jaws)
 
+    def jaws_touching_table(self, world: SimWorld) -> bool:
+        """Whether a jaw touches the table after the last physics step."""
+        return bool(self._jaws & links_touching(world.client, world.table, world.robot))
+
     def jaws_on_cube(self, world: SimWorld) -> bool:
         """Whether both jaws touch the cube after the last physics step."""
         return self._jaws <= links_touching(world.client, self.cube, world.robot)
@@ -242,7 +246,8 @@ class PickLiftReactiveScriptedExpert:
         return PickState(q=world.joint_positions(),
                          cube_center=target_in_base_frame(world, center),
                          cube_yaw_rad=yaw_of_quaternion(np.asarray(quat)) - base_yaw, cube_size_m=spec.size_m,
-                         table_z=float(table[2]), jaws_on_cube=touching == jaws, jaw_touches_cube=touching > 0)
+                         table_z=float(table[2]), jaws_on_cube=touching == jaws, jaw_touches_cube=touching > 0,
+                         jaw_touches_table=self.task.jaws_touching_table(world))
 
     def start(self, world: SimWorld) -> None:
         """Nothing to plan: every command reads the state."""
