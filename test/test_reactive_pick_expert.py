@@ -1,6 +1,9 @@
 """The reactive pick expert (sim/reactive_pick_expert.py) and its chunk labeller (rl/labeller.py,
 teacher: expert): it decides from the state alone, so a cube moved after the start is picked where
 it is (the timed expert closes on nothing), and a hovering arm is labelled "down"."""
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -146,3 +149,17 @@ def test_teacher_expert_is_refused_where_no_reactive_expert_exists(tmp_path):
 def test_the_committed_expert_recipe_loads():
     config = load_train_config(REPO_ROOT / "config" / "train_pick_lift_so101_wrist_expert.yaml")
     assert (config.teacher, config.task, config.teacher_checkpoint) == ("expert", "pick_lift", None)
+
+
+def test_eval_sim_runs_the_reactive_expert_and_refuses_it_where_there_is_none(tmp_path):
+    out = tmp_path / "reactive.json"
+    proc = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "eval-sim", "--expert", "reactive",
+                           "--robot", "so101", "--task", "pick_lift", "--episodes", "2", "--perturb", "--pushes",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert (result["driver"], result["task"], result["failures"]) == ("reactive_expert", "pick_lift", {"success": 2})
+    proc = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "eval-sim", "--expert", "reactive",
+                           "--task", "reach_hold", "--episodes", "1"], capture_output=True, text=True, timeout=300,
+                          cwd=REPO_ROOT)
+    assert proc.returncode == 2 and "no reactive scripted expert" in proc.stderr, proc.stderr

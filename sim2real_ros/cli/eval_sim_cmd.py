@@ -1,5 +1,6 @@
-"""`sim2real eval-sim [--checkpoint CKPT | --expert] [--robot arm6|so101] [--task reach|reach_hold|pick_lift|pick_place]
---episodes N [--perturb] [--pushes] [--sim-config YAML] [--sim-loop LOOP] [--graph | --emulate] [--actuation-latency S]
+"""`sim2real eval-sim [--checkpoint CKPT | --expert [timed|reactive]] [--robot arm6|so101]
+[--task reach|reach_hold|pick_lift|pick_place] --episodes N [--perturb] [--pushes] [--sim-config YAML]
+[--sim-loop LOOP] [--graph | --emulate] [--actuation-latency S]
 --json OUT`.
 
 --sim-loop runs the core path (a student, a teacher or --expert) on another sim loop over the sim
@@ -9,7 +10,8 @@ params' own, as a training config's `sim_loop` does: `--sim-loop "{loop: fast, d
 --emulate runs the SO-101's robot graph on the servo-bus emulator (runtime/emulated_eval.py).
 
 --task runs another task than the sim params' task.name (sim/tasks.py); --expert lets the task's
-scripted expert drive (privileged state, no policy): how solvable the task is. Each episode's
+scripted expert drive (privileged state, no policy): how solvable the task is (`--expert reactive`:
+pick_lift's expert that decides from the state, the `teacher: expert` labeller). Each episode's
 failure category is the task's own (docs/learning.md, "Tasks"), counted in `failures`.
 
 The core path's actuator compensates the deployment's configured latency (config/params.yaml), as
@@ -26,6 +28,8 @@ from ..paths import default_policy_path
 from ..robots import ROBOT_NAMES, get_robot
 from ..sim.params import TASK_NAMES
 
+EXPERT_KINDS = ("timed", "reactive")  # --expert: sim/pick_expert.py's plan, sim/reactive_pick_expert.py
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, default=None,
@@ -35,8 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="core path: what runs the policy; auto picks by the file (docs/onnx.md)")
     parser.add_argument("--task", choices=TASK_NAMES, default=None,
                         help="sim task (default: the sim params' task.name; docs/learning.md, Tasks)")
-    parser.add_argument("--expert", action="store_true",
-                        help="the task's scripted expert drives (privileged state) instead of a checkpoint")
+    parser.add_argument("--expert", nargs="?", const="timed", default=None, choices=EXPERT_KINDS,
+                        help="the task's scripted expert drives (privileged state) instead of a checkpoint: timed "
+                             "(default, a plan on the clock) or reactive (pick_lift: the phase from the state, "
+                             "the teacher: expert labeller)")
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--perturb", action="store_true", help="apply the sim params' randomization ranges")
     parser.add_argument("--pushes", action="store_true",
@@ -273,7 +279,8 @@ def _evaluate_expert(args: argparse.Namespace) -> dict | None:
         if args.task is not None:
             params = with_task(params, args.task)
         result = evaluate_expert(params, robot_description_for(robot, args.robot_description), args.episodes,
-                                 seed=args.seed, randomize=args.perturb, pushes=args.pushes)
+                                 seed=args.seed, randomize=args.perturb, pushes=args.pushes,
+                                 reactive=args.expert == "reactive")
     except Sim2RealError as err:
         print(f"sim2real eval-sim: {err}", file=sys.stderr)
         return None

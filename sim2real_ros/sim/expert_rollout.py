@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.errors import ConfigError
 from ..core.stats import success_by_pushes, wilson_interval
 from .params import SimParams
 from .world import SimWorld, episode_seed
@@ -16,11 +17,18 @@ DEFAULT_CONTROL_HZ = 50.0
 
 
 def run_expert_episode(world: SimWorld, randomize: bool = False, seed: int | None = None,
-                       control_hz: float = DEFAULT_CONTROL_HZ) -> dict[str, Any]:
+                       control_hz: float = DEFAULT_CONTROL_HZ, reactive: bool = False) -> dict[str, Any]:
     """One episode with the task's scripted expert commanding at control_hz [Hz] (sim time) until the
-    task ends it. Returns the world's outcome with `failure` (the task's category) added."""
+    task ends it (reactive: the task's reactive expert, which decides from the state). Returns the
+    world's outcome with `failure` (the task's category) added."""
+    make = world.task.make_expert
+    if reactive:
+        make = getattr(world.task, "make_reactive_expert", None)
+        if make is None:
+            raise ConfigError(world.params.source, "task.name", world.task.name,
+                              "has no reactive scripted expert (pick_lift has)")
     world.reset(randomize=randomize, seed=seed)
-    expert = world.task.make_expert(world)
+    expert = make(world)
     expert.start(world)
     physics_per_tick = max(1, int(round(1.0 / (control_hz * world.params.physics.dt_s))))
     while world.episode_outcome() is None:
@@ -34,18 +42,19 @@ def run_expert_episode(world: SimWorld, randomize: bool = False, seed: int | Non
 
 def evaluate_expert(params: SimParams, robot_description: str, episodes: int, seed: int = 1000,
                     randomize: bool = False, pushes: bool = False,
-                    control_hz: float = DEFAULT_CONTROL_HZ) -> dict[str, Any]:
+                    control_hz: float = DEFAULT_CONTROL_HZ, reactive: bool = False) -> dict[str, Any]:
     """`episodes` episodes of the scripted expert (episode k has seed episode_seed(seed, k), as
     eval-sim's), each on a fresh world: a PyBullet world's next episode depends slightly on what it
     simulated before, so a row is reproducible from its seed alone. Success rate with its Wilson
-    95 % interval, failure categories and the per-episode rows."""
+    95 % interval, failure categories and the per-episode rows (reactive: run_expert_episode's)."""
     rows = []
     categories: tuple[str, ...] = ()
     for k in range(int(episodes)):
         world = SimWorld(params, robot_description, seed=seed, render=False, randomize=False, pushes=pushes)
         try:
             categories = tuple(world.task.failure_categories)
-            outcome = run_expert_episode(world, randomize=randomize, seed=episode_seed(seed, k), control_hz=control_hz)
+            outcome = run_expert_episode(world, randomize=randomize, seed=episode_seed(seed, k), control_hz=control_hz,
+                                         reactive=reactive)
         finally:
             world.close()
         rows.append({"episode": k, "seed": int(outcome["seed"]), "success": bool(outcome["success"]),
@@ -58,7 +67,8 @@ def evaluate_expert(params: SimParams, robot_description: str, episodes: int, se
         "pushes_applied_total": sum(r.get("pushes_applied", 0) for r in rows),
         "by_pushes": success_by_pushes([{"success": r["success"], "pushes_applied": r.get("pushes_applied", 0)}
                                         for r in rows])}
-    return {"driver": "scripted_expert", "task": params.task.name, "episodes": len(rows), "successes": wins,
+    return {"driver": "reactive_expert" if reactive else "scripted_expert", "task": params.task.name,
+            "episodes": len(rows), "successes": wins,
             "success_rate": wins / max(1, len(rows)), "ci95": list(wilson_interval(wins, len(rows))),
             "failures": dict(sorted(Counter(r["failure"] for r in rows).items())),
             "failure_categories": list(categories), "perturb": bool(randomize),
