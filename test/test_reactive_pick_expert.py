@@ -163,3 +163,24 @@ def test_eval_sim_runs_the_reactive_expert_and_refuses_it_where_there_is_none(tm
                            "--task", "reach_hold", "--episodes", "1"], capture_output=True, text=True, timeout=300,
                           cwd=REPO_ROOT)
     assert proc.returncode == 2 and "no reactive scripted expert" in proc.stderr, proc.stderr
+
+
+def test_a_cube_turned_45_degrees_keeps_the_face_pair_the_jaw_is_closing_on():
+    from sim2real_ros.sim.pick_expert import tool_down_rotation
+    from sim2real_ros.sim.reactive_pick_expert import closing_direction
+
+    for angle in (-1.0, 0.0, 0.4, 2.0):
+        rotation = tool_down_rotation(np.array([np.cos(angle), np.sin(angle), 0.0]), 0.2)
+        assert closing_direction(rotation) == pytest.approx(angle, abs=1e-9)
+    assert closing_direction(np.eye(3)) is None  # a tool pointing up
+    with task_world(SO101, "pick_lift") as (params, world):
+        expert = PickLiftReactiveScriptedExpert(world, world.task).expert
+        center = np.array([0.22, 0.0, 0.0125])  # on the x axis: radial direction 0
+        angles = []
+        for yaw in (np.pi / 4 - 0.01, np.pi / 4 + 0.01):  # either side of the tie
+            free = expert.grasp_geometry(center, yaw, 0.025, 0.0)
+            kept = expert.grasp_geometry(center, yaw, 0.025, 0.0, closing_hint_rad=np.pi / 4 - 0.01)
+            angles.append((closing_direction(free.rotation), closing_direction(kept.rotation)))
+        (free_a, kept_a), (free_b, kept_b) = angles
+        assert abs(free_a - free_b) == pytest.approx(np.pi / 2, abs=0.05)  # without the hint: a flip
+        assert kept_a == pytest.approx(kept_b, abs=0.05)  # with it: the same pair

@@ -148,15 +148,21 @@ class PickLiftExpert:
         return q, float(np.linalg.norm(weights * error))
 
     def grasp_geometry(self, cube_center: np.ndarray, cube_yaw_rad: float, cube_size_m: float,
-                       table_z: float | None = None) -> GraspGeometry:
+                       table_z: float | None = None, closing_hint_rad: float | None = None) -> GraspGeometry:
         """The tool poses (base frame) for a top-down grasp of a cube at `cube_center` (3,) [m] with
         edge `cube_size_m` [m] and yaw `cube_yaw_rad` [rad]; table_z [m]: the table top's height
-        (default: under the cube, which lies on it)."""
+        (default: under the cube, which lies on it). closing_hint_rad [rad]: the direction the jaw
+        closes in now; the face pair nearest it is kept while it lies within 60 degrees of the
+        radial direction (a choice made afresh at every call flips by 90 degrees on a cube turned
+        45 degrees: two wrist rolls for one state)."""
         cfg = self.config
         center = np.asarray(cube_center, dtype=float)
         radial = math.atan2(center[1], center[0])
-        # The face normal nearest the radial direction: the wrist rolls at most 45 degrees.
-        turns = round((radial - cube_yaw_rad) / (math.pi / 2))
+        reference = radial
+        if closing_hint_rad is not None and abs(_wrap(closing_hint_rad - radial)) < math.radians(60.0):
+            reference = closing_hint_rad
+        # The face normal nearest the reference (the radial direction: the wrist rolls at most 45 degrees).
+        turns = round((reference - cube_yaw_rad) / (math.pi / 2))
         closing_angle = cube_yaw_rad + turns * math.pi / 2
         closing = np.array([math.cos(closing_angle), math.sin(closing_angle), 0.0])
         rotation = tool_down_rotation(closing, cfg.tilt_rad)
@@ -231,6 +237,11 @@ def _along(points: np.ndarray, fraction: float) -> np.ndarray:
     position = min(1.0, max(0.0, fraction)) * (len(points) - 1)
     k = min(int(position), len(points) - 2)
     return points[k] + (position - k) * (points[k + 1] - points[k])
+
+
+def _wrap(angle_rad: float) -> float:
+    """angle_rad [rad] wrapped into [-pi, pi)."""
+    return (angle_rad + math.pi) % (2.0 * math.pi) - math.pi
 
 
 def _smooth(fraction: float) -> float:

@@ -101,8 +101,10 @@ class ReactivePickExpert(PickLiftExpert):
     def phase(self, state: PickState) -> tuple[str, GraspGeometry, np.ndarray]:
         """(the phase for `state`, the grasp geometry of the cube where it is, the tool point (3,) [m])."""
         cfg, rc = self.config, self.reactive
-        pose = self.grasp_geometry(state.cube_center, state.cube_yaw_rad, state.cube_size_m, state.table_z)
-        tool = self.tool_position(state.q)
+        transform = self.model.forward_kinematics(state.q, self.tool_link, self.joint_names)[0]
+        tool = transform[:3, 3]
+        pose = self.grasp_geometry(state.cube_center, state.cube_yaw_rad, state.cube_size_m, state.table_z,
+                                   closing_direction(transform[:3, :3]))
         jaw = float(state.q[self.gripper_index])
         horizontal = float(np.linalg.norm(tool[:2] - pose.grasp[:2]))
         if horizontal < rc.reach_check_m:
@@ -184,6 +186,14 @@ class ReactivePickExpert(PickLiftExpert):
         q = self.solve_ik(pose.above, pose.rotation, self.home_q)
         self._above_cache = (pose.above.copy(), q)
         return q
+
+
+def closing_direction(tool_rotation: np.ndarray) -> float | None:
+    """The horizontal direction [rad] the jaw closes in for a tool pointing down (its x axis is
+    opposite the closing direction, tool_down_rotation), None for one that does not point down."""
+    if tool_rotation[2, 2] > -0.7:
+        return None
+    return math.atan2(-tool_rotation[1, 0], -tool_rotation[0, 0])
 
 
 def _toward(start: np.ndarray, goal: np.ndarray, step_m: float) -> np.ndarray:
