@@ -77,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from foxglove.websocket import Capability
 
     from ..core.errors import Sim2RealError
+    from ..signals import set_on_signal
     from ..viz.channels import VizPublisher
     from ..viz.replay import BagReplayer, ReplayClock
     from ..viz.router import VizRouter
@@ -105,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
     for warning in server.warnings():
         print(f"[view] warning: {warning}", file=sys.stderr, flush=True)
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # Set from a thread, not in the handler: that can deadlock on the event's own lock (signals.py).
+    previous = {sig: signal.signal(sig, set_on_signal(stop)) for sig in (signal.SIGINT, signal.SIGTERM)}
     host = "localhost" if args.host in ("127.0.0.1", "localhost") else args.host
     duration_s = (view.end_ns - view.start_ns) / 1e9
     print(f"[view] {view.path}: {duration_s:.1f} s, tool point {view.tool_link}, URDF from {view.urdf_source}",

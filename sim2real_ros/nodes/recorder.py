@@ -44,6 +44,7 @@ from ..bags.topic_selection import adapt_qos, select_topics
 from ..bags.writer import BagWriter, qos_profiles_yaml
 from ..core.errors import BagError, ConfigError
 from ..core.timebase import NS_PER_S
+from ..signals import StopRequest
 from .common import freeze_startup_objects, now_ns, single_threaded_executor
 from .parameters import RECORDER, declare_table
 
@@ -273,16 +274,15 @@ def _spin_until_stopped(node: RecorderNode, duration_s: float | None = None) -> 
     """Spin `node` until SIGINT/SIGTERM/SIGHUP, rclpy shutdown or `duration_s`; then take in what DDS
     already delivered (RecorderNode.drain) while the context is still valid. rclpy's own signal
     handler would shut the context down at once and destroy the subscriptions with those messages."""
-    stop = threading.Event()
+    stop = StopRequest()  # not an Event: setting one from a handler can deadlock (signals.py)
     # SIGHUP (its terminal closed) too: the bag must be finished, not cut off (issue 34).
-    previous = {sig: signal.signal(sig, lambda _signum, _frame: stop.set())
-                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, stop.handler) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     executor = single_threaded_executor(node)
     executor.add_node(node)
     freeze_startup_objects()
     deadline = None if duration_s is None else time.monotonic() + duration_s
     try:
-        while not stop.is_set() and rclpy.ok(context=node.context) and (
+        while not stop and rclpy.ok(context=node.context) and (
                 deadline is None or time.monotonic() < deadline):
             executor.spin_once(timeout_sec=0.1)
     finally:

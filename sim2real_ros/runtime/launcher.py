@@ -24,6 +24,7 @@ import yaml
 
 from ..graph import NodeDecl
 from ..paths import use_dds_profile
+from ..signals import StopRequest
 from .lifeline import launcher_environment
 
 
@@ -127,18 +128,18 @@ class GraphLauncher:
 
         Returns 0, or the first non-zero exit code of a node that died.
         """
-        stop = threading.Event()
+        stop = StopRequest()  # not an Event: setting one from a handler can deadlock (signals.py)
         # SIGHUP (the terminal closed) stops the graph in order too, as SIGTERM does (issue 34).
-        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGHUP)}
+        previous = {sig: signal.signal(sig, stop.handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
         deadline = None if duration_s is None else time.monotonic() + duration_s
         try:
-            while not stop.is_set():
+            while not stop:
                 exited = self.check()
                 if exited and (stop_on_exit or len(exited) == len(self.nodes)):
                     break
                 if deadline is not None and time.monotonic() >= deadline:
                     break
-                stop.wait(0.1)
+                time.sleep(0.1)  # a signal ends the sleep early (its handler runs, the loop checks)
         except KeyboardInterrupt:
             pass
         finally:
