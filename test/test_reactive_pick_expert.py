@@ -83,12 +83,18 @@ def test_a_cube_moved_after_the_start_is_picked_where_it_is_and_the_timed_expert
         assert run_reactive(world, 5, on_step=_move_cube_once(0.2, shift)) == "success"
 
 
+def _expert_state_and_grasp(world: SimWorld):
+    """(the reactive expert, its state, the cube's grasp geometry) for episode seed 5 of `world`."""
+    world.reset(seed=5)
+    expert = PickLiftReactiveScriptedExpert(world, world.task)
+    state = expert.state(world)
+    pose = expert.expert.grasp_geometry(state.cube_center, state.cube_yaw_rad, state.cube_size_m, state.table_z)
+    return expert, state, pose
+
+
 def test_phases_follow_the_state():
     with task_world(SO101, "pick_lift") as (params, world):
-        world.reset(seed=5)
-        expert = PickLiftReactiveScriptedExpert(world, world.task)
-        state = expert.state(world)
-        pose = expert.expert.grasp_geometry(state.cube_center, state.cube_yaw_rad, state.cube_size_m, state.table_z)
+        expert, state, pose = _expert_state_and_grasp(world)
         gripper = expert.expert.gripper_index
         cfg = expert.expert.config
 
@@ -116,10 +122,7 @@ def test_yaw_of_quaternion_matches_pybullet():
 
 def test_the_chunk_labeller_labels_a_hovering_arm_down_and_leaves_the_world_as_it_was():
     with task_world(SO101, "pick_lift") as (params, world):
-        world.reset(seed=5)
-        expert = PickLiftReactiveScriptedExpert(world, world.task)
-        state = expert.state(world)
-        pose = expert.expert.grasp_geometry(state.cube_center, state.cube_yaw_rad, state.cube_size_m, state.table_z)
+        expert, state, pose = _expert_state_and_grasp(world)
         q = expert.expert.solve_ik(pose.above, pose.rotation, expert.expert.home_q)
         q[expert.expert.gripper_index] = expert.expert.config.jaw_open_rad
         world.place_joints(dict(zip(world.joint_names, q, strict=True)))
