@@ -187,3 +187,34 @@ def test_a_cube_turned_45_degrees_keeps_the_face_pair_the_jaw_is_closing_on():
         (free_a, kept_a), (free_b, kept_b) = angles
         assert abs(free_a - free_b) == pytest.approx(np.pi / 2, abs=0.05)  # without the hint: a flip
         assert kept_a == pytest.approx(kept_b, abs=0.05)  # with it: the same pair
+
+
+def test_bc_init_collects_dart_pairs_from_the_reactive_expert():
+    """bc_init.expert: reactive (config/teacher_pick_lift_bc_dart_reactive.yaml) plays BC's noisy
+    episodes with the reactive expert: with the recipe's DART noise its episodes still pick the cube,
+    the labels differ from the timed expert's on the same episode, and a task without a reactive
+    expert is refused at load, naming the field."""
+    from sim2real_ros.rl.batch import BatchedEnv
+    from sim2real_ros.rl.bc import BC_EPISODE_BASE, expert_episode
+    from sim2real_ros.rl.ppo import load_teacher_config
+
+    config = load_teacher_config(REPO_ROOT / "config" / "teacher_pick_lift_bc_dart_reactive.yaml")
+    bc = config.bc()
+    assert bc is not None and (bc.expert, bc.action_noise) == ("reactive", 0.1)
+    batch = BatchedEnv(config.env_spec(episode_base=BC_EPISODE_BASE), 0, 1)
+    try:
+        env = batch.envs[0]
+        reactive = [expert_episode(env, BC_EPISODE_BASE + k, 0.99, bc.action_noise, "reactive") for k in range(2)]
+        timed = expert_episode(env, BC_EPISODE_BASE, 0.99, bc.action_noise, "timed")
+    finally:
+        batch.close()
+    assert all(pairs.episodes[0]["success"] for pairs in reactive), [p.episodes for p in reactive]
+    first = reactive[0]
+    assert np.abs(first.actions).max() <= 1.0 and len(first.obs) == len(first.actions)
+    steps = min(len(first.actions), len(timed.actions))
+    assert not np.allclose(first.actions[:steps], timed.actions[:steps])
+    with pytest.raises(ValueError, match="no 'reactive' scripted expert"):
+        with task_world(SO101, "pick_place") as (_, world):
+            from sim2real_ros.sim.tasks import make_scripted_expert
+
+            make_scripted_expert(world, "reactive")

@@ -636,6 +636,8 @@ def test_ppo_labels_do_not_leak_a_push_that_starts_after_the_observation(small_t
     ({"action_noise": -0.1}, "bc_init.action_noise", "-0.1"),
     ({"init_std": 0}, "bc_init.init_std", "0"),
     ({"critic": "yes"}, "bc_init.critic", "'yes'"),
+    ({"expert": "replay"}, "bc_init.expert", "'replay'"),
+    ({"expert": "reactive"}, "bc_init.expert", "'reactive'"),  # the default task (reach) has none
     ({"epoks": 5}, "bc_init.epoks", "5"),
     ([4000], "bc_init", r"\[4000\]"),
 ])

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..core.errors import ConfigError
+from ..sim.tasks import EXPERT_KINDS, make_scripted_expert
 
 if TYPE_CHECKING:
     import torch
@@ -41,7 +42,10 @@ class BCConfig:
     and their labels steer back to it (DART; on reach_hold 0.1 jitters the tool above the hold's
     5 cm/s and no expert episode succeeds, 0.02 leaves 75 % of them successful); init_std: the
     exploration noise PPO starts from after BC (None: actor.init_std); critic: also fit the critic
-    to the expert's discounted returns."""
+    to the expert's discounted returns; expert: which scripted expert plays the episodes, "timed"
+    (Task.make_expert: a plan fixed at the start, timed) or "reactive" (Task.make_reactive_expert:
+    the phase decided from the state at every call, with retries after an empty grasp; the tasks in
+    sim/tasks.REACTIVE_EXPERT_TASKS)."""
 
     episodes: int = 256
     epochs: int = 50
@@ -50,6 +54,7 @@ class BCConfig:
     action_noise: float = 0.02
     init_std: float | None = None
     critic: bool = True
+    expert: str = "timed"
 
     @classmethod
     def from_dict(cls, data: Any, source: str) -> BCConfig:
@@ -69,6 +74,8 @@ class BCConfig:
             _check_number(source, "init_std", config.init_std, low=0.0, low_open=True)
         if not isinstance(config.critic, bool):
             raise ConfigError(source, "bc_init.critic", config.critic, "must be true or false")
+        if config.expert not in EXPERT_KINDS:
+            raise ConfigError(source, "bc_init.expert", config.expert, f"must be one of {', '.join(EXPERT_KINDS)}")
         return config
 
     def index_range(self, num_envs: int) -> list[int]:
@@ -126,12 +133,14 @@ def discounted_returns(rewards: list[float], gamma: float) -> np.ndarray:
     return out
 
 
-def expert_episode(env: TaskEnv, index: int, gamma: float, action_noise: float) -> ExpertPairs:
-    """Episode `index` of the env's run played by the task's scripted expert, with N(0, action_noise)
-    added to each executed action (seeded by the run seed and index: the same pairs on any worker)."""
+def expert_episode(env: TaskEnv, index: int, gamma: float, action_noise: float,
+                   expert_kind: str = "timed") -> ExpertPairs:
+    """Episode `index` of the env's run played by the task's scripted expert (expert_kind: "timed"
+    or "reactive", BCConfig.expert), with N(0, action_noise) added to each executed action (seeded
+    by the run seed and index: the same pairs on any worker)."""
     rng = np.random.default_rng([env.run_seed, int(index), 0x0BC])
     obs = env.reset(index=int(index))
-    expert = env.world.task.make_expert(env.world)
+    expert = make_scripted_expert(env.world, expert_kind)
     expert.start(env.world)
     observed, labels, rewards = [], [], []
     while True:

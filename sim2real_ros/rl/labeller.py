@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ..core.errors import ConfigError
+from ..sim.tasks import REACTIVE_EXPERT_TASKS, make_scripted_expert
 from ..sim.world import SimWorld
 from .env import EnvConfig, privileged_observation
 from .teacher_checkpoint import LoadedTeacher
@@ -161,12 +162,11 @@ class ScriptedChunkTeacher(ChunkLookAhead):
 
     def __init__(self, world: SimWorld, decision_s: float, compensated_latency_s: float,
                  action_scale_rad: float, source: str) -> None:
-        make = getattr(world.task, "make_reactive_expert", None)
-        if make is None:
-            raise ConfigError(source, "teacher", "expert",
-                              f"task {world.task.name!r} has no reactive scripted expert (pick_lift has)")
+        if world.task.name not in REACTIVE_EXPERT_TASKS:
+            raise ConfigError(source, "teacher", "expert", f"task {world.task.name!r} has no reactive scripted "
+                              f"expert ({', '.join(REACTIVE_EXPERT_TASKS)} have)")
         super().__init__(world, decision_s, compensated_latency_s, action_scale_rad, source, "dt_s")
-        self.expert = make(world)
+        self.expert = make_scripted_expert(world, "reactive")
 
     def act(self, decision: int, command: np.ndarray, last_action: np.ndarray) -> np.ndarray:
         return (self.expert.command(self.world) - command) / self.action_scale_rad

@@ -101,12 +101,13 @@ class _Worker:
                         break
         return out
 
-    def expert_episodes(self, shares: Sequence[Sequence[int]], gamma: float, action_noise: float) -> list[Any]:
-        """Play whole episodes with the task's scripted expert (rl/bc.expert_episode): env i of
-        this worker plays the indices in shares[i], in order. Returns their ExpertPairs."""
+    def expert_episodes(self, shares: Sequence[Sequence[int]], gamma: float, action_noise: float,
+                        expert_kind: str = "timed") -> list[Any]:
+        """Play whole episodes with the task's scripted expert of expert_kind (rl/bc.expert_episode):
+        env i of this worker plays the indices in shares[i], in order. Returns their ExpertPairs."""
         from .bc import expert_episode
 
-        return [expert_episode(env, int(index), gamma, action_noise)
+        return [expert_episode(env, int(index), gamma, action_noise, expert_kind)
                 for env, indices in zip(self.batch.envs, shares, strict=True) for index in indices]
 
     def close(self) -> None:
@@ -393,8 +394,10 @@ class RolloutPool:
         by_index = {e["index"]: e for part in results for e in part}
         return [by_index[i] for i in indices]
 
-    def expert_pairs(self, indices: Sequence[int], gamma: float, action_noise: float = 0.0) -> Any:
-        """Whole episodes `indices` played by the task's scripted expert (rl/bc.py), assigned to
+    def expert_pairs(self, indices: Sequence[int], gamma: float, action_noise: float = 0.0,
+                     expert_kind: str = "timed") -> Any:
+        """Whole episodes `indices` played by the task's scripted expert of expert_kind ("timed" or
+        "reactive", rl/bc.py), assigned to
         slots as run_episodes assigns them; their (observation, expert action, return) pairs, in
         the order of `indices`, as one rl/bc.ExpertPairs."""
         from .bc import ExpertPairs
@@ -402,7 +405,7 @@ class RolloutPool:
         indices = [int(i) for i in indices]
         per_slot = [indices[j::self.num_envs] for j in range(self.num_envs)]
         shares = [per_slot[first:first + count] for first, count in self.layout]
-        results = self._call("expert_episodes", shares, common=(float(gamma), float(action_noise)))
+        results = self._call("expert_episodes", shares, common=(float(gamma), float(action_noise), str(expert_kind)))
         by_index = {part.episodes[0]["index"]: part for worker in results for part in worker}
         return ExpertPairs.concatenate([by_index[i] for i in indices])
 

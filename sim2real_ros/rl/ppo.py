@@ -33,6 +33,7 @@ from ..paths import share_dir
 from ..provenance import assert_unseen_episodes, portable_provenance, sim_params_version, training_git_state
 from ..robots import DEFAULT_ROBOT, get_robot, robot_description_for, sim_params_for
 from ..sim.params import load_sim_params, with_sim_loop_override
+from ..sim.tasks import REACTIVE_EXPERT_TASKS
 from .batch import EnvSpec
 from .bc import BCConfig, ExpertPairs, fit_normalizer, regress, set_exploration_std
 from .cluster import default_workers
@@ -117,8 +118,14 @@ class TeacherConfig:
                 raise ConfigError(self.source, name, getattr(self, name), "file not found")
         if self.sim_loop:  # checked here, not in the first worker: the error names this file's field
             with_sim_loop_override(load_sim_params(self.sim_params), self.sim_loop, self.source)
-        EnvConfig.from_dict(self.env, self.source)
+        env_config = EnvConfig.from_dict(self.env, self.source)
         RewardConfig.from_dict(self.rewards, self.source)
+        bc = self.bc()
+        if bc is not None and bc.expert == "reactive":
+            task = env_config.task or load_sim_params(self.sim_params).task.name
+            if task not in REACTIVE_EXPERT_TASKS:
+                raise ConfigError(self.source, "bc_init.expert", bc.expert, f"task {task!r} has no reactive "
+                                  f"scripted expert ({', '.join(REACTIVE_EXPERT_TASKS)} have)")
         unknown = sorted(set(self.ppo) - set(DEFAULT_PPO))
         if unknown:
             raise ConfigError(self.source, f"ppo.{unknown[0]}", self.ppo[unknown[0]],
@@ -369,7 +376,7 @@ class TeacherTrainer:
         parts = []
         try:
             for start in range(0, len(indices), block):
-                parts.append(pool.expert_pairs(indices[start:start + block], gamma, bc.action_noise))
+                parts.append(pool.expert_pairs(indices[start:start + block], gamma, bc.action_noise, bc.expert))
                 done = min(len(indices), start + block)
                 wins = sum(bool(e["success"]) for part in parts for e in part.episodes)
                 self.log(f"[bc] expert episodes {done}/{len(indices)} | {wins} successes | "

@@ -11,6 +11,7 @@ import numpy as np
 from ..core.errors import ConfigError
 from ..core.stats import success_by_pushes, wilson_interval
 from .params import SimParams
+from .tasks import REACTIVE_EXPERT_TASKS, make_scripted_expert
 from .world import SimWorld, episode_seed
 
 DEFAULT_CONTROL_HZ = 50.0
@@ -21,14 +22,11 @@ def run_expert_episode(world: SimWorld, randomize: bool = False, seed: int | Non
     """One episode with the task's scripted expert commanding at control_hz [Hz] (sim time) until the
     task ends it (reactive: the task's reactive expert, which decides from the state). Returns the
     world's outcome with `failure` (the task's category) added."""
-    make = world.task.make_expert
-    if reactive:
-        make = getattr(world.task, "make_reactive_expert", None)
-        if make is None:
-            raise ConfigError(world.params.source, "task.name", world.task.name,
-                              "has no reactive scripted expert (pick_lift has)")
+    if reactive and world.task.name not in REACTIVE_EXPERT_TASKS:
+        raise ConfigError(world.params.source, "task.name", world.task.name,
+                          f"has no reactive scripted expert ({', '.join(REACTIVE_EXPERT_TASKS)} have)")
     world.reset(randomize=randomize, seed=seed)
-    expert = make(world)
+    expert = make_scripted_expert(world, "reactive" if reactive else "timed")
     expert.start(world)
     physics_per_tick = max(1, int(round(1.0 / (control_hz * world.params.physics.dt_s))))
     while world.episode_outcome() is None:

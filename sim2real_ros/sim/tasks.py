@@ -30,7 +30,14 @@ from .task_base import (
 if TYPE_CHECKING:
     from .world import SimWorld
 
-__all__ = ["SUCCESS", "TIMEOUT", "ReachHoldTask", "ReachTask", "Task", "make_task"]
+__all__ = ["EXPERT_KINDS", "REACTIVE_EXPERT_TASKS", "SUCCESS", "TIMEOUT", "ReachHoldTask", "ReachTask", "Task",
+           "make_scripted_expert", "make_task"]
+
+# The scripted experts a task may have: "timed" (Task.make_expert: every task, a plan fixed at the
+# start) and "reactive" (Task.make_reactive_expert: the phase decided from the state at every call,
+# so it recovers; only the tasks below have one).
+EXPERT_KINDS = ("timed", "reactive")
+REACTIVE_EXPERT_TASKS = ("pick_lift",)
 
 
 class ReachScriptedExpert:
@@ -203,6 +210,18 @@ class ReachHoldTask(ReachTask):
     def restore(self, state: Any) -> None:
         timer, self._collided, self._held_s, self._reached = state
         self._timer.restore(timer)
+
+
+def make_scripted_expert(world: SimWorld, kind: str = "timed") -> ScriptedExpert:
+    """The world's task's scripted expert of `kind` (EXPERT_KINDS); ValueError naming the task
+    when it has none of that kind."""
+    if kind == "timed":
+        return world.task.make_expert(world)
+    make = getattr(world.task, "make_reactive_expert", None) if kind == "reactive" else None
+    if make is None:
+        raise ValueError(f"task {world.task.name!r} has no {kind!r} scripted expert "
+                         f"(reactive: {', '.join(REACTIVE_EXPERT_TASKS)}; kinds: {', '.join(EXPERT_KINDS)})")
+    return make(world)
 
 
 def make_task(params: TaskParams) -> Task:

@@ -12,12 +12,10 @@ from ..core.errors import ConfigError
 from ..paths import config_path
 from ..robots import DEFAULT_ROBOT, get_robot, robot_description_for, sim_params_for
 from ..sim.params import TASK_NAMES, load_sim_params, with_sim_loop_override
+from ..sim.tasks import REACTIVE_EXPERT_TASKS
 from .augment import MAX_SHIFT_PX
 from .episode_plan import EPISODE_BLOCK, MAX_DAGGER_ROUNDS
 from .rollout import RolloutConfig
-
-# Tasks with a reactive scripted expert (Task.make_reactive_expert), the labeller of teacher: expert.
-REACTIVE_EXPERT_TASKS = ("pick_lift",)
 
 
 @dataclass(frozen=True)
