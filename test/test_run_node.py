@@ -144,3 +144,53 @@ def test_a_dying_loop_ends_the_node_even_when_the_signal_thread_wakes_the_execut
                             timeout=60, cwd=REPO_ROOT)
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT")]
     assert lines == ["RESULT 1 [3]"], result.stdout + result.stderr
+
+
+# The same race from an external SIGTERM (or a SIGHUP, which end_on_hangup forwards as one): no loop
+# died, so nothing of the node's own knows it is ending; an idle node (no timer) waits with no timeout.
+EXTERNAL_SIGTERM_PREEMPTED = r'''
+import threading
+import time
+
+import rclpy
+from rclpy.node import Node
+
+from sim2real_ros.nodes import common
+from sim2real_ros.nodes.common import run_node
+
+cleaned = []
+
+
+class Idle(Node):
+    def __init__(self):
+        super().__init__("idle")
+
+    def destroy_node(self):
+        cleaned.append(self.get_name())
+        super().destroy_node()
+
+
+def rclpy_signal_thread_preempted():
+    while common._spinning_executor is None:
+        time.sleep(0.01)
+    time.sleep(0.5)                            # spinning by now
+    common._spinning_executor._sigint_gc.trigger()  # trigger_guard_conditions()
+    time.sleep(0.3)                            # preempted here
+    handle = rclpy.get_default_context().handle
+    with handle:
+        handle.shutdown()                      # rclpy::shutdown_contexts(): no wake
+
+
+threading.Thread(target=rclpy_signal_thread_preempted, daemon=True).start()
+code = run_node(Idle, [])
+print("RESULT", code, cleaned)
+'''
+
+
+def test_an_idle_node_ends_when_an_external_sigterm_shuts_its_context_down_between_wakes():
+    """Before the watchdog covered every shutdown, only a dying loop's SIGTERM started a waker: this
+    node (an external SIGTERM's race emulated) stayed in rcl_wait until the 60 s timeout."""
+    result = subprocess.run([sys.executable, "-c", EXTERNAL_SIGTERM_PREEMPTED], capture_output=True, text=True,
+                            timeout=60, cwd=REPO_ROOT)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT")]
+    assert lines == ["RESULT 0 ['idle']"], result.stdout + result.stderr

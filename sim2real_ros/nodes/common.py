@@ -186,14 +186,15 @@ def _destroy_half_built_node(err: BaseException) -> None:
 # Set by run_node: this process is a node's own, so a background loop that dies may end it.
 _node_process = threading.Event()
 _loop_failures: list[str] = []
-# The executor run_node spins (None before it is built), set when spin has returned (the waker stops
-# there: executor.shutdown destroys the guard it triggers), and when run_node's cleanup is over.
+# The executor run_node spins (None before it is built), set when spin has returned (the watchdog
+# stops waking it there: executor.shutdown destroys the guard it triggers), and when run_node's
+# cleanup is over.
 _spinning_executor: Executor | None = None
 _spin_returned = threading.Event()
 _node_done = threading.Event()
-_ending = threading.Lock()  # held once the waker is started: one per process
-# How often the waker wakes the executor [s], and how long a node that is ending may take to return
-# from spin and clean up [s] before the process ends without it (exit code 1, every stack printed).
+# How often the shutdown watchdog looks at the context and, once it is shut down, wakes the executor
+# [s]; how long a node whose context is shut down may take to return from spin and clean up [s]
+# before the process ends without it (exit code 1, every stack printed).
 END_WAKE_PERIOD_S = 0.1
 END_DEADLINE_S = 30.0
 
@@ -204,33 +205,37 @@ def end_node_after_loop_failure(why: str) -> bool:
     node's cleanup runs, a driver holds its arm) with exit code 1, so that the launcher sees a node
     exit and stops the graph instead of a live process that publishes nothing. Elsewhere (a node
     built inside a test or a tool) nothing is ended. Returns whether the node is being ended.
-
-    SIGTERM alone can leave the node spinning forever: rclpy's signal thread triggers the executors'
-    guard conditions first and shuts the context down after (Jazzy's signal_handler.cpp), so an
-    executor that wakes in between finds the context still valid, waits again, and nothing wakes it
-    once the context is down (a CI run on Jazzy under load: the main thread in rcl_wait for 60 s,
-    the context shut down). A waker thread (_wake_until_node_done) closes that gap.
-    """
+    (run_node's shutdown watchdog makes sure the SIGTERM does end the spin.)"""
     if not _node_process.is_set():
         return False
     _loop_failures.append(why)
     os.kill(os.getpid(), signal.SIGTERM)
-    if _ending.acquire(blocking=False):
-        threading.Thread(target=_wake_until_node_done, name="node-end", daemon=True).start()
     return True
 
 
-def _wake_until_node_done() -> None:
-    """Wake run_node's executor every END_WAKE_PERIOD_S until its spin returns, so that it sees the
-    context rclpy's SIGTERM handling shut down (a wake before that only makes it wait again; one
-    after it ends the spin). Last resort: a node that has not returned from spin and cleaned up
-    within END_DEADLINE_S prints every thread's stack and ends with exit code 1 at once (os._exit)
-    rather than live on publishing nothing: the launcher must see it exit."""
-    deadline = time.monotonic() + END_DEADLINE_S
+def _watch_shutdown() -> None:
+    """run_node's shutdown watchdog: once the context is shut down, wake the executor every
+    END_WAKE_PERIOD_S until its spin returns.
+
+    Why: SIGTERM (external, SIGHUP forwarded by end_on_hangup, or a dying loop's) can leave the node
+    spinning forever. rclpy's signal thread triggers the executors' guard conditions first and shuts
+    the context down after (Jazzy's signal_handler.cpp), so an executor that wakes in between finds
+    the context still valid, waits again with no timeout, and nothing wakes it once the context is
+    down (a CI run on Jazzy under load: the main thread in rcl_wait for 60 s, the context shut
+    down). A wake after the shutdown ends the spin. Last resort: a node that has not returned from
+    spin and cleaned up within END_DEADLINE_S of the shutdown prints every thread's stack and ends
+    with exit code 1 at once (os._exit) rather than live on publishing nothing: the launcher must
+    see it exit. While the context is up this only reads a flag every END_WAKE_PERIOD_S."""
+    deadline: float | None = None
     while not _node_done.wait(END_WAKE_PERIOD_S):
-        if time.monotonic() > deadline:
-            print(f"[ERROR] the node did not end within {END_DEADLINE_S:g} s of "
-                  f"{'; '.join(_loop_failures)}: exiting without its cleanup", file=sys.stderr, flush=True)
+        if rclpy.ok():
+            continue
+        if deadline is None:
+            deadline = time.monotonic() + END_DEADLINE_S
+        elif time.monotonic() > deadline:
+            why = "; ".join(_loop_failures) or "its shutdown"
+            print(f"[ERROR] the node did not end within {END_DEADLINE_S:g} s of {why}: exiting without its "
+                  "cleanup", file=sys.stderr, flush=True)
             faulthandler.dump_traceback(all_threads=True)
             os._exit(1)
         executor = _spinning_executor
@@ -263,7 +268,8 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_thr
         apply_realtime_knobs(node)  # every node's scheduling, affinity, memory lock (nodes/realtime.py)
         executor = make_executor(node, num_threads)
         executor.add_node(node)
-        _spinning_executor = executor  # end_node_after_loop_failure wakes it
+        _spinning_executor = executor  # the shutdown watchdog wakes it
+        threading.Thread(target=_watch_shutdown, name="node-end", daemon=True).start()
         node.get_logger().info(f"spinning on {type(executor).__name__} (executor {node_executor_choice(node)}; "
                                f"{EXECUTOR_ENV}={executor_choice()})")
         freeze_startup_objects()
