@@ -124,6 +124,12 @@ def sim_params_for_checkpoint(robot: str, sim_params: str | Path | None,
     return sim_params_for(robot), "robot"
 
 
+def checkpoint_task(provenance: Any) -> str | None:
+    """The sim task a checkpoint was trained on (students record it since issue 32), or None."""
+    task = provenance.get("task") if isinstance(provenance, Mapping) else None
+    return task if isinstance(task, str) and task else None
+
+
 def robot_for_joints(joint_names: Sequence[str]) -> RobotInfo | None:
     """The registered robot whose joints are exactly `joint_names` (in order), if any."""
     names = tuple(str(n) for n in joint_names)

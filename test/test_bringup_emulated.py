@@ -24,6 +24,7 @@ from feetech_support import emulated_bus, so101_calibration
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool
+from support import REPO_ROOT
 
 from sim2real_ros import conversions as cv
 from sim2real_ros.core.robot.urdf import RobotModel
@@ -263,6 +264,19 @@ def test_eval_sim_emulate_runs_the_seeds_episodes_and_brings_the_arm_home(tmp_pa
     assert result["per_episode"][1]["home_s"] > 0.2, result["per_episode"]
     assert result["supervisor"]["estops"] == 0 and result["supervisor"]["joint_jumps"] == 0, result["supervisor"]
     assert "success 100%" in run.stdout
+
+
+def test_eval_sim_emulate_refuses_a_task_it_cannot_judge_before_starting_anything(tmp_path):
+    """The emulator's judge places the arm where the servos say, without physics: a pick_lift student
+    (the shipped wrist one, trained on the wrist camera's sim params) would time out in every episode
+    for want of a cube, not for its own failings. Refused at once, naming the task and what to use."""
+    log = tmp_path / "graph.log"
+    run = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "eval-sim", "--emulate", "--episodes", "1",
+                          "--checkpoint", str(REPO_ROOT / "policies" / "so101_pick_lift_wrist.safetensors"),
+                          "--graph-log", str(log)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "its task is 'pick_lift'" in run.stderr and "eval-sim --graph" in run.stderr, run.stderr
+    assert not log.exists() or "emulate-bus" not in log.read_text(errors="replace")
 
 
 def _children_running(parent_pid: int, needle: str) -> list[int]:

@@ -44,7 +44,7 @@ from ..graph import GraphArgs, declare_graph
 from ..hardware.emulated_arm import rehearsal_pose, start_emulated_arm
 from ..nodes.common import EVENTS_QOS, JOINT_STATE_QOS, JOY_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS
 from ..paths import config_path
-from ..robots import robot_description_for, robot_for_checkpoint, sim_params_for
+from ..robots import checkpoint_task, robot_description_for, robot_for_checkpoint, sim_params_for_checkpoint
 from ..sim.params import load_sim_params
 from ..topics import (
     ESTOP,
@@ -68,6 +68,10 @@ from .probe import RosProbe, wait_until
 from .rehearsal import arm_like_a_human
 
 EMULATED_ROBOT = "so101"  # the robot whose servo bus `sim2real emulate-bus` speaks
+# The tasks sim_camera can judge on an arm placed at the measured positions without physics: reach's
+# success is where the tool point is; reach_hold needs the tool's speed (zero on a placed arm), the
+# picks a cube moved by contacts.
+KINEMATIC_TASKS = ("reach",)
 HEARTBEAT_TIMEOUT_S = 2.0  # the supervisor's estop_heartbeat_timeout_s [s]: generous for a loaded 2-core machine
 HEARTBEAT_PERIOD_S = 0.1  # [s] the operator's `estop` (false) heartbeat
 JOY_PERIOD_S = 0.02  # [s] the operator's gamepad and leader-arm messages (50 Hz; teleop_timeout_s is 0.1 s)
@@ -246,8 +250,16 @@ def evaluate_on_emulator(checkpoint: str | Path, episodes: int, seed: int = 1000
     if robot != EMULATED_ROBOT:
         raise CheckpointError(f"{checkpoint}: the emulator speaks an SO-101's servo bus; this checkpoint is for "
                               f"{robot!r}")
-    sim_params_file = sim_params_for(robot)
+    # The sim params it was trained on (a wrist-camera student sees through its wrist camera), as eval-sim's
+    # core path and --graph take them.
+    sim_params_file, params_from = sim_params_for_checkpoint(robot, None, spec.provenance)
     params = load_sim_params(sim_params_file)
+    task = checkpoint_task(spec.provenance) or params.task.name
+    if task not in KINEMATIC_TASKS or params.task.name != task:
+        raise CheckpointError(
+            f"{checkpoint}: its task is {task!r}; eval-sim --emulate judges episodes on the arm the servos "
+            f"report, placed without physics (no cube, no contacts, no tool speed), which judges "
+            f"{', '.join(KINEMATIC_TASKS)} only: evaluate it with eval-sim (the core path) or eval-sim --graph")
     description = robot_description_for(robot)
     joints, _, _, home_pose = rehearsal_pose(description, sim_params_file)
     home = np.array([home_pose[j] for j in joints])
@@ -265,7 +277,8 @@ def evaluate_on_emulator(checkpoint: str | Path, episodes: int, seed: int = 1000
             args = GraphArgs(robot=robot, checkpoint=str(checkpoint), port=arm.port,
                              calibration=str(arm.calibration), sim_camera=True,
                              estop_heartbeat_s=HEARTBEAT_TIMEOUT_S,
-                             extra_parameters={"sim_camera": {"episodes": True, "seed": int(seed)},
+                             extra_parameters={"sim_camera": {"episodes": True, "seed": int(seed),
+                                                              "sim_params_file": str(sim_params_file)},
                                                **checkpoint_preprocessing_parameters(spec.preprocess, directory)})
             launcher = GraphLauncher(declare_graph("robot", args), echo=echo, log_file=log)
             launcher.start()
@@ -288,6 +301,7 @@ def evaluate_on_emulator(checkpoint: str | Path, episodes: int, seed: int = 1000
     return {
         "checkpoint": str(checkpoint), "robot": robot, "mode": "emulator", "seed": int(seed),
         "task": params.task.name, "sim_params_version": params.version,
+        "sim_params_file": str(sim_params_file), "sim_params_from": params_from,
         "trained_sim_params_version": spec.sim_params_version,
         "episodes": len(outcomes), "successes": wins, "success_rate": wins / max(len(outcomes), 1),
         "ci95": list(wilson_interval(wins, len(outcomes))),

@@ -29,7 +29,7 @@ from ..core.stats import summary, wilson_interval
 from ..graph import GraphArgs
 from ..nodes.common import LATCHED_QOS
 from ..provenance import sim_params_mismatch
-from ..robots import robot_for_checkpoint, sim_params_for_checkpoint
+from ..robots import checkpoint_task, robot_for_checkpoint, sim_params_for_checkpoint
 from ..sim.params import load_sim_params, with_task
 from ..topics import (
     ACTION_CHUNK,
@@ -91,8 +91,7 @@ def evaluate_in_graph(checkpoint: str | Path, episodes: int, perturb: bool = Fal
     params_file, params_from = sim_params_for_checkpoint(robot, sim_config, spec.provenance)
     params = load_sim_params(params_file)
     # The task the checkpoint was trained on (students since issue 32 record it), as the core path takes it.
-    task = spec.provenance.get("task") if isinstance(spec.provenance, dict) else None
-    task = task if isinstance(task, str) and task else params.task.name
+    task = checkpoint_task(spec.provenance) or params.task.name
     params = with_task(params, task, f"{checkpoint}: provenance task")
     sim_parameters: dict[str, Any] = {"seed": int(seed), "randomize": bool(perturb), "task": task,
                                       "sim_params_file": str(params.source),

@@ -19,7 +19,7 @@ from ..core.robot.urdf import RobotModel
 from ..core.stats import success_by_pushes, summary, wilson_interval
 from ..paths import config_path
 from ..provenance import assert_unseen_episodes, sim_params_mismatch
-from ..robots import robot_description_for, robot_for_checkpoint, sim_params_for_checkpoint
+from ..robots import checkpoint_task, robot_description_for, robot_for_checkpoint, sim_params_for_checkpoint
 from ..sim.params import SimParams, load_sim_params, with_sim_loop_override, with_task
 from ..sim.world import episode_seed
 from .episode_plan import training_index_ranges
@@ -167,8 +167,7 @@ def evaluate_in_sim(checkpoint: str | Path, episodes: int, perturb: bool = False
     params_file, params_from = sim_params_for_checkpoint(robot, sim_config, policy.spec.provenance)
     params = with_sim_loop_override(load_sim_params(params_file), sim_loop or {}, "eval-sim", "--sim-loop")
     if task is None:  # the task the checkpoint was trained on (students since issue 32 record it)
-        task = policy.spec.provenance.get("task") if isinstance(policy.spec.provenance, dict) else None
-        task = task if isinstance(task, str) and task else None
+        task = checkpoint_task(policy.spec.provenance)
     if task is not None:
         params = with_task(params, task, f"{checkpoint}: provenance task")
     preprocess = PreprocessConfig.from_dict(policy.spec.preprocess, source=f"{checkpoint} preprocess")
