@@ -357,3 +357,28 @@ def test_the_shipped_wrist_pick_lift_student_is_the_committed_recipe_on_its_own_
     assert trained == committed, "the student is not the committed recipe"
     wrist = PreprocessConfig.from_yaml(config_path("preprocess_wrist.yaml"))
     assert PreprocessConfig.from_dict(spec.preprocess).policy_camera == wrist.policy_camera
+
+
+def test_launch_sim_runs_a_student_as_it_was_trained(tmp_path):
+    """`sim2real launch sim --checkpoint S` follows the checkpoint as eval-sim --graph does: its
+    preprocessing (the wrist student's 90 deg policy camera; the graph's default made policy_node refuse
+    it and exit 2), its sim params (the wrist camera) and its task (pick_lift, where the graph ran the
+    file's reach). The shipped reach policy follows nothing: it was trained on the defaults."""
+    from sim2real_ros.core.policy.backend import load_policy
+    from sim2real_ros.runtime.checkpoint_preprocessing import checkpoint_graph_parameters
+
+    student = REPO_ROOT / "policies" / "so101_pick_lift_wrist.safetensors"
+    spec = load_policy(student, warmup=False).spec
+    extra, followed = checkpoint_graph_parameters(spec, "sim", "so101", tmp_path)
+    assert extra["sim_node"] == {"sim_params_file": str(REPO_ROOT / "config" / "sim_params_so101_wrist.yaml"),
+                                 "task": "pick_lift"}
+    assert extra["policy_node"] == extra["camera_preprocessor"] and len(followed) == 3
+    assert "sim_node" not in checkpoint_graph_parameters(spec, "robot", "so101", tmp_path)[0]
+    reach = load_policy(REPO_ROOT / "policies" / "reach_so101.safetensors", warmup=False).spec
+    assert checkpoint_graph_parameters(reach, "sim", "so101", tmp_path) == ({}, [])
+    result = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "launch", "sim", "--robot", "so101",
+                             "--checkpoint", str(student), "--duration", "15", "--stop-on-exit"],
+                            capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "its task pick_lift" in result.stdout and "policy_node=0" in result.stdout, result.stdout[-4000:]
+    assert "does not match the running graph" not in result.stdout + result.stderr

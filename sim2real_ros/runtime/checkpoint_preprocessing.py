@@ -36,3 +36,30 @@ def checkpoint_preprocessing_parameters(recorded: dict[str, Any], folder: Path,
     path.write_text("# The preprocessing the evaluated checkpoint was trained with (its spec), as the graph runs it.\n"
                     + yaml.safe_dump(wanted.to_dict(), sort_keys=False))
     return {node: {"preprocess_config": str(path)} for node in PREPROCESSING_NODES}
+
+
+def checkpoint_graph_parameters(spec: Any, mode: str, robot: str,
+                                folder: Path) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """extra_parameters that make a `sim2real launch MODE` graph run a checkpoint (its PolicySpec) as
+    it was trained, and one line per thing followed (for the launch log): its preprocessing in every
+    mode (checkpoint_preprocessing_parameters); in the sim also its task (the provenance's) and the
+    sim params file it was trained on (a wrist-camera student sees through its wrist camera), as
+    eval-sim --graph runs it. ({}, []) for a checkpoint trained on the graph's defaults."""
+    from ..robots import checkpoint_task, sim_params_for, sim_params_for_checkpoint
+    from ..sim.params import load_sim_params
+
+    extra: dict[str, dict[str, Any]] = dict(checkpoint_preprocessing_parameters(spec.preprocess, folder))
+    followed = ["its preprocessing (policy camera, crop)"] if extra else []
+    if mode == "sim":
+        sim_node: dict[str, Any] = {}
+        params_file, params_from = sim_params_for_checkpoint(robot, None, spec.provenance)
+        if params_from == "checkpoint" and Path(params_file).resolve() != Path(sim_params_for(robot)).resolve():
+            sim_node["sim_params_file"] = params_file
+            followed.append(f"its sim params {params_file}")
+        task = checkpoint_task(spec.provenance)
+        if task is not None and task != load_sim_params(params_file).task.name:
+            sim_node["task"] = task
+            followed.append(f"its task {task}")
+        if sim_node:
+            extra["sim_node"] = sim_node
+    return extra, followed
