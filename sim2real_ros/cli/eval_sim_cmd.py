@@ -27,8 +27,7 @@ from pathlib import Path
 from ..paths import default_policy_path
 from ..robots import ROBOT_NAMES, get_robot
 from ..sim.params import TASK_NAMES
-
-EXPERT_KINDS = ("timed", "reactive")  # --expert: sim/pick_expert.py's plan, sim/reactive_pick_expert.py
+from ..sim.tasks import EXPERT_KINDS  # --expert: the timed plan (sim/pick_expert.py) or sim/reactive_pick_expert.py
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
