@@ -11,6 +11,7 @@ import torch
 from sim2real_ros.core.control.joint_history import (
     MAX_HISTORY_POINTS,
     JointTrack,
+    breaks_history,
     buffer_length,
     check_history_lags,
     sample_history,
@@ -316,3 +317,33 @@ def test_a_student_with_history_trains_and_is_evaluated_with_it(tmp_path):
     assert report["episodes"] == 1
     with pytest.raises(ConfigError, match="joint_history_s"):
         load_train_config(config_path("train_reach.yaml"), joint_history_s=[0.3, 0.1])
+
+
+def test_a_teleport_starts_the_history_over_and_a_fast_motion_does_not():
+    """The sim graph restarts an episode by putting the arm home on a clock that runs on: without the
+    break, the new episode's first histories said the arm flew 0.6 rad in 10 ms (the supervisor's
+    jump warning at every restart of a 40-episode graph run), which no training episode shows. The
+    pairing buffer still pairs across it; JointTrack (the rollouts') breaks the same way."""
+    lags = [0.1, 0.2, 0.3, 0.4]
+    end_of_episode = np.array([0.6, -0.3])
+    home = np.zeros(2)
+    pairer = ObservationPairer(PairingConfig(tolerance_ns=5 * MS, max_age_ns=1000 * MS, history=256))
+    track = JointTrack(max(lags))
+    stamps = [k * 10 * MS for k in range(56)]  # 0.55 s at 100 Hz
+    for k, stamp in enumerate(stamps):
+        q = end_of_episode if k < 50 else home  # the reset at 0.5 s
+        pairer.add_joint_state(stamp, q.copy())
+        track.add(stamp, q)
+    now = stamps[-1]  # 50 ms after the reset: every lag reaches back before it
+    for history in (pairer.history(now, lags), track.history(now, lags)):
+        np.testing.assert_array_equal(history, np.zeros((4, 2)))
+    assert pairer.pair(stamps[10], now_ns=now).positions.tolist() == end_of_episode.tolist()  # still paired
+    stamps = [k * 10 * MS for k in range(100)]
+    now = stamps[-1]
+    # A fast real motion (5 rad/s on one joint) is history, not a break.
+    assert not breaks_history(0, np.zeros(2), 10 * MS, np.array([0.05, 0.0]))
+    assert breaks_history(0, np.zeros(2), 10 * MS, np.array([0.6, 0.0]))
+    moving = ObservationPairer(PairingConfig(tolerance_ns=5 * MS, max_age_ns=1000 * MS, history=256))
+    for k, stamp in enumerate(stamps):
+        moving.add_joint_state(stamp, np.array([5.0 * k * 0.01, 0.0]))
+    np.testing.assert_allclose(moving.history(now, lags)[:, 0], [4.45, 3.95, 3.45, 2.95], atol=1e-9)

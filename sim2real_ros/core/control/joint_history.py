@@ -15,7 +15,11 @@ So the history a policy is trained on and the one it runs on are sampled the sam
   lag is 0.1 s or more);
 - before the oldest sample held, the oldest sample: at the start of an episode or a stream the arm
   is taken to have been where it was first measured (as training's episodes start at rest);
-- after the newest sample (never for lags > 0 once the image is paired), the newest sample.
+- after the newest sample (never for lags > 0 once the image is paired), the newest sample;
+- a sample no motion could reach from the one before (breaks_history: a sim episode's reset that
+  teleports the arm home, a re-homed encoder) starts the history over: what came before belongs to
+  another episode, and a history across it tells the policy the arm flew 0.6 rad in 10 ms, which no
+  training episode showed it (the sim graph's episodes after the first began that way).
 
 Why joint positions and not also the policy's own previous chunk (the issue's other option): a
 clone that sees its own previous action learns to copy it (the "copycat" failure of behaviour
@@ -41,6 +45,22 @@ MAX_HISTORY_POINTS = 32  # lags per policy: 4-8 here
 MAX_HISTORY_S = 2.0  # [s] the oldest lag: the issue's 0.3-0.5 s, with room
 # Joint states a buffer must hold to reach MAX_HISTORY_S back at up to this rate [Hz].
 MAX_JOINT_STATE_HZ = 1000.0
+
+
+# A step between two joint states beyond TELEPORT_SLACK_RAD + TELEPORT_SPEED_RAD_S x dt on any joint
+# is no motion: twice a fast hobby servo's top speed (STS3215 about 6-7 rad/s unloaded) plus the
+# supervisor's default jump slack (max_joint_jump_rad), so a real motion, however fast, never breaks it.
+TELEPORT_SLACK_RAD = 0.2  # [rad]
+TELEPORT_SPEED_RAD_S = 20.0  # [rad/s]
+
+
+def breaks_history(previous_stamp_ns: int, previous: np.ndarray, stamp_ns: int, positions: np.ndarray) -> bool:
+    """Whether the joint state (stamp_ns [ns], positions (n,) [rad]) cannot follow the previous one by
+    any motion (a teleport: the history before it is another episode's)."""
+    dt_s = max(stamp_ns - previous_stamp_ns, 0) / NS_PER_S
+    step = np.max(np.abs(np.asarray(positions, dtype=np.float64) - np.asarray(previous, dtype=np.float64)),
+                  initial=0.0)
+    return bool(step > TELEPORT_SLACK_RAD + TELEPORT_SPEED_RAD_S * dt_s)
 
 
 def check_history_lags(value: Any, source: str, field: str = "joint_history_s") -> tuple[float, ...]:
@@ -96,7 +116,8 @@ def sample_history(stamps_ns: Sequence[int], positions: Sequence[np.ndarray], st
 class JointTrack:
     """The joint states of one stream, newest last, for histories (the sim rollouts' buffer; the
     policy node's pairing buffer does the same with its own samples). Samples older than
-    `keep_s` [s] before the newest are dropped; a stamp going back starts the track over."""
+    `keep_s` [s] before the newest are dropped; a stamp going back, or a sample no motion could
+    reach (breaks_history), starts the track over."""
 
     def __init__(self, keep_s: float) -> None:
         self.keep_ns = int(round(max(keep_s, 0.0) * NS_PER_S)) + NS_PER_S // 10
@@ -108,6 +129,9 @@ class JointTrack:
             if stamp_ns == self.stamps[-1]:
                 self.positions[-1] = np.array(positions, dtype=np.float64)
                 return
+            self.stamps.clear()
+            self.positions.clear()
+        elif self.stamps and breaks_history(self.stamps[-1], self.positions[-1], stamp_ns, positions):
             self.stamps.clear()
             self.positions.clear()
         self.stamps.append(int(stamp_ns))

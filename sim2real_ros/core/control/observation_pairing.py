@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..timebase import NS_PER_S
-from .joint_history import sample_history
+from .joint_history import breaks_history, sample_history
 
 # A joint stamp this much older than the newest one means the clock was reset [ns].
 CLOCK_RESET_NS = NS_PER_S
@@ -77,6 +77,9 @@ class ObservationPairer:
         self.config = config
         self._stamps: deque[int] = deque(maxlen=config.history)
         self._positions: deque[np.ndarray] = deque(maxlen=config.history)
+        # The stamp [ns] of the last sample no motion could reach (None: none held): the joint
+        # history starts there (add_joint_state).
+        self._history_start_ns: int | None = None
 
     def __len__(self) -> int:
         return len(self._stamps)
@@ -90,13 +93,20 @@ class ObservationPairer:
 
         Stamps normally increase. A stamp more than CLOCK_RESET_NS older than the newest means the
         clock went back (a sim reset, a bag replay restarting): the history belongs to another
-        timeline and is discarded. A slightly out-of-order sample is ignored (its neighbours are
-        newer measurements); a repeated stamp replaces the previous sample.
+        timeline and is discarded. A sample no motion could reach from the newest (a sim episode's
+        restart teleports the arm home on a clock that runs on: joint_history.breaks_history) starts
+        the policy's joint history over there; pairing still sees every sample. A slightly
+        out-of-order sample is ignored (its neighbours are newer measurements); a repeated stamp
+        replaces the previous sample.
         """
         newest = self.newest_stamp_ns
+        if newest is not None and stamp_ns > newest and breaks_history(newest, self._positions[-1], stamp_ns,
+                                                                        positions):
+            self._history_start_ns = int(stamp_ns)
         if newest is not None and stamp_ns < newest - CLOCK_RESET_NS:
             self._stamps.clear()
             self._positions.clear()
+            self._history_start_ns = None
         elif newest is not None and stamp_ns < newest:
             return False
         elif newest is not None and stamp_ns == newest:
@@ -126,8 +136,13 @@ class ObservationPairer:
     def history(self, stamp_ns: int, lags_s: Sequence[float]) -> np.ndarray:
         """The buffered joint positions at stamp_ns - lag for each lag [s], (H, n) [rad]
         (core/control/joint_history.sample_history: linear between samples, the oldest held
-        before them). Call after a successful pair (the buffer is not empty)."""
-        return sample_history(self._stamps, self._positions, stamp_ns, lags_s)
+        before them), from the last sample no motion could reach on (add_joint_state). Call after a
+        successful pair (the buffer is not empty)."""
+        start = self._history_start_ns
+        if start is None or start <= self._stamps[0]:
+            return sample_history(self._stamps, self._positions, stamp_ns, lags_s)
+        first = bisect.bisect_left(self._stamps, start)
+        return sample_history(list(self._stamps)[first:], list(self._positions)[first:], stamp_ns, lags_s)
 
 
 class DropCounter:
