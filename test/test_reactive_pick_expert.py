@@ -213,8 +213,7 @@ def test_bc_init_collects_dart_pairs_from_the_reactive_expert():
     assert np.abs(first.actions).max() <= 1.0 and len(first.obs) == len(first.actions)
     steps = min(len(first.actions), len(timed.actions))
     assert not np.allclose(first.actions[:steps], timed.actions[:steps])
-    with pytest.raises(ValueError, match="no 'reactive' scripted expert"):
-        with task_world(SO101, "pick_place") as (_, world):
-            from sim2real_ros.sim.tasks import make_scripted_expert
+    from sim2real_ros.sim.tasks import make_scripted_expert
 
-            make_scripted_expert(world, "reactive")
+    with task_world(SO101, "pick_place") as (_, world), pytest.raises(ValueError, match="no 'reactive' scripted"):
+        make_scripted_expert(world, "reactive")
