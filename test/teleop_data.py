@@ -25,6 +25,9 @@ from sim2real_ros.training.untrained import init_checkpoint
 
 JOINTS = tuple(RobotModel.from_description(str(urdf_path())).joint_names)
 EPISODES = 3
+# Labelled frames every episode must give: the fine-tuning test needs 12 over three episodes; a quiet
+# recording gives 8-10 each at 10 Hz.
+MIN_FRAMES_PER_EPISODE = 4
 S = 1_000_000_000
 
 
@@ -67,8 +70,9 @@ def labelled_frames_in_every_episode(out: Path, checkpoint: Path) -> None:
     bags = sorted(p for p in out.iterdir() if p.is_dir())
     dataset = build_dataset(bags, ImagePipeline(PreprocessConfig.from_dict(spec.preprocess)), JOINTS,
                             spec.chunk_length, spec.dt_s, LabelConfig())
-    if len(dataset.usable()) != EPISODES:
-        raise AssertionError(f"{len(dataset.usable())} of {EPISODES} episodes gave labelled frames: "
+    enough = [e for e in dataset.usable() if len(e.stamps_ns) >= MIN_FRAMES_PER_EPISODE]
+    if len(enough) != EPISODES:
+        raise AssertionError(f"{len(enough)} of {EPISODES} episodes gave {MIN_FRAMES_PER_EPISODE}+ labelled frames: "
                              + json.dumps({k: v for k, v in dataset.summary().items() if k != "bags"}))
 
 
@@ -86,8 +90,10 @@ def build_teleop_recording(base: Path) -> TeleopRecording:
         base.mkdir(parents=True, exist_ok=True)
         init_checkpoint(untrained, JOINTS, PreprocessConfig.from_yaml(config_path("preprocess.yaml")), seed=0)
         tiny_checkpoint(tiny)
-        # A 10 Hz camera keeps the graph near real time on a busy machine.
-        plan = TeleopPlan(intervention_every=2, policy_s=1.5, camera_rate_hz=10.0)
+        # A 10 Hz camera keeps the graph near real time on a busy machine; half real time keeps the
+        # 100 Hz command stream whole in sim time when CI's other graphs starve the actuator (a CI
+        # run at real time recorded a 2.8 s demonstration with 4 labelled frames: gaps over 0.1 s).
+        plan = TeleopPlan(intervention_every=2, policy_s=1.5, camera_rate_hz=20.0, real_time_factor=0.5)
         for attempt in ATTEMPTS:
             if out.exists():  # a failed attempt: kept beside for its bags and graph.log, recorded afresh
                 shutil.move(out, base / f"attempt_{attempt - 1}_episodes")

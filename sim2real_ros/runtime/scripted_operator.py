@@ -44,7 +44,10 @@ class TeleopPlan:
       policy_s [s] (sim time); 0 = demonstrations only. joy_rate_hz: Joy messages per second while
       recording [Hz]. jog_speed_fraction: the operator's joystick jogs each joint at up to this
       fraction of its URDF velocity limit (see operator_joystick_config). camera_rate_hz /
-      clock_rate_hz: sim node overrides (0 = the sim params' rates). episode_wall_timeout_s: give
+      clock_rate_hz: sim node overrides (0 = the sim params' rates). real_time_factor: the sim node's
+      pace (0 = its default, real time); below 1 a loaded machine's stalls cost less sim time, so the
+      recorded command stream keeps its rate (a stalled 100 Hz stream leaves gaps the labeller will
+      not interpolate across). episode_wall_timeout_s: give
       up on an episode after this long [s] (wall).
     startup_timeout_s: how long the graph may take to arm [s].
     """
@@ -55,6 +58,7 @@ class TeleopPlan:
     jog_speed_fraction: float = 0.6
     camera_rate_hz: float = 0.0
     clock_rate_hz: float = 0.0
+    real_time_factor: float = 0.0
     episode_wall_timeout_s: float = 90.0
     startup_timeout_s: float = 240.0
 
@@ -68,7 +72,7 @@ class TeleopPlan:
                 raise ConfigError(SOURCE, name, value, "must be a finite number > 0")
         if not 0 < self.jog_speed_fraction <= 1:
             raise ConfigError(SOURCE, "jog_speed_fraction", self.jog_speed_fraction, "must be in (0, 1]")
-        for name in ("policy_s", "camera_rate_hz", "clock_rate_hz"):
+        for name in ("policy_s", "camera_rate_hz", "clock_rate_hz", "real_time_factor"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(SOURCE, name, value, "must be a finite number >= 0")

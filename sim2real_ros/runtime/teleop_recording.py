@@ -46,6 +46,8 @@ def _sim_parameters(sim_params: Path, seed: int, plan: TeleopPlan) -> dict[str, 
         params["camera_rate_hz"] = float(plan.camera_rate_hz)
     if plan.clock_rate_hz:
         params["clock_rate_hz"] = float(plan.clock_rate_hz)
+    if plan.real_time_factor:
+        params["real_time_factor"] = float(plan.real_time_factor)
     return params
 
 
