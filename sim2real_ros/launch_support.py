@@ -3,12 +3,15 @@
 launch/*.launch.py are three-line files that call `launch_description(mode)`. The mapping from
 launch-argument strings to GraphArgs is pure (tested without launch_ros); only
 `launch_description` imports launch / launch_ros, which exist on a robot's ROS 2 install.
+A checkpoint is launched as it was trained, as `sim2real launch` does (launch_graph_args).
 """
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
+from .evaluation.checkpoint_graph import follow_checkpoint
 from .graph import GraphArgs, NodeDecl, bringup_problems, declare_graph
 
 # launch argument name -> (GraphArgs field, description)
@@ -68,6 +71,19 @@ def graph_args_from_launch(values: dict[str, str]) -> GraphArgs:
     return GraphArgs(**kwargs)  # built, not replaced: defaults that follow the robot (checkpoint) follow it
 
 
+def launch_graph_args(mode: str, graph_args: GraphArgs, folder: Path) -> GraphArgs:
+    """graph_args that run the checkpoint as it was trained (its preprocessing; in the sim its task
+    and sim params: evaluation.checkpoint_graph.follow_checkpoint, files written in `folder`), said
+    once on stdout like `sim2real launch`; then every bring-up problem raised as one ValueError."""
+    graph_args, followed = follow_checkpoint(mode, graph_args, folder)
+    if followed:
+        print(f"[launch] as {graph_args.checkpoint} was trained: {', '.join(followed)}", flush=True)
+    problems = bringup_problems(graph_args, flag=lambda name: f"launch argument {name}")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return graph_args
+
+
 def launch_description(mode: str):
     """A launch.LaunchDescription for `mode` (sim / robot / replay), built from declare_graph."""
     from launch import LaunchDescription
@@ -77,15 +93,18 @@ def launch_description(mode: str):
     from launch_ros.actions import Node
 
     def nodes_for(context, *_args, **_kwargs):
+        import shutil
+        import tempfile
+
         values = {name: LaunchConfiguration(name).perform(context) for name in LAUNCH_ARGUMENTS}
         graph_args = graph_args_from_launch(values)
-        actions = []
+        # The checkpoint's preprocessing file lives as long as the launch.
+        scratch = Path(tempfile.mkdtemp(prefix="sim2real_launch_"))
+        actions = [RegisterEventHandler(OnShutdown(on_shutdown=lambda *_: shutil.rmtree(scratch, True)))]
         if launch_flag(values, "emulate"):
             graph_args, stop = _start_emulated_arm(graph_args)
             actions.append(RegisterEventHandler(OnShutdown(on_shutdown=lambda *_: stop())))
-        problems = bringup_problems(graph_args, flag=lambda name: f"launch argument {name}")
-        if problems:
-            raise ValueError("; ".join(problems))
+        graph_args = launch_graph_args(mode, graph_args, scratch)
         return actions + [_launch_node(Node, decl, graph_args.namespace) for decl in declare_graph(mode, graph_args)]
 
     arguments = [DeclareLaunchArgument(name, default_value="", description=text)

@@ -137,7 +137,7 @@ def test_eval_sim_graph_runs_a_student_on_its_own_task_camera_and_preprocessing(
 
 def test_checkpoint_preprocessing_is_written_only_when_it_is_not_the_graphs_default(tmp_path):
     from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
-    from sim2real_ros.runtime.checkpoint_preprocessing import checkpoint_preprocessing_parameters
+    from sim2real_ros.evaluation.checkpoint_graph import checkpoint_preprocessing_parameters
 
     default = PreprocessConfig.from_yaml(config_path("preprocess.yaml"))
     assert checkpoint_preprocessing_parameters(default.to_dict(), tmp_path) == {}

@@ -1,5 +1,6 @@
 """Launch files and their argument mapping; the graphs themselves are tested via declare_graph."""
 import ast
+import dataclasses
 import importlib.util
 import subprocess
 import sys
@@ -94,3 +95,28 @@ def test_robot_launch_parameters_come_after_the_params_file():
     arguments = ros_arguments(supervisor, args.namespace, Path("/tmp/supervisor.params.yaml"))
     files = [arguments[i + 1] for i, arg in enumerate(arguments) if arg == "--params-file"]
     assert files == ["/deploy/params.yaml", "/tmp/supervisor.params.yaml"]
+
+
+def test_a_launch_file_runs_a_student_as_it_was_trained(tmp_path, capsys):
+    """The launch files follow a checkpoint as `sim2real launch --checkpoint` does: the wrist student's
+    preprocessing in every mode (the default one made policy_node refuse it), in the sim its task and
+    wrist-camera sim params; a parameter the user gave wins; the shipped reach policy follows nothing."""
+    from sim2real_ros.launch_support import launch_graph_args
+
+    student = str(LAUNCH_DIR.parent / "policies" / "so101_pick_lift_wrist.safetensors")
+    args = launch_graph_args("sim", graph_args_from_launch({"robot": "so101", "checkpoint": student}), tmp_path)
+    assert "its task pick_lift" in capsys.readouterr().out
+    nodes = {d.executable: d.parameters for d in declare_graph("sim", args)}
+    assert nodes["sim_node"]["task"] == "pick_lift"
+    assert Path(nodes["sim_node"]["sim_params_file"]).name == "sim_params_so101_wrist.yaml"
+    written = Path(nodes["policy_node"]["preprocess_config"])
+    assert written.parent == tmp_path and nodes["camera_preprocessor"]["preprocess_config"] == str(written)
+
+    robot = launch_graph_args("robot", graph_args_from_launch({"robot": "so101", "checkpoint": student}), tmp_path)
+    assert "sim_node" not in robot.extra_parameters and "policy_node" in robot.extra_parameters
+    mine = dataclasses.replace(args, extra_parameters={"sim_node": {"task": "reach"}})
+    assert launch_graph_args("sim", mine, tmp_path).extra_parameters["sim_node"]["task"] == "reach"
+    reach = graph_args_from_launch({"robot": "so101"})
+    assert launch_graph_args("sim", reach, tmp_path) == reach
+    with pytest.raises(ValueError, match="calibration"):
+        launch_graph_args("robot", graph_args_from_launch({"robot": "so101", "port": "/dev/ttyACM0"}), tmp_path)

@@ -365,7 +365,7 @@ def test_launch_sim_runs_a_student_as_it_was_trained(tmp_path):
     it and exit 2), its sim params (the wrist camera) and its task (pick_lift, where the graph ran the
     file's reach). The shipped reach policy follows nothing: it was trained on the defaults."""
     from sim2real_ros.core.policy.backend import load_policy
-    from sim2real_ros.runtime.checkpoint_preprocessing import checkpoint_graph_parameters
+    from sim2real_ros.evaluation.checkpoint_graph import checkpoint_graph_parameters
 
     student = REPO_ROOT / "policies" / "so101_pick_lift_wrist.safetensors"
     spec = load_policy(student, warmup=False).spec

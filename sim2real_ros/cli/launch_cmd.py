@@ -172,26 +172,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _follow_checkpoint(mode: str, graph_args: GraphArgs, folder: Path) -> GraphArgs:
-    """graph_args with the checkpoint's own preprocessing (and in the sim its task and sim params)
-    under the parameters given (runtime/checkpoint_preprocessing.checkpoint_graph_parameters): a
-    pick_lift wrist student launched in the sim picks with its wrist camera, as eval-sim --graph runs
-    it. A file that does not load is left to policy_node, which names it at start-up."""
-    from ..core.policy.backend import load_policy
-    from ..runtime.checkpoint_preprocessing import checkpoint_graph_parameters
+    """graph_args that run the checkpoint as it was trained (evaluation.checkpoint_graph), said once."""
+    from ..evaluation.checkpoint_graph import follow_checkpoint
 
-    if not Path(graph_args.checkpoint).is_file():
-        return graph_args
-    try:
-        spec = load_policy(graph_args.checkpoint, warmup=False).spec
-        extra, followed = checkpoint_graph_parameters(spec, mode, graph_args.robot, folder)
-    except (Sim2RealError, ValueError, OSError):
-        return graph_args
-    if not followed:
-        return graph_args
-    print(f"[launch] as {graph_args.checkpoint} was trained: {', '.join(followed)}", flush=True)
-    merged = {node: {**extra.get(node, {}), **graph_args.extra_parameters.get(node, {})}
-              for node in {*extra, *graph_args.extra_parameters}}
-    return dataclasses.replace(graph_args, extra_parameters=merged)
+    graph_args, followed = follow_checkpoint(mode, graph_args, folder)
+    if followed:
+        print(f"[launch] as {graph_args.checkpoint} was trained: {', '.join(followed)}", flush=True)
+    return graph_args
 
 
 def _run_graph(args: argparse.Namespace, graph_args: GraphArgs) -> int:

@@ -40,6 +40,7 @@ from ..core.policy.backend import load_policy
 from ..core.progress import progress
 from ..core.safety.joystick import load_joystick_mapping
 from ..core.stats import summary, wilson_interval
+from ..evaluation.checkpoint_graph import checkpoint_preprocessing_parameters
 from ..graph import GraphArgs, declare_graph
 from ..hardware.emulated_arm import rehearsal_pose, start_emulated_arm
 from ..nodes.common import EVENTS_QOS, JOINT_STATE_QOS, JOY_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS
@@ -59,7 +60,6 @@ from ..topics import (
     EpisodeOutcome,
     SupervisorState,
 )
-from .checkpoint_preprocessing import checkpoint_preprocessing_parameters
 from .graph_eval import failure_category
 from .graph_log import graph_log
 from .launcher import GraphLauncher

@@ -26,6 +26,7 @@ from ..conversions import diagnostic_values
 from ..core.policy.backend import load_policy
 from ..core.progress import progress
 from ..core.stats import summary, wilson_interval
+from ..evaluation.checkpoint_graph import checkpoint_preprocessing_parameters
 from ..graph import GraphArgs
 from ..nodes.common import LATCHED_QOS
 from ..provenance import sim_params_mismatch
@@ -46,7 +47,6 @@ from ..topics import (
     node_diagnostics,
 )
 from ..training.evaluation import trained_loop_note
-from .checkpoint_preprocessing import checkpoint_preprocessing_parameters
 from .graph_log import graph_log
 from .graph_session import EpisodeOutcome, SimGraphSession
 

@@ -7,15 +7,21 @@ camera's 90 deg policy camera, a zoomed one) would be refused by every graph eva
 evaluations run the checkpoint's own preprocessing instead: written from the checkpoint's spec (the
 dict the policy node compares) to a file in the run's scratch folder, and given to camera_preprocessor
 and policy_node as their `preprocess_config`.
+
+`sim2real launch --checkpoint` and the launch files (launch_support) follow a checkpoint the same way
+(follow_checkpoint): a student launched in the sim runs its task on the sim params it was trained on.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from ..core.errors import Sim2RealError
 from ..core.perception.preprocess_config import PreprocessConfig
+from ..graph import GraphArgs
 from ..paths import config_path
 
 # The nodes that read a preprocessing file (camera_preprocessor, or policy_node with image_input camera).
@@ -63,3 +69,25 @@ def checkpoint_graph_parameters(spec: Any, mode: str, robot: str,
         if sim_node:
             extra["sim_node"] = sim_node
     return extra, followed
+
+
+def follow_checkpoint(mode: str, graph_args: GraphArgs, folder: Path) -> tuple[GraphArgs, list[str]]:
+    """graph_args with the checkpoint's own preprocessing (and in the sim its task and sim params)
+    under the parameters given (checkpoint_graph_parameters; a parameter the user set wins), and what
+    was followed: a pick_lift wrist student launched in the sim picks with its wrist camera, as
+    eval-sim --graph runs it. A file that does not load is left as it is to policy_node, which names
+    it at start-up."""
+    from ..core.policy.backend import load_policy
+
+    if not Path(graph_args.checkpoint).is_file():
+        return graph_args, []
+    try:
+        spec = load_policy(graph_args.checkpoint, warmup=False).spec
+        extra, followed = checkpoint_graph_parameters(spec, mode, graph_args.robot, folder)
+    except (Sim2RealError, ValueError, OSError):
+        return graph_args, []
+    if not followed:
+        return graph_args, []
+    merged = {node: {**extra.get(node, {}), **graph_args.extra_parameters.get(node, {})}
+              for node in {*extra, *graph_args.extra_parameters}}
+    return dataclasses.replace(graph_args, extra_parameters=merged), followed
