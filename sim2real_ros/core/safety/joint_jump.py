@@ -82,11 +82,19 @@ class JointJumpDetector:
         if self._q is None:
             self._accept(q, stamp_ns)
             return ""
-        if not self._excess(self._q, self._stamp_ns, q, stamp_ns)[0]:
+        back = not self._excess(self._q, self._stamp_ns, q, stamp_ns)[0]
+        along = bool(self._run) and not self._excess(*self._run[-1], q, stamp_ns)[0]
+        if along and back:
+            # Both fit: the allowance from the accepted sample grows with the time the run has been
+            # held back (2 x velocity x dt), so a teleport of 0.5 rad fits it after two samples at
+            # 100 Hz. The nearer one decides; a jump does not turn into motion by waiting.
+            run_q = self._run[-1][0]
+            back = float(np.max(np.abs(q - self._q))) < float(np.max(np.abs(q - run_q)))
+        if back:
             self._drop_run("the position came back")
             self._accept(q, stamp_ns)
             return ""
-        if self._run and self._excess(*self._run[-1], q, stamp_ns)[0]:
+        if self._run and not along:
             # Off the accepted position and off the held-back run too: the run did not persist.
             self._drop_run("the next sample disagreed")
         self._run.append((q, stamp_ns))
