@@ -217,3 +217,63 @@ def test_bc_init_collects_dart_pairs_from_the_reactive_expert():
 
     with task_world(SO101, "pick_place") as (_, world), pytest.raises(ValueError, match="no 'reactive' scripted"):
         make_scripted_expert(world, "reactive")
+
+
+def test_the_recovering_labeller_hands_over_once_a_failed_grasp_has_lasted():
+    """recovery_teacher: expert. The DART teacher labels; a jaw shut on nothing just over the cube, held
+    for RECOVERY_STALL_S, hands the episode to the reactive expert to the end (its label opens the jaw,
+    where the teacher's keeps it shut); an open jaw there (a healthy descent) never does."""
+    from sim2real_ros.rl.labeller import RECOVERY_STALL_S, PPOChunkTeacher, RecoveringChunkTeacher
+    from sim2real_ros.rl.teacher_checkpoint import load_teacher
+
+    teacher = load_teacher(REPO_ROOT / "policies" / "teacher_so101_pick_lift_dart.safetensors")
+    with task_world(SO101, "pick_lift") as (params, world):
+        expert, state, pose = _expert_state_and_grasp(world)
+        gripper, cfg = expert.expert.gripper_index, expert.expert.config
+        over = pose.grasp + np.array([0.0, 0.0, 0.04])
+        stall_calls = int(round(RECOVERY_STALL_S / 0.1))
+        for jaw, fails in ((cfg.jaw_closed_rad, True), (cfg.jaw_open_rad, False)):
+            world.reset(seed=5)  # the same cube, a fresh episode
+            q = expert.expert.solve_ik(over, pose.rotation, expert.expert.home_q)
+            q[gripper] = jaw
+            world.place_joints(dict(zip(world.joint_names, q, strict=True)))
+            world.set_command(q)
+            world.step(200)
+            recovering = RecoveringChunkTeacher(
+                PPOChunkTeacher(teacher, world, 0.05),
+                ScriptedChunkTeacher(world, 0.05, 0.05, EXPERT_ACTION_SCALE_RAD, "test"))
+            assert recovering.failed_grasp() is fails
+            sources, jaws = [], []
+            for _ in range(stall_calls + 3):
+                before = recovering.recoverer.labels_made
+                chunk = recovering.chunk(world.joint_positions(), None, 10, 0.05)
+                sources.append("expert" if recovering.recoverer.labels_made > before else "teacher")
+                jaws.append(float(chunk[-1, gripper]))
+                world.step(100)  # 0.1 s: the student's observation period, the arm held there
+            assert recovering.labels_made == stall_calls + 3
+            if fails:
+                assert sources == ["teacher"] * stall_calls + ["expert"] * 3, sources
+                assert recovering.recovering_since_s == pytest.approx(0.2 + RECOVERY_STALL_S, abs=0.01)
+                assert jaws[-1] > jaws[0] + 0.3, jaws  # up and open again, where the teacher kept it shut
+            else:
+                assert set(sources) == {"teacher"} and recovering.recovering_since_s is None, sources
+
+
+def test_recovery_teacher_is_checked_at_load_naming_the_field(tmp_path):
+    config = load_train_config(REPO_ROOT / "config" / "train_pick_lift_so101_wrist_recovery.yaml")
+    assert (config.teacher, config.recovery_teacher, config.task) == ("ppo", "expert", "pick_lift")
+    assert config.to_dict()["recovery_teacher"] == "expert"
+    plain = load_train_config(REPO_ROOT / "config" / "train_pick_lift_so101_wrist.yaml")
+    assert "recovery_teacher" not in plain.to_dict()  # the hashes of runs without it stay
+    teacher = REPO_ROOT / "policies" / "teacher_so101_pick_lift_dart.safetensors"
+    for task, body, says in [
+        ("pick_lift", f"teacher: ppo\nteacher_checkpoint: {teacher}\nrecovery_teacher: script\n",
+         "recovery_teacher.*script"),
+        ("pick_lift", "teacher: expert\nrecovery_teacher: expert\n", "recovery_teacher.*teacher 'expert'"),
+        ("pick_place", f"teacher: ppo\nteacher_checkpoint: {teacher}\nrecovery_teacher: expert\n",
+         "recovery_teacher.*task 'pick_place'"),
+    ]:
+        path = tmp_path / "train.yaml"
+        path.write_text(f"robot: so101\ntask: {task}\n{body}")
+        with pytest.raises(ConfigError, match=says):
+            load_train_config(path)

@@ -39,7 +39,10 @@ class TrainConfig:
     images randomly shifted by up to that many pixels (training.augment.random_shift; 0: off);
     round_minibatches: a DAgger round refits for at most about this many minibatches, in whole
     epochs over all the data so far (at least one; trainer.round_epochs), so late rounds over a large
-    dataset cost what early ones do; 0: epochs_per_round epochs whatever the data."""
+    dataset cost what early ones do; 0: epochs_per_round epochs whatever the data;
+    recovery_teacher: "" (the teacher labels everything) | expert (with teacher: ppo on pick_lift: the
+    reactive scripted expert labels an episode from its first failed grasp on,
+    rl/labeller.RecoveringChunkTeacher)."""
 
     source: str
     seed: int = 0
@@ -65,6 +68,7 @@ class TrainConfig:
     num_threads: int = 2
     teacher: str = "ik"
     teacher_checkpoint: str | None = None
+    recovery_teacher: str = ""
     pushes: bool = False
     task: str = ""
     joint_history_s: tuple[float, ...] = ()
@@ -115,13 +119,21 @@ class TrainConfig:
             raise ConfigError(self.source, "teacher", self.teacher,
                               f"a reactive scripted expert exists for {', '.join(REACTIVE_EXPERT_TASKS)}; "
                               f"task {self.task or '(the sim params task)'!r} needs teacher: ik or ppo")
+        if self.recovery_teacher not in ("", "expert"):
+            raise ConfigError(self.source, "recovery_teacher", self.recovery_teacher, "must be expert or left out")
+        if self.recovery_teacher and (self.teacher != "ppo" or self.task not in REACTIVE_EXPERT_TASKS):
+            raise ConfigError(self.source, "recovery_teacher", self.recovery_teacher,
+                              f"the reactive expert takes over from a PPO teacher (teacher: ppo) on "
+                              f"{', '.join(REACTIVE_EXPERT_TASKS)}; this config has teacher {self.teacher!r}, "
+                              f"task {self.task or '(the sim params task)'!r}")
         if self.teacher == "ppo" and not (self.teacher_checkpoint and Path(self.teacher_checkpoint).is_file()):
             raise ConfigError(self.source, "teacher_checkpoint", self.teacher_checkpoint,
                               "teacher: ppo needs an existing teacher checkpoint (sim2real train-teacher --out ...)")
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in self.__dict__.items()
-                if k not in ("rollout", "joint_history_s", "sim_loop", "image_shift_px", "round_minibatches")}
+                if k not in ("rollout", "joint_history_s", "sim_loop", "image_shift_px", "round_minibatches",
+                             "recovery_teacher")}
         data["rollout"] = self.rollout.to_dict()
         if self.joint_history_s:  # left out when empty: the config hashes of runs without history stay
             data["joint_history_s"] = list(self.joint_history_s)
@@ -131,6 +143,8 @@ class TrainConfig:
             data["image_shift_px"] = self.image_shift_px
         if self.round_minibatches:  # and without a refit budget
             data["round_minibatches"] = self.round_minibatches
+        if self.recovery_teacher:  # and labelled by their teacher alone
+            data["recovery_teacher"] = self.recovery_teacher
         return data
 
 

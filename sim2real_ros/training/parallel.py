@@ -31,7 +31,8 @@ class EpisodeJob:
     sim_params / robot_description: paths; preprocess: PreprocessConfig as a dict; joints: the
     commanded joints; rollout: RolloutConfig.to_dict(); chunk_length (K), dt_s [s]; randomize;
     pushes; teacher: None (the student drives, no labels) | "ik" | "ppo" with teacher_checkpoint |
-    "expert" (the task's reactive scripted expert);
+    "expert" (the task's reactive scripted expert); recovery_teacher: "expert" (with "ppo": the reactive
+    expert labels from an episode's first failed grasp on, rl/labeller.RecoveringChunkTeacher) or "";
     record_images: keep the policy images (training data) or not (evaluation); backend: what runs
     a checkpoint-path driver (core/policy_backend.py: auto, torch or onnxruntime); task: the sim
     task to run instead of the sim params' task.name (sim/tasks.py; None: the file's);
@@ -49,6 +50,7 @@ class EpisodeJob:
     pushes: bool = False
     teacher: str | None = None
     teacher_checkpoint: str | None = None
+    recovery_teacher: str = ""
     record_images: bool = True
     backend: str = "auto"
     task: str | None = None
@@ -143,15 +145,23 @@ class EpisodeRunner:
 
             if self._teacher is None:
                 self._teacher = load_teacher(self.job.teacher_checkpoint)
-            return PPOChunkTeacher(self._teacher, world, self.rollout.actuation_latency_s)
-        if self.job.teacher == "expert":
-            from ..rl.labeller import EXPERT_ACTION_SCALE_RAD, ScriptedChunkTeacher
+            teacher = PPOChunkTeacher(self._teacher, world, self.rollout.actuation_latency_s)
+            if self.job.recovery_teacher != "expert":
+                return teacher
+            from ..rl.labeller import RecoveringChunkTeacher
 
-            return ScriptedChunkTeacher(world, self.job.dt_s, self.rollout.actuation_latency_s,
-                                        EXPERT_ACTION_SCALE_RAD, "training config")
+            return RecoveringChunkTeacher(teacher, self._expert_labeller(world))
+        if self.job.teacher == "expert":
+            return self._expert_labeller(world)
         from .trainer import make_expert
 
         return make_expert(world)
+
+    def _expert_labeller(self, world: SimWorld) -> Any:
+        from ..rl.labeller import EXPERT_ACTION_SCALE_RAD, ScriptedChunkTeacher
+
+        return ScriptedChunkTeacher(world, self.job.dt_s, self.rollout.actuation_latency_s,
+                                    EXPERT_ACTION_SCALE_RAD, "training config")
 
     def run(self, seeds: Sequence[int], driver: Driver, randomize: bool) -> list[EpisodeRecord]:
         """One episode per seed, in order (randomize: the sim params' domain randomization)."""

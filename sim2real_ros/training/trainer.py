@@ -186,7 +186,8 @@ class Trainer:
         job = EpisodeJob(config.sim_params, config.robot_description, self.preprocess.to_dict(),
                          list(self.world.joint_names), config.rollout.to_dict(), config.chunk_length, config.dt_s,
                          pushes=config.pushes, teacher=config.teacher, teacher_checkpoint=config.teacher_checkpoint,
-                         task=config.task or None, joint_history_s=tuple(config.joint_history_s),
+                         recovery_teacher=config.recovery_teacher, task=config.task or None,
+                         joint_history_s=tuple(config.joint_history_s),
                          sim_loop=dict(config.sim_loop) or None)
         self.pool = EpisodePool(job, workers, num_threads=config.num_threads)
         self.spec = make_policy_spec(
@@ -357,10 +358,11 @@ class Trainer:
         from ..rl.teacher_checkpoint import load_teacher
 
         loaded = load_teacher(self.config.teacher_checkpoint)
+        recovery = {"recovery": {"kind": "expert", "expert": "reactive_pick"}} if self.config.recovery_teacher else {}
         return {"kind": "ppo", "checkpoint": portable_path(self.config.teacher_checkpoint, [share_dir()]),
                 "hash": loaded.checkpoint_hash,
                 "evaluation": {k: v for k, v in loaded.spec.provenance.get("evaluation", {}).items()
-                               if k != "per_episode"}}
+                               if k != "per_episode"}, **recovery}
 
     def close(self) -> None:
         self.pool.close()
