@@ -277,3 +277,29 @@ def test_recovery_teacher_is_checked_at_load_naming_the_field(tmp_path):
         path.write_text(f"robot: so101\ntask: {task}\n{body}")
         with pytest.raises(ConfigError, match=says):
             load_train_config(path)
+
+
+def test_a_student_run_with_a_recovery_teacher_records_it(tmp_path):
+    """The committed recovery recipe, tiny: the teacher drives BC, a DAgger round is labelled by the
+    recovering labeller, the round's history counts the episodes the expert took over and the
+    checkpoint's provenance names the recovery teacher."""
+    import yaml
+
+    from sim2real_ros.core.policy.checkpoint import read_checkpoint
+    from sim2real_ros.training.trainer import Trainer
+
+    path = REPO_ROOT / "config" / "train_pick_lift_so101_wrist_recovery.yaml"
+    rollout = {**yaml.safe_load(path.read_text())["rollout"], "max_episode_s": 1.5}
+    config = load_train_config(path, bc_episodes=2, dagger_rounds=1, dagger_episodes=2, epochs_bc=1,
+                               epochs_per_round=1, round_minibatches=0, eval_episodes=0, rollout=rollout,
+                               hparams={"channels": [4, 8], "keypoints": 8, "hidden": [32]})
+    trainer = Trainer(config, tmp_path / "student.safetensors", tmp_path / "work", log=lambda s: None)
+    try:
+        result = trainer.run(resume=False)
+    finally:
+        trainer.close()
+    assert trainer.history[-1]["kind"] == "dagger" and trainer.history[-1]["episodes_with_recovery_labels"] == 0
+    spec, _, _ = read_checkpoint(result["checkpoint"])
+    teacher = spec.provenance["teacher"]
+    assert teacher["kind"] == "ppo" and teacher["recovery"] == {"kind": "expert", "expert": "reactive_pick"}
+    assert spec.provenance["config"]["recovery_teacher"] == "expert"

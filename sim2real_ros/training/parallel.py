@@ -177,6 +177,9 @@ class EpisodeRunner:
                                            randomize=randomize, seed=int(seed),
                                            record_images=self.job.record_images,
                                            joint_history_s=tuple(self.job.joint_history_s)))
+                recovering_since_s = getattr(labeller, "recovering_since_s", None)
+                if recovering_since_s is not None:  # recovery_teacher: when the recoverer took over
+                    records[-1].outcome["recovery_labels_from_s"] = round(float(recovering_since_s), 3)
             finally:
                 self.labels_made += int(getattr(labeller, "labels_made", 0))
                 world.close()

@@ -298,13 +298,18 @@ class Trainer:
             epochs = round_epochs(c.epochs_per_round, c.round_minibatches, len(data), c.batch_size)
             losses = fit(model, data, epochs, c.batch_size, c.lr * 0.5, c.weight_decay,
                          c.seed + round_index, self.log, f"dagger {round_index}", c.image_shift_px)
+            recovery = {}
+            if c.recovery_teacher:  # how many episodes the recoverer labelled from a failed grasp on
+                recovery = {"episodes_with_recovery_labels":
+                            sum("recovery_labels_from_s" in r.outcome for r in records)}
             self.history.append({"stage": round_index, "kind": "dagger", "episodes": c.dagger_episodes,
                                  "frames": len(data), "student_success_while_collecting": student_rate,
-                                 "final_loss": losses[-1], "losses": losses})
+                                 "final_loss": losses[-1], "losses": losses, **recovery})
             self._log_stage(curves, round_index, losses, c.lr * 0.5, student_rate, len(data), collect_s,
                             len(data) - before)
+            said = f", recovery labels in {recovery['episodes_with_recovery_labels']} episodes" if recovery else ""
             self.log(f"[train] dagger round {round_index}: student success {student_rate:.0%} while collecting, "
-                     f"{len(data)} frames, loss {losses[-1]:.4f}")
+                     f"{len(data)} frames, loss {losses[-1]:.4f}{said}")
             self._save_state(round_index, model, data)
         evaluation = {}
         if c.eval_episodes:
