@@ -139,4 +139,6 @@ def test_teleop_record_command_refuses_bad_input(tmp_path, capsys):
     assert "episodes" in capsys.readouterr().err
     assert sim2real(["teleop-record", "--sim-config", variant, "--out", out, "--intervention-every", "-1"]) == 2
     assert "intervention_every" in capsys.readouterr().err
+    assert sim2real(["teleop-record", "--sim-config", variant, "--out", out, "--real-time-factor", "nan"]) == 2
+    assert "real_time_factor" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
