@@ -4,8 +4,10 @@ supervisor, training, evaluation and sysid, and a checkpoint for the other robot
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -376,9 +378,31 @@ def test_launch_sim_runs_a_student_as_it_was_trained(tmp_path):
     assert "sim_node" not in checkpoint_graph_parameters(spec, "robot", "so101", tmp_path)[0]
     reach = load_policy(REPO_ROOT / "policies" / "reach_so101.safetensors", warmup=False).spec
     assert checkpoint_graph_parameters(reach, "sim", "so101", tmp_path) == ({}, [])
-    result = subprocess.run([sys.executable, "-m", "sim2real_ros.cli.main", "launch", "sim", "--robot", "so101",
-                             "--checkpoint", str(student), "--duration", "15", "--stop-on-exit"],
-                            capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert "its task pick_lift" in result.stdout and "policy_node=0" in result.stdout, result.stdout[-4000:]
-    assert "does not match the running graph" not in result.stdout + result.stderr
+    # Until the supervisor arms on the student's commands (a fixed 15 s ran out on a loaded CI machine
+    # while policy_node was still importing torch), then Ctrl-C.
+    launch = subprocess.Popen([sys.executable, "-m", "sim2real_ros.cli.main", "launch", "sim", "--robot", "so101",
+                               "--checkpoint", str(student), "--stop-on-exit"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT)
+    lines: list[str] = []
+    armed = threading.Event()
+
+    def read() -> None:
+        for line in launch.stdout:
+            lines.append(line)
+            if "[supervisor]" in line and "AUTONOMOUS:" in line:
+                armed.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert armed.wait(240), "".join(lines)[-4000:]
+        launch.send_signal(signal.SIGINT)
+        assert launch.wait(60) == 0, "".join(lines)[-4000:]
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+            launch.wait()
+    reader.join(10)
+    out = "".join(lines)
+    assert "its task pick_lift" in out and "policy_node=0" in out, out[-4000:]
+    assert "does not match the running graph" not in out
