@@ -79,20 +79,33 @@ def record_sim_bag(directory: Path, checkpoint: Path) -> Path:
         policy_diag = probe.collect(DiagnosticArray, "policy_node/diagnostics", 5)
         preprocessor_diag = probe.collect(DiagnosticArray, "camera_preprocessor/diagnostics", 5)
         first_command_sim_ns: list[int] = []  # sim time when the first robot command was seen
+        all_recorded_sim_ns: list[int] = []  # sim time when the recorder had subscribed to every topic
+        log = directory / "graph.log"
+
+        def recorder_has_every_topic() -> bool:
+            text = log.read_text() if log.exists() else ""
+            return all(f"recording /{topic} (" in text for topic in RECORDED)
 
         def policy_ran_long_enough() -> bool:
-            # Counted from the later of the first chunk and the first robot command: on a loaded
-            # machine the supervisor (the commands' publisher) can start seconds after the policy.
+            # Counted from the latest of the first chunk, the first robot command (on a loaded
+            # machine the supervisor, their publisher, can start seconds after the policy) and the
+            # recorder's subscription to the last topic (a CI run under load recorded 23 s without
+            # ever subscribing to command/policy; the replay then had no actions to compare).
             if not chunks or not clock or not commands:
                 return False
             if not first_command_sim_ns:
                 first_command_sim_ns.append(stamp_to_ns(clock[-1].clock))
-            first = max(stamp_to_ns(chunks[0].header.stamp), first_command_sim_ns[0])
+            if not all_recorded_sim_ns:
+                if not recorder_has_every_topic():
+                    return False
+                all_recorded_sim_ns.append(stamp_to_ns(clock[-1].clock))
+            first = max(stamp_to_ns(chunks[0].header.stamp), first_command_sim_ns[0], all_recorded_sim_ns[0])
             return stamp_to_ns(clock[-1].clock) >= first + int(SIM_SECONDS_OF_POLICY * 1e9)
 
         with running_nodes(decls, directory):
             assert wait_until(policy_ran_long_enough, 240.0, poll_s=0.2), (
-                f"{len(chunks)} chunks, {len(commands)} robot commands, "
+                f"{len(chunks)} chunks, {len(commands)} robot commands, recorder on every topic: "
+                f"{recorder_has_every_topic()}, "
                 f"sim time {stamp_to_ns(clock[-1].clock) / 1e9 if clock else None} s; policy_node says "
                 f"{diagnostic_values(policy_diag[-1]) if policy_diag else 'nothing'}; camera_preprocessor says "
                 f"{diagnostic_values(preprocessor_diag[-1]) if preprocessor_diag else 'nothing'}")
