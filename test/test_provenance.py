@@ -219,8 +219,7 @@ def test_a_student_trained_on_the_fast_loop_is_told_apart_from_one_trained_on_ot
     """Fast-loop students are evaluated on the reference loop on purpose: eval-sim says so instead of
     warning that the sim params differ; another difference still warns; a bad override is ignored."""
     from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
-    from sim2real_ros.sim.params import load_sim_params, with_sim_loop_override
-    from sim2real_ros.training.evaluation import trained_loop_note
+    from sim2real_ros.sim.params import load_sim_params, trained_loop_note, with_sim_loop_override
     from sim2real_ros.training.untrained import init_checkpoint
 
     fast = {"loop": "fast", "dt_s": 0.005, "substeps": 2}
@@ -242,8 +241,25 @@ def test_a_student_trained_on_the_fast_loop_is_told_apart_from_one_trained_on_ot
     assert sim2real(["eval-sim", "--checkpoint", str(ckpt), "--episodes", "1", "--no-graph-conditions",
                      "--json", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert result["sim_params_warning"] is None and "their own loop (reference" in result["sim_loop_note"]
+    assert result["sim_params_warning"] is None and "runs loop reference" in result["sim_loop_note"]
     assert "[eval-sim] " + result["sim_loop_note"] in capsys.readouterr().err
+
+
+def test_a_teacher_cloned_on_the_fast_loop_is_told_which_loop_an_evaluation_runs(tmp_path, capsys):
+    """`--sim-loop fast` is the fast loop at the file's dt_s with one substep, not the pick tasks'
+    {loop: fast, dt_s: 0.005, substeps: 2}: a teacher cloned on the latter and evaluated so placed 45/100
+    against 68/100 on its own loop (2026-12-07). eval-sim names both loops and how to run the right one."""
+    teacher = share_dir() / "policies" / "teacher_so101_pick_place_dart_fast.safetensors"
+    out = tmp_path / "eval.json"
+    assert sim2real(["eval-sim", "--checkpoint", str(teacher), "--episodes", "1", "--sim-loop", "fast",
+                     "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    note = result["sim_loop_note"]
+    assert result["sim_params_warning"] is None and result["kind"] == "teacher"
+    trained = note.split("sim_loop {", 1)[1].split("}", 1)[0]
+    assert sorted(trained.split(", ")) == ["dt_s: 0.005", "loop: fast", "substeps: 2"]
+    assert "runs loop fast, dt_s 0.001, substeps 1" in note and f"--sim-loop '{{{trained}}}'" in note
+    assert "[eval-sim] " + note in capsys.readouterr().err
 
 
 # -- training curves and fresh provenance -------------------------------------------------------------

@@ -20,7 +20,7 @@ from ..core.errors import ConfigError
 from ..core.stats import success_by_pushes, summary, wilson_interval
 from ..provenance import assert_unseen_episodes, sim_params_mismatch
 from ..robots import robot_description_for, robot_for_checkpoint, sim_params_for
-from ..sim.params import load_sim_params, with_sim_loop_override
+from ..sim.params import load_sim_params, trained_loop_note, with_sim_loop_override
 from ..sim.task_base import SUCCESS
 from .batch import EnvSpec
 from .pool import RolloutPool
@@ -85,6 +85,9 @@ def evaluate_teacher_in_sim(checkpoint: str | Path, episodes: int, perturb: bool
                     "duration_s": float(r["duration_s"]), "final_distance_m": float(r["final_distance_m"]),
                     "failure": SUCCESS if r["success"] else str(r.get("failure", "not_reached")),
                     "pushes_applied": int(r.get("pushes_applied", 0))} for i, r in zip(indices, rows, strict=True)]
+    # A teacher cloned or trained on a sim loop override (its config's sim_loop) and run on another loop:
+    # the line that names both, instead of a bare version mismatch.
+    loop_note = trained_loop_note(spec.provenance, spec.sim_params_version, params, str(checkpoint))
     wins = sum(r["success"] for r in per_episode)
     n = len(per_episode)
     return {"checkpoint": str(checkpoint), "checkpoint_hash": teacher.checkpoint_hash,
@@ -93,8 +96,9 @@ def evaluate_teacher_in_sim(checkpoint: str | Path, episodes: int, perturb: bool
             "perturb": bool(perturb), "pushes": bool(pushes),
             **({"pushes_applied_total": sum(r["pushes_applied"] for r in per_episode)} if pushes else {}),
             "sim_params_version": params.version, "trained_sim_params_version": spec.sim_params_version,
-            "sim_params_warning": sim_params_mismatch(spec.sim_params_version, params.version, str(checkpoint),
-                                                      str(params.source)),
+            "sim_params_warning": None if loop_note else sim_params_mismatch(
+                spec.sim_params_version, params.version, str(checkpoint), str(params.source)),
+            "sim_loop_note": loop_note,
             "mode": "privileged", "num_envs": slots, "seed": int(seed),
             "episodes": n, "successes": wins, "success_rate": wins / max(n, 1),
             "ci95": list(wilson_interval(wins, n)),

@@ -31,7 +31,7 @@ from ..graph import GraphArgs
 from ..nodes.common import LATCHED_QOS
 from ..provenance import sim_params_mismatch
 from ..robots import checkpoint_task, robot_for_checkpoint, sim_params_for_checkpoint
-from ..sim.params import load_sim_params, with_task
+from ..sim.params import load_sim_params, trained_loop_note, with_task
 from ..topics import (
     ACTION_CHUNK,
     CAMERA_INFO,
@@ -46,7 +46,6 @@ from ..topics import (
     SimStatus,
     node_diagnostics,
 )
-from ..training.evaluation import trained_loop_note
 from .graph_log import graph_log
 from .graph_session import EpisodeOutcome, SimGraphSession
 

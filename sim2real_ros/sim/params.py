@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, Sim2RealError
 from ..core.hashing import content_hash
 from ..paths import config_path
 
@@ -690,6 +690,30 @@ def with_sim_loop_override(params: SimParams, override: Mapping[str, Any], sourc
         return with_sim_loop(params, str(override["loop"]), dt_s, substeps)
     except ConfigError as err:
         raise ConfigError(source, field_name, dict(override), f"{err.field} = {err.value!r}: {err.problem}") from err
+
+
+def trained_loop_note(provenance: Mapping[str, Any], trained_version: str, params: SimParams,
+                      checkpoint: str) -> str | None:
+    """When the checkpoint (a student's or a teacher's) was trained on these sim params with a sim
+    loop override (its config's `sim_loop`, e.g. the fast loop) and this evaluation runs another loop
+    of them (their own, or another --sim-loop), the line that says so and how to evaluate on the
+    training loop; None otherwise (then a version mismatch is a real one). `params`: the sim params
+    as this evaluation runs them. The override comes from the checkpoint, an untrusted file: one that
+    does not validate is ignored."""
+    config = provenance.get("config")
+    override = config.get("sim_loop") if isinstance(config, Mapping) else None
+    if not isinstance(override, Mapping) or not override or trained_version == params.version:
+        return None
+    try:
+        if with_sim_loop_override(params, override, checkpoint).version != trained_version:
+            return None
+    except Sim2RealError:
+        return None
+    flow = "{" + ", ".join(f"{k}: {v}" for k, v in override.items()) + "}"
+    physics = params.physics
+    return (f"{checkpoint} was trained on these sim params with sim_loop {flow}; this evaluation runs loop "
+            f"{physics.loop}, dt_s {physics.dt_s}, substeps {physics.substeps}: the check that the policy holds "
+            f"there (--sim-loop '{flow}' evaluates on the training loop)")
 
 
 def _camera_mount(r: _Reader, camera: CameraParams) -> CameraParams:

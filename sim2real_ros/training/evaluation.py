@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from ..core.errors import ConfigError, Sim2RealError
+from ..core.errors import ConfigError
 from ..core.perception.preprocess_config import PreprocessConfig
 from ..core.policy.backend import load_policy
 from ..core.policy.checkpoint import LoadedPolicy
@@ -20,7 +20,7 @@ from ..core.stats import success_by_pushes, summary, wilson_interval
 from ..paths import config_path
 from ..provenance import assert_unseen_episodes, sim_params_mismatch
 from ..robots import checkpoint_task, robot_description_for, robot_for_checkpoint, sim_params_for_checkpoint
-from ..sim.params import SimParams, load_sim_params, with_sim_loop_override, with_task
+from ..sim.params import load_sim_params, trained_loop_note, with_sim_loop_override, with_task
 from ..sim.world import episode_seed
 from .episode_plan import training_index_ranges
 from .graph_conditions import GraphConditions
@@ -83,27 +83,6 @@ def student_training_episodes(provenance: dict[str, Any]) -> dict[str, Any] | No
     except (KeyError, TypeError, ValueError):
         return None
     return {"seed": seed, "index_ranges": training_index_ranges(bc, rounds, per_round)}
-
-
-def trained_loop_note(provenance: Mapping[str, Any], trained_version: str, params: SimParams,
-                      checkpoint: str) -> str | None:
-    """When the checkpoint was trained on these sim params with a sim loop override (a training
-    config's `sim_loop`, e.g. the fast loop) and this evaluation runs their own loop, the line that
-    says so; None otherwise (then a version mismatch is a real one). The override comes from the
-    checkpoint, an untrusted file: one that does not validate is ignored."""
-    config = provenance.get("config")
-    override = config.get("sim_loop") if isinstance(config, Mapping) else None
-    if not isinstance(override, Mapping) or not override or trained_version == params.version:
-        return None
-    try:
-        if with_sim_loop_override(params, override, checkpoint).version != trained_version:
-            return None
-    except Sim2RealError:
-        return None
-    flow = "{" + ", ".join(f"{k}: {v}" for k, v in override.items()) + "}"
-    return (f"{checkpoint} was trained on these sim params with sim_loop {flow}; this evaluation runs their "
-            f"own loop ({params.physics.loop}, dt_s {params.physics.dt_s}), the check that the policy holds there "
-            f"(--sim-loop '{flow}' evaluates on the training loop)")
 
 
 def episode_row(index: int, outcome: dict[str, Any]) -> dict[str, Any]:
