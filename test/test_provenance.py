@@ -248,7 +248,7 @@ def test_a_student_trained_on_the_fast_loop_is_told_apart_from_one_trained_on_ot
 def test_a_teacher_cloned_on_the_fast_loop_is_told_which_loop_an_evaluation_runs(tmp_path, capsys):
     """`--sim-loop fast` is the fast loop at the file's dt_s with one substep, not the pick tasks'
     {loop: fast, dt_s: 0.005, substeps: 2}: a teacher cloned on the latter and evaluated so placed 45/100
-    against 68/100 on its own loop (2026-12-07). eval-sim names both loops and how to run the right one."""
+    against 84/100 on its own loop (2026-12-07). eval-sim names both loops and how to run the right one."""
     teacher = share_dir() / "policies" / "teacher_so101_pick_place_dart_fast.safetensors"
     out = tmp_path / "eval.json"
     assert sim2real(["eval-sim", "--checkpoint", str(teacher), "--episodes", "1", "--sim-loop", "fast",
