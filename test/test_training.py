@@ -259,13 +259,39 @@ def test_round_minibatches_caps_a_dagger_rounds_refit_in_whole_epochs(tmp_path, 
 
     monkeypatch.setattr(trainer_module, "fit", recording_fit)
     (tmp_path / "capped").mkdir()
-    config = load_train_config(tiny_config(tmp_path / "capped", bc_episodes=1, dagger_rounds=1, epochs_bc=1,
-                                           epochs_per_round=5, batch_size=8, round_minibatches=1, eval_episodes=0))
+    config = load_train_config(tiny_config(tmp_path / "capped", bc_episodes=1, dagger_rounds=2, epochs_bc=1,
+                                           epochs_per_round=5, batch_size=8, round_minibatches=1, eval_episodes=0,
+                                           final_round_minibatches=10_000, final_round_epochs=3))
     trainer = Trainer(config, tmp_path / "capped.pt", tmp_path / "capped_work", log=print)
     try:
         trainer.run()
     finally:
         trainer.close()
-    (bc_epochs, _), (dagger_epochs, frames) = epochs_fitted
+    (bc_epochs, _), (dagger_epochs, frames), (last_epochs, _) = epochs_fitted
     assert bc_epochs == 1 and frames > 8  # more than one minibatch an epoch, so the budget of 1 binds
     assert dagger_epochs == round_epochs(5, 1, frames, 8) == 1
+    assert last_epochs == 3  # the last round's own budget (10,000 minibatches) and cap (3 epochs)
+
+
+def test_the_last_dagger_round_has_its_own_refit_budget(tmp_path):
+    """final_round_minibatches / final_round_epochs apply to the last round only, fall back to the
+    per-round ones when 0, stay out of the config's hash when 0 (the committed recipes keep their
+    hashes) and out of the BC stage's (a twelve-round work directory resumes with a long last round)."""
+    import types
+
+    from sim2real_ros.training.trainer import round_budget
+
+    plain = load_train_config(tiny_config(tmp_path, dagger_rounds=3, epochs_per_round=12, round_minibatches=8000))
+    long_last = load_train_config(tiny_config(tmp_path, dagger_rounds=3, epochs_per_round=12, round_minibatches=8000,
+                                              final_round_minibatches=34000, final_round_epochs=40))
+    assert [round_budget(plain, r) for r in (1, 2, 3)] == [(12, 8000)] * 3
+    assert [round_budget(long_last, r) for r in (1, 2, 3)] == [(12, 8000), (12, 8000), (40, 34000)]
+    epochs_only = load_train_config(tiny_config(tmp_path, dagger_rounds=2, final_round_epochs=20))
+    assert round_budget(epochs_only, 2) == (20, 0)
+    assert "final_round_minibatches" not in plain.to_dict() and "final_round_epochs" not in plain.to_dict()
+    assert long_last.to_dict()["final_round_minibatches"] == 34000
+    assert Trainer._bc_hash(types.SimpleNamespace(config=plain)) == Trainer._bc_hash(
+        types.SimpleNamespace(config=long_last))
+    for name in ("final_round_minibatches", "final_round_epochs"):
+        with pytest.raises(ConfigError, match=rf"train.yaml: field '{name}' = -5"):
+            load_train_config(tiny_config(tmp_path, **{name: -5}))

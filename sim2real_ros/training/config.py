@@ -40,6 +40,9 @@ class TrainConfig:
     round_minibatches: a DAgger round refits for at most about this many minibatches, in whole
     epochs over all the data so far (at least one; trainer.round_epochs), so late rounds over a large
     dataset cost what early ones do; 0: epochs_per_round epochs whatever the data;
+    final_round_minibatches / final_round_epochs: the last DAgger round's own refit budget and epoch
+    cap (0: round_minibatches / epochs_per_round as for the others): a long last refit over all the
+    data, where the student fits the grasp states it underfits on the per-round budget;
     recovery_teacher: "" (the teacher labels everything) | expert (with teacher: ppo on pick_lift: the
     reactive scripted expert labels an episode from its first failed grasp on,
     rl/labeller.RecoveringChunkTeacher)."""
@@ -75,6 +78,8 @@ class TrainConfig:
     sim_loop: dict[str, Any] = field(default_factory=dict)
     image_shift_px: int = 0
     round_minibatches: int = 0
+    final_round_minibatches: int = 0
+    final_round_epochs: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "joint_history_s", check_history_lags(self.joint_history_s, self.source))
@@ -86,7 +91,7 @@ class TrainConfig:
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(self.source, name, getattr(self, name), "must be > 0")
         for name in ("bc_episodes", "dagger_rounds", "dagger_episodes", "epochs_per_round", "eval_episodes",
-                     "round_minibatches"):
+                     "round_minibatches", "final_round_minibatches", "final_round_epochs"):
             if int(getattr(self, name)) < 0:
                 raise ConfigError(self.source, name, getattr(self, name), "must be >= 0")
         for name in ("bc_episodes", "dagger_episodes", "eval_episodes"):  # each stage's episodes in a block
@@ -133,7 +138,7 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in self.__dict__.items()
                 if k not in ("rollout", "joint_history_s", "sim_loop", "image_shift_px", "round_minibatches",
-                             "recovery_teacher")}
+                             "recovery_teacher", "final_round_minibatches", "final_round_epochs")}
         data["rollout"] = self.rollout.to_dict()
         if self.joint_history_s:  # left out when empty: the config hashes of runs without history stay
             data["joint_history_s"] = list(self.joint_history_s)
@@ -145,6 +150,9 @@ class TrainConfig:
             data["round_minibatches"] = self.round_minibatches
         if self.recovery_teacher:  # and labelled by their teacher alone
             data["recovery_teacher"] = self.recovery_teacher
+        for name in ("final_round_minibatches", "final_round_epochs"):  # and with one budget for every round
+            if getattr(self, name):
+                data[name] = getattr(self, name)
         return data
 
 

@@ -151,6 +151,16 @@ def round_epochs(epochs_per_round: int, round_minibatches: int, frames: int, bat
     return max(1, min(epochs_per_round, round_minibatches // per_epoch))
 
 
+def round_budget(config: TrainConfig, round_index: int) -> tuple[int, int]:
+    """(epoch cap, minibatch budget) of DAgger round `round_index` (1-based): the last round's own
+    (final_round_epochs / final_round_minibatches) where set, else the per-round ones."""
+    epochs, minibatches = config.epochs_per_round, config.round_minibatches
+    if round_index == config.dagger_rounds:
+        epochs = config.final_round_epochs or epochs
+        minibatches = config.final_round_minibatches or minibatches
+    return epochs, minibatches
+
+
 def student_controller(model: PolicyModel) -> Controller:
     """The student as a rollout controller: the same forward pass select_action runs."""
 
@@ -215,7 +225,7 @@ class Trainer:
         own path (a copy with more rounds resumes too). with_source: the hash as work directories
         written before 2026-12-04 have it (with the path), still accepted."""
         later = {"dagger_rounds", "dagger_episodes", "epochs_per_round", "eval_episodes", "num_threads",
-                 "round_minibatches"}
+                 "round_minibatches", "final_round_minibatches", "final_round_epochs"}
         if not with_source:
             later.add("source")
         return content_hash({k: v for k, v in self.config.to_dict().items() if k not in later})
@@ -295,7 +305,7 @@ class Trainer:
             before = len(data)
             for r in records:
                 data.add(r)
-            epochs = round_epochs(c.epochs_per_round, c.round_minibatches, len(data), c.batch_size)
+            epochs = round_epochs(*round_budget(c, round_index), len(data), c.batch_size)
             losses = fit(model, data, epochs, c.batch_size, c.lr * 0.5, c.weight_decay,
                          c.seed + round_index, self.log, f"dagger {round_index}", c.image_shift_px)
             recovery = {}
