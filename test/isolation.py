@@ -13,7 +13,7 @@ from collections.abc import Mapping
 # - sim_recording / teleop_recording: the modules that read one session fixture, recorded once.
 TEST_GROUPS = {
     "graph_bringup": ("test_bringup.py", "test_bringup_emulated.py", "test_so101.py", "test_launch.py",
-                      "test_launcher_orphans.py", "test_soak_graph.py", "test_graph_eval.py"),
+                      "test_launcher_orphans.py", "test_soak_graph.py", "test_graph_eval.py", "test_demo.py"),
     "ray": ("test_rl.py", "test_rl_fault_tolerance.py", "test_rl_cluster.py"),
     "sim_recording": ("test_replay_graph.py", "test_replay_offline.py"),
     "teleop_recording": ("test_teleop_recording.py", "test_finetune.py", "test_validation.py"),

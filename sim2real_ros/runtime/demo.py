@@ -3,6 +3,10 @@
 Autonomous episodes; a scripted joystick takes over mid-episode and hands back; the e-stop is
 pressed and reset; everything is recorded to an MCAP bag; then the replay evaluator compares the
 policy with what the "human" did on that bag. Writes demo_out/ (bag, report.md, report.json, plots).
+
+The graph runs the checkpoint as it was trained, as `sim2real launch sim --checkpoint` does: its
+robot (an SO-101 student on the SO-101), its task, its sim params (a wrist camera) and its
+preprocessing (evaluation/checkpoint_graph.follow_checkpoint).
 """
 from __future__ import annotations
 
@@ -16,11 +20,14 @@ from typing import Any
 
 import numpy as np
 
+from ..core.policy.checkpoint import read_checkpoint
 from ..core.robot.urdf import RobotModel
 from ..core.safety.joystick import load_joystick_mapping
 from ..core.stats import summary, wilson_interval
+from ..evaluation.checkpoint_graph import follow_checkpoint
 from ..graph import GraphArgs
 from ..paths import config_path, default_policy_path
+from ..robots import robot_for_checkpoint, sim_params_for_checkpoint
 from ..sim.expert import ReachExpert
 from ..sim.params import load_sim_params
 from ..topics import SUPERVISOR_ARM, SUPERVISOR_RESET, Intervention
@@ -46,13 +53,25 @@ class DemoConfig:
     seed: int = 0
 
 
+def checkpoint_robot_and_sim_params(checkpoint: Path) -> tuple[str, str | None]:
+    """The robot a demo runs `checkpoint` on (the one it was trained for) and the sim params file it
+    was trained on (None: the default robot's own, also for a file that is not there yet: run()
+    names it)."""
+    if not checkpoint.is_file():
+        return robot_for_checkpoint(None, [], {}, str(checkpoint)), None
+    spec = read_checkpoint(checkpoint)[0]
+    robot = robot_for_checkpoint(None, spec.joint_names, spec.provenance, str(checkpoint))
+    return robot, sim_params_for_checkpoint(robot, None, spec.provenance)[0]
+
+
 class Demo:
     def __init__(self, config: DemoConfig, log: Callable[[str], None] = print) -> None:
         self.config = config
         self.log = log
-        self.args = GraphArgs(checkpoint=str(config.checkpoint),
+        robot, sim_params = checkpoint_robot_and_sim_params(Path(config.checkpoint))
+        self.args = GraphArgs(robot=robot, checkpoint=str(config.checkpoint),
                               extra_parameters={"sim_node": {"seed": config.seed}})
-        params = load_sim_params()
+        params = load_sim_params(sim_params)
         self.model = RobotModel.from_description(self.args.description())
         self.ee_link = params.robot.ee_link
         self.joint_names = self.model.joint_names
@@ -166,7 +185,10 @@ class Demo:
         c.out_dir.mkdir(parents=True)
         bag = c.out_dir / "bag"
         self._start = time.monotonic()
-        self.log(f"[demo] starting the sim graph with {c.checkpoint}; node output in {c.out_dir / 'graph.log'}")
+        self.args, followed = follow_checkpoint("sim", self.args, c.out_dir)
+        self.log(f"[demo] starting the sim graph ({self.args.robot}) with {c.checkpoint}"
+                 + (f", following {', '.join(followed)}" if followed else "")
+                 + f"; node output in {c.out_dir / 'graph.log'}")
         with SimGraphSession(self.args, c.out_dir / "graph.log", record_to=bag) as session:
             if not session.wait_for_mode("AUTONOMOUS", 180.0):
                 session.check_nodes()
@@ -221,7 +243,7 @@ class Demo:
     def _report(self, outcomes, interventions, takeover, estop, replay, foxglove=None) -> dict[str, Any]:
         wins = sum(o.success for o in outcomes)
         report = {
-            "checkpoint": str(self.config.checkpoint),
+            "checkpoint": str(self.config.checkpoint), "robot": self.args.robot,
             "episodes": len(outcomes), "successes": wins,
             "success_ci95": list(wilson_interval(wins, len(outcomes))),
             "episode_duration_s": summary([o.duration_s for o in outcomes]),
@@ -249,7 +271,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     replay_err = replay_error_rad(report["replay"])
     lines = [
         "# sim2real_ros demo", "",
-        f"Checkpoint: `{report['checkpoint']}`", "",
+        f"Checkpoint: `{report['checkpoint']}` on the {report.get('robot', 'arm6')}", "",
         "| figure | value |", "|---|---|",
         f"| episodes | {report['episodes']} |",
         f"| successes | {report['successes']} (95% CI {lo:.2f}-{hi:.2f}) |",
