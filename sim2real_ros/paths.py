@@ -42,9 +42,36 @@ def default_policy_path() -> Path:
     return share_dir() / "policies" / "reach_default.safetensors"
 
 
-def dds_profile_path() -> Path:
-    """Fast DDS profile that delivers camera-sized best-effort messages (config/fastdds_large_images.xml)."""
-    return share_dir() / "config" / "fastdds_large_images.xml"
+# ROS 2 distributions on Fast DDS 2.x (Humble, Iron, Jazzy); Kilted and newer run Fast DDS 3.
+FAST_DDS_2_DISTROS = ("humble", "iron", "jazzy")
+
+
+def fast_dds_major(environ: dict | None = None) -> int:
+    """The major version of the Fast DDS this process runs (2 or 3): ROS_DISTRO where set (a sourced
+    install), else the installed wheel's version (ros-fastdds 3.x, ros-fastrtps 2.x), else 3. Their
+    XML profiles name some elements differently (heartbeatPeriod / heartbeat_period)."""
+    import os
+    from importlib import metadata
+
+    env = os.environ if environ is None else environ
+    distro = str(env.get("ROS_DISTRO", "")).strip().lower()
+    if distro:
+        return 2 if distro in FAST_DDS_2_DISTROS else 3
+    for package in ("ros-fastdds", "ros-fastrtps"):
+        try:
+            return int(metadata.version(package).split(".")[0])
+        except (metadata.PackageNotFoundError, ValueError):
+            continue
+    return 3
+
+
+def dds_profile_path(environ: dict | None = None) -> Path:
+    """Fast DDS profile that delivers camera-sized best-effort messages and repairs a lost reliable
+    sample within 20 ms: config/fastdds_large_images.xml for Fast DDS 3 (Kilted and newer),
+    config/fastdds2_large_images.xml for Fast DDS 2 (Humble, Jazzy): the same settings in each
+    version's element names (fast_dds_major)."""
+    name = "fastdds2_large_images.xml" if fast_dds_major(environ) == 2 else "fastdds_large_images.xml"
+    return share_dir() / "config" / name
 
 
 def use_dds_profile(environ: dict | None = None) -> None:
@@ -54,7 +81,8 @@ def use_dds_profile(environ: dict | None = None) -> None:
 
     env = os.environ if environ is None else environ
     if not env.get("FASTDDS_DEFAULT_PROFILES_FILE") and not env.get("FASTRTPS_DEFAULT_PROFILES_FILE"):
-        # Humble's Fast DDS 2 reads the old name; newer ones warn about it, so set only the one that applies.
-        humble = env.get("ROS_DISTRO") == "humble"
-        name = "FASTRTPS_DEFAULT_PROFILES_FILE" if humble else "FASTDDS_DEFAULT_PROFILES_FILE"
-        env[name] = str(dds_profile_path())
+        # Fast DDS 2 (Humble, Jazzy) reads only the old name (measured on Jazzy's 2.14: a profile named
+        # by FASTDDS_DEFAULT_PROFILES_FILE was never read); Fast DDS 3 warns about the old name.
+        old = fast_dds_major(env) == 2
+        name = "FASTRTPS_DEFAULT_PROFILES_FILE" if old else "FASTDDS_DEFAULT_PROFILES_FILE"
+        env[name] = str(dds_profile_path(env))
