@@ -34,8 +34,12 @@ supervisor itself adds; the echo alone is what the machine, DDS and Python cost 
 Load (issue 36): the supervisor runs twice, with its real-time knobs off and then as the robot
 graph ships them (graph.ROBOT_REALTIME: SCHED_FIFO, memory locked, where the process may), and
 the trials of each run alternate quiet and loaded blocks (one busy process per CPU beside them,
-benchmarking.BusyLoad). `estop_reaction_ms` / `estop_reaction_loaded_ms` are knobs on; the echo
-is measured in the same blocks; `load` gives the machine's load per phase.
+benchmarking.BusyLoad; `--busy N` for N of them, e.g. more than the cores to overload the machine).
+`estop_reaction_ms` / `estop_reaction_loaded_ms` are knobs on; the echo is measured in the same
+blocks; `load` gives the machine's load per phase. `dds_profile` names the Fast DDS profile the
+processes ran with (the project's unless FASTDDS_DEFAULT_PROFILES_FILE / FASTRTPS_DEFAULT_PROFILES_FILE
+names another) and `reactions_over_100ms...` counts the reactions that waited for a lost sample's
+repair (a reliable sample lost on the way is resent after the writer's next heartbeat).
 """
 from __future__ import annotations
 
@@ -386,18 +390,24 @@ def run_supervisor(n_trials: int, knobs: bool, load: BusyLoad) -> dict:
                                                            "refused")}}
 
 
-def run(quick: bool = False, trials: int | None = None) -> dict:
+SLOW_REACTION_MS = 100.0  # [ms] a reaction this late waited for more than a scheduling delay
+
+
+def run(quick: bool = False, trials: int | None = None, busy: int | None = None) -> dict:
     """E-stop reaction times [ms] with the supervisor's real-time knobs off, then on (as the robot
     graph ships them), each over trials alternating quiet and loaded (one busy process per CPU):
     "estop_reaction_ms" (quiet, knobs on), "estop_reaction_loaded_ms" (loaded, knobs on), the same
-    "..._knobs_off_ms", and the idle echo round trip of each phase as the machine's floor."""
+    "..._knobs_off_ms", and the idle echo round trip of each phase as the machine's floor. `busy`:
+    busy processes in the loaded phases (default one per CPU)."""
     n_trials = trials or (100 if quick else 1000)
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randrange(150, 230)))
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
     load_before = os.getloadavg()[0]
     out: dict = {}
-    with BusyLoad() as load:
+    profile_env = dict(os.environ)
+    use_dds_profile(profile_env)
+    with BusyLoad(busy) as load:
         runs = {knobs: run_supervisor(n_trials, knobs, load) for knobs in (False, True)}
     for knobs, result in runs.items():
         suffix = "" if knobs else "_knobs_off"
@@ -406,6 +416,8 @@ def run(quick: bool = False, trials: int | None = None) -> dict:
             estop = latency_stats(np.array(result["per_phase"][phase]["reactions_ms"]))
             echo = latency_stats(np.array(result["per_phase"][phase]["echo_ms"]))
             out[f"estop_reaction{name}{suffix}_ms"] = estop
+            out[f"reactions_over_100ms{name}{suffix}"] = int(
+                np.sum(np.array(result["per_phase"][phase]["reactions_ms"]) > SLOW_REACTION_MS))
             out[f"echo_round_trip{name}{suffix}_ms"] = echo
             out[f"estop_over_echo_p99{name}{suffix}"] = (round(estop["p99"] / echo["p99"], 2)
                                                           if echo["n"] else None)
@@ -421,6 +433,8 @@ def run(quick: bool = False, trials: int | None = None) -> dict:
     out["reset_tries_mean"] = round(float(np.mean(runs[True]["reset_tries"])), 3)
     out["load"] = {**load.report(), "load_average_1min_before": round(load_before, 2)}
     out["trials_per_run"] = n_trials
+    out["dds_profile"] = (profile_env.get("FASTDDS_DEFAULT_PROFILES_FILE")
+                          or profile_env.get("FASTRTPS_DEFAULT_PROFILES_FILE"))
     out["target_p99_ms"] = 10.0
     return out
 
@@ -430,21 +444,26 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="100 trials instead of 1000")
     parser.add_argument("--trials", type=int, default=None, help="number of e-stop trials")
     parser.add_argument("--json", type=Path, default=None, help="write the figures as JSON here")
+    parser.add_argument("--busy", type=int, default=None,
+                        help="busy processes in the loaded blocks (default: one per CPU)")
     # The helper processes (this script again): the echo reference and the traffic.
     parser.add_argument("--echo", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--traffic", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.echo or args.traffic:
         return helper_main("echo" if args.echo else "traffic")
-    result = run(quick=args.quick, trials=args.trials)
+    if args.busy is not None and args.busy < 1:
+        parser.error(f"--busy must be at least 1, got {args.busy}")
+    result = run(quick=args.quick, trials=args.trials, busy=args.busy)
     for suffix, knobs in (("", "knobs on"), ("_knobs_off", "knobs off")):
         for name, phase in (("", "quiet"), ("_loaded", "loaded")):
             stats, echo = result[f"estop_reaction{name}{suffix}_ms"], result[f"echo_round_trip{name}{suffix}_ms"]
             print(f"{knobs}, {phase}: e-stop [ms] n {stats['n']} p50 {stats['p50']} p99 {stats['p99']} "
                   f"max {stats['max']}; echo p50 {echo['p50']} p99 {echo['p99']}; "
-                  f"p99 ratio {result[f'estop_over_echo_p99{name}{suffix}']}")
+                  f"p99 ratio {result[f'estop_over_echo_p99{name}{suffix}']}; "
+                  f"over {SLOW_REACTION_MS:.0f} ms {result[f'reactions_over_100ms{name}{suffix}']}")
         print(f"{knobs}: supervisor {result[f'realtime{suffix}']}, missed {result[f'missed_reactions{suffix}']}")
-    print(f"load {result['load']}")
+    print(f"load {result['load']}; DDS profile {result['dds_profile']}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     return 0
