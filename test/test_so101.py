@@ -335,27 +335,30 @@ def test_supervisor_limits_come_from_the_so101_urdf(ros, tmp_path):
         assert all(np.all(np.asarray(m.data) <= upper + 1e-12) for m in list(commands))
 
 
-def test_the_shipped_wrist_pick_lift_student_is_the_committed_recipe_on_its_own_camera():
-    """policies/so101_pick_lift_wrist.safetensors (71/100 randomized with pushes, docs/learning.md):
-    the SO-101's pick_lift student, trained by config/train_pick_lift_so101_wrist.yaml as committed
-    (the same fields but the config file's own name), whose evaluation finds the wrist sim params it
-    was trained on (unchanged since: their content hash is the recorded one) and whose preprocessing
-    is the wrist policy camera's."""
+@pytest.mark.parametrize("student, recipe", [
+    ("so101_pick_lift_wrist.safetensors", "train_pick_lift_so101_wrist.yaml"),                      # 71/100
+    ("so101_pick_lift_wrist_long_refit.safetensors", "train_pick_lift_so101_wrist_long_refit.yaml"),  # 76/100
+])
+def test_the_shipped_wrist_pick_lift_students_are_the_committed_recipes_on_their_own_camera(student, recipe):
+    """The SO-101's shipped pick_lift students (randomized with pushes, docs/learning.md), each trained by
+    its config as committed (the same fields but the config file's own name), whose evaluation finds the
+    wrist sim params it was trained on (unchanged since: their content hash is the recorded one) and
+    whose preprocessing is the wrist policy camera's."""
     from sim2real_ros.core.policy.checkpoint import read_checkpoint
     from sim2real_ros.provenance import portable_provenance
     from sim2real_ros.robots import sim_params_for_checkpoint
 
-    path = share_dir() / "policies" / "so101_pick_lift_wrist.safetensors"
+    path = share_dir() / "policies" / student
     spec = read_checkpoint(path)[0]
     provenance = spec.provenance
     assert provenance["robot"] == "so101" and provenance["task"] == "pick_lift"
     assert robot_for_checkpoint(None, spec.joint_names, provenance, str(path)) == "so101"
     sim_params, why = sim_params_for_checkpoint("so101", None, provenance)
     assert (Path(sim_params), why) == (WRIST_PARAMS, "checkpoint")
-    committed = portable_provenance(load_train_config(config_path("train_pick_lift_so101_wrist.yaml")).to_dict(),
+    committed = portable_provenance(load_train_config(config_path(recipe)).to_dict(),
                                     [share_dir()])
     trained = dict(provenance["config"])
-    assert trained.pop("source") != committed.pop("source")  # a copy of the file, elsewhere
+    trained.pop("source"), committed.pop("source")  # the file it was read from (the first: a copy, elsewhere)
     assert trained == committed, "the student is not the committed recipe"
     wrist = PreprocessConfig.from_yaml(config_path("preprocess_wrist.yaml"))
     assert PreprocessConfig.from_dict(spec.preprocess).policy_camera == wrist.policy_camera
