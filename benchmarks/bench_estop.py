@@ -31,11 +31,14 @@ callback on its own executor thread, as the supervisor's e-stop thread answers `
 one ping per trial, between the trials. The e-stop figure against the echo figure is what the
 supervisor itself adds; the echo alone is what the machine, DDS and Python cost at that moment.
 
-Load (issue 36): the supervisor runs twice, with its real-time knobs off and then as the robot
-graph ships them (graph.ROBOT_REALTIME: SCHED_FIFO, memory locked, where the process may), and
+Load (issue 36): the supervisor runs three times, with its real-time knobs off, as an unprivileged
+process gets the shipped knobs (SCHED_FIFO and the memory lock refused: SCHED_OTHER, but the 0.5 ms
+GIL switch interval, which needs no privilege), and as the robot graph ships them
+(graph.ROBOT_REALTIME: SCHED_FIFO, memory locked, where the process may), and
 the trials of each run alternate quiet and loaded blocks (one busy process per CPU beside them,
 benchmarking.BusyLoad; `--busy N` for N of them, e.g. more than the cores to overload the machine).
-`estop_reaction_ms` / `estop_reaction_loaded_ms` are knobs on; the echo is measured in the same
+`estop_reaction_ms` / `estop_reaction_loaded_ms` are knobs on (`..._knobs_off_...`,
+`..._unprivileged_...` the others); the echo is measured in the same
 blocks; `load` gives the machine's load per phase. `dds_profile` names the Fast DDS profile the
 processes ran with (the project's unless FASTDDS_DEFAULT_PROFILES_FILE / FASTRTPS_DEFAULT_PROFILES_FILE
 names another) and `reactions_over_100ms...` counts the reactions that waited for a lost sample's
@@ -309,11 +312,17 @@ def _wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> Non
 
 
 KNOBS_OFF = {"sched_policy": "other", "sched_priority": 0, "lock_memory": False}
+# What the shipped knobs give a process without CAP_SYS_NICE, an rtprio limit or a memlock limit: the
+# refused scheduling and memory lock fall back to SCHED_OTHER; the GIL switch interval still applies.
+UNPRIVILEGED = {**ROBOT_REALTIME["supervisor"], **KNOBS_OFF}
+# Supervisor configurations measured, by the suffix of their figures in the JSON.
+CONFIGURATIONS = {"_knobs_off": KNOBS_OFF, "_unprivileged": UNPRIVILEGED, "": ROBOT_REALTIME["supervisor"]}
+NAMES = {"": "knobs on", "_knobs_off": "knobs off", "_unprivileged": "unprivileged"}
 BLOCKS = 4  # trial blocks per supervisor run: quiet, loaded, quiet, loaded
 
 
-def run_supervisor(n_trials: int, knobs: bool, load: BusyLoad) -> dict:
-    """One supervisor process (real-time knobs as the robot graph ships them, or off) and
+def run_supervisor(n_trials: int, knobs: dict, load: BusyLoad) -> dict:
+    """One supervisor process (real-time knob parameters `knobs`: one of CONFIGURATIONS) and
     `n_trials` e-stop trials in BLOCKS blocks alternating quiet and loaded. Returns per phase
     {"reactions_ms", "echo_ms"} lists, misses, and what the supervisor reported applying."""
     urdf = str(urdf_path())
@@ -321,7 +330,7 @@ def run_supervisor(n_trials: int, knobs: bool, load: BusyLoad) -> dict:
     home = _home(model)
     params = {"robot_description": urdf, "auto_arm": True, "handover_ramp_s": 0.0,
               "policy_timeout_s": 0.5, "joint_state_timeout_s": 0.5,
-              **(ROBOT_REALTIME["supervisor"] if knobs else KNOBS_OFF)}
+              **knobs}
     log = Path(tempfile.mkdtemp(prefix="bench_estop_")) / "graph.log"
     launcher = GraphLauncher([NodeDecl("supervisor", "supervisor", params)], echo=False, log_file=log)
     helper_env = {**os.environ}
@@ -393,12 +402,15 @@ def run_supervisor(n_trials: int, knobs: bool, load: BusyLoad) -> dict:
 SLOW_REACTION_MS = 100.0  # [ms] a reaction this late waited for more than a scheduling delay
 
 
-def run(quick: bool = False, trials: int | None = None, busy: int | None = None) -> dict:
-    """E-stop reaction times [ms] with the supervisor's real-time knobs off, then on (as the robot
-    graph ships them), each over trials alternating quiet and loaded (one busy process per CPU):
+def run(quick: bool = False, trials: int | None = None, busy: int | None = None,
+        busy_own_sessions: bool = False) -> dict:
+    """E-stop reaction times [ms] with the supervisor's real-time knobs off, unprivileged, then on
+    (as the robot graph ships them), each over trials alternating quiet and loaded (one busy process
+    per CPU):
     "estop_reaction_ms" (quiet, knobs on), "estop_reaction_loaded_ms" (loaded, knobs on), the same
-    "..._knobs_off_ms", and the idle echo round trip of each phase as the machine's floor. `busy`:
-    busy processes in the loaded phases (default one per CPU)."""
+    "..._knobs_off_ms" and "..._unprivileged_ms", and the idle echo round trip of each phase as the
+    machine's floor. `busy`: busy processes in the loaded phases (default one per CPU);
+    `busy_own_sessions`: each in a session of its own (benchmarking.BusyLoad)."""
     n_trials = trials or (100 if quick else 1000)
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randrange(150, 230)))
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
@@ -407,10 +419,9 @@ def run(quick: bool = False, trials: int | None = None, busy: int | None = None)
     out: dict = {}
     profile_env = dict(os.environ)
     use_dds_profile(profile_env)
-    with BusyLoad(busy) as load:
-        runs = {knobs: run_supervisor(n_trials, knobs, load) for knobs in (False, True)}
-    for knobs, result in runs.items():
-        suffix = "" if knobs else "_knobs_off"
+    with BusyLoad(busy, own_sessions=busy_own_sessions) as load:
+        runs = {suffix: run_supervisor(n_trials, knobs, load) for suffix, knobs in CONFIGURATIONS.items()}
+    for suffix, result in runs.items():
         for phase in (QUIET, LOADED):
             name = "" if phase == QUIET else "_loaded"
             estop = latency_stats(np.array(result["per_phase"][phase]["reactions_ms"]))
@@ -430,7 +441,7 @@ def run(quick: bool = False, trials: int | None = None, busy: int | None = None)
         out[f"realtime{suffix}"] = result["realtime"]
         out[f"trials_per_s{suffix}"] = round(result["trials_per_s"], 2)
         out[f"images_received_per_s{suffix}"] = result["images_per_s"]
-    out["reset_tries_mean"] = round(float(np.mean(runs[True]["reset_tries"])), 3)
+    out["reset_tries_mean"] = round(float(np.mean(runs[""]["reset_tries"])), 3)
     out["load"] = {**load.report(), "load_average_1min_before": round(load_before, 2)}
     out["trials_per_run"] = n_trials
     out["dds_profile"] = (profile_env.get("FASTDDS_DEFAULT_PROFILES_FILE")
@@ -446,6 +457,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None, help="write the figures as JSON here")
     parser.add_argument("--busy", type=int, default=None,
                         help="busy processes in the loaded blocks (default: one per CPU)")
+    parser.add_argument("--busy-own-sessions", action="store_true",
+                        help="start each busy process in a session of its own (as work started elsewhere)")
     # The helper processes (this script again): the echo reference and the traffic.
     parser.add_argument("--echo", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--traffic", action="store_true", help=argparse.SUPPRESS)
@@ -454,8 +467,8 @@ def main() -> int:
         return helper_main("echo" if args.echo else "traffic")
     if args.busy is not None and args.busy < 1:
         parser.error(f"--busy must be at least 1, got {args.busy}")
-    result = run(quick=args.quick, trials=args.trials, busy=args.busy)
-    for suffix, knobs in (("", "knobs on"), ("_knobs_off", "knobs off")):
+    result = run(quick=args.quick, trials=args.trials, busy=args.busy, busy_own_sessions=args.busy_own_sessions)
+    for suffix, knobs in NAMES.items():
         for name, phase in (("", "quiet"), ("_loaded", "loaded")):
             stats, echo = result[f"estop_reaction{name}{suffix}_ms"], result[f"echo_round_trip{name}{suffix}_ms"]
             print(f"{knobs}, {phase}: e-stop [ms] n {stats['n']} p50 {stats['p50']} p99 {stats['p99']} "

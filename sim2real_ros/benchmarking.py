@@ -85,14 +85,26 @@ def _cpu_times() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
+def _autogroup() -> bool | None:
+    """Whether the kernel schedules sessions as groups (sched_autogroup_enabled); None where unknown."""
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return None
+
+
 class BusyLoad:
     """One busy process per CPU (a Python `while True: pass`, SCHED_OTHER at nice 0: what a robot
     computer's other work looks like to the scheduler), switched on and off between phases, with
     the machine's load measured per phase: the 1-minute load average and the share of CPU time
     busy ("cpu_busy"), both over everything on the machine, not only this benchmark."""
 
-    def __init__(self, processes: int | None = None) -> None:
+    def __init__(self, processes: int | None = None, own_sessions: bool = False) -> None:
         self.processes = int(processes or os.cpu_count() or 1)
+        # own_sessions: each busy process in a session of its own, as work started elsewhere (another
+        # terminal, a service) is; where the kernel schedules sessions as groups (autogroup), the
+        # benchmark's session then keeps its share. Default: in this session, the harder case.
+        self.own_sessions = bool(own_sessions)
         self._children: list[subprocess.Popen] = []
         self._busy: dict[str, list[float]] = {QUIET: [], LOADED: []}
         self._loadavg: dict[str, list[float]] = {QUIET: [], LOADED: []}
@@ -106,7 +118,8 @@ class BusyLoad:
         """End the current phase's measurement, switch the load, start measuring the next phase."""
         self._close_phase()
         if loaded and not self._children:
-            self._children = [subprocess.Popen([sys.executable, "-c", _BUSY_LOOP], stdin=subprocess.DEVNULL)
+            self._children = [subprocess.Popen([sys.executable, "-c", _BUSY_LOOP], stdin=subprocess.DEVNULL,
+                                               start_new_session=self.own_sessions)
                               for _ in range(self.processes)]
         elif not loaded:
             self._stop_children()
@@ -137,7 +150,9 @@ class BusyLoad:
 
     def report(self) -> dict[str, Any]:
         """{busy_processes, cpus, per phase: cpu_busy (mean share), load_average_1min (mean at phase ends)}."""
-        out: dict[str, Any] = {"busy_processes": self.processes, "cpus": os.cpu_count()}
+        out: dict[str, Any] = {"busy_processes": self.processes, "cpus": os.cpu_count(),
+                               "busy_sessions": "own" if self.own_sessions else "shared",
+                               "sched_autogroup": _autogroup()}
         for name in (QUIET, LOADED):
             busy, load = self._busy[name], self._loadavg[name]
             out[f"cpu_busy_{name}"] = round(float(np.mean(busy)), 3) if busy else None

@@ -37,3 +37,19 @@ def test_default_is_one_busy_process_per_cpu_and_close_kills_them():
 @pytest.mark.parametrize("segments, expected", [(1, [False]), (4, [False, True, False, True])])
 def test_interleaved_phases_start_quiet_and_alternate(segments, expected):
     assert interleaved(segments) == expected
+
+
+@pytest.mark.parametrize("own_sessions", [False, True])
+def test_busy_processes_run_in_this_session_or_each_in_its_own(own_sessions):
+    import os
+
+    with BusyLoad(2, own_sessions=own_sessions) as load:
+        load.phase(True)
+        pids = {child.pid for child in load._children}
+        sessions = {os.getsid(pid) for pid in pids}
+        report = load.report()
+    if own_sessions:
+        assert sessions == pids  # each leads a session of its own
+    else:
+        assert sessions == {os.getsid(0)}
+    assert report["busy_sessions"] == ("own" if own_sessions else "shared")

@@ -245,3 +245,23 @@ def test_node_whose_launcher_died_before_it_started_does_not_start():
     assert f"the launcher (pid {dead.pid}) is gone; not starting" in result.stderr
     assert "[INFO]" not in result.stdout + result.stderr, result.stderr  # no node came up
     print(f"refused in {time.monotonic() - started:.2f} s")
+
+
+def test_a_node_has_its_own_process_group_in_the_launchers_session(tmp_path):
+    """A launched node stays in the launcher's session (where the kernel schedules sessions as
+    groups, a node alone in its session waited up to 180 ms for a CPU beside two busy processes:
+    launcher.NODE_PROCESS) but leads a process group of its own (the terminal's Ctrl-C reaches the
+    launcher only, which stops the nodes in order) and reads no terminal input."""
+    from sim2real_ros.graph import NodeDecl
+    from sim2real_ros.runtime.launcher import GraphLauncher
+
+    launcher = GraphLauncher([NodeDecl("supervisor", "supervisor", {"auto_arm": False})], echo=False,
+                             log_file=tmp_path / "graph.log")
+    launcher.start()
+    try:
+        pid = launcher.nodes[0].process.pid
+        assert os.getsid(pid) == os.getsid(0)
+        assert os.getpgid(pid) == pid != os.getpgid(0)
+        assert os.readlink(f"/proc/{pid}/fd/0") == "/dev/null"
+    finally:
+        launcher.shutdown()

@@ -48,6 +48,17 @@ def write_overrides(decl: NodeDecl, directory: Path) -> Path:
     return path
 
 
+# How a node process is started (Popen keyword arguments). A process group of its own keeps the
+# terminal's Ctrl-C away from it (the launcher forwards one, in order), but it stays in the
+# launcher's session: where the kernel groups processes by session for fair scheduling (autogroup,
+# on by default on Ubuntu and here), a node in a session of its own was its own group, and a
+# lightly loaded group waited up to 180 ms for a CPU beside two busy processes: the supervisor's
+# e-stop without real-time scheduling (SCHED_OTHER), loaded, p99 5.6-77 ms, max 73-182 ms, 6 of 4,000
+# over 100 ms; in the launcher's session p99 5.8-8.8 ms, max 7.3-13 ms, none (bench_estop, 2026-12-07,
+# docs/benchmarks.md). No terminal input: a node never reads it.
+NODE_PROCESS = {"process_group": 0, "stdin": subprocess.DEVNULL}
+
+
 def node_command(decl: NodeDecl, namespace: str, overrides_file: Path) -> list[str]:
     return [sys.executable, "-m", "sim2real_ros.cli.main", "node", decl.executable] + ros_arguments(
         decl, namespace, overrides_file
@@ -90,7 +101,7 @@ class GraphLauncher:
                 stderr=subprocess.STDOUT,
                 env=env,
                 text=True,
-                start_new_session=True,  # our Ctrl-C is forwarded explicitly, once
+                **NODE_PROCESS,  # our Ctrl-C is forwarded explicitly, once
             )
             self.nodes.append(RunningNode(decl, proc))
             pump = threading.Thread(target=self._pump, args=(decl.name, proc), daemon=True)

@@ -55,7 +55,7 @@ from ..topics import (
     SupervisorState,
 )
 from .graph_session import SimGraphSession, recorder_decl
-from .launcher import GraphLauncher, RunningNode, node_command, write_overrides
+from .launcher import NODE_PROCESS, GraphLauncher, RunningNode, node_command, write_overrides
 from .lifeline import launcher_environment
 
 COMMAND_TOPIC = ROBOT_COMMAND.name
@@ -114,7 +114,7 @@ class SoakLauncher(GraphLauncher):
         env = {**self._env, **launcher_environment(os.getpid(), threading.current_thread() is threading.main_thread())}
         overrides = write_overrides(old.decl, Path(self._tmp.name))
         proc = subprocess.Popen(node_command(old.decl, self._namespace, overrides), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, env=env, text=True, start_new_session=True)
+                                stderr=subprocess.STDOUT, env=env, text=True, **NODE_PROCESS)
         self.nodes[self.nodes.index(old)] = RunningNode(old.decl, proc)
         threading.Thread(target=self._pump, args=(old.decl.name, proc), daemon=True).start()
 
