@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import torch
 from sensor_msgs.msg import Image, JointState
 from support import REPO_ROOT, node_decl, wait_until
 from trajectory_msgs.msg import JointTrajectory
@@ -20,7 +21,8 @@ from sim2real_ros.core.errors import CheckpointError
 from sim2real_ros.core.perception.preprocess import ImagePipeline
 from sim2real_ros.core.perception.preprocess_config import PreprocessConfig
 from sim2real_ros.core.policy.backend import Policy, file_backend, load_policy, resolve_backend
-from sim2real_ros.core.policy.checkpoint import load_checkpoint
+from sim2real_ros.core.policy.checkpoint import load_checkpoint, make_policy_spec, save_checkpoint
+from sim2real_ros.core.policy.model import build_model
 from sim2real_ros.core.policy.onnx_export import export_onnx
 from sim2real_ros.core.policy.onnx_policy import MAX_ONNX_BYTES, load_onnx_policy
 from sim2real_ros.nodes.common import JOINT_STATE_QOS, RELIABLE_LATEST_QOS
@@ -294,3 +296,31 @@ def test_policy_node_runs_an_onnx_policy_with_torch_hidden(ros, tmp_path, export
     finally:
         launcher.shutdown()
     assert "torch is hidden" not in log.read_text()
+
+
+def test_the_pooled_keypoint_architecture_exports_and_matches_torch(tmp_path):
+    """cnn_spatial_softmax_pooled (keypoints and the channels' means) goes through the exporter and
+    the graph checks (its pool is an AveragePool over the whole keypoint map) and onnxruntime
+    gives torch's targets, with an action scale large enough for a difference to show."""
+    preprocess = PreprocessConfig.from_yaml(config_path("preprocess_wrist.yaml"))
+    spec = make_policy_spec([f"j{i}" for i in range(6)], preprocess, architecture="cnn_spatial_softmax_pooled",
+                            chunk_length=10, dt_s=0.05)
+    torch.manual_seed(1)
+    model = build_model("cnn_spatial_softmax_pooled", spec)
+    model.set_normalization(np.zeros(6), np.full(6, 0.5), np.zeros(6), np.full(6, 0.3))
+    checkpoint = tmp_path / "pooled.safetensors"
+    save_checkpoint(checkpoint, model, spec)
+    out = tmp_path / "pooled.onnx"
+    result = export_onnx(checkpoint, out)
+    assert result["max_abs_difference_rad"] <= TOLERANCE_RAD
+    pools = [node for node in onnx.load(str(out)).graph.node if node.op_type == "AveragePool"]
+    assert len(pools) == 1
+    policy = load_onnx_policy(out)
+    rng = np.random.default_rng(2)
+    image = rng.integers(0, 256, (spec.image_height, spec.image_width, 3), dtype=np.uint8)
+    q = rng.uniform(-1.0, 1.0, 6).astype(np.float32)
+    with torch.no_grad():
+        expected = model(torch.from_numpy(image)[None], torch.from_numpy(q)[None])[0].numpy()
+    got = policy.select_action(image, q)
+    assert np.abs(expected - q).max() > 0.01  # the targets move: a wrong graph would show
+    assert np.abs(got - expected).max() <= TOLERANCE_RAD

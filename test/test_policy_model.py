@@ -194,3 +194,36 @@ def test_hparams_over_their_caps_are_refused_before_allocating(spec):
         with pytest.raises(ConfigError, match=message):
             build_model("cnn_mlp", big_image, **hparams)
     assert MAX_PARAMETERS < MAX_LAYER_WIDTH**2 * MAX_LAYERS  # the caps on each size alone do not bound the model
+
+
+# ----------------------------------------------------------------------------------------------
+# Keypoints with the channels' means (cnn_spatial_softmax_pooled)
+class _FixedFeatures(torch.nn.Module):
+    """An image encoder that returns the given feature maps whatever the image (one per sample)."""
+
+    def __init__(self, features: torch.Tensor) -> None:
+        super().__init__()
+        self.features = features
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.features.expand(images.shape[0], -1, -1, -1)
+
+
+@pytest.mark.parametrize(("architecture", "tells_them_apart"),
+                         [("cnn_spatial_softmax", False), ("cnn_spatial_softmax_pooled", True)])
+def test_only_the_pooled_keypoint_model_sees_how_strong_a_feature_is(spec, architecture, tells_them_apart):
+    """Feature maps that differ by a constant have the same softmax keypoints: the plain model
+    cannot tell them apart (a channel's strength, e.g. how much edge at one angle the cube shows),
+    the pooled one gets each channel's mean as well."""
+    torch.manual_seed(0)
+    model = build_model(architecture, spec, channels=[4, 8], keypoints=6, hidden=[32]).eval()
+    h, w = model.feature_map_size
+    features = torch.randn(1, 6, h, w)
+    images, joints = random_batch(spec, 1)
+    outputs = []
+    for shift in (0.0, 1.5):
+        model.image_encoder = _FixedFeatures(features + shift)
+        with torch.no_grad():
+            outputs.append(model.forward_normalized(images, joints))
+    different = not torch.allclose(outputs[0], outputs[1], atol=1e-6)
+    assert different == tells_them_apart

@@ -328,6 +328,7 @@ class SpatialSoftmaxPolicy(PolicyModel):
     """
 
     DEFAULT_HPARAMS: dict[str, Any] = {"channels": [16, 32], "keypoints": 32, "hidden": [256, 256]}
+    FEATURES_PER_KEYPOINT = 2  # its image coordinates (x, y)
 
     def __init__(self, joint_count: int, chunk_length: int, image_height: int, image_width: int,
                  channels: Sequence[int] = (16, 32), keypoints: int = 32, hidden: Sequence[int] = (256, 256),
@@ -350,8 +351,9 @@ class SpatialSoftmaxPolicy(PolicyModel):
         layers.append(nn.Conv2d(in_channels, int(keypoints), 3, padding=1))
         self.image_encoder = nn.Sequential(*layers)
         self.keypoints = SpatialSoftmax(h, w)
+        self.feature_map_size = (h, w)  # [px] of the keypoint maps
         mlp: list[nn.Module] = []
-        width = 2 * int(keypoints) + self.joint_input_width
+        width = self.FEATURES_PER_KEYPOINT * int(keypoints) + self.joint_input_width
         for size in hidden:
             mlp += [nn.Linear(width, size), nn.ReLU()]
             width = size
@@ -361,6 +363,30 @@ class SpatialSoftmaxPolicy(PolicyModel):
     def encode(self, images: torch.Tensor, joints_normalized: torch.Tensor) -> torch.Tensor:
         points = self.keypoints(self.image_encoder(images))
         return self.head(torch.cat([points, joints_normalized], dim=1))
+
+
+@register_architecture("cnn_spatial_softmax_pooled")
+class PooledSpatialSoftmaxPolicy(SpatialSoftmaxPolicy):
+    """cnn_spatial_softmax whose head also gets each keypoint channel's mean activation over the
+    image. The softmax keeps where a feature is and normalizes away how much of it there is; the
+    mean keeps that (e.g. how strongly the edges at one angle respond: a cube's yaw, which the
+    grasp must match and a keypoint's position alone does not give). Same hparams, same cost but
+    one average pool.
+    """
+
+    FEATURES_PER_KEYPOINT = 3  # x, y and the channel's mean
+
+    def __init__(self, joint_count: int, chunk_length: int, image_height: int, image_width: int,
+                 channels: Sequence[int] = (16, 32), keypoints: int = 32, hidden: Sequence[int] = (256, 256),
+                 history_length: int = 0) -> None:
+        super().__init__(joint_count, chunk_length, image_height, image_width, channels, keypoints, hidden,
+                         history_length)
+        # A pool over the whole map (ONNX AveragePool: an operator the exporter already emits).
+        self.channel_mean = nn.Sequential(nn.AvgPool2d(self.feature_map_size), nn.Flatten())
+
+    def encode(self, images: torch.Tensor, joints_normalized: torch.Tensor) -> torch.Tensor:
+        features = self.image_encoder(images)
+        return self.head(torch.cat([self.keypoints(features), self.channel_mean(features), joints_normalized], dim=1))
 
 
 def _architecture_class(architecture: str) -> type[PolicyModel]:

@@ -33,7 +33,7 @@ from typing import Any
 from ..errors import CheckpointError
 from .spec import MAX_ACTIVATIONS, MAX_PARAMETERS, abbreviate
 
-# What core/onnx_export.py emits for the registered architectures (cnn_mlp, cnn_spatial_softmax:
+# What core/onnx_export.py emits for the registered architectures (cnn_mlp, cnn_spatial_softmax[_pooled]:
 # torch.onnx dynamo exporter, opset 18); a new architecture needing another operator adds it here
 # (the export reads its file back through these checks, so it cannot write one they refuse).
 EXPORTER_OPERATORS = frozenset({
