@@ -475,7 +475,8 @@ def test_core_reports_how_long_each_chunk_waited_for_its_first_command():
 def test_a_chunk_brings_the_next_tick_forward_only_with_tick_on_chunk(ros, tmp_path, tick_on_chunk):
     """Issue 36, in the node: at 2 Hz a fixed tick is up to 500 ms away; chunks 150 ms apart each
     find the next tick ~350 ms off, so with tick_on_chunk they bring it forward (counted
-    in ticks_brought_forward), without it none does. Counts, not durations: no timing assert."""
+    in ticks_brought_forward) and, due at once, are commanded from the chunk's callback
+    (ticks_on_arrival); without it neither. Counts, not durations: no timing assert."""
     params = {**ROBOT, "control_rate_hz": 2.0, "tick_on_chunk": tick_on_chunk, "tick_phase_lock": False}
     with running_nodes([node_decl("actuator_node", params)], tmp_path):
         diagnostics = ros.collect(DiagnosticArray, "actuator_node/diagnostics", 10)
@@ -490,5 +491,8 @@ def test_a_chunk_brings_the_next_tick_forward_only_with_tick_on_chunk(ros, tmp_p
     if tick_on_chunk:
         # Each should; >= 1 leaves room for a chunk delayed past its tick on a loaded machine.
         assert int(values["ticks_brought_forward"]) >= 1, values
+        # Due at once (2 ms after the last tick has long passed): commanded from the chunk's callback.
+        assert int(values["ticks_on_arrival"]) >= 1, values
     else:
         assert values["ticks_brought_forward"] == "0", values
+        assert values["ticks_on_arrival"] == "0", values

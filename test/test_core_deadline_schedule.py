@@ -97,15 +97,50 @@ def run_schedule(schedule: DeadlineSchedule, arrivals: list[int], end_ns: int) -
 def test_a_chunk_waits_at_most_the_jitter_bound_instead_of_up_to_a_period(offset_ns):
     arrivals = [T0 + offset_ns + k * 10 * P + (k * 1_300_000) % 3_000_000 for k in range(30)]  # 10 Hz + jitter
     fixed_ticks, fixed_waits = run_schedule(DeadlineSchedule(P, T0), arrivals, T0 + 310 * P)
-    ticks, waits = run_schedule(DeadlineSchedule(P, T0, min_interval_ns=J), arrivals, T0 + 310 * P)
+    for clear_next_arrival in (False, True):
+        schedule = DeadlineSchedule(P, T0, min_interval_ns=J, clear_next_arrival=clear_next_arrival)
+        ticks, waits = run_schedule(schedule, arrivals, T0 + 310 * P)
+        intervals = [b - a for a, b in zip(ticks[:-1], ticks[1:], strict=True)]
+        assert max(waits) <= J  # never waits for a fixed tick
+        assert max(fixed_waits) > J  # the fixed schedule does, for some (up to a period)
+        assert min(intervals) >= J  # the rate limit: no two commands closer than the bound
+        assert max(intervals) == P  # never later than the fixed period
+        # The mean rate rises by at most the chunk rate per change: at most one tick more per chunk
+        # for the re-phase (a chunk just after a tick moves the grid by up to a period), one more
+        # for placing the grid after it.
+        assert 0 <= len(ticks) - len(fixed_ticks) <= len(arrivals) * (2 if clear_next_arrival else 1)
+
+
+@pytest.mark.parametrize("offset_ns", [100_000, 3_000_000, 6_000_000, 9_900_000])
+def test_the_grid_after_a_chunk_clears_the_next_arrival_so_a_late_one_does_not_wait(offset_ns):
+    # 10 Hz chunks on a 100 Hz grid (ten periods each) with +-1.5 ms of jitter: re-phased to each
+    # arrival, the grid has a tick right where the next one is due, and every late one lands just
+    # after that tick and waits for the rest of min_interval_ns.
+    jitter = [((k * 7) % 13 - 6) * 250_000 for k in range(40)]  # [ns] -1.5 .. +1.5 ms
+    arrivals = [T0 + offset_ns + k * 10 * P + j for k, j in enumerate(jitter)]
+    _, rephased_waits = run_schedule(DeadlineSchedule(P, T0, min_interval_ns=J, clear_next_arrival=False),
+                                     arrivals, T0 + 410 * P)
+    schedule = DeadlineSchedule(P, T0, min_interval_ns=J)
+    ticks, waits = run_schedule(schedule, arrivals, T0 + 410 * P)
+    assert sum(w > 0 for w in rephased_waits) >= 10  # the late ones wait without the placement
+    assert waits[2:] == [0] * (len(arrivals) - 2)  # with it, none once an interval is known
+    assert schedule.predicted_interval_ns() == pytest.approx(10 * P, abs=1_500_000)
     intervals = [b - a for a, b in zip(ticks[:-1], ticks[1:], strict=True)]
-    assert max(waits) <= J  # never waits for a fixed tick
-    assert max(fixed_waits) > J  # the fixed schedule does, for some (up to a period)
-    assert min(intervals) >= J  # the rate limit: no two commands closer than the bound
-    assert max(intervals) == P  # never later than the fixed period
-    # The mean rate rises by at most the chunk rate: at most one tick more per chunk (a chunk that
-    # lands just after a tick moves the grid by up to a period).
-    assert 0 <= len(ticks) - len(fixed_ticks) <= len(arrivals)
+    assert min(intervals) >= J and max(intervals) == P
+
+
+def test_no_grid_placement_for_chunks_faster_than_the_ticks_or_before_two_arrivals():
+    s = DeadlineSchedule(P, T0, min_interval_ns=J)
+    assert s.advance(T0 + P + TICK_COST, arrival_ns=T0 + P) == T0 + 2 * P  # one arrival: nothing known
+    assert s.advance(T0 + 2 * P + TICK_COST) == T0 + 3 * P
+    # The second chunk, 20 ms on, arrived as its tick was due: the next is expected at T0 + 5P, so the
+    # grid moves 6 ms earlier to put it min_interval + half the rest (2 + 4 ms) after a tick.
+    assert s.advance(T0 + 3 * P + TICK_COST, arrival_ns=T0 + 3 * P) == T0 + 4 * P - 6_000_000
+    assert s.predicted_interval_ns() == 2 * P
+    fast = DeadlineSchedule(P, T0, min_interval_ns=J)
+    fast.advance(T0 + P + TICK_COST, arrival_ns=T0 + P - 3_000_000)
+    assert fast.advance(T0 + 2 * P + TICK_COST, arrival_ns=T0 + P - 1_000_000) == T0 + 3 * P  # 2 ms apart
+    assert fast.grid_placements == 0 and s.grid_placements == 1
 
 
 def test_an_arrival_right_after_a_tick_waits_for_the_min_interval_only():
