@@ -1,8 +1,10 @@
 """End-to-end latency: camera capture stamp -> command on the robot topic, two ways.
 
 `e2e_latency_ms` (the headline): the robot graph on the wall clock, as deployed. The nodes this
-stack runs on the robot's computer (camera_preprocessor, policy_node, actuator_node, supervisor,
-`sim2real launch robot` with the shipped policy) run as processes. The bottom of the graph is a
+stack runs on the robot's computer (`sim2real launch robot` with the shipped policy: policy_node
+preprocessing the camera and running the policy's ONNX export, actuator_node, supervisor) run as
+processes; the two-process torch graph of before (camera_preprocessor) is measured beside it
+(`..._two_process` keys). The bottom of the graph is a
 stand-in for the robot's own drivers (this script with --robot, its own process): a camera
 publishing 320x240 rgb8 frames at 30 Hz, stamped at publication (a real driver stamps at exposure,
 so its own readout latency comes on top and is not the stack's), pre-rendered by the PyBullet sim
@@ -65,6 +67,7 @@ from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
 from sim2real_ros.benchmarking import LOADED, QUIET, BusyLoad, bench_main, interleaved, latency_stats  # noqa: E402
 from sim2real_ros.conversions import diagnostic_values, stamp_to_ns  # noqa: E402
+from sim2real_ros.evaluation.checkpoint_graph import lean_policy  # noqa: E402
 from sim2real_ros.graph import ROBOT_REALTIME, GraphArgs, declare_graph  # noqa: E402
 from sim2real_ros.nodes.common import LATCHED_QOS, RELIABLE_LATEST_QOS  # noqa: E402
 from sim2real_ros.paths import config_path, default_policy_path, urdf_path  # noqa: E402
@@ -221,13 +224,15 @@ SETTLE_S = 0.5  # [s] after switching the load, before a segment counts
 
 def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool = True,
                     load: BusyLoad | None = None, parameters: dict[str, dict] | None = None,
-                    preprocess_in_policy: bool = False, label: str = "") -> dict:
+                    preprocess_in_policy: bool | None = None, label: str = "") -> dict:
     """The robot graph on the wall clock against the stand-in (see the module docstring).
 
     knobs: the robot graph's real-time knobs (graph.ROBOT_REALTIME) as shipped, else all off.
     parameters: node name -> parameters set on top (e.g. a per-node `executor`).
-    preprocess_in_policy: no camera_preprocessor, the policy node preprocesses the camera itself
-    (GraphArgs.preprocess_in_policy); its figures' keys end in `_preprocess_in_policy`, then `label`.
+    preprocess_in_policy: GraphArgs.preprocess_in_policy; None: as shipped (the lean graph, running the
+    checkpoint's ONNX export beside it, as `sim2real launch robot` does: checkpoint_graph.lean_policy).
+    False: the two-process graph (camera_preprocessor), keys ending in `_two_process`; True: lean
+    with the checkpoint as given, keys ending in `_preprocess_in_policy`; then `label`.
     load: switched quiet / loaded / quiet / loaded over `duration_s`; figures per phase."""
     from rclpy.node import Node
 
@@ -243,9 +248,12 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
     extra = {} if knobs else {name: dict(KNOBS_OFF) for name in ROBOT_REALTIME}
     for name, values in (parameters or {}).items():
         extra[name] = {**extra.get(name, {}), **values}
-    suffix = ("" if knobs else "_knobs_off") + ("_preprocess_in_policy" if preprocess_in_policy else "") + label
-    graph = declare_graph("robot", GraphArgs(checkpoint=str(checkpoint), extra_parameters=extra,
-                                             preprocess_in_policy=preprocess_in_policy))
+    suffix = (("" if knobs else "_knobs_off") + {None: "", False: "_two_process", True: "_preprocess_in_policy"}
+              [preprocess_in_policy] + label)
+    args = GraphArgs(checkpoint=str(checkpoint), extra_parameters=extra, preprocess_in_policy=preprocess_in_policy)
+    args, chosen = lean_policy("robot", args) if preprocess_in_policy is None else (args, None)
+    lean = args.lean("robot")
+    graph = declare_graph("robot", args)
     launcher = GraphLauncher(graph, echo=False, log_file=tmp / f"robot_graph{suffix or '_knobs_on'}.log")
     launcher.start()
     probe = RosProbe("bench_e2e_probe")  # arms the supervisor (a service client: rclpy's executor)
@@ -323,7 +331,7 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
         for phase, start_ns, end_ns in windows:
             in_window = [c for c in chunk_all if start_ns <= c[0] < end_ns]
             # In-process preprocessing publishes the policy image after its chunk: no split there.
-            split = None if preprocess_in_policy else {stamp: times[1] for stamp, times in image_all.items()}
+            split = None if lean else {stamp: times[1] for stamp, times in image_all.items()}
             latencies[phase] += _first_carrier_latencies([(c[2], c[1]) for c in in_window], tick_pub, command_pub,
                                                          lambda t: t, stages[phase], split)
             at_receipt[phase] += _first_carrier_latencies([(c[0], c[1]) for c in in_window], tick_rx, command_rx,
@@ -345,7 +353,8 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
     # (chunk -> first carrying command), per phase; their sum is each chunk's e2e figure.
     stage_stats = {phase: {name: latency_stats(values, digits=2) for name, values in sorted(by_stage.items())}
                    for phase, by_stage in stages.items() if by_stage}
-    out = {f"e2e_stages{suffix}_ms": stage_stats,
+    out = {f"policy_file{suffix}": args.checkpoint, **({f"policy_chosen{suffix}": chosen} if chosen else {}),
+           f"e2e_stages{suffix}_ms": stage_stats,
            f"e2e_latency{suffix}_ms": latency_stats(latencies[QUIET], digits=2),
            f"e2e_latency{suffix}_bench_receipt_ms": latency_stats(at_receipt[QUIET], digits=2),
            f"robot_command_period{suffix}_ms": latency_stats(periods[QUIET], digits=2),
@@ -456,10 +465,11 @@ def _onnx_export(checkpoint: Path, tmp: Path) -> Path:
 
 
 def run(quick: bool = False, sim_graph: bool = True) -> dict:
-    """Robot graph with the real-time knobs off, then on (as shipped), then on with the camera
-    preprocessed in the policy node's process, then that with the policy exported to ONNX
-    (onnxruntime: keys end in `_preprocess_in_policy_onnx`), each quiet and loaded (interleaved),
-    then the sim graph (sim_graph=False: skip it)."""
+    """Robot graph as shipped (lean: the camera preprocessed in the policy node's process, the
+    policy's ONNX export on onnxruntime) with the real-time knobs off, then on (the headline), then on
+    with the policy as a torch checkpoint (keys end in `_preprocess_in_policy`), then the two-process
+    graph of before (camera_preprocessor, torch: `_two_process`), each quiet and loaded
+    (interleaved), then the sim graph (sim_graph=False: skip it)."""
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randrange(150, 230)))
     duration_s = 8.0 if quick else 40.0
@@ -470,8 +480,7 @@ def run(quick: bool = False, sim_graph: bool = True) -> dict:
         robot = {**run_robot_graph(checkpoint, duration_s, tmp, knobs=False, load=load),
                  **run_robot_graph(checkpoint, duration_s, tmp, knobs=True, load=load),
                  **run_robot_graph(checkpoint, duration_s, tmp, knobs=True, load=load, preprocess_in_policy=True),
-                 **run_robot_graph(_onnx_export(checkpoint, tmp), duration_s, tmp, knobs=True, load=load,
-                                   preprocess_in_policy=True, label="_onnx")}
+                 **run_robot_graph(checkpoint, duration_s, tmp, knobs=True, load=load, preprocess_in_policy=False)}
         sim = run_sim_graphs(checkpoint, duration_s / 2, tmp, rounds=1 if quick else 2) if sim_graph else {}
     return {**robot, **sim, "load": {**load.report(), "load_average_1min_before": round(load_before, 2)},
             "checkpoint": str(checkpoint), "duration_s": duration_s, "camera_hz": CAMERA_HZ}

@@ -46,6 +46,12 @@ ROBOT_REALTIME: dict[str, dict[str, Any]] = {
     "policy_node": {"nice": CAMERA_PATH_NICE, "gil_switch_interval_s": EVENT_THREAD_SWITCH_S},
 }
 
+# The modes whose graph is lean by default (GraphArgs.lean): on a robot the camera path is the control
+# path (camera-to-command p99 9.7-13 ms lean under load against 13-22 as two processes, docs/benchmarks.md).
+# The sim and replay graphs keep camera_preprocessor: their figures and recordings compare against runs
+# made that way, and their time is the sim's.
+LEAN_MODES = ("robot",)
+
 # GraphArgs fields that bring up the robot's own nodes (robot mode only).
 BRINGUP_FIELDS = ("port", "calibration", "camera", "camera_calibration", "leader_port", "leader_calibration")
 
@@ -71,8 +77,10 @@ class GraphArgs:
     ee_link: str = ""  # tool link for the sim task and Cartesian jogging; "" = the sim params' / the arm's tip
     extra_parameters: dict[str, dict[str, Any]] = field(default_factory=dict)
     # True: no camera_preprocessor; policy_node takes the camera and preprocesses in its own process
-    # (image_input camera: one image hop and one process wake-up fewer on the camera path, issue 36).
-    preprocess_in_policy: bool = False
+    # (image_input camera: one image hop and one process wake-up fewer on the camera path, issue 36),
+    # and a launch runs the checkpoint's ONNX export when one made from it lies beside it
+    # (evaluation.checkpoint_graph.lean_policy). None: LEAN_MODES decide (the robot graph is lean).
+    preprocess_in_policy: bool | None = None
     viz: bool = False  # add viz_node: a live Foxglove view (docs/viz.md)
     viz_port: int = 8765  # its WebSocket port
     viz_host: str = "127.0.0.1"  # where it listens: this machine only, unless told otherwise
@@ -96,6 +104,11 @@ class GraphArgs:
     def description(self) -> str:
         """robot_description, or the robot's URDF file when it is empty."""
         return robot_description_for(self.robot, self.robot_description, "graph")
+
+    def lean(self, mode: str) -> bool:
+        """Whether the `mode` graph preprocesses in the policy node: preprocess_in_policy, or by
+        default true where the camera path's latency is the robot's (LEAN_MODES)."""
+        return self.preprocess_in_policy if self.preprocess_in_policy is not None else mode in LEAN_MODES
 
     def sim_time(self, mode: str) -> bool:
         """use_sim_time of every node: default true where a sim or a bag player publishes `clock`."""
@@ -211,7 +224,7 @@ def declare_graph(mode: str, args: GraphArgs | None = None) -> list[NodeDecl]:
     sim_params = ({"sim_params_file": sim_params_for(args.robot, args.extra_parameters.get("sim_node", {})
                                                      .get("sim_params_file"), "graph")} if mode == "sim" else {})
     policy = {**description, "checkpoint": args.checkpoint, **sim_params}
-    if args.preprocess_in_policy:
+    if args.lean(mode):
         camera_path = [node("policy_node", {**policy, "image_input": "camera"},
                             _remaps(args, camera=True, joints=True))]
     else:

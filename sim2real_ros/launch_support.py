@@ -29,7 +29,8 @@ LAUNCH_ARGUMENTS: dict[str, tuple[str, str]] = {
     "command_topic": ("command_topic", "the forward position controller's command topic"),
     "ee_link": ("ee_link", "tool link for the sim task and Cartesian jogging (e.g. panda_grasptarget)"),
     "preprocess_in_policy": ("preprocess_in_policy", "true: no camera_preprocessor, policy_node preprocesses the "
-                             "camera in its own process (one image hop fewer); default false"),
+                             "camera in its own process (one image hop fewer) and runs the checkpoint's ONNX export "
+                             "when one lies beside it; default true in robot mode, false otherwise"),
     "viz": ("viz", "true: add viz_node, a live Foxglove view (docs/viz.md); default false"),
     "viz_port": ("viz_port", "viz_node's Foxglove WebSocket port (default 8765)"),
     "viz_host": ("viz_host", "address viz_node listens on (default 127.0.0.1: this machine only)"),
@@ -75,9 +76,10 @@ def launch_graph_args(mode: str, graph_args: GraphArgs, folder: Path) -> GraphAr
     """graph_args that run the checkpoint as it was trained (its preprocessing; in the sim its task
     and sim params: evaluation.checkpoint_graph.follow_checkpoint, files written in `folder`), said
     once on stdout like `sim2real launch`; then every bring-up problem raised as one ValueError."""
+    source = graph_args.checkpoint
     graph_args, followed = follow_checkpoint(mode, graph_args, folder)
     if followed:
-        print(f"[launch] as {graph_args.checkpoint} was trained: {', '.join(followed)}", flush=True)
+        print(f"[launch] as {source} was trained: {', '.join(followed)}", flush=True)
     problems = bringup_problems(graph_args, flag=lambda name: f"launch argument {name}")
     if problems:
         raise ValueError("; ".join(problems))

@@ -34,8 +34,7 @@ def test_robot_graph_with_a_port_starts_the_driver_and_the_camera(tmp_path):
     args = GraphArgs(robot="so101", port="/dev/ttyACM0", calibration="/arm.json", camera="0",
                      estop_heartbeat_s=0.5)
     decls = declare_graph("robot", args)
-    assert [d.name for d in decls] == ["feetech_driver", "camera_node", "camera_preprocessor", "policy_node",
-                                       "actuator_node", "supervisor"]
+    assert [d.name for d in decls] == ["feetech_driver", "camera_node", "policy_node", "actuator_node", "supervisor"]
     nodes = by_name(decls)
     driver = nodes["feetech_driver"].parameters
     assert (driver["port"], driver["calibration"]) == ("/dev/ttyACM0", "/arm.json")
@@ -56,7 +55,7 @@ def test_robot_graph_with_a_port_starts_the_driver_and_the_camera(tmp_path):
 def test_robot_graph_without_a_port_is_unchanged():
     """Without bring-up flags the robot's drivers are its own (ros2_control, a camera driver)."""
     names = [d.name for d in declare_graph("robot", GraphArgs(robot="so101"))]
-    assert names == ["camera_preprocessor", "policy_node", "actuator_node", "supervisor"]
+    assert names == ["policy_node", "actuator_node", "supervisor"]
     assert "estop_heartbeat_timeout_s" not in by_name(declare_graph("robot", GraphArgs()))["supervisor"].parameters
 
 

@@ -188,7 +188,7 @@ def test_the_real_arm_command_line_on_an_emulated_bus_and_a_video_camera(ros, ch
             launcher.send_signal(signal.SIGINT)
             output = launcher.communicate(timeout=60)[0]
     assert flowing, f"{len(joint_states)} joint_states, {len(images)} images:\n{output[-3000:]}"
-    assert "robot graph: feetech_driver, camera_node, camera_preprocessor" in output
+    assert "robot graph: feetech_driver, camera_node, policy_node, actuator_node, supervisor" in output
     assert (images[0].width, images[0].height, images[0].encoding) == (320, 240, "bgr8")
     writes = read_goal_log(goal_log)
     assert writes[0].goals == writes[0].present == {i + 1: int(v.split(":")[1]) for i, v in enumerate(initial)}
@@ -256,6 +256,8 @@ def test_eval_sim_emulate_runs_the_seeds_episodes_and_brings_the_arm_home(tmp_pa
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:] + "\n--- graph log ---\n" + node_output
     result = json.loads(out.read_text())
     assert (result["mode"], result["robot"], result["episodes"]) == ("emulator", "so101", 2)
+    # The lean robot graph ran the shipped policy's ONNX export (onnxruntime), as `launch robot` does.
+    assert Path(result["policy_file"]).name == "reach_so101.onnx", result["policy_file"]
     assert [e["seed"] for e in result["per_episode"]] == [episode_seed(1000, k) for k in range(2)]
     radius = load_sim_params(sim_params_for("so101")).task.success_radius_m
     for episode in result["per_episode"]:

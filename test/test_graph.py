@@ -10,7 +10,10 @@ def by_name(mode, args=None):
 
 def test_node_sets_per_mode():
     assert list(by_name("sim")) == ["sim_node", "camera_preprocessor", "policy_node", "actuator_node", "supervisor"]
-    assert list(by_name("robot")) == ["camera_preprocessor", "policy_node", "actuator_node", "supervisor"]
+    # The robot graph is lean by default (graph.LEAN_MODES): the policy node preprocesses the camera.
+    assert list(by_name("robot")) == ["policy_node", "actuator_node", "supervisor"]
+    assert list(by_name("robot", GraphArgs(preprocess_in_policy=False))) == [
+        "camera_preprocessor", "policy_node", "actuator_node", "supervisor"]
     assert list(by_name("replay")) == ["camera_preprocessor", "policy_node", "actuator_node"]
     with pytest.raises(ValueError, match="unknown graph mode"):
         declare_graph("orbit")
@@ -28,9 +31,13 @@ def test_robot_topics_plug_in_by_remapping():
     args = GraphArgs(camera_image_topic="/camera/color/image_raw", camera_info_topic="/camera/color/camera_info",
                      joint_states_topic="/arm/joint_states", command_topic="/arm/fpc/commands", checkpoint="/p.pt",
                      robot_description="/arm.urdf", params_file="/params.yaml")
-    nodes = by_name("robot", args)
+    nodes = by_name("replay", args)
     assert dict(nodes["camera_preprocessor"].remappings) == {
         "camera/image_raw": "/camera/color/image_raw", "camera/camera_info": "/camera/color/camera_info"}
+    nodes = by_name("robot", args)
+    assert dict(nodes["policy_node"].remappings) == {  # lean: the policy node takes the camera
+        "camera/image_raw": "/camera/color/image_raw", "camera/camera_info": "/camera/color/camera_info",
+        "joint_states": "/arm/joint_states"}
     assert dict(nodes["supervisor"].remappings) == {"joint_states": "/arm/joint_states",
                                                     "forward_position_controller/commands": "/arm/fpc/commands"}
     assert nodes["policy_node"].parameters["checkpoint"] == "/p.pt"
@@ -52,7 +59,10 @@ def test_preprocessing_in_the_policy_process_drops_the_preprocessor_and_remaps_t
         assert policy.parameters["image_input"] == "camera"
         assert dict(policy.remappings) == {"camera/image_raw": "/cam/image_raw", "camera/camera_info": "/cam/info",
                                            "joint_states": "/arm/joint_states"}
-    assert "image_input" not in by_name("robot")["policy_node"].parameters  # default: policy/image
+    for mode in ("sim", "replay"):  # their default: policy/image from camera_preprocessor
+        assert "image_input" not in by_name(mode)["policy_node"].parameters
+    assert "image_input" not in by_name("robot", GraphArgs(preprocess_in_policy=False))["policy_node"].parameters
+    assert by_name("robot")["policy_node"].parameters["image_input"] == "camera"
 
 
 def test_extra_parameters_override_per_executable():
@@ -87,7 +97,7 @@ def test_robot_graph_realtime_knobs():
     that can spin (policy, camera path); the sim and replay graphs ask for nothing."""
     from sim2real_ros.core.control.realtime import RealtimeRequest
 
-    robot = by_name("robot")
+    robot = by_name("robot", GraphArgs(preprocess_in_policy=False))  # every node of either camera path
     request = {name: RealtimeRequest.from_values(decl.parameters, name) for name, decl in robot.items()}
     assert request["supervisor"].priority > request["actuator_node"].priority > 0
     assert request["supervisor"].policy == request["actuator_node"].policy == "fifo"

@@ -120,3 +120,61 @@ def test_a_launch_file_runs_a_student_as_it_was_trained(tmp_path, capsys):
     assert launch_graph_args("sim", reach, tmp_path) == reach
     with pytest.raises(ValueError, match="calibration"):
         launch_graph_args("robot", graph_args_from_launch({"robot": "so101", "port": "/dev/ttyACM0"}), tmp_path)
+
+
+def test_the_robot_graph_runs_each_robots_shipped_policy_as_its_onnx_export(tmp_path, capsys):
+    """The robot graph is lean (graph.LEAN_MODES): `sim2real launch robot` and the launch files run the
+    shipped policy's ONNX export beside it, on onnxruntime in the policy node's process. The exports
+    in policies/ must come from the checkpoints beside them (a stale one would run an old policy);
+    the sim graph, and a robot graph told preprocess_in_policy:=false, run the checkpoint itself."""
+    from sim2real_ros.core.policy.checkpoint import checkpoint_hash
+    from sim2real_ros.core.policy.onnx_policy import onnx_parent_hash
+    from sim2real_ros.launch_support import launch_graph_args
+    from sim2real_ros.robots import ROBOTS
+
+    for name, robot in ROBOTS.items():
+        shipped = robot.policy_path()
+        export = shipped.with_suffix(".onnx")
+        assert onnx_parent_hash(export) == checkpoint_hash(shipped), \
+            f"{export} is stale: `sim2real policy export {shipped} --onnx {export}`"
+        args = launch_graph_args("robot", graph_args_from_launch({"robot": name}), tmp_path)
+        assert f"its ONNX export {export} (onnxruntime)" in capsys.readouterr().out
+        policy = {d.executable: d.parameters for d in declare_graph("robot", args)}["policy_node"]
+        assert (policy["checkpoint"], policy["image_input"]) == (str(export), "camera")
+        for mode, values in (("sim", {"robot": name}), ("robot", {"robot": name, "preprocess_in_policy": "false"})):
+            assert launch_graph_args(mode, graph_args_from_launch(values), tmp_path).checkpoint == str(shipped)
+
+
+def test_an_onnx_file_beside_a_checkpoint_runs_only_when_exported_from_it(tmp_path):
+    """lean_policy swaps a checkpoint for the `.onnx` beside it only when that file's parent hash is the
+    checkpoint's: one exported from another checkpoint, or a file that is no ONNX policy, leaves the
+    checkpoint on torch with a line naming the file and why; a graph that is not lean never swaps."""
+    import shutil
+
+    from sim2real_ros.evaluation.checkpoint_graph import lean_policy
+    from sim2real_ros.paths import default_policy_path
+
+    shipped = default_policy_path()
+    fresh = tmp_path / "fresh.safetensors"
+    shutil.copy(shipped, fresh)
+    shutil.copy(shipped.with_suffix(".onnx"), tmp_path / "fresh.onnx")
+    args, line = lean_policy("robot", GraphArgs(checkpoint=str(fresh)))
+    assert args.checkpoint == str(tmp_path / "fresh.onnx") and "its ONNX export" in line
+    assert lean_policy("sim", GraphArgs(checkpoint=str(fresh))) == (GraphArgs(checkpoint=str(fresh)), None)
+    assert lean_policy("robot", GraphArgs(checkpoint=str(fresh), preprocess_in_policy=False))[1] is None
+
+    stale = tmp_path / "stale.safetensors"
+    shutil.copy(shipped.parent / "reach_no_dr.safetensors", stale)
+    shutil.copy(shipped.with_suffix(".onnx"), tmp_path / "stale.onnx")
+    args, line = lean_policy("robot", GraphArgs(checkpoint=str(stale)))
+    assert args.checkpoint == str(stale)
+    assert "torch, not stale.onnx beside it: that was exported from checkpoint" in line and "policy export" in line
+
+    broken = tmp_path / "broken.safetensors"
+    shutil.copy(shipped, broken)
+    (tmp_path / "broken.onnx").write_bytes(b"\x08\x07not an onnx model")
+    args, line = lean_policy("robot", GraphArgs(checkpoint=str(broken)))
+    assert args.checkpoint == str(broken) and "torch, not broken.onnx beside it" in line and "broken.onnx" in line
+    alone = tmp_path / "alone.safetensors"
+    shutil.copy(shipped, alone)
+    assert lean_policy("robot", GraphArgs(checkpoint=str(alone))) == (GraphArgs(checkpoint=str(alone)), None)

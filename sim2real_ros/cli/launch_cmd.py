@@ -37,9 +37,10 @@ def add_graph_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the ros2_control forward position controller's command topic")
     parser.add_argument("--ee-link", default=defaults.ee_link,
                         help="tool link for the sim task and Cartesian jogging (e.g. panda_grasptarget)")
-    parser.add_argument("--preprocess-in-policy", action="store_true",
+    parser.add_argument("--preprocess-in-policy", action=argparse.BooleanOptionalAction, default=None,
                         help="no camera_preprocessor: policy_node preprocesses the camera in its own process "
-                             "(one image hop and one process fewer on the camera path)")
+                             "(one image hop and one process fewer on the camera path) and runs the checkpoint's "
+                             "ONNX export when one lies beside it; default: on for robot, off for sim and replay")
     parser.add_argument("--viz", action="store_true", help="add viz_node: a live Foxglove view (docs/viz.md)")
     parser.add_argument("--viz-port", type=int, default=defaults.viz_port, help="viz_node's WebSocket port")
     parser.add_argument("--viz-host", default=defaults.viz_host,
@@ -175,9 +176,10 @@ def _follow_checkpoint(mode: str, graph_args: GraphArgs, folder: Path) -> GraphA
     """graph_args that run the checkpoint as it was trained (evaluation.checkpoint_graph), said once."""
     from ..evaluation.checkpoint_graph import follow_checkpoint
 
+    source = graph_args.checkpoint
     graph_args, followed = follow_checkpoint(mode, graph_args, folder)
     if followed:
-        print(f"[launch] as {graph_args.checkpoint} was trained: {', '.join(followed)}", flush=True)
+        print(f"[launch] as {source} was trained: {', '.join(followed)}", flush=True)
     return graph_args
 
 

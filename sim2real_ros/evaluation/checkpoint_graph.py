@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from ..core.errors import Sim2RealError
+from ..core.errors import CheckpointError, Sim2RealError
 from ..core.perception.preprocess_config import PreprocessConfig
 from ..graph import GraphArgs
 from ..paths import config_path
@@ -73,10 +73,45 @@ def checkpoint_graph_parameters(spec: Any, mode: str, robot: str,
 
 def follow_checkpoint(mode: str, graph_args: GraphArgs, folder: Path) -> tuple[GraphArgs, list[str]]:
     """graph_args with the checkpoint's own preprocessing (and in the sim its task and sim params)
-    under the parameters given (checkpoint_graph_parameters; a parameter the user set wins), and what
-    was followed: a pick_lift wrist student launched in the sim picks with its wrist camera, as
-    eval-sim --graph runs it. A file that does not load is left as it is to policy_node, which names
-    it at start-up."""
+    under the parameters given (checkpoint_graph_parameters; a parameter the user set wins), then in
+    a lean graph its ONNX export (lean_policy), and what was followed: a pick_lift wrist student
+    launched in the sim picks with its wrist camera, as eval-sim --graph runs it. A file that does not
+    load is left as it is to policy_node, which names it at start-up."""
+    graph_args, followed = _follow_training(mode, graph_args, folder)
+    graph_args, line = lean_policy(mode, graph_args)
+    return graph_args, followed + ([line] if line else [])
+
+
+def lean_policy(mode: str, graph_args: GraphArgs) -> tuple[GraphArgs, str | None]:
+    """In a lean graph (GraphArgs.lean: the robot's by default), graph_args running the checkpoint's
+    ONNX export when one exported from it (its parent hash is the checkpoint's hash) lies beside it
+    as the same name with `.onnx` (what `sim2real policy export CKPT --onnx CKPT.onnx` writes; the
+    export counts only within 1e-4 rad of torch): onnxruntime, without torch in the policy node's
+    process. Also the line to say what was chosen, or why not (an export of another checkpoint, one
+    that does not load): (graph_args, None) when there is nothing to say."""
+    from ..core.policy.backend import file_backend
+    from ..core.policy.checkpoint import checkpoint_hash
+    from ..core.policy.onnx_policy import onnx_parent_hash
+
+    source = Path(graph_args.checkpoint)
+    if not graph_args.lean(mode) or not source.is_file() or file_backend(source) != "torch":
+        return graph_args, None
+    export = source.with_suffix(".onnx")
+    if export == source or not export.is_file():
+        return graph_args, None
+    try:
+        parent = onnx_parent_hash(export)
+    except CheckpointError as err:
+        return graph_args, f"torch, not {export.name} beside it ({err})"
+    digest = checkpoint_hash(source)
+    if parent != digest:
+        return graph_args, (f"torch, not {export.name} beside it: that was exported from checkpoint {parent}, this "
+                            f"one is {digest} (`sim2real policy export {source} --onnx {export}` writes a current one)")
+    return dataclasses.replace(graph_args, checkpoint=str(export)), f"its ONNX export {export} (onnxruntime)"
+
+
+def _follow_training(mode: str, graph_args: GraphArgs, folder: Path) -> tuple[GraphArgs, list[str]]:
+    """follow_checkpoint's first half: the preprocessing, task and sim params it was trained with."""
     from ..core.policy.backend import load_policy
 
     if not Path(graph_args.checkpoint).is_file():

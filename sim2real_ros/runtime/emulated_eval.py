@@ -3,7 +3,8 @@
 What runs is the robot graph `sim2real launch robot --robot so101 --emulate` starts: the servo-bus
 emulator (the arm's only model: dead time, slew limit, PD, at the bus's byte timing), feetech_driver
 speaking the STS protocol to its pty, sim_camera drawing the scene with the arm where the servos say
-it is, camera_preprocessor, policy_node, actuator_node and the supervisor, as processes over DDS, on
+it is, policy_node (preprocessing the camera itself; the ONNX export beside the checkpoint when there is one),
+actuator_node and the supervisor, as processes over DDS, on
 the wall clock. Nothing is teleported: between episodes an operator (this process, as a person with a
 gamepad and a leader arm would) takes over, brings the arm home through the supervisor's TELEOP
 (takeover button, deadman held, a leader trajectory on command/teleop from where the arm is to the
@@ -40,7 +41,7 @@ from ..core.policy.backend import load_policy
 from ..core.progress import progress
 from ..core.safety.joystick import load_joystick_mapping
 from ..core.stats import summary, wilson_interval
-from ..evaluation.checkpoint_graph import checkpoint_preprocessing_parameters
+from ..evaluation.checkpoint_graph import checkpoint_preprocessing_parameters, lean_policy
 from ..graph import GraphArgs, declare_graph
 from ..hardware.emulated_arm import rehearsal_pose, start_emulated_arm
 from ..nodes.common import EVENTS_QOS, JOINT_STATE_QOS, JOY_QOS, LATCHED_QOS, RELIABLE_LATEST_QOS
@@ -271,6 +272,7 @@ def evaluate_on_emulator(checkpoint: str | Path, episodes: int, seed: int = 1000
         env = launcher_environment(os.getpid(), threading.current_thread() is threading.main_thread())
         arm = start_emulated_arm(description, sim_params_file, directory, env=env, echo=echo)
         launcher: GraphLauncher | None = None
+        policy_file = str(checkpoint)
         probe: RosProbe | None = None
         operator: Operator | None = None
         try:
@@ -280,6 +282,8 @@ def evaluate_on_emulator(checkpoint: str | Path, episodes: int, seed: int = 1000
                              extra_parameters={"sim_camera": {"episodes": True, "seed": int(seed),
                                                               "sim_params_file": str(sim_params_file)},
                                                **checkpoint_preprocessing_parameters(spec.preprocess, directory)})
+            args, _chosen = lean_policy("robot", args)  # its ONNX export beside it, as `launch robot` runs it
+            policy_file = args.checkpoint
             launcher = GraphLauncher(declare_graph("robot", args), echo=echo, log_file=log)
             launcher.start()
             probe = RosProbe("sim2real_emulated_operator")
@@ -299,7 +303,8 @@ def evaluate_on_emulator(checkpoint: str | Path, episodes: int, seed: int = 1000
     outcomes = [row["outcome"] for row in rows]
     wins = sum(o.success for o in outcomes)
     return {
-        "checkpoint": str(checkpoint), "robot": robot, "mode": "emulator", "seed": int(seed),
+        "checkpoint": str(checkpoint), "policy_file": policy_file,  # what policy_node ran (its ONNX export?)
+        "robot": robot, "mode": "emulator", "seed": int(seed),
         "task": params.task.name, "sim_params_version": params.version,
         "sim_params_file": str(sim_params_file), "sim_params_from": params_from,
         "trained_sim_params_version": spec.sim_params_version,

@@ -252,6 +252,14 @@ def check_onnx_policy(data: bytes, source: str) -> tuple[PolicySpec, str, GraphP
     return spec, parent, plan
 
 
+def onnx_parent_hash(path: str | Path) -> str:
+    """The hash of the checkpoint the ONNX policy file at `path` was exported from, after every check
+    of check_onnx_policy (no ONNX Runtime session); CheckpointError naming the file otherwise."""
+    path = Path(path)
+    _spec, parent, _plan = check_onnx_policy(_read_bounded(path), str(path))
+    return parent
+
+
 def read_onnx_policy(path: str | Path, device: str = "cpu",
                      num_threads: int | None = None) -> tuple[PolicySpec, str, str, Any]:
     """(spec, file hash, parent checkpoint hash, onnxruntime session) of an ONNX policy file, all
