@@ -297,8 +297,11 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
                                  lambda m, info: commands.append((time.time_ns(), published(info))), 100)
         freeze_startup_objects()  # no full-collection stall in the timing callbacks either
         timing_thread.start()
-        if not wait_until(lambda: len(ticks) > 10, 180.0):
-            raise TimeoutError(f"no command/policy from the robot graph within 180 s; node output in {tmp}")
+        # A node that refused its parameters exits at start-up: say so then, not after the whole wait.
+        if not wait_until(lambda: len(ticks) > 10 or bool(launcher.check()), 180.0) or launcher.check():
+            exited = ", ".join(f"{name} (exit code {code})" for name, code in launcher.check())
+            raise RuntimeError(f"robot graph nodes exited: {exited}; node output in {tmp}" if exited else
+                               f"no command/policy from the robot graph within 180 s; node output in {tmp}")
         deadline = time.monotonic() + 60.0
         while True:  # arm as an operator would; refused until joint states and commands are fresh
             response = probe.call(Trigger, "supervisor/arm", timeout_s=10.0)
