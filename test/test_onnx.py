@@ -324,3 +324,23 @@ def test_the_pooled_keypoint_architecture_exports_and_matches_torch(tmp_path):
     got = policy.select_action(image, q)
     assert np.abs(expected - q).max() > 0.01  # the targets move: a wrong graph would show
     assert np.abs(got - expected).max() <= TOLERANCE_RAD
+
+
+def test_an_export_beside_the_checkpoint_is_what_the_robot_graph_runs(tmp_path):
+    """`sim2real policy export CKPT` without --onnx writes CKPT.onnx beside it, which a lean robot graph
+    (`sim2real launch robot --checkpoint CKPT`) then runs on onnxruntime; an .onnx given as the
+    checkpoint is refused rather than overwritten."""
+    import shutil
+
+    from sim2real_ros.evaluation.checkpoint_graph import lean_policy
+    from sim2real_ros.graph import GraphArgs
+
+    mine = tmp_path / "mine.safetensors"
+    shutil.copy(SHIPPED, mine)
+    proc = run_cli("policy", "export", str(mine))
+    assert proc.returncode == 0, proc.stderr
+    assert f"wrote {tmp_path / 'mine.onnx'}" in proc.stdout
+    args, line = lean_policy("robot", GraphArgs(checkpoint=str(mine)))
+    assert args.checkpoint == str(tmp_path / "mine.onnx") and "its ONNX export" in line
+    again = run_cli("policy", "export", str(tmp_path / "mine.onnx"))
+    assert again.returncode == 2 and "would be overwritten by its own export" in again.stderr

@@ -1,5 +1,5 @@
 """`sim2real policy info FILE [--json]`, `sim2real policy init --robot URDF --out CKPT ...`,
-`sim2real policy export CKPT --onnx OUT.onnx` and `sim2real policy convert OLD NEW [--teacher T]`.
+`sim2real policy export CKPT [--onnx OUT.onnx]` and `sim2real policy convert OLD NEW [--teacher T]`.
 
 info prints a checkpoint's (student or PPO teacher) or an exported ONNX policy's spec, hash and
 provenance (as YAML; --json: all of it as JSON); init writes an
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from .. import paths
@@ -37,7 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     init.add_argument("--architecture", default="cnn_mlp", help="registered architecture name")
     export = sub.add_parser("export", help="write a checkpoint as one ONNX graph (spec in its metadata)")
     export.add_argument("checkpoint", help="checkpoint file")
-    export.add_argument("--onnx", required=True, help="ONNX file to write")
+    export.add_argument("--onnx", default=None,
+                        help="ONNX file to write (default: beside the checkpoint, same name, .onnx: where a "
+                             "`sim2real launch robot --checkpoint CKPT` finds it and runs it on onnxruntime)")
     export.add_argument("--json", action="store_true", help="print what was written as JSON")
     convert = sub.add_parser("convert", help="rewrite an old-format checkpoint (before safetensors) as safetensors")
     convert.add_argument("old", help="old-format checkpoint (student or PPO teacher)")
@@ -146,7 +149,12 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "export":
             from ..core.policy.onnx_export import export_onnx
 
-            result = export_onnx(args.checkpoint, args.onnx)
+            out = Path(args.onnx) if args.onnx else Path(args.checkpoint).with_suffix(".onnx")
+            if out.resolve() == Path(args.checkpoint).resolve():
+                print(f"sim2real policy export: {args.checkpoint} would be overwritten by its own export; "
+                      "name another file with --onnx", file=sys.stderr)
+                return 2
+            result = export_onnx(args.checkpoint, out)
             if args.json:
                 print(json.dumps(result, indent=2, sort_keys=True))
             else:
