@@ -99,6 +99,11 @@ class ActuatorNode(Node):
         self._ticks_on_arrival = 0  # ticks run in a chunk's callback (the count in the diagnostics)
         self._core = ActuatorCore(cfg)
         self._tick_cpu_s: deque[float] = deque(maxlen=HISTORY)
+        # Where a chunk's time goes before its callback [s]: the DDS write -> this process's reception
+        # (delivery) and reception -> the callback (dispatch: the executor's wake-up and take), from
+        # the message info's system-clock stamps (one host, one clock).
+        self._chunk_delivery_s: deque[float] = deque(maxlen=HISTORY)
+        self._chunk_dispatch_s: deque[float] = deque(maxlen=HISTORY)
 
         # A single-threaded executor (main): on the wall clock the ticks come from a thread of their
         # own, so the executor only takes in chunks and joint states; on sim time the /clock timer
@@ -213,8 +218,10 @@ class ActuatorNode(Node):
         with self._lock:
             self._tick_cpu_s.append(time.thread_time() - cpu_start)
 
-    def _on_chunk(self, msg: JointTrajectory) -> None:
+    def _on_chunk(self, msg: JointTrajectory, info: dict) -> None:
+        called_ns = time.time_ns()
         received_ns = now_ns(self)
+        self._note_chunk_transit(info, called_ns)
         try:
             chunk = msgconv.trajectory_to_chunk(msg)
         except msgconv.MessageError as err:
@@ -243,6 +250,14 @@ class ActuatorNode(Node):
         if rejection is not None:
             self.get_logger().warning(f"rejected action chunk ({rejection.reason}): {rejection.text}",
                                    throttle_duration_sec=2.0)
+
+    def _note_chunk_transit(self, info: dict, called_ns: int) -> None:
+        """Record a chunk's delivery and dispatch times (0 stamps: the middleware gave none)."""
+        written_ns, arrived_ns = int(info.get("source_timestamp", 0)), int(info.get("received_timestamp", 0))
+        if written_ns > 0 and arrived_ns >= written_ns and called_ns >= arrived_ns:
+            with self._lock:
+                self._chunk_delivery_s.append((arrived_ns - written_ns) / 1e9)
+                self._chunk_dispatch_s.append((called_ns - arrived_ns) / 1e9)
 
     def _on_joint_state(self, msg: JointState) -> None:
         if not self.config.estimate_latency and not self.config.velocity_limits:
@@ -274,10 +289,14 @@ class ActuatorNode(Node):
         with self._lock:
             values, level, message = self._core.report()
             tick_cpu = percentiles_ms(list(self._tick_cpu_s))
+            delivery = percentiles_ms(list(self._chunk_delivery_s))
+            dispatch = percentiles_ms(list(self._chunk_dispatch_s))
             values["ticks_brought_forward"] = self._schedule.rephases if self._schedule is not None else 0
             values["grid_placed_for_next_chunk"] = self._schedule.grid_placements if self._schedule is not None else 0
             values["ticks_on_arrival"] = self._ticks_on_arrival
         values["tick_cpu_ms_p50"], values["tick_cpu_ms_p99"] = tick_cpu["p50"], tick_cpu["p99"]
+        values["chunk_delivery_ms_p50"], values["chunk_delivery_ms_p99"] = delivery["p50"], delivery["p99"]
+        values["chunk_dispatch_ms_p50"], values["chunk_dispatch_ms_p99"] = dispatch["p50"], dispatch["p99"]
         self._diagnostics_pub.publish(msgconv.diagnostic_array(
             f"{self.get_name()}: commands", {key: _format(value) for key, value in values.items()}, now_ns(self),
             level=Level.WARN if level == "warn" else Level.OK, message=message,
