@@ -367,7 +367,8 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
            f"actuator{suffix}": {k: actuator.get(k, "") for k in (
                "chunk_wait_for_tick_ms_p50", "chunk_wait_for_tick_ms_p99", "chunk_wait_for_tick_ms_max",
                "ticks_brought_forward", "grid_placed_for_next_chunk", "ticks_on_arrival", "chunks_accepted",
-               "chunk_delivery_ms_p50", "chunk_delivery_ms_p99", "chunk_dispatch_ms_p50", "chunk_dispatch_ms_p99")},
+               "chunk_delivery_ms_p50", "chunk_delivery_ms_p99", "chunk_dispatch_ms_p50", "chunk_dispatch_ms_p99",
+               "tick_cpu_ms_p50", "tick_cpu_ms_p99")},
            f"policy_node{suffix}": {k: policy.get(k, "") for k in (
                "inference_ms_p50", "inference_ms_p99", "obs_to_chunk_ms_p50", "obs_to_chunk_ms_p99",
                "obs_to_chunk_ms_max", "obs_to_receipt_ms_p50", "obs_to_receipt_ms_p99",
