@@ -3,7 +3,7 @@
 Usage: .venv/bin/python benchmarks/bench_bringup_estop.py [--quick] [--json OUT]
 
 `sim2real launch robot --robot so101 --emulate` runs as a process (the emulator, feetech_driver,
-sim_camera, camera_preprocessor, policy_node, actuator_node, supervisor), with a policy that keeps
+sim_camera, policy_node preprocessing the camera, actuator_node, supervisor), with a policy that keeps
 turning the shoulder slowly (runtime/rehearsal.py). Each trial: arm (reset first when latched), wait until
 the goals on the bus move, publish `estop` true from this process, and find in the emulator's goal
 log the first goal write equal to the hold the arm then stays at. Latency = the time the emulator
