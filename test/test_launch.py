@@ -178,3 +178,7 @@ def test_an_onnx_file_beside_a_checkpoint_runs_only_when_exported_from_it(tmp_pa
     alone = tmp_path / "alone.safetensors"
     shutil.copy(shipped, alone)
     assert lean_policy("robot", GraphArgs(checkpoint=str(alone))) == (GraphArgs(checkpoint=str(alone)), None)
+    # A link beside it is not followed, even to the right export: the file was found, not named.
+    (tmp_path / "alone.onnx").symlink_to(tmp_path / "fresh.onnx")
+    args, line = lean_policy("robot", GraphArgs(checkpoint=str(alone)))
+    assert args.checkpoint == str(alone) and "alone.onnx beside it: a symbolic link, not followed" in line

@@ -97,6 +97,8 @@ def lean_policy(mode: str, graph_args: GraphArgs) -> tuple[GraphArgs, str | None
     if not graph_args.lean(mode) or not source.is_file() or file_backend(source) != "torch":
         return graph_args, None
     export = source.with_suffix(".onnx")
+    if export.is_symlink():  # found, not named by the user: a link could lead anywhere
+        return graph_args, f"torch, not {export.name} beside it: a symbolic link, not followed"
     if export == source or not export.is_file():
         return graph_args, None
     try:
