@@ -59,6 +59,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from rosgraph_msgs.msg import Clock  # noqa: E402
 from sensor_msgs.msg import CameraInfo, Image, JointState, Joy  # noqa: E402
 from std_msgs.msg import Float64MultiArray  # noqa: E402
@@ -77,6 +78,11 @@ CAMERA_HZ = 30.0  # [Hz]
 JOINT_STATE_HZ = 100.0  # [Hz]
 JOY_HZ = 20.0  # [Hz] the joy node's autorepeat rate, well above 1 / joy_timeout_s
 ARM_LAG_S = 0.05  # [s] first-order lag of the stand-in arm's position controller
+# The timing subscriptions keep every message: with the graph's own depth 1 (RELIABLE_LATEST_QOS), a
+# tick published while this process waited for a CPU was replaced by the next one before it was
+# taken, and the chunk it carried was paired with that later tick (the loaded chunk -> tick "tail"
+# of 5-7 ms until 2026-12-07: docs/benchmarks.md). Reliable, as the publishers are.
+TIMING_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
 
 
 def _checkpoint(tmp: Path) -> Path:
@@ -283,18 +289,17 @@ def run_robot_graph(checkpoint: Path, duration_s: float, tmp: Path, knobs: bool 
             return int(info["source_timestamp"])
 
         node.create_subscription(JointTrajectory, "policy/action_chunk",
-                                 lambda m, info: chunks.append((time.time_ns(), m, published(info))),
-                                 RELIABLE_LATEST_QOS)
+                                 lambda m, info: chunks.append((time.time_ns(), m, published(info))), TIMING_QOS)
         node.create_subscription(JointState, "command/policy",
-                                 lambda m, info: ticks.append((time.time_ns(), published(info))), RELIABLE_LATEST_QOS)
+                                 lambda m, info: ticks.append((time.time_ns(), published(info))), TIMING_QOS)
         # Where the camera path's time goes: when each policy image (27 KB) reaches the bench too.
         images: dict[int, tuple[int, int]] = {}
         node.create_subscription(Image, "policy/image",
                                  lambda m, info: images.__setitem__(stamp_to_ns(m.header.stamp),
                                                                     (time.time_ns(), published(info))),
-                                 RELIABLE_LATEST_QOS)
+                                 TIMING_QOS)
         node.create_subscription(Float64MultiArray, "forward_position_controller/commands",
-                                 lambda m, info: commands.append((time.time_ns(), published(info))), 100)
+                                 lambda m, info: commands.append((time.time_ns(), published(info))), TIMING_QOS)
         freeze_startup_objects()  # no full-collection stall in the timing callbacks either
         timing_thread.start()
         # A node that refused its parameters exits at start-up: say so then, not after the whole wait.
@@ -410,8 +415,8 @@ def run_sim_graph(checkpoint: Path, duration_s: float, tmp: Path, robot: str = "
         probe = session.probe
         assert probe is not None
         clocks = probe.collect(Clock, "clock", 50, stamped=True)
-        chunks = probe.collect(JointTrajectory, "policy/action_chunk", RELIABLE_LATEST_QOS, stamped=True)
-        ticks = probe.collect(JointState, "command/policy", RELIABLE_LATEST_QOS, stamped=True)
+        chunks = probe.collect(JointTrajectory, "policy/action_chunk", TIMING_QOS, stamped=True)
+        ticks = probe.collect(JointState, "command/policy", TIMING_QOS, stamped=True)
         if not session.wait_for_mode("AUTONOMOUS", 180.0):
             session.check_nodes()
             raise TimeoutError(f"supervisor never armed: {session.mode_reason()}")
