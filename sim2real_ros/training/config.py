@@ -1,6 +1,7 @@
 """Training config (config/train_reach.yaml), validated at start-up."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from ..sim.tasks import REACTIVE_EXPERT_TASKS
 from .augment import MAX_SHIFT_PX
 from .episode_plan import EPISODE_BLOCK, MAX_DAGGER_ROUNDS
 from .rollout import RolloutConfig
+
+MAX_GRASP_WEIGHT = 20.0  # grasp_frame_weight's bound: beyond it the approach's frames hardly count
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,9 @@ class TrainConfig:
     final_round_minibatches / final_round_epochs: the last DAgger round's own refit budget and epoch
     cap (0: round_minibatches / epochs_per_round as for the others): a long last refit over all the
     data, where the student fits the grasp states it underfits on the per-round budget;
+    grasp_frame_weight / grasp_jaw_below_rad: the frames of a grasp (the measured jaw or any point
+    of the labelled chunk below grasp_jaw_below_rad [rad]) count grasp_frame_weight times in every
+    refit's loss (trainer.grasp_frame_weights; 1.0: unweighted; robots with a gripper only);
     recovery_teacher: "" (the teacher labels everything) | expert (with teacher: ppo on pick_lift: the
     reactive scripted expert labels an episode from its first failed grasp on,
     rl/labeller.RecoveringChunkTeacher)."""
@@ -80,6 +86,8 @@ class TrainConfig:
     round_minibatches: int = 0
     final_round_minibatches: int = 0
     final_round_epochs: int = 0
+    grasp_frame_weight: float = 1.0
+    grasp_jaw_below_rad: float = 0.6
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "joint_history_s", check_history_lags(self.joint_history_s, self.source))
@@ -110,6 +118,15 @@ class TrainConfig:
         shift = self.image_shift_px
         if isinstance(shift, bool) or not isinstance(shift, int) or not 0 <= shift <= MAX_SHIFT_PX:
             raise ConfigError(self.source, "image_shift_px", shift, f"must be an integer in [0, {MAX_SHIFT_PX}] [px]")
+        weight, below = self.grasp_frame_weight, self.grasp_jaw_below_rad
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 1.0 <= weight <= MAX_GRASP_WEIGHT:
+            raise ConfigError(self.source, "grasp_frame_weight", weight,
+                              f"must be a number in [1, {MAX_GRASP_WEIGHT:g}] (1: the grasp's frames unweighted)")
+        if isinstance(below, bool) or not isinstance(below, (int, float)) or not math.isfinite(below):
+            raise ConfigError(self.source, "grasp_jaw_below_rad", below, "must be a number [rad]")
+        if weight != 1.0 and get_robot(self.robot, self.source).gripper is None:
+            raise ConfigError(self.source, "grasp_frame_weight", weight,
+                              f"robot {self.robot!r} has no gripper: a grasp's frames cannot be told apart")
         if self.sim_loop:  # checked here, not in the first worker: the error names this file's field
             with_sim_loop_override(load_sim_params(self.sim_params), self.sim_loop, self.source)
         if self.teacher not in ("ik", "ppo", "expert"):
@@ -138,7 +155,8 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in self.__dict__.items()
                 if k not in ("rollout", "joint_history_s", "sim_loop", "image_shift_px", "round_minibatches",
-                             "recovery_teacher", "final_round_minibatches", "final_round_epochs")}
+                             "recovery_teacher", "final_round_minibatches", "final_round_epochs",
+                             "grasp_frame_weight", "grasp_jaw_below_rad")}
         data["rollout"] = self.rollout.to_dict()
         if self.joint_history_s:  # left out when empty: the config hashes of runs without history stay
             data["joint_history_s"] = list(self.joint_history_s)
@@ -153,6 +171,9 @@ class TrainConfig:
         for name in ("final_round_minibatches", "final_round_epochs"):  # and with one budget for every round
             if getattr(self, name):
                 data[name] = getattr(self, name)
+        if self.grasp_frame_weight != 1.0:  # and with every frame weighted alike
+            data["grasp_frame_weight"] = float(self.grasp_frame_weight)
+            data["grasp_jaw_below_rad"] = float(self.grasp_jaw_below_rad)
         return data
 
 

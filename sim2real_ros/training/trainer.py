@@ -23,6 +23,7 @@ from ..core.policy.training_log import TrainingLog
 from ..core.progress import progress
 from ..core.stats import wilson_interval
 from ..paths import share_dir
+from ..robots import get_robot
 from ..provenance import (
     assert_unseen_episodes,
     portable_path,
@@ -81,30 +82,56 @@ class Dataset:
         return cls(list(data["images"]), list(data["joints"]), list(data["labels"]), histories)
 
 
-# (model, images, joints, labels, joint histories or None) -> loss
-LossFn = Callable[[PolicyModel, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
+# (model, images, joints, labels, joint histories or None, per-frame weights or None) -> loss
+LossFn = Callable[[PolicyModel, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None],
+                  torch.Tensor]
 
 
 def normalized_delta_loss(model: PolicyModel, images: torch.Tensor, joints: torch.Tensor,
-                          labels: torch.Tensor, histories: torch.Tensor | None = None) -> torch.Tensor:
-    """MSE between predicted and labelled chunks as normalized deltas (what sim training regresses)."""
-    return torch.nn.functional.mse_loss(model.forward_normalized(images, joints, histories),
-                                        model.normalize_targets(labels, joints))
+                          labels: torch.Tensor, histories: torch.Tensor | None = None,
+                          weights: torch.Tensor | None = None) -> torch.Tensor:
+    """MSE between predicted and labelled chunks as normalized deltas (what sim training regresses);
+    with weights (B,), each frame's mean squared error counts that much (a weighted mean over the
+    minibatch, so all-ones weights give the plain MSE)."""
+    squared = (model.forward_normalized(images, joints, histories) - model.normalize_targets(labels, joints)) ** 2
+    if weights is None:
+        return squared.mean()
+    per_frame = squared.flatten(1).mean(dim=1)
+    return (per_frame * weights).sum() / weights.sum()
+
+
+def grasp_frame_weights(joints: np.ndarray, labels: np.ndarray, gripper_index: int, below_rad: float,
+                        weight: float) -> np.ndarray:
+    """Per-frame loss weights (N,): `weight` for the frames of a grasp (the measured jaw, joints
+    (N, n) [rad], or any point of the labelled chunk, labels (N, K, n) [rad], below `below_rad`
+    [rad]: the teacher closing, squeezing, lifting, holding), 1 for the others.
+
+    Why: a successful pick_lift episode spends about one of its five or six seconds with the jaw
+    closed on the cube, so the squeeze-and-lift states are a small share of the data and an unweighted
+    regression pulls the jaw's target there toward the approach's open jaw (docs/learning.md: the
+    shipped student's failed grasps, traced against its teacher's labels)."""
+    in_grasp = (joints[:, gripper_index] < below_rad) | (labels[:, :, gripper_index] < below_rad).any(axis=1)
+    return np.where(in_grasp, float(weight), 1.0).astype(np.float32)
 
 
 def regress(model: PolicyModel, images: np.ndarray, joints: np.ndarray, labels: np.ndarray, loss_fn: LossFn,
             epochs: int, batch_size: int, lr: float, weight_decay: float, seed: int, log: Callable[[str], None],
             label: str, describe: Callable[[float], str] = lambda loss: f"loss {loss:.4f}",
-            histories: np.ndarray | None = None, image_shift_px: int = 0) -> list[float]:
+            histories: np.ndarray | None = None, image_shift_px: int = 0,
+            frame_weights: np.ndarray | None = None) -> list[float]:
     """Minibatch AdamW with a cosine schedule over (images (N, H, W, 3) uint8, joints (N, n) [rad],
     labels (N, K, n) [rad], histories (N, H, n) [rad] or None); only parameters that require
     gradients are optimized (a frozen encoder stays as loaded). image_shift_px: each minibatch's
     images randomly shifted by up to that many pixels (training.augment.random_shift; 0: as they
-    are). Returns the mean loss of each epoch."""
+    are). frame_weights (N,) or None: each frame's weight in the loss (grasp_frame_weights). Returns
+    the mean loss of each epoch."""
     images_t = torch.from_numpy(np.ascontiguousarray(images))
     joints_t = torch.from_numpy(joints.astype(np.float32))
     labels_t = torch.from_numpy(labels.astype(np.float32))
     histories_t = None if histories is None else torch.from_numpy(histories.astype(np.float32))
+    weights_t = None if frame_weights is None else torch.from_numpy(frame_weights.astype(np.float32))
+    if weights_t is not None and weights_t.shape != (len(images_t),):
+        raise ValueError(f"frame_weights must be ({len(images_t)},), got {tuple(weights_t.shape)}")
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, epochs))
@@ -117,7 +144,8 @@ def regress(model: PolicyModel, images: np.ndarray, joints: np.ndarray, labels: 
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
             loss = loss_fn(model, random_shift(images_t[idx], image_shift_px, generator), joints_t[idx], labels_t[idx],
-                           None if histories_t is None else histories_t[idx])
+                           None if histories_t is None else histories_t[idx],
+                           None if weights_t is None else weights_t[idx])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -132,13 +160,20 @@ def regress(model: PolicyModel, images: np.ndarray, joints: np.ndarray, labels: 
 
 
 def fit(model: PolicyModel, data: Dataset, epochs: int, batch_size: int, lr: float, weight_decay: float,
-        seed: int, log: Callable[[str], None], label: str, image_shift_px: int = 0) -> list[float]:
-    """Regress normalized chunk deltas (MSE), images shifted by up to image_shift_px [px]. Returns
-    the mean loss of each epoch."""
+        seed: int, log: Callable[[str], None], label: str, image_shift_px: int = 0,
+        grasp_weighting: tuple[int, float, float] | None = None) -> list[float]:
+    """Regress normalized chunk deltas (MSE), images shifted by up to image_shift_px [px];
+    grasp_weighting (gripper joint index, jaw below [rad], weight) or None: the grasp's frames
+    weighted (grasp_frame_weights). Returns the mean loss of each epoch."""
     images, joints, labels = data.arrays()
+    weights = None
+    if grasp_weighting is not None:
+        gripper_index, below_rad, weight = grasp_weighting
+        weights = grasp_frame_weights(joints, labels, gripper_index, below_rad, weight)
+        log(f"[{label}] {int((weights != 1.0).sum())} of {len(weights)} frames in a grasp, weighted {weight:g}")
     return regress(model, images, joints, labels, normalized_delta_loss, epochs, batch_size, lr, weight_decay,
                    seed, log, label, histories=data.history_array() if model.history_length else None,
-                   image_shift_px=image_shift_px)
+                   image_shift_px=image_shift_px, frame_weights=weights)
 
 
 def round_epochs(epochs_per_round: int, round_minibatches: int, frames: int, batch_size: int) -> int:
@@ -219,6 +254,14 @@ class Trainer:
     def _state_path(self) -> Path:
         return self.work_dir / "state.json"
 
+    def _grasp_weighting(self) -> tuple[int, float, float] | None:
+        """(gripper joint index, jaw below [rad], weight) for `fit`, None when the grasp is not weighted."""
+        c = self.config
+        if c.grasp_frame_weight == 1.0:
+            return None
+        gripper = get_robot(c.robot, c.source).gripper  # the config checked that there is one
+        return list(self.world.joint_names).index(gripper), c.grasp_jaw_below_rad, c.grasp_frame_weight
+
     def _bc_hash(self, with_source: bool = False) -> str:
         """Hash of what the saved data and BC student depend on. The DAgger and evaluation settings
         are not in it, so a finished run can be resumed with more rounds, nor is the config file's
@@ -289,7 +332,7 @@ class Trainer:
             images, joints, labels = data.arrays()
             model.set_normalization_from_data(joints, labels, data.history_array())
             losses = fit(model, data, c.epochs_bc, c.batch_size, c.lr, c.weight_decay, c.seed, self.log, "bc",
-                         c.image_shift_px)
+                         c.image_shift_px, self._grasp_weighting())
             self.history.append({"stage": 0, "kind": "bc", "episodes": c.bc_episodes, "frames": len(data),
                                  "teacher_success": teacher_rate, "final_loss": losses[-1], "losses": losses})
             self._log_stage(curves, 0, losses, c.lr, teacher_rate, len(data), collect_s, len(data))
@@ -307,7 +350,8 @@ class Trainer:
                 data.add(r)
             epochs = round_epochs(*round_budget(c, round_index), len(data), c.batch_size)
             losses = fit(model, data, epochs, c.batch_size, c.lr * 0.5, c.weight_decay,
-                         c.seed + round_index, self.log, f"dagger {round_index}", c.image_shift_px)
+                         c.seed + round_index, self.log, f"dagger {round_index}", c.image_shift_px,
+                         self._grasp_weighting())
             recovery = {}
             if c.recovery_teacher:  # how many episodes the recoverer labelled from a failed grasp on
                 recovery = {"episodes_with_recovery_labels":
