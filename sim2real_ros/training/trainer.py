@@ -23,7 +23,6 @@ from ..core.policy.training_log import TrainingLog
 from ..core.progress import progress
 from ..core.stats import wilson_interval
 from ..paths import share_dir
-from ..robots import get_robot
 from ..provenance import (
     assert_unseen_episodes,
     portable_path,
@@ -31,6 +30,7 @@ from ..provenance import (
     sim_params_version,
     training_git_state,
 )
+from ..robots import get_robot
 from ..sim.expert import ReachExpert
 from ..sim.params import load_sim_params, with_sim_loop_override, with_task
 from ..sim.world import SimWorld, episode_seed
