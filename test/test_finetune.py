@@ -226,6 +226,9 @@ def test_cli_freeze_encoder_keeps_the_encoder_and_changes_the_head(teleop_record
     assert report["parent"] == checkpoint_hash(teleop_recording.tiny) and report["frozen_parameters"]
     model = build_model(spec.architecture, spec, **spec.hparams)
     model.load_state_dict(tuned)  # still the parent's architecture
+    # Its ONNX export beside it, of this checkpoint: what a lean robot graph runs (cli/onnx_beside.py).
+    from sim2real_ros.core.policy.onnx_policy import onnx_parent_hash
+    assert onnx_parent_hash(out.with_suffix(".onnx")) == checkpoint_hash(out)
 
 
 def test_cotraining_mixes_sim_frames_of_the_training_distribution(teleop_recording, tmp_path):
@@ -286,9 +289,10 @@ def test_finetune_cli_judges_in_closed_loop(teleop_recording, tmp_path, capsys):
     code = sim2real(["finetune", "--checkpoint", str(teleop_recording.tiny), "--bags", str(teleop_recording.out),
                      "--out", str(tmp_path / "tuned.pt"), "--epochs", "1", "--real-fraction", "1.0",
                      "--robot-sim", str(config_path("sim_params_real_b.yaml")), "--eval-episodes", "1",
-                     "--report", str(report_file)])
+                     "--report", str(report_file), "--no-export-onnx"])
     assert code == 0
     printed = capsys.readouterr().out
+    assert not (tmp_path / "tuned.onnx").exists() and "ONNX export" not in printed
     assert "closed-loop success, robot: 0/1" in printed and "closed-loop success, perturbed" in printed
     written = json.loads(report_file.read_text())
     # One episode held out to measure; the written checkpoint was refit on all three.

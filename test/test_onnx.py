@@ -344,3 +344,23 @@ def test_an_export_beside_the_checkpoint_is_what_the_robot_graph_runs(tmp_path):
     assert args.checkpoint == str(tmp_path / "mine.onnx") and "its ONNX export" in line
     again = run_cli("policy", "export", str(tmp_path / "mine.onnx"))
     assert again.returncode == 2 and "would be overwritten by its own export" in again.stderr
+
+
+def test_a_trained_checkpoint_whose_export_fails_is_kept_and_named(tmp_path, capsys):
+    """cli/onnx_beside.export_beside (after `sim2real train` / `finetune`): a checkpoint it cannot
+    export, or one named .onnx, is said on stderr and left as it is; no export is written."""
+    from pathlib import Path
+
+    from sim2real_ros.cli.onnx_beside import export_beside
+
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(b"not a checkpoint")
+    assert export_beside("train", broken) is None
+    err = capsys.readouterr().err
+    assert f"sim2real train: {broken} is written, but its ONNX export failed" in err and "runs it on torch" in err
+    assert "Traceback" not in err and not (tmp_path / "broken.onnx").exists()
+    assert broken.read_bytes() == b"not a checkpoint"
+    named_onnx = Path(tmp_path / "odd.onnx")
+    named_onnx.write_bytes(b"x")
+    assert export_beside("finetune", named_onnx) is None
+    assert "is named .onnx: no export beside it" in capsys.readouterr().err and named_onnx.read_bytes() == b"x"

@@ -1,5 +1,4 @@
 """Training and sim evaluation through the same core the nodes run (real PyBullet, real torch)."""
-import dataclasses
 import json
 
 import numpy as np
@@ -70,15 +69,23 @@ def test_train_writes_a_checkpoint_with_spec_and_provenance_and_resumes(tmp_path
     assert action.shape == (10, len(spec.joint_names)) and np.all(np.isfinite(action))
     # A second run with the same config resumes after the last stage instead of collecting again,
     # also from a copy of the file elsewhere (as one would to add DAgger rounds: the path is no part
-    # of what the saved data depend on).
-    copy = dataclasses.replace(config, source=str(tmp_path / "copied" / "train.yaml"))
-    trainer = Trainer(copy, tmp_path / "again.pt", work, log=print)
-    try:
-        again = trainer.run()
-    finally:
-        trainer.close()
-    assert "resuming after stage 1" in capsys.readouterr().out
-    assert again["history"] == result["history"]
+    # of what the saved data depend on); through the command this time, which writes the student's
+    # ONNX export beside it (what a lean robot graph runs, cli/onnx_beside.py).
+    from sim2real_ros.core.policy.checkpoint import checkpoint_hash
+    from sim2real_ros.core.policy.onnx_policy import onnx_parent_hash
+
+    (tmp_path / "copied").mkdir()
+    copy = tmp_path / "copied" / "train.yaml"
+    copy.write_text((tmp_path / "train.yaml").read_text())
+    capsys.readouterr()
+    again = tmp_path / "again.safetensors"
+    assert sim2real(["train", "--config", str(copy), "--out", str(again), "--work-dir", str(work)]) == 0
+    printed = capsys.readouterr().out
+    assert "resuming after stage 1" in printed
+    summary = json.loads(printed[printed.index("{\n"):])
+    assert summary["onnx"] == str(tmp_path / "again.onnx") and summary["hash"] == checkpoint_hash(again)
+    assert onnx_parent_hash(tmp_path / "again.onnx") == checkpoint_hash(again)
+    assert load_checkpoint(again).spec.provenance["rounds"] == spec.provenance["rounds"]
 
 
 def test_bad_training_config_names_the_field(tmp_path):

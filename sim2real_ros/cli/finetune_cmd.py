@@ -17,6 +17,8 @@ import json
 import sys
 from pathlib import Path
 
+from .onnx_beside import add_export_argument, export_beside
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, required=True, help="checkpoint to start from")
@@ -39,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "nominal and perturbed sim")
     parser.add_argument("--eval-episodes", type=int, default=20, help="closed-loop episodes per policy and sim")
     parser.add_argument("--report", type=Path, default=None, help="write the report JSON here")
+    add_export_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,4 +90,6 @@ def run(args: argparse.Namespace) -> int:
     if (report.get("closed_loop") or {}).get("disagreement"):
         print(f"note: {report['closed_loop']['disagreement']}")
     print(f"wrote {report['checkpoint']} (hash {report['hash']}, parent {report['parent']})")
+    if args.export_onnx:
+        export_beside("finetune", Path(report["checkpoint"]))
     return 0

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..paths import config_path
 from ..robots import ROBOT_NAMES
+from .onnx_beside import add_export_argument, export_beside
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=0,
                         help="Ray rollout workers for collection (0 = in this process); results do not depend on it")
     parser.add_argument("--ray-address", default=None, help="join a Ray cluster (HOST:PORT or auto)")
+    add_export_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
             trainer.close()
     finally:
         shutdown_ray()
-    print(json.dumps({"checkpoint": result["checkpoint"], "hash": result["hash"],
+    onnx = export_beside("train", Path(result["checkpoint"])) if args.export_onnx else None
+    print(json.dumps({"checkpoint": result["checkpoint"], "hash": result["hash"], "onnx": onnx,
                       "evaluation": result["evaluation"]}, indent=2))
     return 0
