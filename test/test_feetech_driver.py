@@ -388,3 +388,39 @@ def test_start_waits_for_late_replies_and_the_cyclic_reads_keep_their_timeout(tm
             assert errors and errors[-1].kind == "timeout", errors
         finally:
             driver.bus.close()
+
+
+def test_replies_waiting_when_the_reader_comes_back_late_are_no_timeout(tmp_path, monkeypatch):
+    """A driver thread that loses the CPU (or the GIL) between sending a request and reading the
+    reply comes back past its deadline: the servos answered meanwhile and their replies wait in the
+    port's buffer. They are taken, not reported as a bus timeout (hardware/bus.py: one look without
+    waiting past the deadline). A reply that is not there by then still is a timeout."""
+    from sim2real_ros.hardware import bus as bus_module
+
+    class AwayAfterSending:
+        """time for bus.py whose second monotonic() of a transaction (its first look for replies)
+        comes back `away_s` later, as after a thread that was descheduled there."""
+
+        def __init__(self, away_s: float):
+            self.away_s, self.calls = away_s, 0
+
+        def monotonic(self) -> float:
+            self.calls += 1
+            if self.calls == 2:
+                time.sleep(self.away_s)
+            return time.monotonic()
+
+    calibration = so101_calibration(tmp_path / "cal.json")
+    with emulated_bus("--calibration", str(calibration)) as port:
+        bus = FeetechBus(port, 1_000_000, SLACK_S)
+        try:
+            bus.read(1, p.PRESENT_POSITION)  # the port open and the emulator answering (it may be slow at first)
+            bus.timeout_s = 0.02
+            monkeypatch.setattr(bus_module, "time", AwayAfterSending(0.1))
+            assert 0 <= bus.read(1, p.PRESENT_POSITION) < 4096
+            assert bus.counters.timeouts == 0
+            monkeypatch.setattr(bus_module, "time", AwayAfterSending(0.1))
+            with pytest.raises(BusError, match="no reply within 20.0 ms"):
+                bus.read(42, p.PRESENT_POSITION)  # no such servo: nothing comes, late or not
+        finally:
+            bus.close()

@@ -148,15 +148,18 @@ class FeetechBus:
         checksum_before = self._reader.checksum_errors
         bad: list[int] = []
         while wanted - replies.keys() - set(bad):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
+            # Past the deadline select() still looks once without waiting: a thread that lost the
+            # CPU (or the GIL) past it finds the replies that came meanwhile waiting in the port's
+            # buffer, and they are no timeout. It never waits beyond the deadline.
+            remaining = max(0.0, deadline - time.monotonic())
             try:
                 # select() rather than pyserial's timeout: changing that re-applies termios each call.
                 ready, _, _ = select.select([self._serial.fileno()], [], [], remaining)
                 data = self._serial.read(4096) if ready else b""
             except PORT_ERRORS as err:
                 raise BusError("serial", servo_ids, f"read on {self.port} failed: {err}") from err
+            if remaining == 0.0 and not data:  # (a port that reads empty must not keep it here)
+                break
             for reply in self._reader.feed(data):
                 if reply.servo_id not in wanted or reply.servo_id in replies:
                     continue

@@ -245,6 +245,34 @@ def _watch_shutdown() -> None:
                 executor.wake()
 
 
+# A node's method that run_node calls once, after the real-time knobs and the start-up collection,
+# just before spinning: where a thread that must keep time (a servo bus loop) starts. Started in the
+# constructor, it ran beside mlockall (which holds the process's memory map while it faults in every
+# page, 0.1-0.5 s here) and gc.collect (which holds the GIL for 30-130 ms), and a driver's first reads
+# timed out at start-up although the servos had answered.
+START_TIMED_WORK = "start_timed_work"
+
+
+# How long an exception out of spin waits for rclpy's signal thread to shut the context down [s].
+SIGNAL_SHUTDOWN_GRACE_S = 0.5
+
+
+def _shutting_down() -> bool:
+    """Whether the context is shut down, or is within SIGNAL_SHUTDOWN_GRACE_S.
+
+    Why wait: on SIGINT rclpy's C handler wakes its signal thread, which shuts the context down,
+    and the interpreter raises KeyboardInterrupt in the main thread at once. Raised inside a message's
+    conversion to Python (rclpy's take), the KeyboardInterrupt comes out as pybind11's RuntimeError
+    ("Unable to convert call argument '0' to Python object") while rclpy.ok() can still be true: a
+    sim_camera stopped by the launcher exited 1 with that traceback (1 of 9 stops, under load)."""
+    deadline = time.monotonic() + SIGNAL_SHUTDOWN_GRACE_S
+    while rclpy.ok():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_threads: int = 2) -> int:
     """Start rclpy, build the node, spin it, and always clean up (Humble has no `with rclpy.init()`).
 
@@ -273,6 +301,9 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_thr
         node.get_logger().info(f"spinning on {type(executor).__name__} (executor {node_executor_choice(node)}; "
                                f"{EXECUTOR_ENV}={executor_choice()})")
         freeze_startup_objects()
+        start_timed_work = getattr(node, START_TIMED_WORK, None)
+        if callable(start_timed_work):
+            start_timed_work()
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
@@ -284,7 +315,7 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_thr
     except Exception:
         # Ctrl-C shuts the context down under the executor, and building its next wait set can
         # lose that race (RCLError: context is not valid). Only an error while still running counts.
-        if rclpy.ok():
+        if not _shutting_down():
             raise
     finally:
         _spin_returned.set()

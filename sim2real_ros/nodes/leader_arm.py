@@ -78,6 +78,10 @@ class LeaderArmNode(Node):
         self.create_timer(v["diagnostics_period_s"], self._publish_diagnostics)
         # An error out of the bus loop is logged and re-raised (the thread's excepthook prints it).
         self._bus_thread = BackgroundLoop(self, "leader_bus", self._bus_loop, join_timeout_s=1.0, reraise=True)
+
+    def start_timed_work(self) -> None:
+        """The bus loop starts here (common.START_TIMED_WORK: run_node calls it after the real-time
+        knobs and the start-up collection, which would stall it), not in the constructor."""
         self._bus_thread.start()
 
     def _bus_loop(self, stop: threading.Event) -> None:
