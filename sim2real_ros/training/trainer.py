@@ -106,10 +106,9 @@ def grasp_frame_weights(joints: np.ndarray, labels: np.ndarray, gripper_index: i
     (N, n) [rad], or any point of the labelled chunk, labels (N, K, n) [rad], below `below_rad`
     [rad]: the teacher closing, squeezing, lifting, holding), 1 for the others.
 
-    Why: a successful pick_lift episode spends about one of its five or six seconds with the jaw
-    closed on the cube, so the squeeze-and-lift states are a small share of the data and an unweighted
-    regression pulls the jaw's target there toward the approach's open jaw (docs/learning.md: the
-    shipped student's failed grasps, traced against its teacher's labels)."""
+    Why: the shipped pick_lift student's failed grasps, traced against its teacher's labels
+    (docs/learning.md), were mostly departures after the jaw closed (the squeeze let go, never
+    lifted): an unweighted regression pulls the jaw's target there toward the approach's open jaw."""
     in_grasp = (joints[:, gripper_index] < below_rad) | (labels[:, :, gripper_index] < below_rad).any(axis=1)
     return np.where(in_grasp, float(weight), 1.0).astype(np.float32)
 
