@@ -245,7 +245,7 @@ def _watch_shutdown() -> None:
                 executor.wake()
 
 
-# A node's method that run_node calls once, after the real-time knobs and the start-up collection,
+# A node's method that run_node calls once, after the start-up collection and the real-time knobs,
 # just before spinning: where a thread that must keep time (a servo bus loop) starts. Started in the
 # constructor, it ran beside mlockall (which holds the process's memory map while it faults in every
 # page, 0.1-0.5 s here) and gc.collect (which holds the GIL for 30-130 ms), and a driver's first reads
@@ -293,6 +293,10 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_thr
     code = 0
     try:
         node = factory()
+        # The start-up collection before the knobs: at SCHED_FIFO its 30-130 ms of CPU took a core
+        # from every process below (a supervisor's and an actuator's at once took both cores, and the
+        # servo driver's reads timed out at start-up).
+        freeze_startup_objects()
         apply_realtime_knobs(node)  # every node's scheduling, affinity, memory lock (nodes/realtime.py)
         executor = make_executor(node, num_threads)
         executor.add_node(node)
@@ -300,7 +304,6 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None, num_thr
         threading.Thread(target=_watch_shutdown, name="node-end", daemon=True).start()
         node.get_logger().info(f"spinning on {type(executor).__name__} (executor {node_executor_choice(node)}; "
                                f"{EXECUTOR_ENV}={executor_choice()})")
-        freeze_startup_objects()
         start_timed_work = getattr(node, START_TIMED_WORK, None)
         if callable(start_timed_work):
             start_timed_work()
