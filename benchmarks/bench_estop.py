@@ -19,7 +19,9 @@ the system clock of one host; the probe reads its own e-stop's from a subscripti
 for the echo (the probe's clock just before the ping's publish to the pong's write). That is the
 stack's reaction without the probe's own delays: under load the probe is one more SCHED_OTHER
 process waiting for a core, to publish and to receive, while a robot's controller manager and
-e-stop button driver would not be.
+e-stop button driver would not be. `--probe-priority N` runs the probe itself at SCHED_FIFO N (below
+the supervisor's 60; everything it starts stays SCHED_OTHER): then the probe-to-probe figure is the
+stack's reaction with real-time ends (`probe_priority` in the JSON).
 
 The probe is an instrument and must not add its own dispatch delay: it shares its process with
 nothing but the trial loop (the traffic has a process of its own), its node has its own executor
@@ -459,6 +461,11 @@ def main() -> int:
                         help="busy processes in the loaded blocks (default: one per CPU)")
     parser.add_argument("--busy-own-sessions", action="store_true",
                         help="start each busy process in a session of its own (as work started elsewhere)")
+    parser.add_argument("--probe-priority", type=int, default=0,
+                        help="run the probe (this process: the e-stop button and the receiving end) at "
+                             "SCHED_FIFO this priority, below the supervisor's 60, as a robot's joystick "
+                             "driver and controller manager could; its children (supervisor, echo, traffic, "
+                             "busy load) stay SCHED_OTHER (SCHED_RESET_ON_FORK). 0: as started")
     # The helper processes (this script again): the echo reference and the traffic.
     parser.add_argument("--echo", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--traffic", action="store_true", help=argparse.SUPPRESS)
@@ -467,7 +474,16 @@ def main() -> int:
         return helper_main("echo" if args.echo else "traffic")
     if args.busy is not None and args.busy < 1:
         parser.error(f"--busy must be at least 1, got {args.busy}")
+    if not 0 <= args.probe_priority < 60:
+        parser.error(f"--probe-priority must be in [0, 59] (below the supervisor's 60), got {args.probe_priority}")
+    if args.probe_priority:
+        try:  # before any thread (DDS's included) exists: they inherit it
+            os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(args.probe_priority))
+        except OSError as err:
+            parser.error(f"--probe-priority {args.probe_priority}: SCHED_FIFO refused ({err.strerror}; "
+                         "docs/deployment.md: limits.conf rtprio)")
     result = run(quick=args.quick, trials=args.trials, busy=args.busy, busy_own_sessions=args.busy_own_sessions)
+    result["probe_priority"] = args.probe_priority
     for suffix, knobs in NAMES.items():
         for name, phase in (("", "quiet"), ("_loaded", "loaded")):
             stats, echo = result[f"estop_reaction{name}{suffix}_ms"], result[f"echo_round_trip{name}{suffix}_ms"]
