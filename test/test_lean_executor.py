@@ -295,3 +295,30 @@ def test_the_executor_choice(monkeypatch, spinning):
     monkeypatch.setenv(EXECUTOR_ENV, "fast")
     with pytest.raises(ConfigError, match=EXECUTOR_ENV):
         single_threaded_executor(node)
+
+
+def test_an_exception_while_the_signal_thread_shuts_down_is_no_crash():
+    """run_node calls an exception out of spin a crash only if the context is still up
+    SIGNAL_SHUTDOWN_GRACE_S later: on SIGINT the KeyboardInterrupt (surfacing inside rclpy's take
+    as pybind11's RuntimeError) can come before rclpy's signal thread has shut the context down.
+    In a process of its own: it uses rclpy's default context."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import threading, time
+        import rclpy
+        from sim2real_ros.nodes.common import SIGNAL_SHUTDOWN_GRACE_S, _shutting_down
+        rclpy.init()
+        threading.Timer(0.1, rclpy.shutdown).start()
+        start = time.monotonic()
+        print(_shutting_down(), round(time.monotonic() - start, 2) < SIGNAL_SHUTDOWN_GRACE_S)
+        rclpy.init()
+        start = time.monotonic()
+        print(_shutting_down(), round(time.monotonic() - start, 2) >= SIGNAL_SHUTDOWN_GRACE_S)
+        rclpy.shutdown()
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["True True", "False True"], proc.stdout
