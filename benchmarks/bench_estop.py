@@ -323,6 +323,22 @@ NAMES = {"": "knobs on", "_knobs_off": "knobs off", "_unprivileged": "unprivileg
 BLOCKS = 4  # trial blocks per supervisor run: quiet, loaded, quiet, loaded
 
 
+def _probe_threads_follow_main() -> None:
+    """Give this process's other threads the main thread's SCHED_FIFO (--probe-priority), without
+    SCHED_RESET_ON_FORK: that flag, which keeps the processes the main thread starts at SCHED_OTHER,
+    also resets every thread created after it (the kernel's fork path is the threads' too)."""
+    main_policy = os.sched_getscheduler(0) & ~os.SCHED_RESET_ON_FORK
+    if main_policy != os.SCHED_FIFO:
+        return
+    priority = os.sched_getparam(0).sched_priority
+    main = threading.get_native_id()
+    for entry in os.listdir("/proc/self/task"):
+        tid = int(entry)
+        if tid != main:
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(priority))
+
+
 def run_supervisor(n_trials: int, knobs: dict, load: BusyLoad) -> dict:
     """One supervisor process (real-time knob parameters `knobs`: one of CONFIGURATIONS) and
     `n_trials` e-stop trials in BLOCKS blocks alternating quiet and loaded. Returns per phase
@@ -340,6 +356,7 @@ def run_supervisor(n_trials: int, knobs: dict, load: BusyLoad) -> dict:
     context = Context()
     rclpy.init(context=context)
     spinning = SpinningNode(Probe(context, home))
+    _probe_threads_follow_main()  # its executor's and DDS's threads, made after the main thread's policy
     probe = spinning.node
     realtime: dict[str, str] = {}
     probe.create_subscription(DiagnosticArray, "supervisor/realtime",
