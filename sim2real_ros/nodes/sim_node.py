@@ -155,6 +155,7 @@ class SimNode(Node):
         self._lock = threading.Lock()  # guards the world: physics thread vs command/reset callbacks
         self._stop = threading.Event()
         self._command_after_frame = threading.Event()
+        self._frames_started = 0  # captures begun (only the first keeps an earlier command)
         self._counters = {"commands_accepted": 0, "commands_rejected": 0, "frames_published": 0,
                           "frames_dropped": 0, "wall_lag_resets": 0, "episodes_finished": 0,
                           "commands_ignored_after_reset": 0, "render_errors": 0}
@@ -323,8 +324,14 @@ class SimNode(Node):
         self._js_pub.publish(msgconv.make_joint_state(world.all_joint_names, q, stamp, qd, effort))
 
     def _capture_frame(self) -> None:
-        # Lockstep: a command that arrives while this frame renders already answers it.
-        self._command_after_frame.clear()
+        # Lockstep: a command that arrives while this frame renders already answers it. The first
+        # frame keeps a command that came before it: the physics thread and the executor start
+        # together, and a command taken before this thread reached frame 0 (a test's, published as
+        # soon as the subscription matched; seen once in CI under load) would otherwise be thrown
+        # away and the sim would wait lockstep_timeout_s for another.
+        if self._frames_started:
+            self._command_after_frame.clear()
+        self._frames_started += 1
         if self._renderer is None:  # camera_render inline: in this thread, under the world lock
             with self._lock:
                 stamp = self.world.time_ns
